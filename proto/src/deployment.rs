@@ -1,0 +1,419 @@
+//! Deployments: the request the gateway queues for an agent, the messages the agent
+//! answers with, and the record the gateway keeps.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::config::Config;
+use crate::ids::{ConfigId, DeploymentId, ServerId, StackId, TenantId};
+
+/// Version of the gateway↔agent messages; an agent refuses a request of another version.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The action a deployment runs: one of Heat's lifecycle actions or an ad-hoc action name.
+///
+/// Serialised as a plain string. Lifecycle actions are upper case; any other name of
+/// `[A-Za-z0-9_-]` is an ad-hoc action.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Action(String);
+
+impl Action {
+    /// Heat's CREATE.
+    pub const CREATE: &'static str = "CREATE";
+    /// Heat's UPDATE.
+    pub const UPDATE: &'static str = "UPDATE";
+    /// Heat's SUSPEND.
+    pub const SUSPEND: &'static str = "SUSPEND";
+    /// Heat's RESUME.
+    pub const RESUME: &'static str = "RESUME";
+    /// Heat's DELETE.
+    pub const DELETE: &'static str = "DELETE";
+
+    /// Validates an action name (a subject-token-shaped string).
+    pub fn new(s: impl Into<String>) -> Result<Self, crate::IdError> {
+        let s = s.into();
+        crate::ids::validate(&s)?;
+        Ok(Self(s))
+    }
+
+    /// The CREATE action.
+    pub fn create() -> Self {
+        Self(Self::CREATE.to_owned())
+    }
+
+    /// The action's name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for Action {
+    fn default() -> Self {
+        Self::create()
+    }
+}
+
+impl TryFrom<String> for Action {
+    type Error = crate::IdError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::new(s)
+    }
+}
+
+impl From<Action> for String {
+    fn from(a: Action) -> String {
+        a.0
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where a deployment stands, as the gateway records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum DeploymentStatus {
+    /// Accepted and on the server's request queue.
+    Queued,
+    /// The agent has recorded it as started and is running the hook.
+    InProgress,
+    /// The hook succeeded.
+    Complete,
+    /// The hook failed, the agent was interrupted, or no answer came in time.
+    Failed,
+}
+
+impl DeploymentStatus {
+    /// True once nothing can change the deployment any more.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Complete | Self::Failed)
+    }
+}
+
+impl fmt::Display for DeploymentStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Queued => "QUEUED",
+            Self::InProgress => "IN_PROGRESS",
+            Self::Complete => "COMPLETE",
+            Self::Failed => "FAILED",
+        })
+    }
+}
+
+/// A deployment as queued for an agent on `flue.<tenant>.req.<server>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeploymentRequest {
+    /// Protocol version, [`PROTOCOL_VERSION`].
+    pub v: u32,
+    /// Tenant of the server.
+    pub tenant: TenantId,
+    /// The server that must apply it; an agent refuses a request for another server.
+    pub server: ServerId,
+    /// Deployment id; also the JetStream message id used for de-duplication.
+    pub deployment_id: DeploymentId,
+    /// Deployment name (Heat's resource name when an engine has one), given to the hook.
+    pub name: String,
+    /// The action to run.
+    pub action: Action,
+    /// The whole config, so the agent needs nothing but the queue.
+    pub config: Config,
+    /// Input values by name (declared defaults already applied by the gateway).
+    #[serde(default)]
+    pub input_values: BTreeMap<String, serde_json::Value>,
+    /// Stack the deployment belongs to, if an engine said so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_id: Option<StackId>,
+    /// Resource name in that stack, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_name: Option<String>,
+    /// When the gateway accepted it (the hook item's `creation_time`).
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// After this instant the gateway has given up: the agent answers FAILED without running it.
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+}
+
+/// The outcome of one deployment, as an agent reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeploymentResult {
+    /// [`DeploymentStatus::Complete`] or [`DeploymentStatus::Failed`].
+    pub status: DeploymentStatus,
+    /// Why it failed (`interrupted`, `hook exited with status 2`, …); absent on success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_reason: Option<String>,
+    /// Declared outputs the hook produced.
+    #[serde(default)]
+    pub outputs: BTreeMap<String, serde_json::Value>,
+    /// Hook's stdout (bounded by the agent).
+    #[serde(default)]
+    pub deploy_stdout: String,
+    /// Hook's stderr (bounded by the agent).
+    #[serde(default)]
+    pub deploy_stderr: String,
+    /// Hook's status code; absent when the hook never ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deploy_status_code: Option<i64>,
+    /// When the agent started it, if it did.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub started_at: Option<OffsetDateTime>,
+    /// When the agent finished it.
+    #[serde(with = "time::serde::rfc3339")]
+    pub finished_at: OffsetDateTime,
+}
+
+/// What an agent publishes on `flue.<tenant>.resp.<server>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AgentMessage {
+    /// The agent durably recorded the deployment as started and is about to run the hook.
+    Started {
+        /// Protocol version.
+        v: u32,
+        /// Which deployment.
+        deployment_id: DeploymentId,
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+    },
+    /// The deployment's final result.
+    Finished {
+        /// Protocol version.
+        v: u32,
+        /// Which deployment.
+        deployment_id: DeploymentId,
+        /// The result.
+        result: DeploymentResult,
+    },
+}
+
+impl AgentMessage {
+    /// The deployment the message is about.
+    pub fn deployment_id(&self) -> &DeploymentId {
+        match self {
+            Self::Started { deployment_id, .. } | Self::Finished { deployment_id, .. } => {
+                deployment_id
+            }
+        }
+    }
+
+    /// JetStream message id for de-duplicating republished answers.
+    pub fn msg_id(&self) -> String {
+        match self {
+            Self::Started { deployment_id, .. } => format!("{deployment_id}-started"),
+            Self::Finished { deployment_id, .. } => format!("{deployment_id}-finished"),
+        }
+    }
+}
+
+/// What an engine sends to create a deployment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateDeployment {
+    /// Id to use; random when absent. Creating an existing id again is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<DeploymentId>,
+    /// Config to apply.
+    pub config_id: ConfigId,
+    /// Server to apply it on.
+    pub server_id: ServerId,
+    /// Action; CREATE when absent.
+    #[serde(default)]
+    pub action: Action,
+    /// Input values by name.
+    #[serde(default)]
+    pub input_values: BTreeMap<String, serde_json::Value>,
+    /// Name handed to the hook; the deployment id when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Seconds to wait for the agent's answer before FAILED "timed out"; the gateway default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+    /// Stack the deployment belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_id: Option<StackId>,
+    /// Resource name within the stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_name: Option<String>,
+}
+
+/// A deployment as the gateway records it and the API returns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Deployment {
+    /// Deployment id.
+    pub id: DeploymentId,
+    /// Tenant.
+    pub tenant: TenantId,
+    /// Server it runs on.
+    pub server_id: ServerId,
+    /// Config applied.
+    pub config_id: ConfigId,
+    /// Hook group of that config.
+    pub group: String,
+    /// Name handed to the hook.
+    pub name: String,
+    /// Action.
+    pub action: Action,
+    /// Input values (hidden ones replaced by `"<hidden>"` in API reads).
+    #[serde(default)]
+    pub input_values: BTreeMap<String, serde_json::Value>,
+    /// Stack, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_id: Option<StackId>,
+    /// Resource name, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_name: Option<String>,
+    /// Current status.
+    pub status: DeploymentStatus,
+    /// Why it failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_reason: Option<String>,
+    /// Outputs, once complete.
+    #[serde(default)]
+    pub outputs: BTreeMap<String, serde_json::Value>,
+    /// Hook stdout.
+    #[serde(default)]
+    pub deploy_stdout: String,
+    /// Hook stderr.
+    #[serde(default)]
+    pub deploy_stderr: String,
+    /// Hook status code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deploy_status_code: Option<i64>,
+    /// Seconds the gateway waits for an answer.
+    pub timeout_secs: u64,
+    /// Accepted at.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Last change.
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+    /// Agent started it at.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub started_at: Option<OffsetDateTime>,
+    /// Agent finished it at (or the gateway gave up at).
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+    /// Gives up waiting at.
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ConfigSpec;
+    use serde_json::json;
+
+    fn request() -> DeploymentRequest {
+        let spec: ConfigSpec =
+            serde_json::from_value(json!({"group": "script", "config": "echo hi"})).expect("spec");
+        DeploymentRequest {
+            v: PROTOCOL_VERSION,
+            tenant: TenantId::new("acme").expect("id"),
+            server: ServerId::new("web1").expect("id"),
+            deployment_id: DeploymentId::new("d1").expect("id"),
+            name: "d1".into(),
+            action: Action::create(),
+            config: spec.into_config(ConfigId::new("c1").expect("id"), OffsetDateTime::UNIX_EPOCH),
+            input_values: [("foo".to_owned(), json!("bar"))].into(),
+            stack_id: None,
+            resource_name: None,
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            expires_at: OffsetDateTime::UNIX_EPOCH + time::Duration::hours(1),
+        }
+    }
+
+    #[test]
+    fn request_round_trips() {
+        let r = request();
+        let bytes = serde_json::to_vec(&r).expect("ser");
+        assert_eq!(
+            serde_json::from_slice::<DeploymentRequest>(&bytes).expect("de"),
+            r
+        );
+    }
+
+    #[test]
+    fn agent_messages_round_trip_with_a_kind_tag() {
+        let started = AgentMessage::Started {
+            v: PROTOCOL_VERSION,
+            deployment_id: DeploymentId::new("d1").expect("id"),
+            at: OffsetDateTime::UNIX_EPOCH,
+        };
+        let text = serde_json::to_string(&started).expect("ser");
+        assert!(text.contains("\"kind\":\"started\""), "{text}");
+        assert_eq!(
+            serde_json::from_str::<AgentMessage>(&text).expect("de"),
+            started
+        );
+
+        let finished = AgentMessage::Finished {
+            v: PROTOCOL_VERSION,
+            deployment_id: DeploymentId::new("d1").expect("id"),
+            result: DeploymentResult {
+                status: DeploymentStatus::Failed,
+                status_reason: Some("interrupted".into()),
+                outputs: BTreeMap::new(),
+                deploy_stdout: String::new(),
+                deploy_stderr: "boom".into(),
+                deploy_status_code: Some(2),
+                started_at: None,
+                finished_at: OffsetDateTime::UNIX_EPOCH,
+            },
+        };
+        let text = serde_json::to_string(&finished).expect("ser");
+        assert!(text.contains("\"status\":\"FAILED\""), "{text}");
+        assert_eq!(
+            serde_json::from_str::<AgentMessage>(&text).expect("de"),
+            finished
+        );
+        assert_eq!(finished.msg_id(), "d1-finished");
+        assert_ne!(started.msg_id(), finished.msg_id());
+    }
+
+    #[test]
+    fn actions_validate_and_default_to_create() {
+        assert_eq!(Action::default().as_str(), "CREATE");
+        assert!(Action::new("backup").is_ok());
+        assert!(Action::new("back up").is_err());
+        assert!(serde_json::from_str::<Action>("\"a.b\"").is_err());
+    }
+
+    #[test]
+    fn create_deployment_refuses_unknown_fields_and_bad_ids() {
+        let ok: CreateDeployment =
+            serde_json::from_value(json!({"config_id": "c1", "server_id": "s1"})).expect("ok");
+        assert_eq!(ok.action.as_str(), "CREATE");
+        let err = serde_json::from_value::<CreateDeployment>(
+            json!({"config_id": "c1", "server_id": "s.1"}),
+        )
+        .expect_err("bad id");
+        assert!(err.to_string().contains("'.'"), "{err}");
+        assert!(
+            serde_json::from_value::<CreateDeployment>(
+                json!({"config_id": "c1", "server_id": "s1", "sever": 1})
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn status_is_screaming_snake_case() {
+        assert_eq!(
+            serde_json::to_string(&DeploymentStatus::InProgress).expect("ser"),
+            "\"IN_PROGRESS\""
+        );
+        assert_eq!(DeploymentStatus::InProgress.to_string(), "IN_PROGRESS");
+        assert!(DeploymentStatus::Failed.is_terminal());
+        assert!(!DeploymentStatus::Queued.is_terminal());
+    }
+}

@@ -1,0 +1,76 @@
+//! Servers and what an agent needs to start.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::ids::{ServerId, TenantId};
+
+/// What an engine sends to register a server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterServer {
+    /// Server id (the agent's identity; a subject token).
+    pub id: ServerId,
+    /// Human name.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// A registered server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Server {
+    /// Server id.
+    pub id: ServerId,
+    /// Tenant.
+    pub tenant: TenantId,
+    /// Human name.
+    #[serde(default)]
+    pub name: String,
+    /// Registered at.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+}
+
+/// Everything an agent needs to start, returned by registration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentBootstrap {
+    /// Broker URL(s) the agent should connect to, comma separated.
+    pub nats_url: String,
+    /// Tenant.
+    pub tenant: TenantId,
+    /// This server's id.
+    pub server_id: ServerId,
+    /// Request stream name.
+    pub request_stream: String,
+    /// The durable pull consumer the gateway created for this server.
+    pub request_consumer: String,
+    /// Subject the agent publishes responses on.
+    pub response_subject: String,
+    /// Inbox prefix the agent must use.
+    pub inbox_prefix: String,
+}
+
+/// Answer to a registration: the server and its agent bootstrap.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Registration {
+    /// The server record.
+    pub server: Server,
+    /// What its agent needs.
+    pub agent: AgentBootstrap,
+}
+
+/// Body of every API error: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// One API error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code, e.g. `not_found`, `invalid_id`, `body_too_large`.
+    pub code: String,
+    /// What was wrong, for a human.
+    pub message: String,
+}
