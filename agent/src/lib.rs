@@ -1,1 +1,122 @@
-//! placeholder
+//! `flue-agent`: the in-server daemon that applies deployments from its request queue.
+//!
+//! The agent connects *out* to NATS (it never speaks HTTP), looks up the durable pull
+//! consumer the gateway created for its server (it never creates one, and waits while it
+//! does not exist yet), and pulls one request at a time, in queue order.
+//!
+//! # Exactly once
+//!
+//! A local sled ledger at `<state-dir>/ledger` records, per deployment, `started` before
+//! the hook runs and `done` with the result before the answer is published; each write is
+//! flushed to disk before the next step. For every request:
+//!
+//! - `done` in the ledger: the recorded answer is published again (same JetStream message
+//!   id, so the broker drops the duplicate) and the request is acked; nothing runs.
+//! - `started` without a result: the agent died mid-hook; it reports FAILED `interrupted`
+//!   and never runs the hook again.
+//! - unknown: refused with FAILED when it is for another tenant/server, of another
+//!   protocol version, or already past `expires_at` (`expired before it was applied`);
+//!   otherwise `started` is recorded and announced, the hook runs (the request is touched
+//!   every 10 s so the broker does not redeliver it), the result is recorded, published
+//!   until the broker acknowledges it, and only then is the request acked.
+//!
+//! A hook still running at `expires_at` is killed and reported FAILED `timed out`.
+//!
+//! # Hooks
+//!
+//! The heat-config hook protocol: the executable `<hook-dir>/<group>` (first match over the
+//! hook dirs) gets the deployment item as JSON on stdin and prints one JSON object with
+//! `deploy_stdout`, `deploy_stderr`, `deploy_status_code` and the outputs. The `script`
+//! group falls back to a built-in equivalent of `heat-config-script`. `deploy_stdout` and
+//! `deploy_stderr` keep their first 1 MiB each ([`hook::MAX_STREAM_BYTES`]), and are
+//! shortened further if the whole answer would not fit in one broker message. Every hook
+//! runs in its own process group, so a Ctrl-C at the agent's terminal does not reach it and
+//! the agent can stop everything it started.
+//!
+//! # Shutdown (SIGTERM / SIGINT)
+//!
+//! The agent stops pulling at once. An idle agent exits promptly with status 0. A running
+//! hook may finish for up to the shutdown grace period (`--shutdown-grace-secs`, default
+//! 30 s) and is reported normally; past that, its process group gets SIGTERM, then SIGKILL
+//! 5 s later, and the deployment is recorded and reported FAILED
+//! `interrupted: agent shut down`. The answer then gets up to 5 s more to reach the broker
+//! (if it cannot, the request stays unacked and its redelivery is answered from the
+//! ledger). Finally the connection is flushed and drained and the agent exits with status 0.
+
+pub mod answer;
+pub mod backoff;
+pub mod config;
+pub mod connect;
+pub mod deploy;
+pub mod error;
+pub mod hook;
+pub mod item;
+pub mod ledger;
+pub mod process;
+pub mod script;
+pub mod worker;
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+pub use config::{Config, RunArgs};
+pub use error::Error;
+
+/// Longest wait for buffered acks and answers to reach the broker on the way out.
+const FLUSH_ON_EXIT: Duration = Duration::from_secs(2);
+
+/// Runs the agent until `shutdown` is cancelled (see the crate docs for what happens to a
+/// running hook). Returns an error only when exactly-once cannot be kept (the ledger
+/// failed) or the broker URL is unusable.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
+    std::fs::create_dir_all(&config.state_dir).map_err(|source| Error::StateDir {
+        path: config.state_dir.clone(),
+        source,
+    })?;
+    let ledger = ledger::Ledger::open(&config.ledger_path())?;
+    let broker = connect::connect(&config).await?;
+    info!(
+        tenant = %config.tenant,
+        server = %config.server_id,
+        nats_url = %config.redacted_nats_url(),
+        "agent starting"
+    );
+    let agent = worker::Agent {
+        responder: answer::Responder::new(
+            broker.js.clone(),
+            config.tenant.clone(),
+            config.server_id.clone(),
+        ),
+        config,
+        broker,
+        ledger,
+        shutdown,
+    };
+    let outcome = worker::run(&agent).await;
+    let client = &agent.broker.client;
+    if tokio::time::timeout(FLUSH_ON_EXIT, client.flush())
+        .await
+        .is_err()
+    {
+        debug!("flushing the broker connection timed out");
+    }
+    if let Err(e) = client.drain().await {
+        debug!(error = %e, "draining the broker connection failed");
+    }
+    info!("agent stopped");
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    /// Tests may spawn the agent on a multi-threaded runtime.
+    #[test]
+    fn the_run_future_is_send() {
+        fn assert_send<T: Send>(_: &T) {}
+        let config = crate::Config::new("t".parse().expect("id"), "s".parse().expect("id"));
+        let fut = crate::run(config, tokio_util::sync::CancellationToken::new());
+        assert_send(&fut);
+    }
+}

@@ -1,1 +1,79 @@
-fn main() {}
+//! `flue-agent`: parses flags, sets up logging and signals, and runs [`flue_agent::run`].
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use clap::{Parser, Subcommand};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+use tracing_subscriber::EnvFilter;
+
+/// Flue's in-server agent.
+#[derive(Debug, Parser)]
+#[command(name = "flue-agent", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Pull this server's request queue and apply each deployment with its hook.
+    Run(flue_agent::RunArgs),
+}
+
+// One thing at a time: a single-threaded runtime keeps the idle agent small.
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .init();
+
+    let result = match cli.command {
+        Command::Run(args) => run(args.into()).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!(error = format!("{e:#}"), "agent failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: flue_agent::Config) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    watch_signals(shutdown.clone()).context("cannot install signal handlers")?;
+    flue_agent::run(config, shutdown).await?;
+    Ok(())
+}
+
+/// Cancels `shutdown` on the first SIGTERM or SIGINT; later ones are only logged, so a
+/// second Ctrl-C cannot orphan a running hook.
+fn watch_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        loop {
+            let name = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+            if shutdown.is_cancelled() {
+                info!(signal = name, "shutdown already in progress");
+            } else {
+                info!(signal = name, "shutting down");
+                shutdown.cancel();
+            }
+        }
+    });
+    Ok(())
+}

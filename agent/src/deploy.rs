@@ -1,0 +1,245 @@
+//! One request message, exactly once: the ledger decides whether the hook runs, and the
+//! answer is recorded before it is published and published before the request is acked.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind};
+use flue_proto::{
+    AgentMessage, DeploymentId, DeploymentRequest, DeploymentResult, PROTOCOL_VERSION,
+};
+use time::OffsetDateTime;
+use tracing::{Instrument, error, info, info_span, warn};
+
+use crate::answer;
+use crate::error::Error;
+use crate::hook::{self, Outcome};
+use crate::item::HookItem;
+use crate::ledger::Entry;
+use crate::process::StopReason;
+use crate::worker::Agent;
+
+/// How often a running hook's request is touched (`+WPI`) so the broker, whose ack wait
+/// the gateway sets to 10 s, does not redeliver it.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(3);
+
+/// Handles one pulled request. Errors are ledger failures only: the agent must stop.
+pub async fn handle(agent: &Agent, msg: jetstream::Message) -> Result<(), Error> {
+    let req: DeploymentRequest = match serde_json::from_slice(&msg.payload) {
+        Ok(req) => req,
+        Err(e) => return unreadable(agent, &msg, &e.to_string()).await,
+    };
+    let span = info_span!("deployment", deployment.id = %req.deployment_id);
+    handle_request(agent, &msg, &req).instrument(span).await
+}
+
+/// The part of a request every protocol version shares.
+#[derive(Debug, serde::Deserialize)]
+struct Envelope {
+    v: u32,
+    deployment_id: DeploymentId,
+}
+
+/// A request that does not parse: answered FAILED if at least its id can be read (a newer
+/// gateway, say), otherwise terminated, since there is no one to answer.
+async fn unreadable(agent: &Agent, msg: &jetstream::Message, error: &str) -> Result<(), Error> {
+    let Ok(env) = serde_json::from_slice::<Envelope>(&msg.payload) else {
+        error!(subject = %msg.subject, error = %error, "unparseable request, terminating it");
+        if let Err(e) = msg.ack_with(AckKind::Term).await {
+            warn!(error = %e, "terminating the request failed");
+        }
+        return Ok(());
+    };
+    let id = env.deployment_id;
+    let span = info_span!("deployment", deployment.id = %id);
+    async {
+        let result = match agent.ledger.get(&id)? {
+            Some(Entry::Done { result }) => result,
+            _ => {
+                let reason = format!("unreadable request (protocol version {}): {error}", env.v);
+                warn!(reason = %reason, "refusing the request");
+                record(agent, &id, failed(&reason, None)).await?
+            }
+        };
+        answer_and_ack(agent, msg, &id, result).await;
+        Ok(())
+    }
+    .instrument(span)
+    .await
+}
+
+async fn handle_request(
+    agent: &Agent,
+    msg: &jetstream::Message,
+    req: &DeploymentRequest,
+) -> Result<(), Error> {
+    let id = &req.deployment_id;
+    let result = match agent.ledger.get(id)? {
+        Some(Entry::Done { result }) => {
+            info!("already finished, answering from the ledger");
+            result
+        }
+        Some(Entry::Started { at }) => {
+            warn!(
+                "found started but never finished (agent stopped mid-hook), reporting it interrupted"
+            );
+            record(agent, &req.deployment_id, failed("interrupted", at)).await?
+        }
+        None => match refusal(agent, req) {
+            Some(reason) => {
+                warn!(reason = %reason, "refusing the request");
+                record(agent, &req.deployment_id, failed(&reason, None)).await?
+            }
+            None => apply(agent, msg, req).await?,
+        },
+    };
+    answer_and_ack(agent, msg, id, result).await;
+    Ok(())
+}
+
+/// Publishes the recorded result, then acks the request; without a PubAck the request
+/// stays unacked and its redelivery is answered from the ledger.
+async fn answer_and_ack(
+    agent: &Agent,
+    msg: &jetstream::Message,
+    id: &DeploymentId,
+    result: DeploymentResult,
+) {
+    let answer = answer::finished(id, result);
+    if agent
+        .responder
+        .publish_finished(&answer, &agent.shutdown)
+        .await
+    {
+        answer::ack(msg, &agent.shutdown).await;
+    } else {
+        warn!(
+            "result not published before shutdown; the redelivery will be answered from the ledger"
+        );
+    }
+}
+
+/// Why a request must not run, if it must not.
+fn refusal(agent: &Agent, req: &DeploymentRequest) -> Option<String> {
+    let cfg = &agent.config;
+    if req.v != PROTOCOL_VERSION {
+        return Some(format!(
+            "protocol version {} not supported (agent speaks {PROTOCOL_VERSION})",
+            req.v
+        ));
+    }
+    if req.tenant != cfg.tenant || req.server != cfg.server_id {
+        return Some(format!(
+            "request for {}/{} reached the agent of {}/{}",
+            req.tenant, req.server, cfg.tenant, cfg.server_id
+        ));
+    }
+    if req.expires_at <= OffsetDateTime::now_utc() {
+        return Some("expired before it was applied".to_owned());
+    }
+    None
+}
+
+fn failed(reason: &str, started_at: Option<OffsetDateTime>) -> DeploymentResult {
+    Outcome::failed(reason).into_result(&[], started_at, OffsetDateTime::now_utc())
+}
+
+/// Makes `result` fit in one message, then records it durably; returns what was recorded.
+async fn record(
+    agent: &Agent,
+    id: &DeploymentId,
+    result: DeploymentResult,
+) -> Result<DeploymentResult, Error> {
+    let budget = answer::result_budget(&agent.broker.client);
+    let result = answer::fit(id, result, budget);
+    agent.ledger.record_done(id, &result).await?;
+    Ok(result)
+}
+
+/// Records `started`, announces it, runs the hook and records the result.
+async fn apply(
+    agent: &Agent,
+    msg: &jetstream::Message,
+    req: &DeploymentRequest,
+) -> Result<DeploymentResult, Error> {
+    let item = HookItem::from_request(req);
+    let hook = match hook::find(&agent.config.hook_dirs, &item.group) {
+        Ok(hook) => hook,
+        Err(reason) => {
+            warn!(group = %item.group, reason = %reason, "no hook");
+            return record(agent, &req.deployment_id, failed(&reason, None)).await;
+        }
+    };
+
+    let started_at = OffsetDateTime::now_utc();
+    agent
+        .ledger
+        .record_started(&req.deployment_id, started_at)
+        .await?;
+    let started = AgentMessage::Started {
+        v: PROTOCOL_VERSION,
+        deployment_id: req.deployment_id.clone(),
+        at: started_at,
+    };
+    if let Err(e) = agent.responder.publish(&started).await {
+        warn!(error = %e, "publishing started failed; carrying on");
+    }
+    info!(group = %item.group, action = %req.action, "running hook");
+
+    let outcome = run_with_progress(agent, msg, req, &hook, &item).await;
+    let result = outcome.into_result(
+        &req.config.outputs,
+        Some(started_at),
+        OffsetDateTime::now_utc(),
+    );
+    info!(
+        status = %result.status,
+        reason = result.status_reason.as_deref().unwrap_or(""),
+        code = ?result.deploy_status_code,
+        "hook finished"
+    );
+    record(agent, &req.deployment_id, result).await
+}
+
+/// Runs the hook, touching the request every [`PROGRESS_INTERVAL`], and stops it at the
+/// deployment's expiry or once the shutdown grace period is over.
+async fn run_with_progress(
+    agent: &Agent,
+    msg: &jetstream::Message,
+    req: &DeploymentRequest,
+    hook: &hook::Hook,
+    item: &HookItem,
+) -> Outcome {
+    let until_expiry =
+        Duration::try_from(req.expires_at - OffsetDateTime::now_utc()).unwrap_or(Duration::ZERO);
+    let grace = agent.config.shutdown_grace;
+    let shutdown = &agent.shutdown;
+    let stop = async move {
+        tokio::select! {
+            _ = tokio::time::sleep(until_expiry) => {
+                warn!("deployment expired while its hook was running, stopping it");
+                StopReason::TimedOut
+            }
+            _ = async {
+                shutdown.cancelled().await;
+                info!(grace_secs = grace.as_secs(), "shutdown requested, letting the running hook finish");
+                tokio::time::sleep(grace).await;
+                warn!("shutdown grace period over, stopping the hook");
+            } => StopReason::ShutDown,
+        }
+    };
+    let work_root = agent.config.work_root();
+    let run = hook::run(hook, item, &work_root, stop);
+    tokio::pin!(run);
+    let start = tokio::time::Instant::now() + PROGRESS_INTERVAL;
+    let mut progress = tokio::time::interval_at(start, PROGRESS_INTERVAL);
+    loop {
+        tokio::select! {
+            outcome = &mut run => return outcome,
+            _ = progress.tick() => {
+                if let Err(e) = msg.ack_with(AckKind::Progress).await {
+                    warn!(error = %e, "sending progress to the broker failed");
+                }
+            }
+        }
+    }
+}

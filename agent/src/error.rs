@@ -1,0 +1,29 @@
+//! Errors that stop the agent; everything else is reported on the response queue.
+
+use std::path::PathBuf;
+
+use crate::ledger::LedgerError;
+
+/// Why [`crate::run`] returned early.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The state directory could not be created.
+    #[error("cannot create state dir {path}")]
+    StateDir {
+        /// The directory.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The ledger could not be opened, read or made durable, so exactly-once cannot be kept.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// The broker URL or connect options were refused before any connection attempt.
+    #[error("cannot connect to {url}")]
+    Connect {
+        /// The URL given, credentials redacted.
+        url: String,
+        /// What async-nats said.
+        source: async_nats::ConnectError,
+    },
+}

@@ -1,0 +1,227 @@
+//! Tests of hook lookup, external hooks, the built-in script hook and result judging.
+
+use std::future::pending;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use flue_proto::DeploymentStatus;
+use serde_json::json;
+
+use super::*;
+use crate::item::tests::request;
+
+fn write_exec(path: &Path, body: &str) {
+    std::fs::write(path, body).expect("write");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+fn item(config: Value, values: Value) -> HookItem {
+    HookItem::from_request(&request(config, values))
+}
+
+async fn judge(hook: &Hook, item: &HookItem, work: &Path) -> DeploymentResult {
+    let outcome = run(hook, item, work, pending()).await;
+    let decls: Vec<OutputDecl> = item
+        .outputs
+        .iter()
+        .map(|o| {
+            serde_json::from_value(json!({"name": o.name, "error_output": o.error_output}))
+                .expect("decl")
+        })
+        .collect();
+    outcome.into_result(&decls, None, OffsetDateTime::UNIX_EPOCH)
+}
+
+#[test]
+fn lookup_takes_the_first_executable_then_the_builtin_script() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    std::fs::create_dir_all(&a).expect("mkdir");
+    std::fs::create_dir_all(&b).expect("mkdir");
+    let dirs = vec![a.clone(), b.clone()];
+
+    // Not executable in the first dir: skipped in favour of the second.
+    std::fs::write(a.join("puppet"), "x").expect("write");
+    write_exec(&b.join("puppet"), "#!/bin/sh\n");
+    assert_eq!(find(&dirs, "puppet"), Ok(Hook::External(b.join("puppet"))));
+    write_exec(&a.join("puppet"), "#!/bin/sh\n");
+    assert_eq!(find(&dirs, "puppet"), Ok(Hook::External(a.join("puppet"))));
+
+    assert_eq!(find(&dirs, "script"), Ok(Hook::Script));
+    write_exec(&b.join("script"), "#!/bin/sh\n");
+    assert_eq!(find(&dirs, "script"), Ok(Hook::External(b.join("script"))));
+
+    let err = find(&dirs, "ansible").expect_err("no hook");
+    assert_eq!(
+        err,
+        format!(
+            "no hook for group \"ansible\" in {}:{}",
+            a.display(),
+            b.display()
+        )
+    );
+    assert!(find(&dirs, "../puppet").is_err());
+}
+
+#[tokio::test]
+async fn script_hook_gets_inputs_as_env_and_returns_outputs_and_status() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let script = "echo \"foo=$foo n=$n list=$list server=$deploy_server_id\"\n\
+                  echo oops >&2\n\
+                  printf 'line1\\n' > \"$heat_outputs_path.result\"\n\
+                  pwd > \"$heat_outputs_path.cwd\"\n\
+                  exit 4\n";
+    let it = item(
+        json!({"group": "script", "config": script,
+               "inputs": [{"name": "foo"}, {"name": "n"}, {"name": "list"}],
+               "outputs": [{"name": "result"}, {"name": "cwd"}, {"name": "missing"}]}),
+        json!({"foo": "bar baz", "n": 2, "list": [1, 2]}),
+    );
+    let r = judge(&Hook::Script, &it, tmp.path()).await;
+    assert_eq!(r.deploy_stdout, "foo=bar baz n=2 list=[1,2] server=web1\n");
+    assert_eq!(r.deploy_stderr, "oops\n");
+    assert_eq!(r.deploy_status_code, Some(4));
+    assert_eq!(r.status, DeploymentStatus::Failed);
+    assert_eq!(
+        r.status_reason.as_deref(),
+        Some("hook exited with status 4")
+    );
+    assert_eq!(
+        r.outputs.get("result"),
+        Some(&json!("line1\n")),
+        "kept as-is"
+    );
+    let work = tmp.path().join("d1");
+    assert_eq!(
+        r.outputs.get("cwd"),
+        Some(&json!(format!("{}\n", work.display())))
+    );
+    assert!(!r.outputs.contains_key("missing"));
+    assert!(!work.exists(), "the work dir is removed");
+}
+
+#[tokio::test]
+async fn script_with_a_shebang_runs_directly_and_error_outputs_fail_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let script = "#!/bin/sh\necho boom > \"$heat_outputs_path.err\"\necho $0\n";
+    let it = item(
+        json!({"group": "script", "config": script,
+               "outputs": [{"name": "err", "error_output": true}]}),
+        json!({}),
+    );
+    let r = judge(&Hook::Script, &it, tmp.path()).await;
+    assert_eq!(r.deploy_status_code, Some(0));
+    assert_eq!(r.status, DeploymentStatus::Failed);
+    assert_eq!(r.status_reason.as_deref(), Some("error output \"err\" set"));
+    assert!(r.deploy_stdout.ends_with("/d1/d1\n"), "{}", r.deploy_stdout);
+
+    let ok = item(
+        json!({"group": "script", "config": "true",
+                         "outputs": [{"name": "err", "error_output": true}]}),
+        json!({}),
+    );
+    let r = judge(&Hook::Script, &ok, tmp.path()).await;
+    assert_eq!(r.status, DeploymentStatus::Complete, "{r:?}");
+    assert_eq!(r.status_reason, None);
+}
+
+#[tokio::test]
+async fn external_hook_reads_the_item_and_answers_in_json() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let seen = tmp.path().join("seen.json");
+    let hook = tmp.path().join("echoer");
+    write_exec(
+        &hook,
+        &format!(
+            "#!/bin/sh\ncat > {}\necho noise >&2\n\
+             echo '{{\"deploy_stdout\":\"out\",\"deploy_stderr\":\"err\",\"deploy_status_code\":0,\
+             \"result\":\"r\",\"undeclared\":1}}'\n",
+            seen.display()
+        ),
+    );
+    let it = item(
+        json!({"group": "echoer", "config": {"k": "v"}, "outputs": [{"name": "result"}]}),
+        json!({"x": 1}),
+    );
+    let r = judge(&Hook::External(hook), &it, tmp.path()).await;
+    assert_eq!(r.status, DeploymentStatus::Complete, "{r:?}");
+    assert_eq!(
+        (r.deploy_stdout.as_str(), r.deploy_stderr.as_str()),
+        ("out", "err")
+    );
+    assert_eq!(r.outputs, [("result".to_owned(), json!("r"))].into());
+    let seen: Value = serde_json::from_slice(&std::fs::read(&seen).expect("read")).expect("json");
+    assert_eq!(seen, serde_json::to_value(&it).expect("ser"));
+}
+
+#[tokio::test]
+async fn external_hook_failures_keep_its_stderr() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let hook = tmp.path().join("bad");
+    write_exec(&hook, "#!/bin/sh\necho broken >&2\nexit 2\n");
+    let it = item(json!({"group": "bad"}), json!({}));
+    let r = judge(&Hook::External(hook.clone()), &it, tmp.path()).await;
+    assert_eq!(r.status, DeploymentStatus::Failed);
+    assert_eq!(
+        r.status_reason,
+        Some(format!("hook {} exited with status 2", hook.display()))
+    );
+    assert_eq!(r.deploy_stderr, "broken\n");
+
+    write_exec(&hook, "#!/bin/sh\necho not json\necho why >&2\n");
+    let r = judge(&Hook::External(hook), &it, tmp.path()).await;
+    assert_eq!(r.status, DeploymentStatus::Failed);
+    assert!(
+        r.status_reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("did not print one JSON object"),
+        "{r:?}"
+    );
+    assert_eq!(r.deploy_stderr, "why\n");
+}
+
+#[test]
+fn bound_keeps_the_first_mebibyte_and_marks_the_cut() {
+    assert_eq!(bound("short".into(), false), "short");
+    assert_eq!(
+        bound("short".into(), true),
+        format!("short{TRUNCATED_MARKER}")
+    );
+    let long = format!("{}é", "a".repeat(MAX_STREAM_BYTES - 1));
+    let b = bound(long, false);
+    // 'é' is two bytes and would straddle the limit: the cut falls before it.
+    assert_eq!(
+        b,
+        format!("{}{TRUNCATED_MARKER}", "a".repeat(MAX_STREAM_BYTES - 1))
+    );
+}
+
+#[tokio::test]
+async fn script_output_is_truncated_at_one_mebibyte() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let script = "head -c 3000000 /dev/zero | tr '\\0' x\necho small >&2\n";
+    let it = item(json!({"group": "script", "config": script}), json!({}));
+    let r = judge(&Hook::Script, &it, tmp.path()).await;
+    assert_eq!(
+        r.deploy_stdout.len(),
+        MAX_STREAM_BYTES + TRUNCATED_MARKER.len()
+    );
+    assert!(r.deploy_stdout.ends_with(TRUNCATED_MARKER));
+    assert_eq!(r.deploy_stderr, "small\n");
+    assert_eq!(r.status, DeploymentStatus::Complete);
+}
+
+#[tokio::test]
+async fn a_stopped_script_reports_why() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let it = item(
+        json!({"group": "script", "config": "echo before; exec sleep 60"}),
+        json!({}),
+    );
+    let outcome = run(&Hook::Script, &it, tmp.path(), async {
+        StopReason::TimedOut
+    })
+    .await;
+    assert_eq!(outcome.failure.as_deref(), Some("timed out"));
+}

@@ -1,0 +1,254 @@
+//! The deployment item handed to a hook, in the heat-config hook protocol.
+//!
+//! Stock heat-agents hooks read this JSON on stdin and several of them break on
+//! details Heat always gets right, so this module keeps them: `options` is `{}`
+//! rather than null, `name` and `creation_time` are always present, and scalar
+//! input values are strings.
+
+use flue_proto::DeploymentRequest;
+use serde::Serialize;
+use serde_json::Value;
+use time::format_description::well_known::Rfc3339;
+
+/// Transport name Heat gives when nothing signals back: the agent answers on the queue.
+pub const SIGNAL_TRANSPORT: &str = "NO_SIGNAL";
+
+/// The item JSON written to a hook's stdin.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HookItem {
+    /// Deployment id.
+    pub id: String,
+    /// Deployment name.
+    pub name: String,
+    /// Hook group.
+    pub group: String,
+    /// RFC 3339 time the deployment was accepted.
+    pub creation_time: String,
+    /// The config body.
+    pub config: Value,
+    /// Hook options, always an object.
+    pub options: Value,
+    /// Input values, declared ones first, then extra values, then derived ones.
+    pub inputs: Vec<ItemInput>,
+    /// Declared outputs.
+    pub outputs: Vec<ItemOutput>,
+}
+
+/// One input of a [`HookItem`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ItemInput {
+    /// Input name.
+    pub name: String,
+    /// Heat type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A string for scalars, JSON for arrays and objects.
+    pub value: Value,
+}
+
+/// One output of a [`HookItem`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ItemOutput {
+    /// Output name.
+    pub name: String,
+    /// Heat type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A non-empty value of this output fails the deployment.
+    pub error_output: bool,
+    /// Human description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// Scalars become strings (Heat passes them so, and hooks rely on it); null becomes "".
+pub fn stringify_scalar(v: &Value) -> Value {
+    match v {
+        Value::Null => Value::String(String::new()),
+        Value::Bool(b) => Value::String(b.to_string()),
+        Value::Number(n) => Value::String(n.to_string()),
+        Value::String(_) | Value::Array(_) | Value::Object(_) => v.clone(),
+    }
+}
+
+impl HookItem {
+    /// Builds the item for `req`.
+    pub fn from_request(req: &DeploymentRequest) -> Self {
+        let cfg = &req.config;
+        let mut inputs: Vec<ItemInput> = cfg
+            .inputs
+            .iter()
+            .map(|decl| {
+                let value = req
+                    .input_values
+                    .get(&decl.name)
+                    .or(decl.default.as_ref())
+                    .map_or(Value::String(String::new()), stringify_scalar);
+                ItemInput {
+                    name: decl.name.clone(),
+                    kind: decl.kind.clone(),
+                    value,
+                }
+            })
+            .collect();
+        for (name, value) in &req.input_values {
+            if !cfg.inputs.iter().any(|d| &d.name == name) {
+                inputs.push(string_input(name, stringify_scalar(value)));
+            }
+        }
+        let resource_name = req.resource_name.as_deref().unwrap_or(&req.name);
+        let stack_id = req.stack_id.as_ref().map_or("", |s| s.as_str());
+        let derived = [
+            ("deploy_server_id", req.server.as_str()),
+            ("deploy_action", req.action.as_str()),
+            ("deploy_stack_id", stack_id),
+            ("deploy_resource_name", resource_name),
+            ("deploy_signal_transport", SIGNAL_TRANSPORT),
+        ];
+        // The agent knows these better than any caller: a same-named value is replaced.
+        inputs.retain(|i| !derived.iter().any(|(name, _)| *name == i.name));
+        inputs.extend(
+            derived
+                .iter()
+                .map(|(name, v)| string_input(name, Value::String((*v).to_owned()))),
+        );
+
+        let options = match &cfg.options {
+            Value::Null => Value::Object(serde_json::Map::new()),
+            other => other.clone(),
+        };
+        Self {
+            id: req.deployment_id.to_string(),
+            name: req.name.clone(),
+            group: cfg.group.clone(),
+            creation_time: req
+                .created_at
+                .format(&Rfc3339)
+                .unwrap_or_else(|_| req.created_at.unix_timestamp().to_string()),
+            config: cfg.config.clone(),
+            options,
+            inputs,
+            outputs: cfg
+                .outputs
+                .iter()
+                .map(|o| ItemOutput {
+                    name: o.name.clone(),
+                    kind: o.kind.clone(),
+                    error_output: o.error_output,
+                    description: o.description.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The config body as the text of a script: a string as-is, anything else as JSON.
+    pub fn config_text(&self) -> String {
+        match &self.config {
+            Value::String(s) => s.clone(),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        }
+    }
+}
+
+fn string_input(name: &str, value: Value) -> ItemInput {
+    ItemInput {
+        name: name.to_owned(),
+        kind: "String".to_owned(),
+        value,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use flue_proto::{PROTOCOL_VERSION, ServerId, TenantId};
+    use serde_json::json;
+    use time::OffsetDateTime;
+
+    /// A request for `config` (a ConfigSpec as JSON) with `values` as input values.
+    pub(crate) fn request(config: Value, values: Value) -> DeploymentRequest {
+        let spec: flue_proto::ConfigSpec = serde_json::from_value(config).expect("spec");
+        DeploymentRequest {
+            v: PROTOCOL_VERSION,
+            tenant: TenantId::new("acme").expect("id"),
+            server: ServerId::new("web1").expect("id"),
+            deployment_id: "d1".parse().expect("id"),
+            name: "deploy-one".into(),
+            action: flue_proto::Action::create(),
+            config: spec.into_config("c1".parse().expect("id"), OffsetDateTime::UNIX_EPOCH),
+            input_values: serde_json::from_value(values).expect("values"),
+            stack_id: None,
+            resource_name: None,
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            expires_at: OffsetDateTime::now_utc() + time::Duration::hours(1),
+        }
+    }
+
+    #[test]
+    fn item_has_the_heat_shape() {
+        let mut req = request(
+            json!({
+                "group": "script",
+                "config": "echo hi",
+                "inputs": [
+                    {"name": "count", "type": "Number"},
+                    {"name": "flag", "default": true},
+                    {"name": "unset"},
+                    {"name": "list"},
+                    {"name": "nothing"},
+                    {"name": "deploy_action", "default": "SPOOF"}
+                ],
+                "outputs": [{"name": "result"}, {"name": "err", "error_output": true, "description": "why"}]
+            }),
+            json!({"count": 3, "list": [1, "a"], "nothing": null, "extra": 1.5}),
+        );
+        req.config.options = Value::Null;
+        req.resource_name = Some("web_config".into());
+        let item = serde_json::to_value(HookItem::from_request(&req)).expect("ser");
+        assert_eq!(
+            item,
+            json!({
+                "id": "d1",
+                "name": "deploy-one",
+                "group": "script",
+                "creation_time": "1970-01-01T00:00:00Z",
+                "config": "echo hi",
+                "options": {},
+                "inputs": [
+                    {"name": "count", "type": "Number", "value": "3"},
+                    {"name": "flag", "type": "String", "value": "true"},
+                    {"name": "unset", "type": "String", "value": ""},
+                    {"name": "list", "type": "String", "value": [1, "a"]},
+                    {"name": "nothing", "type": "String", "value": ""},
+                    {"name": "extra", "type": "String", "value": "1.5"},
+                    {"name": "deploy_server_id", "type": "String", "value": "web1"},
+                    {"name": "deploy_action", "type": "String", "value": "CREATE"},
+                    {"name": "deploy_stack_id", "type": "String", "value": ""},
+                    {"name": "deploy_resource_name", "type": "String", "value": "web_config"},
+                    {"name": "deploy_signal_transport", "type": "String", "value": "NO_SIGNAL"}
+                ],
+                "outputs": [
+                    {"name": "result", "type": "String", "error_output": false},
+                    {"name": "err", "type": "String", "error_output": true, "description": "why"}
+                ]
+            })
+        );
+    }
+
+    #[test]
+    fn resource_name_defaults_to_the_deployment_name() {
+        let mut req = request(json!({"group": "script"}), json!({}));
+        req.stack_id = Some("st1".parse().expect("id"));
+        let item = HookItem::from_request(&req);
+        let get = |n: &str| {
+            item.inputs
+                .iter()
+                .find(|i| i.name == n)
+                .map(|i| i.value.clone())
+        };
+        assert_eq!(get("deploy_resource_name"), Some(json!("deploy-one")));
+        assert_eq!(get("deploy_stack_id"), Some(json!("st1")));
+        assert_eq!(item.options, json!({}));
+    }
+}

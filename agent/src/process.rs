@@ -1,0 +1,302 @@
+//! Running one hook process: its own process group, bounded output, and a stop signal
+//! that kills the whole group (SIGTERM, then SIGKILL).
+
+use std::future::Future;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+/// Time between SIGTERM and SIGKILL when a hook is stopped.
+pub const KILL_AFTER: Duration = Duration::from_secs(5);
+
+/// Why a running hook was stopped before it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The deployment's `expires_at` passed.
+    TimedOut,
+    /// The agent is shutting down and the grace period is over.
+    ShutDown,
+}
+
+impl StopReason {
+    /// The `status_reason` reported for it.
+    pub fn status_reason(self) -> &'static str {
+        match self {
+            Self::TimedOut => "timed out",
+            Self::ShutDown => "interrupted: agent shut down",
+        }
+    }
+}
+
+/// Bytes one output stream produced, up to a limit.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Captured {
+    /// The first bytes, at most the limit.
+    pub bytes: Vec<u8>,
+    /// True when more bytes came and were dropped.
+    pub truncated: bool,
+}
+
+/// What a finished (or stopped) process left behind.
+#[derive(Debug, Default)]
+pub struct Finished {
+    /// Its stdout.
+    pub stdout: Captured,
+    /// Its stderr.
+    pub stderr: Captured,
+    /// How it exited; `None` if it could not be reaped in time after being killed.
+    pub status: Option<ExitStatus>,
+    /// Set when it was stopped rather than left to finish.
+    pub stopped: Option<StopReason>,
+}
+
+impl Finished {
+    /// Heat's convention: the exit code, or minus the signal number that killed it.
+    pub fn status_code(&self) -> Option<i64> {
+        let s = self.status?;
+        s.code()
+            .map(i64::from)
+            .or_else(|| s.signal().map(|sig| -i64::from(sig)))
+    }
+}
+
+/// Sends `signal` to process group `pgid`.
+///
+/// `libc::killpg` is one plain syscall on an integer, with no memory involved, so the
+/// `unsafe` here cannot break memory safety; spawning `kill(1)` instead would fork a
+/// process at exactly the moment the agent wants to stop things, and would depend on `PATH`.
+/// Callers only pass the group of a child that has not been reaped yet, so the id cannot
+/// have been reused by an unrelated group.
+#[allow(unsafe_code)]
+fn signal_group(pgid: u32, signal: libc::c_int) {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+        return;
+    };
+    // SAFETY: killpg takes two integers and touches no memory of this process.
+    let rc = unsafe { libc::killpg(pgid, signal) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        tracing::debug!(pgid, signal, error = %e, "killpg failed");
+    }
+}
+
+/// Kills the group with SIGKILL if the hook future is dropped before its child is reaped
+/// (`kill_on_drop` alone would only reach the group leader, not what it started).
+struct GroupGuard {
+    pgid: Option<u32>,
+    reaped: Arc<AtomicBool>,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid
+            && !self.reaped.load(Ordering::Acquire)
+        {
+            signal_group(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Spawns `cmd` in its own process group, feeds it `stdin`, keeps the first `limit` bytes
+/// of stdout and of stderr, and waits for it to exit; when `stop` resolves first, the
+/// whole group gets SIGTERM, then SIGKILL [`KILL_AFTER`] later.
+///
+/// Its own process group means a Ctrl-C at the agent's terminal does not reach the hook
+/// (the agent decides what happens to it), and the agent can kill everything it started.
+pub async fn run(
+    mut cmd: Command,
+    stdin: Option<Vec<u8>>,
+    limit: usize,
+    stop: impl Future<Output = StopReason>,
+) -> io::Result<Finished> {
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .process_group(0)
+    .kill_on_drop(true);
+    let mut child = spawn(&mut cmd).await?;
+    let reaped = Arc::new(AtomicBool::new(false));
+    let _guard = GroupGuard {
+        pgid: child.id(),
+        reaped: reaped.clone(),
+    };
+    let pgid = child.id();
+
+    let input = child.stdin.take();
+    let feed = async move {
+        if let (Some(mut w), Some(bytes)) = (input, stdin) {
+            // A hook that exits without reading its stdin closes the pipe: not an error.
+            let _ = w.write_all(&bytes).await;
+        }
+    };
+    let out = read_bounded(child.stdout.take(), limit);
+    let err = read_bounded(child.stderr.take(), limit);
+    let wait = async {
+        let status = child.wait().await;
+        reaped.store(true, Ordering::Release);
+        status
+    };
+    let work = async {
+        let ((), stdout, stderr, status) = tokio::join!(feed, out, err, wait);
+        Ok::<_, io::Error>(Finished {
+            stdout,
+            stderr,
+            status: Some(status?),
+            stopped: None,
+        })
+    };
+    tokio::pin!(work);
+
+    let reason = tokio::select! {
+        done = &mut work => return done,
+        reason = stop => reason,
+    };
+    let Some(pgid) = pgid else {
+        return Ok(Finished {
+            stopped: Some(reason),
+            ..Finished::default()
+        });
+    };
+    signal_group(pgid, libc::SIGTERM);
+    if let Ok(done) = tokio::time::timeout(KILL_AFTER, &mut work).await {
+        return done.map(|f| Finished {
+            stopped: Some(reason),
+            ..f
+        });
+    }
+    signal_group(pgid, libc::SIGKILL);
+    // Something outside the group may still hold the pipes open; do not wait for it forever.
+    match tokio::time::timeout(KILL_AFTER, &mut work).await {
+        Ok(done) => done.map(|f| Finished {
+            stopped: Some(reason),
+            ..f
+        }),
+        Err(_) => Ok(Finished {
+            stopped: Some(reason),
+            ..Finished::default()
+        }),
+    }
+}
+
+/// Spawns, retrying while the executable is busy: a script written just before may still
+/// be open for writing in a child that another thread is forking at the same moment.
+async fn spawn(cmd: &mut Command) -> io::Result<tokio::process::Child> {
+    let mut backoff = crate::backoff::Backoff::default();
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy && tries < 10 => {
+                tries += 1;
+                tokio::time::sleep(backoff.next_delay().min(Duration::from_millis(200))).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Reads `r` to its end, keeping the first `limit` bytes; the rest is drained and dropped
+/// so that the process never blocks on a full pipe.
+pub async fn read_bounded(r: Option<impl AsyncRead + Unpin>, limit: usize) -> Captured {
+    let mut captured = Captured::default();
+    let Some(mut r) = r else {
+        return captured;
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return captured,
+            Ok(n) => {
+                let room = limit.saturating_sub(captured.bytes.len());
+                captured.bytes.extend_from_slice(&buf[..n.min(room)]);
+                captured.truncated |= n > room;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Command {
+        let mut c = Command::new("/bin/sh");
+        c.arg("-c").arg(script);
+        c
+    }
+
+    #[tokio::test]
+    async fn captures_bounded_output_and_the_exit_status() {
+        let f = run(
+            sh("cat; printf 0123456789; echo err >&2; exit 3"),
+            Some(b"in:".to_vec()),
+            8,
+            std::future::pending(),
+        )
+        .await
+        .expect("runs");
+        assert_eq!(f.stdout.bytes, b"in:01234");
+        assert!(f.stdout.truncated);
+        assert_eq!(f.stderr.bytes, b"err\n");
+        assert!(!f.stderr.truncated);
+        assert_eq!(f.status_code(), Some(3));
+        assert_eq!(f.stopped, None);
+    }
+
+    /// True while `pid` is a live (not zombie) process.
+    fn alive(pid: &str) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|stat| {
+                !stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(false)
+    }
+
+    #[tokio::test]
+    async fn stop_kills_the_whole_group() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pidfile = dir.path().join("pid");
+        // The grandchild keeps stdout open; only killing the group ends the run.
+        let script = format!(
+            "sleep 60 & echo $! > {}.tmp; mv {0}.tmp {0}; wait",
+            pidfile.display()
+        );
+        let watched = pidfile.clone();
+        let stop = async move {
+            while !watched.exists() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            StopReason::TimedOut
+        };
+        let f = tokio::time::timeout(Duration::from_secs(30), run(sh(&script), None, 1024, stop))
+            .await
+            .expect("bounded")
+            .expect("runs");
+        assert_eq!(f.stopped, Some(StopReason::TimedOut));
+        assert_eq!(f.status_code(), Some(-i64::from(libc::SIGTERM)));
+        let pid = std::fs::read_to_string(&pidfile).expect("pid");
+        // Its pipes are closed, but the kernel may still be tearing the process down.
+        let gone = async {
+            while alive(pid.trim()) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), gone)
+            .await
+            .expect("the hook's grandchild was killed with its group");
+    }
+}

@@ -1,0 +1,102 @@
+//! The built-in `script` hook, equivalent to heat-agents' `heat-config-script`.
+//!
+//! The config body is written to an executable file in a per-deployment work dir and run
+//! (with `/bin/sh` unless it starts with `#!`). Each input becomes an environment
+//! variable, `heat_outputs_path` tells the script where to write outputs, and each
+//! declared output is read back from `${heat_outputs_path}.<name>`, as-is.
+
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use flue_proto::config::is_plain_name;
+use serde_json::Value;
+use tokio::process::Command;
+
+use crate::hook::{MAX_STREAM_BYTES, Outcome, text};
+use crate::item::HookItem;
+use crate::process::{self, StopReason};
+
+/// Runs `item`'s config as a script in `<work_root>/<deployment id>/`, removed afterwards.
+pub async fn run(
+    item: &HookItem,
+    work_root: &Path,
+    stop: impl Future<Output = StopReason>,
+) -> Outcome {
+    let dir = work_root.join(&item.id);
+    let outcome = match prepare(&dir, item).await {
+        Ok(script) => run_in(&dir, &script, item, stop).await,
+        Err(e) => Outcome::failed(format!("cannot prepare work dir {}: {e}", dir.display())),
+    };
+    if let Err(e) = tokio::fs::remove_dir_all(&dir).await
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot remove work dir");
+    }
+    outcome
+}
+
+/// Creates a fresh work dir (a crash may have left an old one) holding the script.
+async fn prepare(dir: &Path, item: &HookItem) -> std::io::Result<PathBuf> {
+    match tokio::fs::remove_dir_all(dir).await {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    tokio::fs::create_dir_all(dir).await?;
+    tokio::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).await?;
+    let script = dir.join(&item.id);
+    tokio::fs::write(&script, item.config_text()).await?;
+    tokio::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).await?;
+    Ok(script)
+}
+
+async fn run_in(
+    dir: &Path,
+    script: &Path,
+    item: &HookItem,
+    stop: impl Future<Output = StopReason>,
+) -> Outcome {
+    let outputs_path = dir.join("outputs");
+    let mut cmd = if item.config_text().starts_with("#!") {
+        Command::new(script)
+    } else {
+        let mut sh = Command::new("/bin/sh");
+        sh.arg(script);
+        sh
+    };
+    cmd.current_dir(dir);
+    for input in &item.inputs {
+        // An environment variable name cannot hold '=' or NUL; such an input stays out.
+        if !is_plain_name(&input.name) {
+            tracing::warn!(input = %input.name, "input name is not a valid variable name, not exported");
+            continue;
+        }
+        let value = match &input.value {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        cmd.env(&input.name, value);
+    }
+    cmd.env("heat_outputs_path", &outputs_path);
+
+    let f = match process::run(cmd, None, MAX_STREAM_BYTES, stop).await {
+        Ok(f) => f,
+        Err(e) => return Outcome::failed(format!("cannot run the script: {e}")),
+    };
+    let mut outputs = std::collections::BTreeMap::new();
+    for o in item.outputs.iter().filter(|o| is_plain_name(&o.name)) {
+        let mut file = outputs_path.clone().into_os_string();
+        file.push(format!(".{}", o.name));
+        if let Ok(bytes) = tokio::fs::read(&file).await {
+            let value = String::from_utf8_lossy(&bytes).into_owned();
+            outputs.insert(o.name.clone(), Value::String(value));
+        }
+    }
+    Outcome {
+        stdout: text(&f.stdout),
+        stderr: text(&f.stderr),
+        status_code: f.status_code(),
+        outputs,
+        failure: f.stopped.map(|r| r.status_reason().to_owned()),
+    }
+}

@@ -1,0 +1,106 @@
+//! The pull loop: one request at a time, in queue order, surviving broker restarts.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::answer::Responder;
+use crate::backoff::Backoff;
+use crate::config::Config;
+use crate::connect::{self, Broker};
+use crate::deploy;
+use crate::error::Error;
+use crate::ledger::Ledger;
+
+/// How long one pull request waits at the broker for a message before it is renewed.
+pub const PULL_EXPIRES: Duration = Duration::from_secs(30);
+
+/// Everything the loop and the request handler share.
+#[derive(Debug)]
+pub struct Agent {
+    /// The configuration.
+    pub config: Config,
+    /// The broker connection.
+    pub broker: Broker,
+    /// The exactly-once ledger.
+    pub ledger: Ledger,
+    /// Cancelled on SIGTERM/SIGINT.
+    pub shutdown: CancellationToken,
+    /// Publishes answers on `flue.<tenant>.resp.<server>`.
+    pub responder: Responder,
+}
+
+/// Pulls and handles requests until `agent.shutdown` is cancelled.
+///
+/// Each pull asks for one message and is dropped (its inbox unsubscribed) before the
+/// message is handled, so nothing else is ever delivered to the agent while it works and
+/// nothing is left in flight when it stops.
+pub async fn run(agent: &Agent) -> Result<(), Error> {
+    let shutdown = &agent.shutdown;
+    let mut connects = agent.broker.connects.clone();
+    let mut backoff = Backoff::default();
+    'lookup: loop {
+        let Some(consumer) =
+            connect::find_consumer(&agent.broker, &agent.config, &mut connects, shutdown).await
+        else {
+            return Ok(());
+        };
+        info!(
+            tenant = %agent.config.tenant,
+            server = %agent.config.server_id,
+            consumer = %consumer.cached_info().name,
+            "agent ready"
+        );
+        // Shutdown is checked first everywhere: once it is requested, no new request starts.
+        while !shutdown.is_cancelled() {
+            connects.borrow_and_update();
+            let pull = consumer
+                .batch()
+                .max_messages(1)
+                .expires(PULL_EXPIRES)
+                .messages();
+            let mut batch = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Ok(()),
+                batch = pull => match batch {
+                    Ok(batch) => batch,
+                    Err(e) => {
+                        warn!(error = %e, "pull request failed, looking the consumer up again");
+                        if !connect::pause(&mut backoff, shutdown).await {
+                            return Ok(());
+                        }
+                        continue 'lookup;
+                    }
+                },
+            };
+            let next = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Ok(()),
+                _ = connect::reconnected(&mut connects) => {
+                    debug!("reconnected to the broker, pulling again");
+                    continue 'lookup;
+                }
+                next = batch.next() => next,
+            };
+            drop(batch);
+            match next {
+                // The pull expired with nothing to do.
+                None => debug!("pull ended without a message"),
+                Some(Err(e)) => {
+                    warn!(error = %e, "pulling requests failed, looking the consumer up again");
+                    if !connect::pause(&mut backoff, shutdown).await {
+                        return Ok(());
+                    }
+                    continue 'lookup;
+                }
+                Some(Ok(msg)) => {
+                    backoff.reset();
+                    deploy::handle(agent, msg).await?;
+                }
+            }
+        }
+        return Ok(());
+    }
+}

@@ -1,0 +1,55 @@
+//! `/v1/configs`: immutable software configs.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use flue_proto::{Config, ConfigId, ConfigSpec};
+use time::OffsetDateTime;
+use tracing::info;
+
+use super::error::ApiError;
+use super::extract::{JsonBody, PathId};
+use crate::service::Service;
+
+/// `POST /v1/configs`: 201 with the new config; 200 with the stored one when the same
+/// body was already accepted under that id; 409 when the id holds another config.
+pub async fn create(
+    State(service): State<Service>,
+    JsonBody(spec): JsonBody<ConfigSpec>,
+) -> Result<(StatusCode, Json<Config>), ApiError> {
+    spec.validate()?;
+    let id = spec.id.clone().unwrap_or_else(ConfigId::random);
+    let config = spec.into_config(id, OffsetDateTime::now_utc());
+    let tenant = &service.config.tenant;
+    match service.store.create_config(tenant, &config).await? {
+        None => {
+            info!(config.id = %config.id, group = %config.group, "config created");
+            Ok((StatusCode::CREATED, Json(config)))
+        }
+        Some(stored) if same_body(&stored, &config) => Ok((StatusCode::OK, Json(stored))),
+        Some(_) => Err(ApiError::Conflict(format!(
+            "config {:?} already exists with a different body",
+            config.id.as_str()
+        ))),
+    }
+}
+
+/// True when two configs differ at most by their creation time.
+fn same_body(stored: &Config, new: &Config) -> bool {
+    let mut new = new.clone();
+    new.created_at = stored.created_at;
+    stored == &new
+}
+
+/// `GET /v1/configs/{id}`.
+pub async fn get(
+    State(service): State<Service>,
+    PathId(id): PathId<ConfigId>,
+) -> Result<Json<Config>, ApiError> {
+    service
+        .store
+        .config(&service.config.tenant, &id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("config {:?} not found", id.as_str())))
+}

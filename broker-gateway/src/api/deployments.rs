@@ -1,0 +1,194 @@
+//! `/v1/deployments`: create (queue for the agent) and read, with an optional long poll.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use flue_proto::{CreateDeployment, Deployment, DeploymentId, DeploymentStatus};
+use futures_util::StreamExt;
+use serde::Deserialize;
+use time::OffsetDateTime;
+use tracing::{info, warn};
+
+use super::error::ApiError;
+use super::extract::{JsonBody, PathId, inner_text};
+use crate::config::MAX_TIMEOUT_SECS;
+use crate::error::chain;
+use crate::record::{DeploymentRecord, hidden_inputs, with_defaults};
+use crate::service::Service;
+
+/// Longest long poll, in seconds.
+pub const MAX_WAIT_SECS: u64 = 60;
+
+/// `POST /v1/deployments`: records the deployment (QUEUED), publishes its request and
+/// answers 202. The work runs on its own task so that a client hanging up half-way
+/// cannot leave a recorded deployment unpublished.
+pub async fn create(
+    State(service): State<Service>,
+    JsonBody(body): JsonBody<CreateDeployment>,
+) -> Result<(StatusCode, Json<Deployment>), ApiError> {
+    let tasks = service.tasks.clone();
+    let record = tasks.spawn(create_and_publish(service, body)).await??;
+    Ok((StatusCode::ACCEPTED, Json(record.redacted())))
+}
+
+async fn create_and_publish(
+    service: Service,
+    body: CreateDeployment,
+) -> Result<DeploymentRecord, ApiError> {
+    let tenant = &service.config.tenant;
+    let timeout_secs = body
+        .timeout_secs
+        .unwrap_or(service.config.default_timeout_secs);
+    if timeout_secs == 0 || timeout_secs > MAX_TIMEOUT_SECS {
+        return Err(ApiError::InvalidInput(format!(
+            "timeout_secs must be between 1 and {MAX_TIMEOUT_SECS} (7 days), got {timeout_secs}"
+        )));
+    }
+    let config = service
+        .store
+        .config(tenant, &body.config_id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::NotFound(format!("config {:?} not found", body.config_id.as_str()))
+        })?;
+    if service
+        .store
+        .server(tenant, &body.server_id)
+        .await?
+        .is_none()
+    {
+        return Err(ApiError::NotFound(format!(
+            "server {:?} not found",
+            body.server_id.as_str()
+        )));
+    }
+    let id = body.id.unwrap_or_else(DeploymentId::random);
+    let now = OffsetDateTime::now_utc();
+    let expires_at = now + Duration::from_secs(timeout_secs);
+    let record = DeploymentRecord {
+        deployment: Deployment {
+            name: body.name.unwrap_or_else(|| id.to_string()),
+            id,
+            tenant: tenant.clone(),
+            server_id: body.server_id,
+            config_id: config.id.clone(),
+            group: config.group.clone(),
+            action: body.action,
+            input_values: with_defaults(&config, body.input_values),
+            stack_id: body.stack_id,
+            resource_name: body.resource_name,
+            status: DeploymentStatus::Queued,
+            status_reason: None,
+            outputs: Default::default(),
+            deploy_stdout: String::new(),
+            deploy_stderr: String::new(),
+            deploy_status_code: None,
+            timeout_secs,
+            created_at: now,
+            updated_at: now,
+            started_at: None,
+            finished_at: None,
+            expires_at,
+        },
+        request_published: false,
+        hidden_inputs: hidden_inputs(&config),
+    };
+    let d = &record.deployment;
+    if !service.store.create_deployment(&record).await? {
+        return Err(ApiError::Conflict(format!(
+            "deployment {:?} already exists",
+            d.id.as_str()
+        )));
+    }
+    service.timeouts.insert(d.id.clone(), expires_at);
+    service.publish_or_defer(&record, &config).await;
+    info!(
+        deployment.id = %d.id, server.id = %d.server_id, config.id = %d.config_id,
+        action = %d.action, timeout_secs, "deployment queued"
+    );
+    Ok(record)
+}
+
+/// Query of `GET /v1/deployments/{id}`.
+#[derive(Debug, Deserialize)]
+pub struct WaitQuery {
+    /// Seconds to wait for a change (0..=60).
+    pub wait_secs: Option<u64>,
+    /// Wait until the status differs from this one (default: until it is terminal).
+    pub after_status: Option<DeploymentStatus>,
+}
+
+/// `GET /v1/deployments/{id}[?wait_secs=N&after_status=S]`.
+///
+/// With `wait_secs`, answers as soon as the status differs from `after_status` (or,
+/// without it, is terminal), or when the time is up, with the record as it then is.
+/// Waiting follows a KV watch started before the first read, so no change is missed.
+pub async fn get(
+    State(service): State<Service>,
+    PathId(id): PathId<DeploymentId>,
+    query: Result<Query<WaitQuery>, QueryRejection>,
+) -> Result<Json<Deployment>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::InvalidInput(inner_text(&e)))?;
+    let wait = query.wait_secs.unwrap_or(0);
+    if wait > MAX_WAIT_SECS {
+        return Err(ApiError::InvalidInput(format!(
+            "wait_secs must be at most {MAX_WAIT_SECS}, got {wait}"
+        )));
+    }
+    let done = |status: DeploymentStatus| match query.after_status {
+        Some(after) => status != after,
+        None => status.is_terminal(),
+    };
+    let tenant = &service.config.tenant;
+    let not_found = || ApiError::NotFound(format!("deployment {:?} not found", id.as_str()));
+    if wait == 0 {
+        let record = service
+            .store
+            .deployment(tenant, &id)
+            .await?
+            .ok_or_else(not_found)?;
+        return Ok(Json(record.redacted()));
+    }
+
+    let mut watch = service.store.watch_deployment(tenant, &id).await?;
+    let mut latest = service
+        .store
+        .deployment(tenant, &id)
+        .await?
+        .ok_or_else(not_found)?;
+    if done(latest.deployment.status) {
+        return Ok(Json(latest.redacted()));
+    }
+    let waited = tokio::time::timeout(Duration::from_secs(wait), async {
+        loop {
+            let next = tokio::select! {
+                () = service.shutdown.cancelled() => return Ok(()),
+                next = watch.next() => next,
+            };
+            match next {
+                Some(Ok(record)) => {
+                    let finished = done(record.deployment.status);
+                    latest = record;
+                    if finished {
+                        return Ok(());
+                    }
+                }
+                Some(Err(e)) => return Err(e),
+                None => return Ok(()),
+            }
+        }
+    })
+    .await;
+    if let Ok(Err(e)) = waited {
+        warn!(error = %chain(&e), deployment.id = %id, "deployment watch failed; answering with the current record");
+        latest = service
+            .store
+            .deployment(tenant, &id)
+            .await?
+            .ok_or_else(not_found)?;
+    }
+    Ok(Json(latest.redacted()))
+}

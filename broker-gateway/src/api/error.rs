@@ -1,0 +1,105 @@
+//! `ApiError`: every way a request can fail, mapped to a status and an [`ErrorBody`].
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use flue_proto::{ConfigError, ErrorBody, ErrorDetail};
+use tracing::error;
+
+use crate::broker::BrokerError;
+use crate::error::chain;
+use crate::store::StoreError;
+
+/// What a handler answers when it cannot do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// An id in the path is not a valid subject token.
+    #[error("invalid {what} {value:?}: {reason}")]
+    InvalidId {
+        /// Which id (`config id`, `server id`, …).
+        what: &'static str,
+        /// The refused text.
+        value: String,
+        /// Why.
+        reason: String,
+    },
+    /// The body is not JSON.
+    #[error("{0}")]
+    MalformedJson(String),
+    /// The body is JSON but not the expected shape (serde's message).
+    #[error("{0}")]
+    InvalidBody(String),
+    /// The body is not declared as JSON.
+    #[error("expected a request with `Content-Type: application/json`")]
+    UnsupportedMediaType,
+    /// The body is larger than the configured limit.
+    #[error("request body is larger than the limit of {0} bytes")]
+    BodyTooLarge(usize),
+    /// A config spec failed validation.
+    #[error(transparent)]
+    InvalidConfig(#[from] ConfigError),
+    /// A value in the body or query is out of bounds.
+    #[error("{0}")]
+    InvalidInput(String),
+    /// The object (or route) does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The id is taken by a different object.
+    #[error("{0}")]
+    Conflict(String),
+    /// The route exists but not for this method.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// The state store failed.
+    #[error("state store failure")]
+    Store(#[from] StoreError),
+    /// The broker failed.
+    #[error("broker failure")]
+    Broker(#[from] BrokerError),
+    /// A task doing the work panicked or was aborted.
+    #[error("background task failed")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl ApiError {
+    /// The HTTP status and stable code of this error.
+    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::InvalidId { .. } => (StatusCode::BAD_REQUEST, "invalid_id"),
+            Self::MalformedJson(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
+            Self::InvalidBody(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body"),
+            Self::UnsupportedMediaType => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            Self::BodyTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            Self::InvalidConfig(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_config"),
+            Self::InvalidInput(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_input"),
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Self::Store(_) | Self::Broker(_) | Self::Task(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let message = if status.is_server_error() {
+            // The cause is for the operator, logged here once; the client gets a generic text.
+            error!(error = %chain(&self), "request failed");
+            "internal error; see the gateway log".to_owned()
+        } else {
+            self.to_string()
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: code.to_owned(),
+                message,
+            },
+        };
+        (status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,50 @@
+//! The HTTP API: routes, and the JSON answers for unknown routes and methods.
+
+pub mod configs;
+pub mod deployments;
+pub mod error;
+pub mod extract;
+pub mod servers;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::Uri;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use tower_http::trace::TraceLayer;
+
+pub use error::ApiError;
+
+use crate::service::Service;
+
+/// The whole application, ready to serve or to call with `tower::ServiceExt::oneshot`.
+pub fn router(service: Service) -> Router {
+    let body_limit = service.config.max_body_bytes;
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/configs", post(configs::create))
+        .route("/v1/configs/{id}", get(configs::get))
+        .route("/v1/servers", post(servers::register).get(servers::list))
+        .route("/v1/servers/{id}", get(servers::get))
+        .route("/v1/servers/{id}/deployments", get(servers::deployments))
+        .route("/v1/deployments", post(deployments::create))
+        .route("/v1/deployments/{id}", get(deployments::get))
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(TraceLayer::new_for_http())
+        .with_state(service)
+}
+
+/// `GET /healthz`.
+async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn unknown_route(uri: Uri) -> ApiError {
+    ApiError::NotFound(format!("no route for {}", uri.path()))
+}
+
+async fn wrong_method() -> ApiError {
+    ApiError::MethodNotAllowed
+}

@@ -1,0 +1,183 @@
+//! The request and response streams, the consumers on them, and publishing requests.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use flue_proto::{DeploymentRequest, ServerId, TenantId, subject};
+
+/// How long JetStream remembers a message id to drop a duplicate publish.
+pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+
+/// How long a delivered message may stay unacknowledged before it is redelivered.
+///
+/// Short, so that the deployment a crashed agent held is handed back (and reported
+/// "interrupted") within seconds; agents send in-progress acks every few seconds while
+/// a hook runs, so a long hook is never redelivered.
+pub const ACK_WAIT: Duration = Duration::from_secs(10);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a broker operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// A stream could not be created or read.
+    #[error("cannot set up stream {stream}")]
+    Stream {
+        /// Stream name.
+        stream: &'static str,
+        /// Cause.
+        #[source]
+        source: BoxError,
+    },
+    /// A consumer could not be created or read.
+    #[error("cannot set up consumer {consumer} on stream {stream}")]
+    Consumer {
+        /// Stream name.
+        stream: &'static str,
+        /// Consumer name.
+        consumer: String,
+        /// Cause.
+        #[source]
+        source: BoxError,
+    },
+    /// A request could not be published, or its publish was not acknowledged.
+    #[error("cannot publish the request of deployment {deployment}")]
+    Publish {
+        /// Deployment id.
+        deployment: String,
+        /// Cause.
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// Handle on the broker's JetStream; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Broker {
+    js: jetstream::Context,
+}
+
+impl Broker {
+    /// Wraps a JetStream context.
+    pub fn new(js: jetstream::Context) -> Self {
+        Self { js }
+    }
+
+    /// Creates the request and response streams if they do not exist yet.
+    pub async fn ensure_streams(&self, max_age: Duration) -> Result<(), BrokerError> {
+        for (name, subjects, max_consumers) in [
+            (subject::REQUEST_STREAM, subject::REQUEST_SUBJECTS, -1),
+            (subject::RESPONSE_STREAM, subject::RESPONSE_SUBJECTS, 0),
+        ] {
+            let config = stream::Config {
+                name: name.to_owned(),
+                subjects: vec![subjects.to_owned()],
+                retention: stream::RetentionPolicy::Limits,
+                storage: stream::StorageType::File,
+                duplicate_window: DUPLICATE_WINDOW,
+                max_age,
+                // One durable consumer per server: the default cap of 1000 is far too low.
+                max_consumers,
+                ..Default::default()
+            };
+            self.js
+                .get_or_create_stream(config)
+                .await
+                .map_err(|e| BrokerError::Stream {
+                    stream: name,
+                    source: e.into(),
+                })?;
+        }
+        Ok(())
+    }
+
+    /// The gateway's durable pull consumer on the response stream, created if missing.
+    pub async fn response_consumer(&self) -> Result<consumer::PullConsumer, BrokerError> {
+        let name = subject::GATEWAY_RESPONSE_CONSUMER;
+        let err = |e: BoxError| BrokerError::Consumer {
+            stream: subject::RESPONSE_STREAM,
+            consumer: name.to_owned(),
+            source: e,
+        };
+        let stream = self
+            .js
+            .get_stream_no_info(subject::RESPONSE_STREAM)
+            .await
+            .map_err(|e| err(e.into()))?;
+        stream
+            .get_or_create_consumer(
+                name,
+                consumer::pull::Config {
+                    durable_name: Some(name.to_owned()),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    deliver_policy: consumer::DeliverPolicy::All,
+                    ack_wait: ACK_WAIT,
+                    max_deliver: -1,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| err(e.into()))
+    }
+
+    /// Creates (or finds) the durable pull consumer of one server's request queue.
+    ///
+    /// One message in flight at a time, so a server applies its deployments in queue
+    /// order; redelivered forever, since the agent's ledger makes redelivery harmless.
+    pub async fn ensure_request_consumer(
+        &self,
+        tenant: &TenantId,
+        server: &ServerId,
+    ) -> Result<String, BrokerError> {
+        let name = subject::request_consumer(tenant, server);
+        let err = |e: BoxError| BrokerError::Consumer {
+            stream: subject::REQUEST_STREAM,
+            consumer: name.clone(),
+            source: e,
+        };
+        let stream = self
+            .js
+            .get_stream_no_info(subject::REQUEST_STREAM)
+            .await
+            .map_err(|e| err(e.into()))?;
+        stream
+            .get_or_create_consumer(
+                &name,
+                consumer::pull::Config {
+                    durable_name: Some(name.clone()),
+                    filter_subject: subject::request(tenant, server),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    deliver_policy: consumer::DeliverPolicy::All,
+                    max_ack_pending: 1,
+                    ack_wait: ACK_WAIT,
+                    max_deliver: -1,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| err(e.into()))?;
+        Ok(name)
+    }
+
+    /// Publishes a request on its server's queue, with the deployment id as message id,
+    /// and waits for the broker's acknowledgement.
+    pub async fn publish_request(&self, request: &DeploymentRequest) -> Result<(), BrokerError> {
+        let err = |e: BoxError| BrokerError::Publish {
+            deployment: request.deployment_id.to_string(),
+            source: e,
+        };
+        let payload = serde_json::to_vec(request).expect("a request always serialises");
+        let ack = self
+            .js
+            .send_publish(
+                subject::request(&request.tenant, &request.server),
+                jetstream::message::PublishMessage::build()
+                    .payload(payload.into())
+                    .message_id(request.msg_id()),
+            )
+            .await
+            .map_err(|e| err(e.into()))?;
+        ack.await.map_err(|e| err(e.into()))?;
+        Ok(())
+    }
+}

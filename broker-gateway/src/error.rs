@@ -1,0 +1,76 @@
+//! Errors of the gateway library (start-up and serving), and error-chain formatting.
+
+use std::net::SocketAddr;
+
+use crate::broker::BrokerError;
+use crate::store::StoreError;
+
+/// Why the gateway could not start or stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The broker could not be reached.
+    #[error("cannot connect to the broker at {url}")]
+    Connect {
+        /// The URL as configured.
+        url: String,
+        /// Cause.
+        #[source]
+        source: async_nats::ConnectError,
+    },
+    /// Streams or consumers could not be set up.
+    #[error("cannot set up the broker")]
+    Broker(#[from] BrokerError),
+    /// The KV state could not be opened or read.
+    #[error("cannot read the gateway state")]
+    Store(#[from] StoreError),
+    /// The listener could not be bound.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The configured address.
+        addr: SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing the "listening" line to standard output failed.
+    #[error("cannot write to standard output")]
+    Stdout(#[source] std::io::Error),
+}
+
+/// An error and all its causes, joined by `": "`, for logs.
+///
+/// Some errors (async-nats's among them) already print their cause; a cause whose text
+/// is already there is not repeated.
+pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("wrapper: {0}")]
+    struct Repeats(#[source] std::io::Error);
+
+    #[test]
+    fn chain_joins_causes_once() {
+        let io = || std::io::Error::other("disk full");
+        assert_eq!(chain(&Outer(io())), "outer: disk full");
+        assert_eq!(chain(&Repeats(io())), "wrapper: disk full");
+    }
+}

@@ -1,0 +1,264 @@
+//! The gateway's own record of a deployment and the pure rules that move it between states.
+//!
+//! Every change goes through one of the `apply_*` functions below, which say whether
+//! anything changed; the store runs them inside a compare-and-set loop so that the API,
+//! the response consumer and the timeout sweeper never overwrite each other.
+
+use std::collections::BTreeMap;
+
+use flue_proto::{Config, Deployment, DeploymentResult, DeploymentStatus};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+/// What replaces a hidden input's value in every API read.
+pub const HIDDEN: &str = "<hidden>";
+
+/// Reason recorded when no answer came before the deployment expired.
+pub const TIMED_OUT: &str = "timed out";
+
+/// A deployment as stored in the `flue_deployments` bucket (internal to the gateway).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeploymentRecord {
+    /// The deployment as the API shows it (before redaction).
+    pub deployment: Deployment,
+    /// True once the request is on the server's queue (the broker acknowledged it).
+    pub request_published: bool,
+    /// Names of the inputs declared hidden by the config.
+    #[serde(default)]
+    pub hidden_inputs: Vec<String>,
+}
+
+impl DeploymentRecord {
+    /// The deployment with every hidden input's value replaced by [`HIDDEN`].
+    pub fn redacted(&self) -> Deployment {
+        let mut deployment = self.deployment.clone();
+        redact(&mut deployment.input_values, &self.hidden_inputs);
+        deployment
+    }
+}
+
+/// Replaces the value of every input named in `hidden` by [`HIDDEN`].
+pub fn redact(values: &mut BTreeMap<String, serde_json::Value>, hidden: &[String]) {
+    for name in hidden {
+        if let Some(value) = values.get_mut(name) {
+            *value = serde_json::Value::String(HIDDEN.to_owned());
+        }
+    }
+}
+
+/// The input values a deployment runs with: the given ones plus every declared default.
+pub fn with_defaults(
+    config: &Config,
+    mut values: BTreeMap<String, serde_json::Value>,
+) -> BTreeMap<String, serde_json::Value> {
+    for input in &config.inputs {
+        if let Some(default) = &input.default {
+            values
+                .entry(input.name.clone())
+                .or_insert_with(|| default.clone());
+        }
+    }
+    values
+}
+
+/// Names of the inputs a config declares hidden.
+pub fn hidden_inputs(config: &Config) -> Vec<String> {
+    config
+        .inputs
+        .iter()
+        .filter(|i| i.hidden)
+        .map(|i| i.name.clone())
+        .collect()
+}
+
+/// Marks the request as published; true if that changed anything.
+pub fn apply_published(record: &mut DeploymentRecord) -> bool {
+    !std::mem::replace(&mut record.request_published, true)
+}
+
+/// The agent recorded the deployment as started: QUEUED → IN_PROGRESS, never backwards.
+pub fn apply_started(
+    record: &mut DeploymentRecord,
+    at: OffsetDateTime,
+    now: OffsetDateTime,
+) -> bool {
+    let d = &mut record.deployment;
+    if d.status != DeploymentStatus::Queued {
+        return false;
+    }
+    d.status = DeploymentStatus::InProgress;
+    d.started_at = Some(at);
+    d.updated_at = now;
+    // An agent only answers what it pulled from the queue, so the request is out.
+    record.request_published = true;
+    true
+}
+
+/// The agent's final result: moves a non-terminal deployment to COMPLETE or FAILED.
+///
+/// A result whose status is not terminal is refused (returns false), as is anything
+/// for a deployment that already finished.
+pub fn apply_finished(
+    record: &mut DeploymentRecord,
+    result: &DeploymentResult,
+    now: OffsetDateTime,
+) -> bool {
+    let d = &mut record.deployment;
+    if d.status.is_terminal() || !result.status.is_terminal() {
+        return false;
+    }
+    d.status = result.status;
+    d.status_reason = result.status_reason.clone();
+    d.outputs = result.outputs.clone();
+    d.deploy_stdout = result.deploy_stdout.clone();
+    d.deploy_stderr = result.deploy_stderr.clone();
+    d.deploy_status_code = result.deploy_status_code;
+    if result.started_at.is_some() {
+        d.started_at = result.started_at;
+    }
+    d.finished_at = Some(result.finished_at);
+    d.updated_at = now;
+    record.request_published = true;
+    true
+}
+
+/// No answer came in time: a non-terminal deployment becomes FAILED "timed out".
+pub fn apply_timeout(record: &mut DeploymentRecord, now: OffsetDateTime) -> bool {
+    let d = &mut record.deployment;
+    if d.status.is_terminal() {
+        return false;
+    }
+    d.status = DeploymentStatus::Failed;
+    d.status_reason = Some(TIMED_OUT.to_owned());
+    d.finished_at = Some(now);
+    d.updated_at = now;
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flue_proto::{Action, ConfigId, ConfigSpec, DeploymentId, ServerId, TenantId};
+    use serde_json::json;
+
+    fn config() -> Config {
+        let spec: ConfigSpec = serde_json::from_value(json!({
+            "group": "script",
+            "inputs": [
+                {"name": "foo", "default": "dflt"},
+                {"name": "secret", "hidden": true, "default": "s3cret"},
+                {"name": "plain"}
+            ]
+        }))
+        .expect("spec");
+        spec.into_config(ConfigId::new("c1").expect("id"), OffsetDateTime::UNIX_EPOCH)
+    }
+
+    fn record() -> DeploymentRecord {
+        let config = config();
+        let now = OffsetDateTime::UNIX_EPOCH;
+        DeploymentRecord {
+            deployment: Deployment {
+                id: DeploymentId::new("d1").expect("id"),
+                tenant: TenantId::new("t").expect("id"),
+                server_id: ServerId::new("s1").expect("id"),
+                config_id: config.id.clone(),
+                group: config.group.clone(),
+                name: "d1".into(),
+                action: Action::create(),
+                input_values: with_defaults(&config, [("foo".into(), json!("given"))].into()),
+                stack_id: None,
+                resource_name: None,
+                status: DeploymentStatus::Queued,
+                status_reason: None,
+                outputs: BTreeMap::new(),
+                deploy_stdout: String::new(),
+                deploy_stderr: String::new(),
+                deploy_status_code: None,
+                timeout_secs: 60,
+                created_at: now,
+                updated_at: now,
+                started_at: None,
+                finished_at: None,
+                expires_at: now + time::Duration::seconds(60),
+            },
+            request_published: false,
+            hidden_inputs: hidden_inputs(&config),
+        }
+    }
+
+    fn result(status: DeploymentStatus) -> DeploymentResult {
+        DeploymentResult {
+            status,
+            status_reason: None,
+            outputs: [("out".to_owned(), json!("v"))].into(),
+            deploy_stdout: "hi".into(),
+            deploy_stderr: String::new(),
+            deploy_status_code: Some(0),
+            started_at: Some(OffsetDateTime::UNIX_EPOCH),
+            finished_at: OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(2),
+        }
+    }
+
+    #[test]
+    fn defaults_fill_only_missing_inputs_and_hidden_values_are_redacted() {
+        let r = record();
+        assert_eq!(r.deployment.input_values["foo"], json!("given"));
+        assert_eq!(r.deployment.input_values["secret"], json!("s3cret"));
+        assert!(!r.deployment.input_values.contains_key("plain"));
+        let shown = r.redacted();
+        assert_eq!(shown.input_values["secret"], json!(HIDDEN));
+        assert_eq!(shown.input_values["foo"], json!("given"));
+    }
+
+    #[test]
+    fn started_never_moves_backwards() {
+        let now = OffsetDateTime::UNIX_EPOCH;
+        let mut r = record();
+        assert!(apply_started(&mut r, now, now));
+        assert_eq!(r.deployment.status, DeploymentStatus::InProgress);
+        assert!(!apply_started(&mut r, now, now), "second start is a no-op");
+        assert!(apply_finished(
+            &mut r,
+            &result(DeploymentStatus::Complete),
+            now
+        ));
+        assert!(!apply_started(&mut r, now, now), "no start after the end");
+        assert_eq!(r.deployment.status, DeploymentStatus::Complete);
+        assert_eq!(r.deployment.outputs["out"], json!("v"));
+    }
+
+    #[test]
+    fn terminal_deployments_are_frozen() {
+        let now = OffsetDateTime::UNIX_EPOCH;
+        let mut r = record();
+        assert!(apply_timeout(&mut r, now));
+        assert_eq!(r.deployment.status_reason.as_deref(), Some(TIMED_OUT));
+        assert!(!apply_finished(
+            &mut r,
+            &result(DeploymentStatus::Complete),
+            now
+        ));
+        assert!(!apply_timeout(&mut r, now));
+        assert_eq!(r.deployment.status, DeploymentStatus::Failed);
+    }
+
+    #[test]
+    fn non_terminal_results_are_refused() {
+        let now = OffsetDateTime::UNIX_EPOCH;
+        let mut r = record();
+        assert!(!apply_finished(
+            &mut r,
+            &result(DeploymentStatus::InProgress),
+            now
+        ));
+        assert_eq!(r.deployment.status, DeploymentStatus::Queued);
+    }
+
+    #[test]
+    fn publishing_is_recorded_once() {
+        let mut r = record();
+        assert!(apply_published(&mut r));
+        assert!(!apply_published(&mut r));
+    }
+}

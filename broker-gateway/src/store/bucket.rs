@@ -1,0 +1,142 @@
+//! Thin typed helpers over one KV bucket: open, get, create, list keys.
+
+use async_nats::jetstream::{self, kv};
+use bytes::Bytes;
+use futures_util::TryStreamExt;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::error::{BoxError, StoreError};
+
+/// Opens bucket `name`, creating it (one revision per key, file storage) if missing.
+pub(super) async fn bucket(
+    js: &jetstream::Context,
+    name: &'static str,
+) -> Result<kv::Store, StoreError> {
+    let open_err = |e: BoxError| StoreError::Open {
+        bucket: name,
+        source: e,
+    };
+    match js.get_key_value(name).await {
+        Ok(store) => return Ok(store),
+        Err(e) if e.kind() == jetstream::context::KeyValueErrorKind::GetBucket => {}
+        Err(e) => return Err(open_err(e.into())),
+    }
+    let created = js
+        .create_key_value(kv::Config {
+            bucket: name.to_owned(),
+            history: 1,
+            storage: jetstream::stream::StorageType::File,
+            ..Default::default()
+        })
+        .await;
+    match created {
+        Ok(store) => Ok(store),
+        // Another gateway may have created it in between.
+        Err(create_err) => js
+            .get_key_value(name)
+            .await
+            .map_err(|_| open_err(create_err.into())),
+    }
+}
+
+pub(super) fn encode(value: &impl Serialize) -> Bytes {
+    Bytes::from(serde_json::to_vec(value).expect("gateway state types always serialise"))
+}
+
+pub(super) fn decode<T: DeserializeOwned>(
+    bucket: &'static str,
+    key: &str,
+    bytes: &[u8],
+) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|source| StoreError::Decode {
+        bucket,
+        key: key.to_owned(),
+        source,
+    })
+}
+
+/// The value under `key` and its revision, `None` if absent or deleted.
+pub(super) async fn get<T: DeserializeOwned>(
+    store: &kv::Store,
+    bucket: &'static str,
+    key: String,
+) -> Result<Option<(T, u64)>, StoreError> {
+    let entry = store
+        .entry(key.clone())
+        .await
+        .map_err(|e| StoreError::Read {
+            bucket,
+            key: key.clone(),
+            source: e.into(),
+        })?;
+    match entry {
+        Some(e) if e.operation == kv::Operation::Put => {
+            Ok(Some((decode(bucket, &key, &e.value)?, e.revision)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Creates `key`; when it exists, returns what `existing` reads there instead.
+pub(super) async fn create<T, F, Fut>(
+    store: &kv::Store,
+    bucket: &'static str,
+    key: &str,
+    value: &T,
+    existing: F,
+) -> Result<Option<T>, StoreError>
+where
+    T: Serialize,
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = Result<Option<T>, StoreError>>,
+{
+    match store.create(key, encode(value)).await {
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+            match existing(key.to_owned()).await? {
+                Some(found) => Ok(Some(found)),
+                // Deleted between the two calls: nothing the gateway does, report it as a failed write.
+                None => Err(StoreError::Write {
+                    bucket,
+                    key: key.to_owned(),
+                    source: e.into(),
+                }),
+            }
+        }
+        Err(e) => Err(StoreError::Write {
+            bucket,
+            key: key.to_owned(),
+            source: e.into(),
+        }),
+    }
+}
+
+/// Keys of `store` matching the subject pattern `filter` (a key with `*` wildcards).
+///
+/// Asks the stream for its subjects under the filter, one request per page, rather
+/// than replaying every key of the bucket.
+pub(super) async fn keys(
+    store: &kv::Store,
+    bucket: &'static str,
+    filter: &str,
+) -> Result<Vec<String>, StoreError> {
+    let list_err = |e: BoxError| StoreError::List { bucket, source: e };
+    let subjects = store
+        .stream
+        .info_with_subjects(format!("{}{filter}", store.prefix))
+        .await
+        .map_err(|e| list_err(e.into()))?;
+    let subjects: Vec<(String, usize)> = subjects
+        .try_collect()
+        .await
+        .map_err(|e| list_err(e.into()))?;
+    Ok(subjects
+        .into_iter()
+        .filter_map(|(subject, _)| {
+            subject
+                .strip_prefix(store.prefix.as_str())
+                .map(str::to_owned)
+        })
+        .collect())
+}

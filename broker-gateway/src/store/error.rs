@@ -1,0 +1,78 @@
+//! Why reading or writing the gateway state failed.
+
+use super::MAX_CAS_ATTEMPTS;
+
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why the state store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A bucket could not be created or opened.
+    #[error("cannot open bucket {bucket}")]
+    Open {
+        /// Bucket name.
+        bucket: &'static str,
+        /// Cause.
+        #[source]
+        source: BoxError,
+    },
+    /// Reading a key failed.
+    #[error("cannot read {key:?} from bucket {bucket}")]
+    Read {
+        /// Bucket name.
+        bucket: &'static str,
+        /// Key.
+        key: String,
+        /// Cause.
+        #[source]
+        source: BoxError,
+    },
+    /// Writing a key failed.
+    #[error("cannot write {key:?} to bucket {bucket}")]
+    Write {
+        /// Bucket name.
+        bucket: &'static str,
+        /// Key.
+        key: String,
+        /// Cause.
+        #[source]
+        source: BoxError,
+    },
+    /// Listing keys failed.
+    #[error("cannot list keys of bucket {bucket}")]
+    List {
+        /// Bucket name.
+        bucket: &'static str,
+        /// Cause.
+        #[source]
+        source: BoxError,
+    },
+    /// A stored value is not what the gateway wrote.
+    #[error("stored value of {key:?} in bucket {bucket} cannot be decoded")]
+    Decode {
+        /// Bucket name.
+        bucket: &'static str,
+        /// Key.
+        key: String,
+        /// Cause.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Other writers kept changing the key; the change was not made.
+    #[error("gave up updating {key:?} after {MAX_CAS_ATTEMPTS} concurrent changes")]
+    Contention {
+        /// Key.
+        key: String,
+    },
+    /// Watching a key failed.
+    #[error("cannot watch {key:?} in bucket {bucket}")]
+    Watch {
+        /// Bucket name.
+        bucket: &'static str,
+        /// Key.
+        key: String,
+        /// Cause.
+        #[source]
+        source: BoxError,
+    },
+}

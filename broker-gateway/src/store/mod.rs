@@ -1,0 +1,318 @@
+//! Gateway state in JetStream KV buckets, so that several gateways can share one broker.
+//!
+//! | bucket | key | value |
+//! |---|---|---|
+//! | `flue_configs` | `<tenant>.<config>` | [`flue_proto::Config`] JSON |
+//! | `flue_servers` | `<tenant>.<server>` | [`flue_proto::Server`] JSON |
+//! | `flue_deployments` | `<tenant>.<deployment>` | [`DeploymentRecord`] JSON |
+//! | `flue_server_deployments` | `<tenant>.<server>.<deployment>` | empty (listing index) |
+//!
+//! Every bucket keeps one revision per key. Configs, servers and deployments are
+//! created with `create` (refused when the key exists); deployment changes go through
+//! [`Store::update_deployment`], a compare-and-set loop on the key's revision.
+
+mod bucket;
+mod error;
+
+use async_nats::jetstream::{self, kv};
+use bytes::Bytes;
+use flue_proto::{Config, ConfigId, DeploymentId, Server, ServerId, TenantId};
+use futures_util::{Stream, StreamExt};
+
+pub use error::StoreError;
+
+use crate::record::DeploymentRecord;
+use bucket::{bucket, create, decode, encode, get, keys};
+
+/// Bucket of configs.
+pub const CONFIGS_BUCKET: &str = "flue_configs";
+/// Bucket of servers.
+pub const SERVERS_BUCKET: &str = "flue_servers";
+/// Bucket of deployment records.
+pub const DEPLOYMENTS_BUCKET: &str = "flue_deployments";
+/// Index bucket listing each server's deployments.
+pub const SERVER_DEPLOYMENTS_BUCKET: &str = "flue_server_deployments";
+
+/// How many times a compare-and-set is retried after losing a race before giving up.
+pub(crate) const MAX_CAS_ATTEMPTS: usize = 32;
+
+/// Outcome of a compare-and-set update of a deployment.
+#[derive(Debug, Clone)]
+pub struct Updated {
+    /// The record as stored after the update (or as found, when nothing changed).
+    pub record: DeploymentRecord,
+    /// True if this call wrote a new revision.
+    pub changed: bool,
+}
+
+/// Handles on the gateway's KV buckets; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    configs: kv::Store,
+    servers: kv::Store,
+    deployments: kv::Store,
+    index: kv::Store,
+}
+
+impl Store {
+    /// Creates the buckets if they do not exist yet and opens them.
+    pub async fn open(js: &jetstream::Context) -> Result<Self, StoreError> {
+        Ok(Self {
+            configs: bucket(js, CONFIGS_BUCKET).await?,
+            servers: bucket(js, SERVERS_BUCKET).await?,
+            deployments: bucket(js, DEPLOYMENTS_BUCKET).await?,
+            index: bucket(js, SERVER_DEPLOYMENTS_BUCKET).await?,
+        })
+    }
+
+    /// The config `id` of `tenant`, if it exists.
+    pub async fn config(
+        &self,
+        tenant: &TenantId,
+        id: &ConfigId,
+    ) -> Result<Option<Config>, StoreError> {
+        Ok(get(&self.configs, CONFIGS_BUCKET, key2(tenant, id))
+            .await?
+            .map(|(c, _)| c))
+    }
+
+    /// Stores a new config; returns the stored one instead when the id is taken.
+    pub async fn create_config(
+        &self,
+        tenant: &TenantId,
+        config: &Config,
+    ) -> Result<Option<Config>, StoreError> {
+        let key = key2(tenant, &config.id);
+        create(&self.configs, CONFIGS_BUCKET, &key, config, |k| {
+            self.config_by_key(k)
+        })
+        .await
+    }
+
+    async fn config_by_key(&self, key: String) -> Result<Option<Config>, StoreError> {
+        Ok(get(&self.configs, CONFIGS_BUCKET, key)
+            .await?
+            .map(|(c, _)| c))
+    }
+
+    /// The server `id` of `tenant`, if registered.
+    pub async fn server(
+        &self,
+        tenant: &TenantId,
+        id: &ServerId,
+    ) -> Result<Option<Server>, StoreError> {
+        self.server_by_key(key2(tenant, id)).await
+    }
+
+    async fn server_by_key(&self, key: String) -> Result<Option<Server>, StoreError> {
+        Ok(get(&self.servers, SERVERS_BUCKET, key)
+            .await?
+            .map(|(s, _)| s))
+    }
+
+    /// Stores a new server; returns the stored one instead when it is already registered.
+    pub async fn create_server(&self, server: &Server) -> Result<Option<Server>, StoreError> {
+        let key = key2(&server.tenant, &server.id);
+        create(&self.servers, SERVERS_BUCKET, &key, server, |k| {
+            self.server_by_key(k)
+        })
+        .await
+    }
+
+    /// Every server of `tenant`, oldest first.
+    pub async fn servers(&self, tenant: &TenantId) -> Result<Vec<Server>, StoreError> {
+        let mut servers = Vec::new();
+        for key in keys(&self.servers, SERVERS_BUCKET, &format!("{tenant}.*")).await? {
+            if let Some(server) = self.server_by_key(key).await? {
+                servers.push(server);
+            }
+        }
+        servers.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(servers)
+    }
+
+    /// The record of deployment `id` of `tenant`, if it exists.
+    pub async fn deployment(
+        &self,
+        tenant: &TenantId,
+        id: &DeploymentId,
+    ) -> Result<Option<DeploymentRecord>, StoreError> {
+        Ok(get(&self.deployments, DEPLOYMENTS_BUCKET, key2(tenant, id))
+            .await?
+            .map(|(r, _)| r))
+    }
+
+    /// Stores a new deployment record; false when the id is already used.
+    pub async fn create_deployment(&self, record: &DeploymentRecord) -> Result<bool, StoreError> {
+        let d = &record.deployment;
+        let key = key2(&d.tenant, &d.id);
+        let value = encode(record);
+        match self.deployments.create(&key, value).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(StoreError::Write {
+                bucket: DEPLOYMENTS_BUCKET,
+                key,
+                source: e.into(),
+            }),
+        }
+    }
+
+    /// Changes deployment `id` with `change` under compare-and-set, retrying on a lost race.
+    ///
+    /// `change` gets the current record and returns whether it changed it; it may run
+    /// several times. `None` when the deployment does not exist.
+    pub async fn update_deployment(
+        &self,
+        tenant: &TenantId,
+        id: &DeploymentId,
+        mut change: impl FnMut(&mut DeploymentRecord) -> bool,
+    ) -> Result<Option<Updated>, StoreError> {
+        let key = key2(tenant, id);
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let Some((mut record, revision)) =
+                get::<DeploymentRecord>(&self.deployments, DEPLOYMENTS_BUCKET, key.clone()).await?
+            else {
+                return Ok(None);
+            };
+            if !change(&mut record) {
+                return Ok(Some(Updated {
+                    record,
+                    changed: false,
+                }));
+            }
+            match self
+                .deployments
+                .update(&key, encode(&record), revision)
+                .await
+            {
+                Ok(_) => {
+                    return Ok(Some(Updated {
+                        record,
+                        changed: true,
+                    }));
+                }
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                Err(e) => {
+                    return Err(StoreError::Write {
+                        bucket: DEPLOYMENTS_BUCKET,
+                        key,
+                        source: e.into(),
+                    });
+                }
+            }
+        }
+        Err(StoreError::Contention { key })
+    }
+
+    /// Records that deployment `id` runs on `server`, for [`Store::server_deployments`].
+    pub async fn index_deployment(
+        &self,
+        tenant: &TenantId,
+        server: &ServerId,
+        id: &DeploymentId,
+    ) -> Result<(), StoreError> {
+        let key = format!("{tenant}.{server}.{id}");
+        match self.index.put(&key, Bytes::new()).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(StoreError::Write {
+                bucket: SERVER_DEPLOYMENTS_BUCKET,
+                key,
+                source: e.into(),
+            }),
+        }
+    }
+
+    /// Every deployment of `server`, oldest first.
+    pub async fn server_deployments(
+        &self,
+        tenant: &TenantId,
+        server: &ServerId,
+    ) -> Result<Vec<DeploymentRecord>, StoreError> {
+        let mut records = Vec::new();
+        for key in keys(
+            &self.index,
+            SERVER_DEPLOYMENTS_BUCKET,
+            &format!("{tenant}.{server}.*"),
+        )
+        .await?
+        {
+            let Some(id) = key
+                .rsplit('.')
+                .next()
+                .and_then(|s| DeploymentId::new(s).ok())
+            else {
+                continue;
+            };
+            match self.deployment(tenant, &id).await? {
+                Some(r) if &r.deployment.server_id == server => records.push(r),
+                _ => {}
+            }
+        }
+        records.sort_by(|a, b| {
+            (a.deployment.created_at, &a.deployment.id)
+                .cmp(&(b.deployment.created_at, &b.deployment.id))
+        });
+        Ok(records)
+    }
+
+    /// Ids of every deployment of `tenant`, in no particular order.
+    pub async fn deployment_ids(&self, tenant: &TenantId) -> Result<Vec<DeploymentId>, StoreError> {
+        let keys = keys(
+            &self.deployments,
+            DEPLOYMENTS_BUCKET,
+            &format!("{tenant}.*"),
+        )
+        .await?;
+        Ok(keys
+            .iter()
+            .filter_map(|k| k.rsplit('.').next().and_then(|s| DeploymentId::new(s).ok()))
+            .collect())
+    }
+
+    /// The successive values of deployment `id` written from now on.
+    ///
+    /// Start the watch before reading the current value, so that no change falls between the two.
+    pub async fn watch_deployment(
+        &self,
+        tenant: &TenantId,
+        id: &DeploymentId,
+    ) -> Result<
+        impl Stream<Item = Result<DeploymentRecord, StoreError>> + Send + Unpin + use<>,
+        StoreError,
+    > {
+        let key = key2(tenant, id);
+        let watch = self
+            .deployments
+            .watch(&key)
+            .await
+            .map_err(|e| StoreError::Watch {
+                bucket: DEPLOYMENTS_BUCKET,
+                key: key.clone(),
+                source: e.into(),
+            })?;
+        Ok(watch
+            .filter_map(move |entry| {
+                let key = key.clone();
+                async move {
+                    match entry {
+                        Ok(e) if e.operation == kv::Operation::Put => {
+                            Some(decode(DEPLOYMENTS_BUCKET, &key, &e.value))
+                        }
+                        Ok(_) => None,
+                        Err(err) => Some(Err(StoreError::Watch {
+                            bucket: DEPLOYMENTS_BUCKET,
+                            key,
+                            source: err.into(),
+                        })),
+                    }
+                }
+            })
+            .boxed())
+    }
+}
+
+/// `<tenant>.<id>`.
+fn key2(tenant: &TenantId, id: &impl std::fmt::Display) -> String {
+    format!("{tenant}.{id}")
+}

@@ -1,0 +1,141 @@
+//! Deployments waiting for an answer, and the sweeper that fails those whose time ran out.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use flue_proto::DeploymentId;
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::record::apply_timeout;
+use crate::service::Service;
+
+/// Non-terminal deployments of this gateway by expiry time; cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct TimeoutSet {
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    by_time: BTreeSet<(OffsetDateTime, DeploymentId)>,
+    by_id: HashMap<DeploymentId, OffsetDateTime>,
+}
+
+impl TimeoutSet {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // The critical sections below cannot panic half-way, so a poisoned lock still holds a consistent set.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Watches `id` until `expires_at` (replacing an earlier expiry).
+    pub fn insert(&self, id: DeploymentId, expires_at: OffsetDateTime) {
+        let mut inner = self.lock();
+        if let Some(old) = inner.by_id.insert(id.clone(), expires_at) {
+            inner.by_time.remove(&(old, id.clone()));
+        }
+        inner.by_time.insert((expires_at, id));
+    }
+
+    /// Stops watching `id`.
+    pub fn remove(&self, id: &DeploymentId) {
+        let mut inner = self.lock();
+        if let Some(at) = inner.by_id.remove(id) {
+            inner.by_time.remove(&(at, id.clone()));
+        }
+    }
+
+    /// Removes and returns every entry that expired at or before `now`.
+    pub fn take_expired(&self, now: OffsetDateTime) -> Vec<(DeploymentId, OffsetDateTime)> {
+        let mut inner = self.lock();
+        let mut expired = Vec::new();
+        while let Some((at, _)) = inner.by_time.first() {
+            if *at > now {
+                break;
+            }
+            let (at, id) = inner
+                .by_time
+                .pop_first()
+                .expect("first() just returned an entry");
+            inner.by_id.remove(&id);
+            expired.push((id, at));
+        }
+        expired
+    }
+
+    /// Number of deployments watched.
+    pub fn len(&self) -> usize {
+        self.lock().by_id.len()
+    }
+
+    /// True when no deployment is watched.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Every `timeout_sweep_ms`, fails the deployments whose expiry has passed, until cancelled.
+pub async fn sweep(service: Service, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(service.config.timeout_sweep());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        sweep_once(&service).await;
+    }
+}
+
+/// One sweep: every expired deployment still non-terminal becomes FAILED "timed out".
+pub async fn sweep_once(service: &Service) {
+    let now = OffsetDateTime::now_utc();
+    let tenant = &service.config.tenant;
+    for (id, at) in service.timeouts.take_expired(now) {
+        match service
+            .store
+            .update_deployment(tenant, &id, |r| apply_timeout(r, now))
+            .await
+        {
+            Ok(Some(u)) if u.changed => {
+                info!(deployment.id = %id, server.id = %u.record.deployment.server_id, "deployment timed out");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                warn!(error = %crate::error::chain(&e), deployment.id = %id, "cannot record a timeout; retrying at the next sweep");
+                service.timeouts.insert(id, at);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> DeploymentId {
+        DeploymentId::new(s).expect("valid id")
+    }
+
+    #[test]
+    fn takes_only_what_expired_in_time_order() {
+        let set = TimeoutSet::default();
+        let t0 = OffsetDateTime::UNIX_EPOCH;
+        set.insert(id("late"), t0 + time::Duration::seconds(10));
+        set.insert(id("early"), t0 + time::Duration::seconds(1));
+        set.insert(id("gone"), t0);
+        set.remove(&id("gone"));
+        set.insert(id("moved"), t0);
+        set.insert(id("moved"), t0 + time::Duration::seconds(20));
+        let expired = set.take_expired(t0 + time::Duration::seconds(5));
+        assert_eq!(
+            expired,
+            vec![(id("early"), t0 + time::Duration::seconds(1))]
+        );
+        assert_eq!(set.len(), 2);
+        assert!(set.take_expired(t0).is_empty());
+    }
+}

@@ -1,0 +1,224 @@
+//! The `flue` command line, declared with clap's derive API.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use flue_proto::{ConfigId, DeploymentId, ServerId};
+
+/// Default gateway address, the gateway's own default `--listen`.
+pub const DEFAULT_GATEWAY: &str = "http://127.0.0.1:8470";
+
+/// Create configs, register servers and run deployments through a Flue gateway.
+#[derive(Debug, Parser)]
+#[command(name = "flue", version, propagate_version = true)]
+pub struct Cli {
+    /// Base URL of the flue-gateway HTTP API.
+    #[arg(
+        long,
+        global = true,
+        env = "FLUE_GATEWAY_URL",
+        default_value = DEFAULT_GATEWAY,
+        value_name = "URL"
+    )]
+    pub gateway: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create and read software configs.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Register servers and look at them.
+    #[command(subcommand)]
+    Server(ServerCommand),
+    /// Queue a deployment of a config on a server, and optionally wait for its result.
+    Deploy(DeployArgs),
+    /// Read deployments.
+    #[command(subcommand)]
+    Deployment(DeploymentCommand),
+}
+
+/// `flue config …`
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Create a config from flags or from a JSON spec file; prints the stored config.
+    Create(Box<CreateConfigArgs>),
+    /// Print a config as JSON.
+    Show {
+        /// Config id.
+        id: ConfigId,
+    },
+}
+
+/// `flue config create`: either `--spec FILE` or `--group` with a config body.
+#[derive(Debug, Default, Args)]
+pub struct CreateConfigArgs {
+    /// A whole ConfigSpec as a JSON file (instead of the flags below).
+    #[arg(long, value_name = "FILE.json")]
+    pub spec: Option<PathBuf>,
+    /// Hook group that applies the config (`script`, or a hook's name).
+    #[arg(long)]
+    pub group: Option<String>,
+    /// Read the config body (e.g. the script) from this file.
+    #[arg(long, value_name = "PATH")]
+    pub config_file: Option<PathBuf>,
+    /// The config body as text.
+    #[arg(long, value_name = "TEXT")]
+    pub config: Option<String>,
+    /// Config id; the gateway picks one when absent.
+    #[arg(long)]
+    pub id: Option<ConfigId>,
+    /// Human name.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Declare an input (repeatable).
+    #[arg(long = "input", value_name = "NAME")]
+    pub inputs: Vec<String>,
+    /// Declare an input whose value is never shown (repeatable).
+    #[arg(long = "hidden-input", value_name = "NAME")]
+    pub hidden_inputs: Vec<String>,
+    /// Declare an output (repeatable).
+    #[arg(long = "output", value_name = "NAME")]
+    pub outputs: Vec<String>,
+    /// Declare an output that fails the deployment when non-empty (repeatable).
+    #[arg(long = "error-output", value_name = "NAME")]
+    pub error_outputs: Vec<String>,
+    /// Hook options, a JSON object.
+    #[arg(long, value_name = "JSON")]
+    pub options: Option<String>,
+}
+
+/// `flue server …`
+#[derive(Debug, Subcommand)]
+pub enum ServerCommand {
+    /// Register a server (idempotent); prints its registration.
+    Register {
+        /// Server id.
+        id: ServerId,
+        /// Human name.
+        #[arg(long)]
+        name: Option<String>,
+        /// Print the agent's environment (FLUE_NATS_URL=… lines) instead of JSON.
+        #[arg(long)]
+        env: bool,
+    },
+    /// List registered servers.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a server as JSON.
+    Show {
+        /// Server id.
+        id: ServerId,
+    },
+    /// List a server's deployments, oldest first.
+    Deployments {
+        /// Server id.
+        id: ServerId,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `flue deploy`
+#[derive(Debug, Args)]
+pub struct DeployArgs {
+    /// Config to apply.
+    #[arg(long)]
+    pub config: ConfigId,
+    /// Server to apply it on.
+    #[arg(long)]
+    pub server: ServerId,
+    /// Action: CREATE, UPDATE, SUSPEND, RESUME, DELETE or an ad-hoc action name.
+    #[arg(long, default_value = "CREATE")]
+    pub action: String,
+    /// An input value as a string (repeatable).
+    #[arg(long = "input", value_name = "NAME=VALUE")]
+    pub inputs: Vec<String>,
+    /// An input value as JSON (repeatable), e.g. `port=5432` or `tags=["a","b"]`.
+    #[arg(long = "input-json", value_name = "NAME=JSON")]
+    pub input_json: Vec<String>,
+    /// Deployment id; the gateway picks one when absent.
+    #[arg(long)]
+    pub id: Option<DeploymentId>,
+    /// Name handed to the hook; the deployment id when absent.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Seconds the gateway waits for the agent before failing it; the gateway's default when absent.
+    #[arg(long, value_name = "N")]
+    pub timeout_secs: Option<u64>,
+    /// Wait until the deployment is COMPLETE or FAILED, printing each status change.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait, give up after this many seconds.
+    #[arg(long, value_name = "N", default_value_t = 600)]
+    pub wait_timeout_secs: u64,
+    /// Print only the deployment as JSON (the final one with --wait).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `flue deployment …`
+#[derive(Debug, Subcommand)]
+pub enum DeploymentCommand {
+    /// Print a deployment as JSON, or one of its outputs.
+    Show {
+        /// Deployment id.
+        id: DeploymentId,
+        /// Print only this output's value (strings raw, anything else as JSON).
+        #[arg(long, value_name = "NAME")]
+        output: Option<String>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn deploy_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "flue",
+            "deploy",
+            "--config",
+            "db",
+            "--server",
+            "db",
+            "--input",
+            "port=5432",
+            "--input",
+            "dir=/tmp/x",
+            "--wait",
+            "--gateway",
+            "http://h:1",
+        ])
+        .expect("parses");
+        assert_eq!(cli.gateway, "http://h:1");
+        let Command::Deploy(args) = cli.command else {
+            panic!("not deploy")
+        };
+        assert_eq!(args.inputs, ["port=5432", "dir=/tmp/x"]);
+        assert!(args.wait);
+        assert_eq!(args.wait_timeout_secs, 600);
+        assert_eq!(args.action, "CREATE");
+    }
+
+    #[test]
+    fn ids_are_validated_by_clap() {
+        let err = Cli::try_parse_from(["flue", "server", "show", "a.b"]).expect_err("bad id");
+        assert!(err.to_string().contains("'.'"), "{err}");
+    }
+}

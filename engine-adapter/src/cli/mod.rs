@@ -1,0 +1,239 @@
+//! The `flue` command-line tool, as a library so it can be tested: argument types,
+//! the commands, and how their results and errors are shown.
+
+mod args;
+mod inputs;
+mod render;
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use flue_proto::{Action, CreateDeployment, DeploymentId, DeploymentStatus, RegisterServer};
+
+pub use args::{
+    Cli, Command, ConfigCommand, CreateConfigArgs, DEFAULT_GATEWAY, DeployArgs, DeploymentCommand,
+    ServerCommand,
+};
+pub use render::error_message;
+
+use crate::{Client, ClientError};
+
+/// How a command that ran to its end turned out; it decides the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything worked (exit code 0).
+    Success,
+    /// A deployment waited for ended FAILED (exit code 1).
+    DeploymentFailed,
+}
+
+impl Outcome {
+    /// The process exit code for this outcome.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Self::Success => 0,
+            Self::DeploymentFailed => 1,
+        }
+    }
+}
+
+/// Why a command could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The flags do not make sense together, or a value is malformed.
+    #[error("{0}")]
+    Usage(String),
+    /// The gateway refused the request or could not be reached.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// A file named on the command line could not be read.
+    #[error("cannot read {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// A `--spec` file is not a valid ConfigSpec.
+    #[error("{}: not a valid config spec", path.display())]
+    Spec {
+        /// The file.
+        path: PathBuf,
+        /// What serde found wrong.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// `deployment show --output NAME` named an output the deployment does not have.
+    #[error(
+        "deployment {id} has no output {name:?} (available: {})",
+        list_or_none(available)
+    )]
+    UnknownOutput {
+        /// The deployment.
+        id: DeploymentId,
+        /// The requested output.
+        name: String,
+        /// The outputs it has.
+        available: Vec<String>,
+    },
+    /// Standard output could not be written (a closed pipe, say).
+    #[error("cannot write to standard output")]
+    Output(#[from] io::Error),
+}
+
+impl CliError {
+    /// The process exit code: 1 for a missing output (like a failed lookup), 2 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::UnknownOutput { .. } => 1,
+            _ => 2,
+        }
+    }
+}
+
+fn list_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// Runs one parsed command line against the gateway, writing results to `out`.
+pub async fn run(cli: Cli, out: &mut impl Write) -> Result<Outcome, CliError> {
+    let client = Client::new(&cli.gateway)?;
+    match cli.command {
+        Command::Config(ConfigCommand::Create(args)) => {
+            let spec = inputs::config_spec(&args, |p| std::fs::read_to_string(p))?;
+            let config = client.create_config(&spec).await?;
+            out.write_all(render::pretty_json(&config).as_bytes())?;
+        }
+        Command::Config(ConfigCommand::Show { id }) => {
+            let config = client.get_config(&id).await?;
+            out.write_all(render::pretty_json(&config).as_bytes())?;
+        }
+        Command::Server(command) => server(&client, command, out).await?,
+        Command::Deploy(args) => return deploy(&client, args, out).await,
+        Command::Deployment(DeploymentCommand::Show { id, output }) => {
+            let deployment = client.get_deployment(&id).await?;
+            let Some(name) = output else {
+                out.write_all(render::pretty_json(&deployment).as_bytes())?;
+                return Ok(Outcome::Success);
+            };
+            let Some(value) = deployment.outputs.get(&name) else {
+                return Err(CliError::UnknownOutput {
+                    id,
+                    name,
+                    available: deployment.outputs.into_keys().collect(),
+                });
+            };
+            writeln!(out, "{}", render::output_value(value))?;
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+async fn server(
+    client: &Client,
+    command: ServerCommand,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    let text = match command {
+        ServerCommand::Register { id, name, env } => {
+            let body = RegisterServer {
+                id,
+                name: name.unwrap_or_default(),
+            };
+            let registration = client.register_server(&body).await?;
+            if env {
+                render::agent_env(&registration)
+            } else {
+                render::pretty_json(&registration)
+            }
+        }
+        ServerCommand::List { json } => {
+            let servers = client.list_servers().await?;
+            if json {
+                render::pretty_json(&servers)
+            } else {
+                render::servers_table(&servers)
+            }
+        }
+        ServerCommand::Show { id } => render::pretty_json(&client.get_server(&id).await?),
+        ServerCommand::Deployments { id, json } => {
+            let deployments = client.list_server_deployments(&id).await?;
+            if json {
+                render::pretty_json(&deployments)
+            } else {
+                render::deployments_table(&deployments)
+            }
+        }
+    };
+    out.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+async fn deploy(
+    client: &Client,
+    args: DeployArgs,
+    out: &mut impl Write,
+) -> Result<Outcome, CliError> {
+    let action = Action::new(args.action.as_str())
+        .map_err(|e| CliError::Usage(format!("--action {:?}: {e}", args.action)))?;
+    let body = CreateDeployment {
+        id: args.id,
+        config_id: args.config,
+        server_id: args.server,
+        action,
+        input_values: inputs::input_values(&args.inputs, &args.input_json)?,
+        name: args.name,
+        timeout_secs: args.timeout_secs,
+        stack_id: None,
+        resource_name: None,
+    };
+    let queued = client.create_deployment(&body).await?;
+    if !args.wait {
+        let text = if args.json {
+            render::pretty_json(&queued)
+        } else {
+            format!("{}\n", render::progress_line(&queued))
+        };
+        out.write_all(text.as_bytes())?;
+        return Ok(Outcome::Success);
+    }
+
+    // Progress lines go out as statuses change; a write error is kept and reported
+    // once the wait is over, since the callback cannot return it.
+    let mut write_error = None;
+    let timeout = Duration::from_secs(args.wait_timeout_secs);
+    let done = client
+        .wait_until_terminal(&queued.id, timeout, |d| {
+            if args.json || write_error.is_some() {
+                return;
+            }
+            let line = format!("{}\n", render::progress_line(d));
+            if let Err(e) = out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
+                write_error = Some(e);
+            }
+        })
+        .await?;
+    if let Some(e) = write_error {
+        return Err(e.into());
+    }
+    let text = if args.json {
+        render::pretty_json(&done)
+    } else {
+        render::result_block(&done)
+    };
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(match done.status {
+        DeploymentStatus::Complete => Outcome::Success,
+        _ => Outcome::DeploymentFailed,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,264 @@
+//! Typed client for the Flue gateway HTTP API.
+
+use std::time::{Duration, Instant};
+
+use flue_proto::{
+    Config, ConfigId, ConfigSpec, CreateDeployment, Deployment, DeploymentId, DeploymentStatus,
+    ErrorBody, RegisterServer, Registration, Server, ServerId,
+};
+use reqwest::{Method, RequestBuilder, Url};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::ClientError;
+
+/// Longest single long-poll the gateway accepts (`wait_secs` 0..=60).
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// How long an ordinary (non long-poll) request may take, connection included.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long establishing a TCP connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Slack added to a long-poll's own wait before the client gives up on the request.
+const LONG_POLL_SLACK: Duration = Duration::from_secs(15);
+/// Longest piece of a non-JSON error body quoted in an [`ClientError::Api`] message.
+const MAX_QUOTED_BODY: usize = 200;
+
+/// A handle on one gateway; cheap to clone (the connection pool is shared).
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: Url,
+}
+
+impl Client {
+    /// Builds a client for the gateway at `base_url`, e.g. `http://127.0.0.1:8470`.
+    ///
+    /// A path in the URL is kept as a prefix, so a gateway behind a proxy at
+    /// `http://host/flue/` works. Only `http://` is accepted: this build has no TLS.
+    pub fn new(base_url: &str) -> Result<Client, ClientError> {
+        let invalid = |reason: String| ClientError::InvalidUrl {
+            url: base_url.to_owned(),
+            reason,
+        };
+        let mut base = Url::parse(base_url).map_err(|e| invalid(e.to_string()))?;
+        if base.scheme() != "http" {
+            return Err(invalid(format!(
+                "scheme {:?} is not supported, use http://",
+                base.scheme()
+            )));
+        }
+        if base.query().is_some() || base.fragment().is_some() {
+            return Err(invalid("must not have a query or fragment".to_owned()));
+        }
+        // `Url::join` replaces the last path segment unless the path ends with '/'.
+        if !base.path().ends_with('/') {
+            let path = format!("{}/", base.path());
+            base.set_path(&path);
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(|source| ClientError::Http {
+                url: base.to_string(),
+                source,
+            })?;
+        Ok(Client { http, base })
+    }
+
+    /// The gateway's base URL, always ending with `/`.
+    pub fn base_url(&self) -> &Url {
+        &self.base
+    }
+
+    /// `POST /v1/configs`: creates a config (or returns the identical one already stored).
+    pub async fn create_config(&self, spec: &ConfigSpec) -> Result<Config, ClientError> {
+        self.send_json(Method::POST, "v1/configs", spec).await
+    }
+
+    /// `GET /v1/configs/{id}`.
+    pub async fn get_config(&self, id: &ConfigId) -> Result<Config, ClientError> {
+        self.get(&format!("v1/configs/{id}")).await
+    }
+
+    /// `POST /v1/servers`: registers a server (idempotent) and returns its agent bootstrap.
+    pub async fn register_server(
+        &self,
+        server: &RegisterServer,
+    ) -> Result<Registration, ClientError> {
+        self.send_json(Method::POST, "v1/servers", server).await
+    }
+
+    /// `GET /v1/servers/{id}`.
+    pub async fn get_server(&self, id: &ServerId) -> Result<Server, ClientError> {
+        self.get(&format!("v1/servers/{id}")).await
+    }
+
+    /// `GET /v1/servers`.
+    pub async fn list_servers(&self) -> Result<Vec<Server>, ClientError> {
+        self.get("v1/servers").await
+    }
+
+    /// `GET /v1/servers/{id}/deployments`: the server's deployments, oldest first.
+    pub async fn list_server_deployments(
+        &self,
+        id: &ServerId,
+    ) -> Result<Vec<Deployment>, ClientError> {
+        self.get(&format!("v1/servers/{id}/deployments")).await
+    }
+
+    /// `POST /v1/deployments`: queues a deployment; the answer has status QUEUED.
+    pub async fn create_deployment(
+        &self,
+        deployment: &CreateDeployment,
+    ) -> Result<Deployment, ClientError> {
+        self.send_json(Method::POST, "v1/deployments", deployment)
+            .await
+    }
+
+    /// `GET /v1/deployments/{id}`.
+    pub async fn get_deployment(&self, id: &DeploymentId) -> Result<Deployment, ClientError> {
+        self.get(&format!("v1/deployments/{id}")).await
+    }
+
+    /// One long-poll: waits up to `wait` (clamped to [`MAX_WAIT`], rounded up to whole
+    /// seconds) until the status differs from `after_status`, or without one until it
+    /// is terminal, and returns the record as it then is.
+    pub async fn wait_deployment(
+        &self,
+        id: &DeploymentId,
+        after_status: Option<DeploymentStatus>,
+        wait: Duration,
+    ) -> Result<Deployment, ClientError> {
+        let secs = wait_secs(wait);
+        let mut path = format!("v1/deployments/{id}?wait_secs={secs}");
+        if let Some(status) = after_status {
+            path.push_str(&format!("&after_status={status}"));
+        }
+        let url = self.url(&path)?;
+        let request = self
+            .http
+            .get(url.clone())
+            .timeout(Duration::from_secs(secs) + LONG_POLL_SLACK);
+        self.send(request, &url).await
+    }
+
+    /// Long-polls until the deployment is terminal, calling `on_change` with the record
+    /// each time a new status is seen (the first read included), so a caller can show
+    /// progress without polling at a fixed interval.
+    ///
+    /// Fails with [`ClientError::Timeout`] when `timeout` passes first.
+    pub async fn wait_until_terminal(
+        &self,
+        id: &DeploymentId,
+        timeout: Duration,
+        mut on_change: impl FnMut(&Deployment),
+    ) -> Result<Deployment, ClientError> {
+        let started = Instant::now();
+        let mut current = self.get_deployment(id).await?;
+        on_change(&current);
+        while !current.status.is_terminal() {
+            let remaining = timeout.saturating_sub(started.elapsed());
+            if remaining.is_zero() {
+                return Err(ClientError::Timeout {
+                    id: id.clone(),
+                    waited: timeout,
+                });
+            }
+            let next = self
+                .wait_deployment(id, Some(current.status), remaining)
+                .await?;
+            if next.status != current.status {
+                on_change(&next);
+            }
+            current = next;
+        }
+        Ok(current)
+    }
+
+    fn url(&self, path: &str) -> Result<Url, ClientError> {
+        self.base.join(path).map_err(|e| ClientError::InvalidUrl {
+            url: format!("{}{path}", self.base),
+            reason: e.to_string(),
+        })
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let url = self.url(path)?;
+        let request = self.http.get(url.clone()).timeout(REQUEST_TIMEOUT);
+        self.send(request, &url).await
+    }
+
+    async fn send_json<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        let url = self.url(path)?;
+        let request = self
+            .http
+            .request(method, url.clone())
+            .timeout(REQUEST_TIMEOUT)
+            .json(body);
+        self.send(request, &url).await
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: RequestBuilder,
+        url: &Url,
+    ) -> Result<T, ClientError> {
+        tracing::debug!(url = %url, "gateway request");
+        let response = request
+            .send()
+            .await
+            .map_err(|e| ClientError::transport(url, e))?;
+        let status = response.status().as_u16();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| ClientError::transport(url, e))?;
+        tracing::debug!(url = %url, status, bytes = body.len(), "gateway answer");
+        if !(200..300).contains(&status) {
+            return Err(api_error(status, &body));
+        }
+        serde_json::from_slice(&body).map_err(|source| ClientError::Decode {
+            url: url.to_string(),
+            source,
+        })
+    }
+}
+
+/// Whole seconds to ask the gateway to wait: rounded up, at most [`MAX_WAIT`].
+fn wait_secs(wait: Duration) -> u64 {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    secs.min(MAX_WAIT.as_secs())
+}
+
+/// Decodes an error answer; a body that is not an [`ErrorBody`] (a proxy's HTML page,
+/// say) is quoted, shortened, under the code `unexpected_response`.
+fn api_error(status: u16, body: &[u8]) -> ClientError {
+    if let Ok(ErrorBody { error }) = serde_json::from_slice::<ErrorBody>(body) {
+        return ClientError::Api {
+            status,
+            code: error.code,
+            message: error.message,
+        };
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    let message = match text.char_indices().nth(MAX_QUOTED_BODY) {
+        _ if text.is_empty() => "empty body".to_owned(),
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    };
+    ClientError::Api {
+        status,
+        code: "unexpected_response".to_owned(),
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests;

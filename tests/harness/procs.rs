@@ -1,0 +1,345 @@
+//! The three real processes a test runs: nats-server, flue-gateway, flue-agent.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+
+use tempfile::TempDir;
+use tokio::process::{Child, Command};
+
+use crate::{Logs, WAIT, bin, nats_server_bin};
+
+fn dump_on_panic(name: &str, logs: &[&Logs]) {
+    if std::thread::panicking() {
+        eprintln!("----- {name} output -----");
+        for l in logs {
+            for line in l.lines() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+fn signal(child: &Child, sig: &str) {
+    let pid = child.id().expect("child still running");
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("run kill")
+        .success();
+    assert!(ok, "kill {sig} {pid} failed");
+}
+
+/// A real nats-server with JetStream on a free loopback port and a temp store dir.
+pub struct Nats {
+    child: Option<Child>,
+    /// 0 until the first start, when the server picks a free port itself.
+    port: u16,
+    store: TempDir,
+    logs: Logs,
+}
+
+impl Nats {
+    /// Starts a server and waits until it says it is ready.
+    pub async fn start() -> Nats {
+        let store = tempfile::tempdir().expect("tempdir");
+        let mut nats = Nats {
+            child: None,
+            port: 0,
+            store,
+            logs: Logs::default(),
+        };
+        nats.spawn().await;
+        nats
+    }
+
+    async fn spawn(&mut self) {
+        // `-p -1`: the server binds a free port itself (no race with other tests);
+        // a restart reuses the port it chose.
+        let port = match self.port {
+            0 => "-1".to_owned(),
+            p => p.to_string(),
+        };
+        let mut child = Command::new(nats_server_bin())
+            .args(["-js", "-a", "127.0.0.1", "-p", &port, "-sd"])
+            .arg(self.store.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn nats-server");
+        let from = self.logs.len();
+        self.logs.capture(child.stderr.take().expect("stderr"));
+        self.child = Some(child);
+        self.logs
+            .wait_for_after(from, "Server is ready", WAIT)
+            .await;
+        if self.port == 0 {
+            let line = self
+                .logs
+                .wait_for_after(from, "Listening for client connections on ", WAIT)
+                .await;
+            self.port = line
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no port in {line:?}"));
+        }
+    }
+
+    /// `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server with SIGKILL and waits for it to be gone.
+    pub async fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().await.expect("kill nats-server");
+        }
+    }
+
+    /// Starts it again on the same port and store.
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        self.spawn().await;
+    }
+
+    /// A plain client connection (for tests that look at the broker directly).
+    pub async fn client(&self) -> async_nats::Client {
+        async_nats::connect(self.url())
+            .await
+            .expect("connect to nats")
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        dump_on_panic("nats-server", &[&self.logs]);
+    }
+}
+
+/// The real `flue-gateway` binary.
+pub struct Gateway {
+    child: Option<Child>,
+    url: String,
+    args: Vec<String>,
+    stdout: Logs,
+    stderr: Logs,
+}
+
+impl Gateway {
+    /// Starts a gateway on `127.0.0.1:0` against `nats_url`, with extra flags.
+    pub async fn start(nats_url: &str, extra: &[&str]) -> Gateway {
+        let mut args: Vec<String> = vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--nats-url".into(),
+            nats_url.into(),
+            "--timeout-sweep-ms".into(),
+            "100".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut gw = Gateway {
+            child: None,
+            url: String::new(),
+            args,
+            stdout: Logs::default(),
+            stderr: Logs::default(),
+        };
+        gw.spawn().await;
+        gw
+    }
+
+    async fn spawn(&mut self) {
+        let mut child = Command::new(bin("flue-gateway"))
+            .args(&self.args)
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn flue-gateway");
+        let from = self.stdout.len();
+        self.stdout.capture(child.stdout.take().expect("stdout"));
+        self.stderr.capture(child.stderr.take().expect("stderr"));
+        self.child = Some(child);
+        let line = self
+            .stdout
+            .wait_for_after(from, "flue-gateway listening on ", WAIT)
+            .await;
+        let url = line
+            .rsplit(' ')
+            .next()
+            .expect("address at end of line")
+            .to_owned();
+        self.url = url;
+    }
+
+    /// Base URL, `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A typed API client for this gateway.
+    pub fn client(&self) -> flue_engine::Client {
+        flue_engine::Client::new(&self.url).expect("client")
+    }
+
+    /// Kills it with SIGKILL (no graceful shutdown).
+    pub async fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().await.expect("kill gateway");
+        }
+    }
+
+    /// Starts it again with the same flags (a new port).
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        self.spawn().await;
+    }
+
+    /// What it logged on stderr.
+    pub fn logs(&self) -> &Logs {
+        &self.stderr
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        dump_on_panic("flue-gateway", &[&self.stdout, &self.stderr]);
+    }
+}
+
+/// The real `flue-agent` binary for one server.
+pub struct Agent {
+    child: Option<Child>,
+    /// Server id it serves.
+    pub server: String,
+    args: Vec<String>,
+    logs: Logs,
+}
+
+impl Agent {
+    /// Spawns an agent without waiting for it to be ready.
+    pub fn spawn(nats_url: &str, server: &str, state_dir: &Path, hook_dirs: &[PathBuf]) -> Agent {
+        Agent::spawn_with(nats_url, server, state_dir, hook_dirs, &[])
+    }
+
+    /// Spawns an agent with extra flags, without waiting for it to be ready.
+    pub fn spawn_with(
+        nats_url: &str,
+        server: &str,
+        state_dir: &Path,
+        hook_dirs: &[PathBuf],
+        extra: &[&str],
+    ) -> Agent {
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            "--nats-url".into(),
+            nats_url.into(),
+            "--server-id".into(),
+            server.into(),
+            "--state-dir".into(),
+            state_dir.display().to_string(),
+        ];
+        for d in hook_dirs {
+            args.push("--hook-dir".into());
+            args.push(d.display().to_string());
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut agent = Agent {
+            child: None,
+            server: server.into(),
+            args,
+            logs: Logs::default(),
+        };
+        agent.spawn_child();
+        agent
+    }
+
+    /// Spawns an agent and waits until it is pulling its queue.
+    pub async fn start(
+        nats_url: &str,
+        server: &str,
+        state_dir: &Path,
+        hook_dirs: &[PathBuf],
+    ) -> Agent {
+        let agent = Agent::spawn(nats_url, server, state_dir, hook_dirs);
+        agent.logs.wait_for("agent ready", WAIT).await;
+        agent
+    }
+
+    fn spawn_child(&mut self) {
+        let mut child = Command::new(bin("flue-agent"))
+            .args(&self.args)
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn flue-agent");
+        self.logs.capture(child.stderr.take().expect("stderr"));
+        self.child = Some(child);
+    }
+
+    /// Starts the same agent again (same state dir, so the same ledger) and waits until ready.
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "agent still running");
+        let from = self.logs.len();
+        self.spawn_child();
+        self.logs.wait_for_after(from, "agent ready", WAIT).await;
+    }
+
+    /// SIGKILL: the agent gets no chance to clean up.
+    pub async fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().await.expect("kill agent");
+        }
+    }
+
+    /// SIGTERM, then waits (bounded) for the exit status.
+    pub async fn terminate(&mut self) -> ExitStatus {
+        self.sigterm();
+        self.wait_exit().await
+    }
+
+    /// Sends SIGTERM without waiting.
+    pub fn sigterm(&self) {
+        signal(self.child.as_ref().expect("agent running"), "-TERM");
+    }
+
+    /// Waits (bounded) for the agent to exit and returns its status.
+    pub async fn wait_exit(&mut self) -> ExitStatus {
+        let mut c = self.child.take().expect("agent running");
+        tokio::time::timeout(WAIT, c.wait())
+            .await
+            .expect("agent exits")
+            .expect("wait for agent")
+    }
+
+    /// Waits until it is ready (after [`Agent::spawn`]).
+    pub async fn ready(&self) {
+        self.logs.wait_for("agent ready", WAIT).await;
+    }
+
+    /// What it logged.
+    pub fn logs(&self) -> &Logs {
+        &self.logs
+    }
+
+    /// Its process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        dump_on_panic(&format!("flue-agent {}", self.server), &[&self.logs]);
+    }
+}

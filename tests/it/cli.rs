@@ -1,0 +1,139 @@
+//! The `flue` CLI as a user runs it, against a real gateway and agent.
+
+use std::process::Output;
+
+use flue_tests::{Flue, WAIT, bin};
+
+async fn flue(gateway: &str, args: &[&str]) -> Output {
+    let out = tokio::process::Command::new(bin("flue"))
+        .arg("--gateway")
+        .arg(gateway)
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(WAIT, out)
+        .await
+        .expect("flue finishes")
+        .expect("run flue")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test]
+async fn cli_creates_registers_deploys_waits_and_shows() {
+    let flue_env = Flue::start().await;
+    let gw = flue_env.gateway.url().to_owned();
+    let script = flue_env.path("greet.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho \"hi $who\"\nprintf '%s' \"hello-$who\" > \"$heat_outputs_path.greeting\"\n",
+    )
+    .expect("script");
+    let script = script.display().to_string();
+
+    let out = flue(
+        &gw,
+        &[
+            "config",
+            "create",
+            "--id",
+            "greet",
+            "--group",
+            "script",
+            "--config-file",
+            &script,
+            "--input",
+            "who",
+            "--output",
+            "greeting",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("\"greet\""),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = flue(&gw, &["server", "register", "web1", "--env"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("FLUE_SERVER_ID=web1"),
+        "{}",
+        text(&out.stdout)
+    );
+    let _agent = flue_env.agent("web1", &[]).await;
+
+    let out = flue(
+        &gw,
+        &[
+            "deploy", "--config", "greet", "--server", "web1", "--input", "who=cli", "--id", "d1",
+            "--wait",
+        ],
+    )
+    .await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("COMPLETE"), "{stdout}");
+    assert!(stdout.contains("hello-cli"), "{stdout}");
+
+    let out = flue(&gw, &["deployment", "show", "d1", "--output", "greeting"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim_end_matches('\n'), "hello-cli");
+
+    let out = flue(&gw, &["deployment", "show", "d1", "--output", "nope"]).await;
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("nope"), "{}", text(&out.stderr));
+}
+
+#[tokio::test]
+async fn cli_reports_failures_and_bad_arguments() {
+    let flue_env = Flue::start().await;
+    let gw = flue_env.gateway.url().to_owned();
+    flue_env.register("s1").await;
+    let _agent = flue_env.agent("s1", &[]).await;
+    flue_env
+        .script_config("bad", "#!/bin/sh\necho broken >&2\nexit 4\n", &[], &[])
+        .await;
+
+    let out = flue(
+        &gw,
+        &["deploy", "--config", "bad", "--server", "s1", "--wait"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "a FAILED deployment exits 1");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("FAILED") && stdout.contains("broken"),
+        "{stdout}"
+    );
+
+    let out = flue(
+        &gw,
+        &[
+            "deploy", "--config", "bad", "--server", "s1", "--input", "novalue",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--input"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = flue(&gw, &["deploy", "--config", "bad", "--server", "no.pe"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no.pe"), "{}", text(&out.stderr));
+
+    let out = flue("http://127.0.0.1:9", &["server", "list"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("127.0.0.1:9"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -1,0 +1,333 @@
+//! Delivery guarantees: offline agents, queue order, exactly-once across crashes,
+//! redelivery, timeouts, SIGTERM, and agents that never create consumers.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use flue_proto::{AgentMessage, DeploymentStatus, subject};
+use flue_tests::{Agent, Flue, WAIT, file_lines, wait_until};
+use futures_util::StreamExt;
+
+/// A script that appends `<tag>` to `counter`, so a test can count hook runs.
+fn counting_script(counter: &std::path::Path) -> String {
+    format!(
+        "#!/bin/sh\nprintf '%s\\n' \"$tag\" >> '{}'\n",
+        counter.display()
+    )
+}
+
+/// A script that records its start, then blocks until `release` exists.
+fn blocking_script(started: &std::path::Path, release: &std::path::Path) -> String {
+    format!(
+        "#!/bin/sh\necho started >> '{}'\nwhile [ ! -e '{}' ]; do sleep 0.05; done\necho released\n",
+        started.display(),
+        release.display()
+    )
+}
+
+#[tokio::test]
+async fn deployment_created_while_agent_offline_is_applied_when_it_connects() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let counter = flue.path("counter");
+    flue.script_config("c", &counting_script(&counter), &["tag"], &[])
+        .await;
+
+    let d = flue.deploy("c", "s1", &[("tag", "one")]).await;
+    let unchanged = flue
+        .client()
+        .wait_deployment(
+            &d.id,
+            Some(DeploymentStatus::Queued),
+            Duration::from_secs(1),
+        )
+        .await
+        .expect("long-poll");
+    assert_eq!(
+        unchanged.status,
+        DeploymentStatus::Queued,
+        "no agent, no progress"
+    );
+
+    let _agent = flue.agent("s1", &[]).await;
+    let done = flue.finished(&d.id).await;
+    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+    assert_eq!(file_lines(&counter), vec!["one"]);
+}
+
+#[tokio::test]
+async fn one_deployment_at_a_time_in_queue_order() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let log = flue.path("log");
+    let script = format!(
+        "#!/bin/sh\necho \"start $tag\" >> '{0}'\nsleep 0.05\necho \"end $tag\" >> '{0}'\n",
+        log.display()
+    );
+    flue.script_config("c", &script, &["tag"], &[]).await;
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(flue.deploy("c", "s1", &[("tag", &i.to_string())]).await.id);
+    }
+    let _agent = flue.agent("s1", &[]).await;
+    for id in &ids {
+        assert_eq!(flue.finished(id).await.status, DeploymentStatus::Complete);
+    }
+    let expected: Vec<String> = (0..6)
+        .flat_map(|i| [format!("start {i}"), format!("end {i}")])
+        .collect();
+    assert_eq!(
+        file_lines(&log),
+        expected,
+        "runs must not overlap and follow queue order"
+    );
+}
+
+#[tokio::test]
+async fn agent_killed_mid_hook_reports_interrupted_and_never_reruns() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let started = flue.path("started");
+    let release = flue.path("release");
+    flue.script_config("block", &blocking_script(&started, &release), &[], &[])
+        .await;
+    let mut agent = flue.agent("s1", &[]).await;
+
+    let d = flue.deploy("block", "s1", &[]).await;
+    let running = flue.changed_from(&d.id, DeploymentStatus::Queued).await;
+    assert_eq!(running.status, DeploymentStatus::InProgress);
+    wait_until("hook start", WAIT, || {
+        (file_lines(&started).len() == 1).then_some(())
+    })
+    .await;
+
+    agent.kill9().await;
+    // Let the orphaned hook end; whatever it does now can no longer be reported.
+    std::fs::write(&release, "").expect("release");
+    agent.restart().await;
+
+    let done = flue.finished(&d.id).await;
+    assert_eq!(done.status, DeploymentStatus::Failed);
+    assert_eq!(
+        done.status_reason.as_deref(),
+        Some("interrupted"),
+        "{done:?}"
+    );
+    assert_eq!(file_lines(&started).len(), 1, "the hook must not run again");
+
+    // The agent is healthy afterwards: the next deployment runs normally.
+    let next = flue.deploy("block", "s1", &[]).await;
+    assert_eq!(
+        flue.finished(&next.id).await.status,
+        DeploymentStatus::Complete
+    );
+    assert_eq!(file_lines(&started).len(), 2);
+}
+
+#[tokio::test]
+async fn redelivered_request_is_answered_from_the_ledger_not_rerun() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let counter = flue.path("counter");
+    flue.script_config(
+        "c",
+        &format!(
+            "{}printf '%s' out > \"$heat_outputs_path.o\"\n",
+            counting_script(&counter)
+        ),
+        &["tag"],
+        &["o"],
+    )
+    .await;
+    let _agent = flue.agent("s1", &[]).await;
+    let d = flue.deploy("c", "s1", &[("tag", "x")]).await;
+    let first = flue.finished(&d.id).await;
+    assert_eq!(first.status, DeploymentStatus::Complete);
+
+    // Hand the agent the very same request again, as a broker redelivery would.
+    let client = flue.nats.client().await;
+    let js = jetstream::new(client.clone());
+    let tenant = "default".parse().expect("tenant");
+    let server = "s1".parse().expect("server");
+    let req_subject = subject::request(&tenant, &server);
+    let original = js
+        .get_stream(subject::REQUEST_STREAM)
+        .await
+        .expect("stream")
+        .get_last_raw_message_by_subject(&req_subject)
+        .await
+        .expect("the queued request");
+    let mut answers = client
+        .subscribe(subject::response(&tenant, &server))
+        .await
+        .expect("subscribe");
+    js.publish(req_subject, original.payload.clone())
+        .await
+        .expect("publish")
+        .await
+        .expect("ack");
+
+    let answer = tokio::time::timeout(WAIT, async {
+        loop {
+            let m = answers.next().await.expect("subscription open");
+            if let Ok(AgentMessage::Finished {
+                deployment_id,
+                result,
+                ..
+            }) = serde_json::from_slice::<AgentMessage>(&m.payload)
+                && deployment_id == d.id
+            {
+                return result;
+            }
+        }
+    })
+    .await
+    .expect("the agent answers the redelivery");
+
+    assert_eq!(answer.status, DeploymentStatus::Complete);
+    assert_eq!(answer.outputs, first.outputs);
+    assert_eq!(file_lines(&counter), vec!["x"], "the hook ran exactly once");
+    let after = flue.client().get_deployment(&d.id).await.expect("get");
+    assert_eq!(after.status, DeploymentStatus::Complete);
+    assert_eq!(after.finished_at, first.finished_at);
+}
+
+#[tokio::test]
+async fn unanswered_deployment_times_out_and_is_never_run_later() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let counter = flue.path("counter");
+    flue.script_config("c", &counting_script(&counter), &["tag"], &[])
+        .await;
+
+    let d = flue
+        .deploy_with("c", "s1", &[("tag", "late")], Some(1))
+        .await;
+    let done = flue.finished(&d.id).await;
+    assert_eq!(done.status, DeploymentStatus::Failed);
+    assert_eq!(done.status_reason.as_deref(), Some("timed out"));
+
+    // The agent comes up later: it must refuse the expired request, not run it.
+    let client = flue.nats.client().await;
+    let tenant = "default".parse().expect("tenant");
+    let mut answers = client
+        .subscribe(subject::response(&tenant, &"s1".parse().expect("server")))
+        .await
+        .expect("subscribe");
+    let _agent = flue.agent("s1", &[]).await;
+    let answer = tokio::time::timeout(WAIT, async {
+        loop {
+            let m = answers.next().await.expect("subscription open");
+            if let Ok(AgentMessage::Finished {
+                deployment_id,
+                result,
+                ..
+            }) = serde_json::from_slice::<AgentMessage>(&m.payload)
+                && deployment_id == d.id
+            {
+                return result;
+            }
+        }
+    })
+    .await
+    .expect("the agent answers the expired request");
+    assert_eq!(answer.status, DeploymentStatus::Failed);
+    assert!(
+        file_lines(&counter).is_empty(),
+        "an expired deployment must not run"
+    );
+    let after = flue.client().get_deployment(&d.id).await.expect("get");
+    assert_eq!(after.status_reason.as_deref(), Some("timed out"));
+}
+
+#[tokio::test]
+async fn sigterm_lets_a_running_hook_finish_then_exits_cleanly() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let started = flue.path("started");
+    let release = flue.path("release");
+    flue.script_config("block", &blocking_script(&started, &release), &[], &[])
+        .await;
+    let mut agent = flue.agent("s1", &[]).await;
+    let d = flue.deploy("block", "s1", &[]).await;
+    wait_until("hook start", WAIT, || {
+        (file_lines(&started).len() == 1).then_some(())
+    })
+    .await;
+
+    agent.sigterm();
+    std::fs::write(&release, "").expect("release");
+    let status = agent.wait_exit().await;
+    assert!(status.success(), "agent exit status {status:?}");
+    let done = flue.finished(&d.id).await;
+    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+    assert_eq!(done.deploy_stdout, "released\n");
+}
+
+#[tokio::test]
+async fn sigterm_past_the_grace_period_interrupts_the_hook_and_reports_it() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let started = flue.path("started");
+    let release = flue.path("never");
+    flue.script_config("block", &blocking_script(&started, &release), &[], &[])
+        .await;
+    let mut agent = Agent::spawn_with(
+        &flue.nats.url(),
+        "s1",
+        &flue.path("agent-s1"),
+        &[],
+        &["--shutdown-grace-secs", "1"],
+    );
+    agent.ready().await;
+    let d = flue.deploy("block", "s1", &[]).await;
+    wait_until("hook start", WAIT, || {
+        (file_lines(&started).len() == 1).then_some(())
+    })
+    .await;
+
+    let status = agent.terminate().await;
+    assert!(status.success(), "agent exit status {status:?}");
+    let done = flue.finished(&d.id).await;
+    assert_eq!(done.status, DeploymentStatus::Failed);
+    let reason = done.status_reason.unwrap_or_default();
+    assert!(reason.contains("interrupted"), "{reason}");
+}
+
+#[tokio::test]
+async fn idle_agent_exits_cleanly_on_sigterm() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let mut agent = flue.agent("s1", &[]).await;
+    let status = agent.terminate().await;
+    assert!(status.success(), "agent exit status {status:?}");
+}
+
+#[tokio::test]
+async fn agent_waits_for_registration_and_never_creates_a_consumer() {
+    let flue = Flue::start().await;
+    let agent = flue.spawn_agent("late");
+    agent.logs().wait_for("consumer", WAIT).await;
+    let js = jetstream::new(flue.nats.client().await);
+    let mut stream = js
+        .get_stream(subject::REQUEST_STREAM)
+        .await
+        .expect("stream");
+    let consumers = stream.info().await.expect("info").state.consumer_count;
+    assert_eq!(
+        consumers, 0,
+        "an unregistered agent must not create its consumer"
+    );
+
+    flue.register("late").await;
+    agent.ready().await;
+    flue.script_config("c", "#!/bin/sh\necho ok\n", &[], &[])
+        .await;
+    let d = flue.deploy("c", "late", &[]).await;
+    assert_eq!(
+        flue.finished(&d.id).await.status,
+        DeploymentStatus::Complete
+    );
+    let consumers = stream.info().await.expect("info").state.consumer_count;
+    assert_eq!(consumers, 1, "only the gateway's consumer exists");
+}

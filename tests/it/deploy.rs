@@ -1,0 +1,176 @@
+//! A deployment's normal life: inputs in, outputs out, failures reported, external hooks.
+
+use flue_proto::{DeploymentStatus, ServerId};
+use flue_tests::{Flue, write_executable};
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn script_hook_gets_inputs_and_returns_outputs() {
+    let flue = Flue::start().await;
+    flue.register("web1").await;
+    let _agent = flue.agent("web1", &[]).await;
+    flue.script_config(
+        "greet",
+        "#!/bin/sh\n\
+         echo \"hello $who from $deploy_server_id\"\n\
+         echo warn >&2\n\
+         printf '%s' \"$who-$deploy_action\" > \"$heat_outputs_path.greeting\"\n",
+        &["who"],
+        &["greeting"],
+    )
+    .await;
+
+    let d = flue.deploy("greet", "web1", &[("who", "world")]).await;
+    assert_eq!(d.status, DeploymentStatus::Queued);
+    let done = flue.finished(&d.id).await;
+
+    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+    assert_eq!(done.outputs.get("greeting"), Some(&json!("world-CREATE")));
+    assert_eq!(done.deploy_stdout, "hello world from web1\n");
+    assert_eq!(done.deploy_stderr, "warn\n");
+    assert_eq!(done.deploy_status_code, Some(0));
+    assert!(done.started_at.is_some() && done.finished_at.is_some());
+
+    let listed = flue
+        .client()
+        .list_server_deployments(&ServerId::new("web1").expect("id"))
+        .await
+        .expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, d.id);
+    assert_eq!(listed[0].status, DeploymentStatus::Complete);
+}
+
+#[tokio::test]
+async fn failing_hook_is_failed_with_its_stderr_and_code() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let _agent = flue.agent("s1", &[]).await;
+    flue.script_config(
+        "bad",
+        "#!/bin/sh\necho partial\necho 'disk full' >&2\nexit 3\n",
+        &[],
+        &[],
+    )
+    .await;
+
+    let d = flue.deploy("bad", "s1", &[]).await;
+    let done = flue.finished(&d.id).await;
+
+    assert_eq!(done.status, DeploymentStatus::Failed);
+    assert_eq!(done.deploy_status_code, Some(3));
+    assert_eq!(done.deploy_stderr, "disk full\n");
+    assert_eq!(done.deploy_stdout, "partial\n");
+    let reason = done.status_reason.expect("a failure has a reason");
+    assert!(reason.contains('3'), "{reason}");
+}
+
+#[tokio::test]
+async fn external_hook_speaks_the_heat_config_protocol() {
+    let flue = Flue::start().await;
+    let hooks = flue.path("hooks");
+    std::fs::create_dir_all(&hooks).expect("hook dir");
+    let item_file = flue.path("item.json");
+    // A hook in the stock heat-agents shape: item JSON on stdin, one JSON object on stdout.
+    write_executable(
+        &hooks.join("echo-item"),
+        &format!(
+            "#!/bin/sh\ncat > '{}'\nprintf '%s' '{{\"deploy_stdout\":\"ext ok\",\"deploy_stderr\":\"\",\"deploy_status_code\":0,\"answer\":\"42\"}}'\n",
+            item_file.display()
+        ),
+    );
+    flue.register("s1").await;
+    let _agent = flue.agent("s1", std::slice::from_ref(&hooks)).await;
+    let spec = serde_json::from_value(json!({
+        "id": "ext", "group": "echo-item", "config": {"k": "v"},
+        "inputs": [{"name": "count", "type": "Number"}],
+        "outputs": [{"name": "answer"}]
+    }))
+    .expect("spec");
+    flue.client().create_config(&spec).await.expect("config");
+
+    let created = flue
+        .client()
+        .create_deployment(
+            &serde_json::from_value(json!({
+                "config_id": "ext", "server_id": "s1", "input_values": {"count": 7},
+                "name": "ext-deploy", "stack_id": "st1", "resource_name": "res1"
+            }))
+            .expect("body"),
+        )
+        .await
+        .expect("deploy");
+    let done = flue.finished(&created.id).await;
+    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+    assert_eq!(done.outputs.get("answer"), Some(&json!("42")));
+    assert_eq!(done.deploy_stdout, "ext ok");
+
+    let item: Value =
+        serde_json::from_str(&std::fs::read_to_string(&item_file).expect("item")).expect("json");
+    assert_eq!(item["id"], json!(created.id.as_str()));
+    assert_eq!(item["name"], json!("ext-deploy"));
+    assert_eq!(item["group"], json!("echo-item"));
+    assert!(item["creation_time"].is_string(), "{item}");
+    assert_eq!(
+        item["options"],
+        json!({}),
+        "options must be {{}}, never null"
+    );
+    assert_eq!(item["config"], json!({"k": "v"}));
+    let inputs = item["inputs"].as_array().expect("inputs");
+    let value = |name: &str| {
+        inputs
+            .iter()
+            .find(|i| i["name"] == json!(name))
+            .unwrap_or_else(|| panic!("input {name} missing in {item}"))["value"]
+            .clone()
+    };
+    assert_eq!(value("count"), json!("7"), "scalars are passed as strings");
+    assert_eq!(value("deploy_server_id"), json!("s1"));
+    assert_eq!(value("deploy_action"), json!("CREATE"));
+    assert_eq!(value("deploy_stack_id"), json!("st1"));
+    assert_eq!(value("deploy_resource_name"), json!("res1"));
+    assert_eq!(item["outputs"][0]["name"], json!("answer"));
+}
+
+#[tokio::test]
+async fn hidden_inputs_reach_the_hook_but_never_api_reads_or_logs() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let agent = flue.agent("s1", &[]).await;
+    let seen = flue.path("seen");
+    let spec = serde_json::from_value(json!({
+        "id": "secretive", "group": "script",
+        "config": format!("#!/bin/sh\nprintf '%s' \"$password\" > '{}'\n", seen.display()),
+        "inputs": [{"name": "password", "hidden": true}]
+    }))
+    .expect("spec");
+    flue.client().create_config(&spec).await.expect("config");
+    let secret = "s3cr3t-Zq9";
+
+    let d = flue
+        .deploy("secretive", "s1", &[("password", secret)])
+        .await;
+    assert_eq!(d.input_values.get("password"), Some(&json!("<hidden>")));
+    let done = flue.finished(&d.id).await;
+
+    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+    assert_eq!(std::fs::read_to_string(&seen).expect("hook wrote"), secret);
+    assert_eq!(done.input_values.get("password"), Some(&json!("<hidden>")));
+    let body = reqwest::get(format!("{}/v1/deployments/{}", flue.gateway.url(), d.id))
+        .await
+        .expect("get")
+        .text()
+        .await
+        .expect("body");
+    assert!(!body.contains(secret), "{body}");
+    for line in flue
+        .gateway
+        .logs()
+        .lines()
+        .iter()
+        .chain(agent.logs().lines().iter())
+    {
+        assert!(!line.contains(secret), "secret logged: {line}");
+    }
+}

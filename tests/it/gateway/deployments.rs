@@ -1,0 +1,313 @@
+//! A deployment's life through the gateway, with the test playing the agent's part.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use axum::http::{Method, StatusCode};
+use flue_gateway::store::Store;
+use flue_gateway::{Config, Gateway};
+use flue_proto::{
+    AgentMessage, DeploymentId, DeploymentRequest, DeploymentResult, DeploymentStatus,
+    PROTOCOL_VERSION, ServerId, TenantId, subject,
+};
+use futures_util::StreamExt;
+use serde_json::json;
+use time::OffsetDateTime;
+
+use super::fixture::{Fixture, code, config_and_server};
+
+/// Reads the next request from web1's queue, as the agent would, and acknowledges it.
+async fn pull_request(js: &jetstream::Context) -> (DeploymentRequest, String) {
+    let consumer: jetstream::consumer::PullConsumer = js
+        .get_consumer_from_stream("req-7-default-web1", subject::REQUEST_STREAM)
+        .await
+        .expect("consumer");
+    let mut batch = consumer
+        .fetch()
+        .max_messages(1)
+        .expires(Duration::from_secs(5))
+        .messages()
+        .await
+        .expect("fetch");
+    let msg = batch.next().await.expect("a request").expect("message");
+    msg.ack().await.expect("ack");
+    let msg_id = msg
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Nats-Msg-Id"))
+        .map(|v| v.to_string())
+        .expect("message id");
+    (
+        serde_json::from_slice(&msg.payload).expect("request json"),
+        msg_id,
+    )
+}
+
+async fn answer(js: &jetstream::Context, server: &str, message: &AgentMessage) {
+    let id = message.msg_id(
+        &TenantId::new("default").expect("id"),
+        &ServerId::new(server).expect("id"),
+    );
+    answer_with_id(js, server, message, &id).await;
+}
+
+async fn answer_with_id(
+    js: &jetstream::Context,
+    server: &str,
+    message: &AgentMessage,
+    msg_id: &str,
+) {
+    let subject = subject::response(
+        &TenantId::new("default").expect("id"),
+        &ServerId::new(server).expect("id"),
+    );
+    js.send_publish(
+        subject,
+        jetstream::message::PublishMessage::build()
+            .payload(serde_json::to_vec(message).expect("json").into())
+            .message_id(msg_id),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("ack");
+}
+
+fn finished(id: &str, status: DeploymentStatus) -> AgentMessage {
+    AgentMessage::Finished {
+        v: PROTOCOL_VERSION,
+        deployment_id: DeploymentId::new(id).expect("id"),
+        result: DeploymentResult {
+            status,
+            status_reason: None,
+            outputs: [("result".to_owned(), json!("42"))].into(),
+            deploy_stdout: "hi\n".into(),
+            deploy_stderr: String::new(),
+            deploy_status_code: Some(0),
+            started_at: None,
+            finished_at: OffsetDateTime::now_utc(),
+        },
+    }
+}
+
+#[tokio::test]
+async fn deployment_life_with_redaction_and_long_poll() {
+    let fx = Fixture::start().await;
+    config_and_server(&fx).await;
+    let js = fx.jetstream().await;
+    let body = json!({
+        "id": "d1", "config_id": "c1", "server_id": "web1",
+        "input_values": {"secret": "s3cret"}, "timeout_secs": 600
+    });
+    let (s, created) = fx
+        .call(Method::POST, "/v1/deployments", Some(body.clone()))
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{created}");
+    assert_eq!(created["status"], "QUEUED");
+    assert_eq!(
+        created["input_values"],
+        json!({"foo": "dflt", "secret": "<hidden>"})
+    );
+    let (s, body) = fx.call(Method::POST, "/v1/deployments", Some(body)).await;
+    assert_eq!((s, code(&body)), (StatusCode::CONFLICT, "conflict"));
+
+    let (request, msg_id) = pull_request(&js).await;
+    assert_eq!(msg_id, "default.d1");
+    assert_eq!(
+        request.input_values["secret"],
+        json!("s3cret"),
+        "the agent gets the real value"
+    );
+    assert_eq!(request.config.id.as_str(), "c1");
+    assert_eq!(
+        request.expires_at - request.created_at,
+        time::Duration::seconds(600)
+    );
+
+    // A long poll waiting for a change from QUEUED is woken by the agent's "started".
+    let poll = fx.call(
+        Method::GET,
+        "/v1/deployments/d1?wait_secs=30&after_status=QUEUED",
+        None,
+    );
+    let start = AgentMessage::Started {
+        v: PROTOCOL_VERSION,
+        deployment_id: request.deployment_id.clone(),
+        at: OffsetDateTime::now_utc(),
+    };
+    let ((s, seen), ()) = tokio::join!(poll, answer(&js, "web1", &start));
+    assert_eq!(
+        (s, seen["status"].as_str()),
+        (StatusCode::OK, Some("IN_PROGRESS"))
+    );
+
+    // Answers from another server are ignored; the owner's result is applied once.
+    let (s, _) = fx
+        .call(Method::POST, "/v1/servers", Some(json!({"id": "web2"})))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    // (Its own message id: the response stream de-duplicates ids across all subjects.)
+    let spoof = finished("d1", DeploymentStatus::Failed);
+    answer_with_id(&js, "web2", &spoof, "web2-d1-finished").await;
+    answer(&js, "web1", &finished("d1", DeploymentStatus::Complete)).await;
+    let (s, done) = fx
+        .call(Method::GET, "/v1/deployments/d1?wait_secs=30", None)
+        .await;
+    assert_eq!(
+        (s, done["status"].as_str()),
+        (StatusCode::OK, Some("COMPLETE")),
+        "{done}"
+    );
+    assert_eq!(done["outputs"], json!({"result": "42"}));
+    assert_eq!(done["input_values"]["secret"], "<hidden>");
+    assert!(done["started_at"].is_string() && done["finished_at"].is_string());
+
+    let (s, list) = fx
+        .call(Method::GET, "/v1/servers/web1/deployments", None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(list.as_array().map(Vec::len), Some(1));
+    assert_eq!(list[0]["input_values"]["secret"], "<hidden>");
+    let (_, list) = fx
+        .call(Method::GET, "/v1/servers/web2/deployments", None)
+        .await;
+    assert_eq!(list, json!([]));
+    fx.shutdown().await;
+}
+
+#[tokio::test]
+async fn unanswered_deployments_time_out() {
+    let fx = Fixture::start().await;
+    config_and_server(&fx).await;
+    let body = json!({"id": "slow", "config_id": "c1", "server_id": "web1", "timeout_secs": 1});
+    let (s, _) = fx.call(Method::POST, "/v1/deployments", Some(body)).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let (s, done) = fx
+        .call(Method::GET, "/v1/deployments/slow?wait_secs=20", None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        (done["status"].as_str(), done["status_reason"].as_str()),
+        (Some("FAILED"), Some("timed out"))
+    );
+    // A late answer changes nothing.
+    let js = fx.jetstream().await;
+    answer(&js, "web1", &finished("slow", DeploymentStatus::Complete)).await;
+    let (_, list) = fx
+        .call(Method::GET, "/v1/servers/web1/deployments", None)
+        .await;
+    assert_eq!(list[0]["status"], "FAILED");
+    fx.shutdown().await;
+}
+
+#[tokio::test]
+async fn answers_are_applied_after_a_broker_restart() {
+    let mut fx = Fixture::start().await;
+    config_and_server(&fx).await;
+    let body = json!({"id": "d1", "config_id": "c1", "server_id": "web1"});
+    let (s, _) = fx.call(Method::POST, "/v1/deployments", Some(body)).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+
+    fx.nats.restart().await;
+    let js = fx.jetstream().await;
+    answer(&js, "web1", &finished("d1", DeploymentStatus::Complete)).await;
+    // The gateway's client reconnects by itself; the long poll waits for the answer.
+    let done = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let (s, d) = fx
+                .call(Method::GET, "/v1/deployments/d1?wait_secs=5", None)
+                .await;
+            if s == StatusCode::OK && d["status"] == "COMPLETE" {
+                return d;
+            }
+        }
+    })
+    .await
+    .expect("answer applied after the restart");
+    assert_eq!(done["outputs"]["result"], "42");
+    fx.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_restarted_gateway_recovers_pending_deployments() {
+    let mut fx = Fixture::start().await;
+    config_and_server(&fx).await;
+    let body = json!({"id": "d1", "config_id": "c1", "server_id": "web1", "timeout_secs": 2});
+    let (s, _) = fx.call(Method::POST, "/v1/deployments", Some(body)).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    if let Some(g) = fx.gateway.take() {
+        g.shutdown().await;
+    }
+    let mut config = Config::new(fx.nats.url());
+    config.listen = "127.0.0.1:0".parse().expect("addr");
+    config.timeout_sweep_ms = 50;
+    let gateway = Gateway::start(config).await.expect("second gateway");
+    fx.app = gateway.router();
+    fx.gateway = Some(gateway);
+    let (_, done) = fx
+        .call(Method::GET, "/v1/deployments/d1?wait_secs=20", None)
+        .await;
+    assert_eq!(
+        done["status_reason"], "timed out",
+        "the new gateway watches the old one's timeouts"
+    );
+    fx.shutdown().await;
+}
+
+#[tokio::test]
+async fn requests_never_confirmed_are_published_at_start() {
+    let mut fx = Fixture::start().await;
+    config_and_server(&fx).await;
+    let body = json!({"id": "d1", "config_id": "c1", "server_id": "web1"});
+    let (s, _) = fx.call(Method::POST, "/v1/deployments", Some(body)).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    if let Some(g) = fx.gateway.take() {
+        g.shutdown().await;
+    }
+
+    // What a gateway leaves behind when it dies between recording and publishing.
+    let js = fx.jetstream().await;
+    let store = Store::open(&js).await.expect("store");
+    let tenant = TenantId::new("default").expect("id");
+    let mut record = store
+        .deployment(&tenant, &DeploymentId::new("d1").expect("id"))
+        .await
+        .expect("read")
+        .expect("d1 recorded");
+    assert!(record.request_published);
+    record.deployment.id = DeploymentId::new("d2").expect("id");
+    record.request_published = false;
+    assert!(store.create_deployment(&record).await.expect("create d2"));
+
+    let mut config = Config::new(fx.nats.url());
+    config.listen = "127.0.0.1:0".parse().expect("addr");
+    let gateway = Gateway::start(config).await.expect("second gateway");
+    fx.app = gateway.router();
+    let d2 = record.deployment.id.clone();
+    let republished = store
+        .deployment(&tenant, &d2)
+        .await
+        .expect("read")
+        .expect("d2");
+    assert!(
+        republished.request_published,
+        "marked published by recovery"
+    );
+    let (first, _) = pull_request(&js).await;
+    let (second, msg_id) = pull_request(&js).await;
+    assert_eq!(
+        (first.deployment_id.as_str(), second.deployment_id.as_str()),
+        ("d1", "d2")
+    );
+    assert_eq!(msg_id, "default.d2");
+    let (s, list) = fx
+        .call(Method::GET, "/v1/servers/web1/deployments", None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        list.as_array().map(Vec::len),
+        Some(2),
+        "recovery indexed d2: {list}"
+    );
+    gateway.shutdown().await;
+}

@@ -1,0 +1,119 @@
+//! A nats-server with a gateway on it, and helpers to call the API in-process.
+
+use async_nats::jetstream;
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use flue_gateway::{Config, Gateway};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use flue_tests::Nats;
+
+/// A nats-server and a gateway on it; the gateway stops before the server.
+pub struct Fixture {
+    pub gateway: Option<Gateway>,
+    pub app: Router,
+    pub nats: Nats,
+}
+
+impl Fixture {
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> Self {
+        let nats = Nats::start().await;
+        let mut config = Config::new(nats.url());
+        config.listen = "127.0.0.1:0".parse().expect("addr");
+        config.timeout_sweep_ms = 50;
+        tweak(&mut config);
+        let gateway = Gateway::start(config).await.expect("gateway starts");
+        let app = gateway.router();
+        Self {
+            gateway: Some(gateway),
+            app,
+            nats,
+        }
+    }
+
+    pub async fn call(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = Request::builder().method(method).uri(uri);
+        let body = match body {
+            Some(v) => {
+                req = req.header(header::CONTENT_TYPE, "application/json");
+                Body::from(serde_json::to_vec(&v).expect("json"))
+            }
+            None => Body::empty(),
+        };
+        self.send(req.body(body).expect("request")).await
+    }
+
+    pub async fn send(&self, req: Request<Body>) -> (StatusCode, Value) {
+        let resp = self.app.clone().oneshot(req).await.expect("infallible");
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| json!(String::from_utf8_lossy(&bytes)));
+        (status, value)
+    }
+
+    pub async fn post_raw(
+        &self,
+        uri: &str,
+        content_type: Option<&str>,
+        body: impl Into<Body>,
+    ) -> (StatusCode, Value) {
+        let mut req = Request::builder().method(Method::POST).uri(uri);
+        if let Some(ct) = content_type {
+            req = req.header(header::CONTENT_TYPE, ct);
+        }
+        self.send(req.body(body.into()).expect("request")).await
+    }
+
+    pub async fn jetstream(&self) -> jetstream::Context {
+        jetstream::new(async_nats::connect(self.nats.url()).await.expect("connect"))
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(g) = self.gateway.take() {
+            g.shutdown().await;
+        }
+    }
+}
+
+pub fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or_default()
+}
+
+pub fn message(body: &Value) -> &str {
+    body["error"]["message"].as_str().unwrap_or_default()
+}
+
+pub fn script_config(id: &str) -> Value {
+    json!({
+        "id": id,
+        "group": "script",
+        "config": "#!/bin/sh\necho hi",
+        "inputs": [{"name": "foo", "default": "dflt"}, {"name": "secret", "hidden": true}],
+        "outputs": [{"name": "result"}]
+    })
+}
+
+pub async fn config_and_server(fx: &Fixture) {
+    let (s, _) = fx
+        .call(Method::POST, "/v1/configs", Some(script_config("c1")))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let (s, _) = fx
+        .call(Method::POST, "/v1/servers", Some(json!({"id": "web1"})))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+}
