@@ -18,7 +18,13 @@ use crate::hook::TRUNCATED_MARKER;
 /// that the request stays unacked and its redelivery is answered from the ledger.
 pub const PUBLISH_WINDOW_AFTER_SHUTDOWN: Duration = Duration::from_secs(5);
 /// How many times an ack is sent before giving up on its confirmation.
-pub const ACK_ATTEMPTS: u32 = 5;
+///
+/// Few, and each bounded by [`ACK_CONFIRM_TIMEOUT`]: a broker that restarted may no longer
+/// know the delivery and then never answers the ack, and waiting longer only delays the
+/// next deployment; the redelivery is answered from the ledger anyway.
+pub const ACK_ATTEMPTS: u32 = 2;
+/// How long one ack waits for the broker's confirmation.
+pub const ACK_CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
 /// Room left in a message for headers and framing.
 const HEADROOM: usize = 4096;
 /// Used when the broker has not told its limit (NATS's default).
@@ -88,9 +94,10 @@ impl Responder {
 /// the ledger.
 pub async fn ack(msg: &jetstream::Message, shutdown: &CancellationToken) {
     for attempt in 0..ACK_ATTEMPTS {
-        match msg.double_ack().await {
-            Ok(()) => return,
-            Err(e) => warn!(error = %e, attempt, "acking the request failed"),
+        match tokio::time::timeout(ACK_CONFIRM_TIMEOUT, msg.double_ack()).await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => warn!(error = %e, attempt, "acking the request failed"),
+            Err(_) => warn!(attempt, "ack not confirmed in time"),
         }
         if shutdown.is_cancelled() {
             break;

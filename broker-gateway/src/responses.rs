@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_nats::jetstream::{AckKind, Message};
 use flue_proto::{AgentMessage, ServerId, TenantId};
 use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -21,6 +22,8 @@ use crate::service::Service;
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest pause between two attempts to get the consumer back.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Agent messages applied concurrently by one gateway.
+const MAX_IN_FLIGHT: usize = 64;
 /// Delay before a message whose effect could not be stored is offered again.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
 
@@ -44,7 +47,11 @@ pub async fn consume(service: Service, cancel: CancellationToken) {
     }
 }
 
-/// Pulls the consumer until its message stream fails or ends.
+/// Pulls the consumer until its message stream fails or ends, applying up to
+/// [`MAX_IN_FLIGHT`] messages at once.
+///
+/// Order does not matter for correctness: every transition is a compare-and-set, a
+/// terminal status never changes, and `started` after `finished` changes nothing.
 async fn consume_until_error(service: &Service) -> Result<(), String> {
     let consumer = service
         .broker
@@ -53,10 +60,22 @@ async fn consume_until_error(service: &Service) -> Result<(), String> {
         .map_err(|e| chain(&e))?;
     let mut messages = consumer.messages().await.map_err(|e| chain(&e))?;
     debug!("response consumer pulling");
-    while let Some(message) = messages.next().await {
-        let message = message.map_err(|e| chain(&e))?;
-        handle(service, &message).await;
+    let mut in_flight = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+            next = messages.next(), if in_flight.len() < MAX_IN_FLIGHT => match next {
+                Some(Ok(message)) => in_flight.push(handle(service, message)),
+                Some(Err(e)) => {
+                    // Finish what was started; unacked messages are redelivered anyway.
+                    while in_flight.next().await.is_some() {}
+                    return Err(chain(&e));
+                }
+                None => break,
+            },
+        }
     }
+    while in_flight.next().await.is_some() {}
     Ok(())
 }
 
@@ -75,7 +94,8 @@ pub fn parse_subject(subject: &str) -> Option<(TenantId, ServerId)> {
     Some((TenantId::new(tenant).ok()?, ServerId::new(server).ok()?))
 }
 
-async fn handle(service: &Service, message: &Message) {
+async fn handle(service: &Service, message: Message) {
+    let message = &message;
     let subject = message.subject.as_str();
     let Some((tenant, server)) = parse_subject(subject) else {
         warn!(subject, "agent message on an unexpected subject; dropped");

@@ -4,9 +4,35 @@
 use std::time::Duration;
 
 use async_nats::jetstream;
-use flue_proto::{AgentMessage, DeploymentStatus, subject};
+use flue_proto::{AgentMessage, DeploymentId, DeploymentResult, DeploymentStatus, subject};
 use flue_tests::{Agent, Flue, WAIT, file_lines, wait_until};
 use futures_util::StreamExt;
+
+/// Waits for the agent's `finished` answer for `id` on a core subscription to its
+/// response subject.
+async fn next_finished(
+    answers: &mut async_nats::Subscriber,
+    id: &DeploymentId,
+    what: &str,
+) -> DeploymentResult {
+    let wait = async {
+        loop {
+            let m = answers.next().await.expect("subscription open");
+            if let Ok(AgentMessage::Finished {
+                deployment_id,
+                result,
+                ..
+            }) = serde_json::from_slice::<AgentMessage>(&m.payload)
+                && deployment_id == *id
+            {
+                return result;
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, wait)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
 
 /// A script that appends `<tag>` to `counter`, so a test can count hook runs.
 fn counting_script(counter: &std::path::Path) -> String {
@@ -167,22 +193,7 @@ async fn redelivered_request_is_answered_from_the_ledger_not_rerun() {
         .await
         .expect("ack");
 
-    let answer = tokio::time::timeout(WAIT, async {
-        loop {
-            let m = answers.next().await.expect("subscription open");
-            if let Ok(AgentMessage::Finished {
-                deployment_id,
-                result,
-                ..
-            }) = serde_json::from_slice::<AgentMessage>(&m.payload)
-                && deployment_id == d.id
-            {
-                return result;
-            }
-        }
-    })
-    .await
-    .expect("the agent answers the redelivery");
+    let answer = next_finished(&mut answers, &d.id, "the agent answers the redelivery").await;
 
     assert_eq!(answer.status, DeploymentStatus::Complete);
     assert_eq!(answer.outputs, first.outputs);
@@ -215,22 +226,7 @@ async fn unanswered_deployment_times_out_and_is_never_run_later() {
         .await
         .expect("subscribe");
     let _agent = flue.agent("s1", &[]).await;
-    let answer = tokio::time::timeout(WAIT, async {
-        loop {
-            let m = answers.next().await.expect("subscription open");
-            if let Ok(AgentMessage::Finished {
-                deployment_id,
-                result,
-                ..
-            }) = serde_json::from_slice::<AgentMessage>(&m.payload)
-                && deployment_id == d.id
-            {
-                return result;
-            }
-        }
-    })
-    .await
-    .expect("the agent answers the expired request");
+    let answer = next_finished(&mut answers, &d.id, "the agent answers the expired request").await;
     assert_eq!(answer.status, DeploymentStatus::Failed);
     assert!(
         file_lines(&counter).is_empty(),

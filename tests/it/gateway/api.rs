@@ -184,7 +184,7 @@ async fn registration_is_idempotent_and_creates_the_consumer() {
     let info = consumer.info().await.expect("info");
     assert_eq!(info.config.filter_subject, "flue.default.req.web1");
     assert_eq!(info.config.max_ack_pending, 1);
-    assert_eq!(info.config.ack_wait, Duration::from_secs(30));
+    assert_eq!(info.config.ack_wait, Duration::from_secs(10));
 
     let (s, list) = fx.call(Method::GET, "/v1/servers", None).await;
     assert_eq!((s, list), (StatusCode::OK, json!([first["server"]])));
