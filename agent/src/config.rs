@@ -13,6 +13,10 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/flue-agent";
 pub const DEFAULT_HOOK_DIR: &str = "/var/lib/heat-config/hooks";
 /// Default time a running hook may keep going after SIGTERM/SIGINT.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// Default number of days a finished deployment stays in the ledger.
+pub const DEFAULT_LEDGER_RETENTION_DAYS: u64 = 30;
+/// Seconds in one day of ledger retention.
+const DAY_SECS: u64 = 24 * 3600;
 
 /// Everything [`crate::run`] needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +33,14 @@ pub struct Config {
     pub hook_dirs: Vec<PathBuf>,
     /// How long a running hook may finish after shutdown is requested before it is killed.
     pub shutdown_grace: Duration,
+    /// How long a `done` ledger entry is kept after its hook finished; never zero.
+    ///
+    /// Pruning is safe because the gateway keeps a request in the `FLUE_REQ` stream for at
+    /// most its `--stream-max-age-secs` (default 7 days), so a request cannot be redelivered
+    /// after that, and a `done` entry older than the retention can no longer matter. It should
+    /// therefore be at least the gateway's stream max age. `started` entries are never pruned:
+    /// they mean a hook may have been interrupted, which must be reported.
+    pub ledger_retention: Duration,
 }
 
 impl Config {
@@ -41,6 +53,7 @@ impl Config {
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
             hook_dirs: vec![PathBuf::from(DEFAULT_HOOK_DIR)],
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            ledger_retention: retention_from_days(DEFAULT_LEDGER_RETENTION_DAYS),
         }
     }
 
@@ -96,6 +109,16 @@ pub struct RunArgs {
     /// Seconds a running hook may finish after SIGTERM/SIGINT before it is killed.
     #[arg(long, env = "FLUE_SHUTDOWN_GRACE_SECS", default_value_t = DEFAULT_SHUTDOWN_GRACE.as_secs())]
     pub shutdown_grace_secs: u64,
+    /// Days a finished deployment stays in the ledger (at least 1); keep it at least the
+    /// gateway's --stream-max-age-secs, the longest a request can be redelivered.
+    #[arg(long, env = "FLUE_LEDGER_RETENTION_DAYS", default_value_t = DEFAULT_LEDGER_RETENTION_DAYS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub ledger_retention_days: u64,
+}
+
+/// `days` as a duration, saturating rather than overflowing for absurd values.
+fn retention_from_days(days: u64) -> Duration {
+    Duration::from_secs(days.saturating_mul(DAY_SECS))
 }
 
 impl From<RunArgs> for Config {
@@ -112,6 +135,7 @@ impl From<RunArgs> for Config {
                 .filter(|d| !d.as_os_str().is_empty())
                 .collect(),
             shutdown_grace: Duration::from_secs(a.shutdown_grace_secs),
+            ledger_retention: retention_from_days(a.ledger_retention_days),
         }
     }
 }
@@ -168,5 +192,18 @@ mod tests {
         let err =
             parse(&["--server-id", "s", "--shutdown-grace-secs", "x"]).expect_err("not a number");
         assert!(err.to_string().contains("--shutdown-grace-secs"), "{err}");
+        for bad in ["0", "-1", "x"] {
+            let flag = format!("--ledger-retention-days={bad}");
+            let err = parse(&["--server-id", "s", &flag]).expect_err("not a positive number");
+            assert!(err.to_string().contains("--ledger-retention-days"), "{err}");
+        }
+    }
+
+    #[test]
+    fn ledger_retention_is_given_in_days() {
+        let c = parse(&["--server-id", "s"]).expect("parses");
+        assert_eq!(c.ledger_retention, Duration::from_secs(30 * 24 * 3600));
+        let c = parse(&["--server-id", "s", "--ledger-retention-days", "1"]).expect("parses");
+        assert_eq!(c.ledger_retention, Duration::from_secs(24 * 3600));
     }
 }

@@ -4,6 +4,18 @@
 //! `{"state":"started","at":…}` (written and flushed *before* a hook runs) or
 //! `{"state":"done","result":…}` (written and flushed *before* the answer is published).
 //! A redelivered request is therefore answered from the ledger and never runs twice.
+//!
+//! # Retention
+//!
+//! [`Ledger::prune_done_before`] removes `done` entries that finished before a cutoff, so the
+//! ledger stays bounded instead of growing by one entry per deployment forever. This is safe
+//! because the gateway keeps a request in the `FLUE_REQ` stream for at most its
+//! `--stream-max-age-secs` (default 7 days): a request cannot be redelivered after that, and
+//! it was published before its hook finished, so once a `done` entry is older than the
+//! retention (`--ledger-retention-days`, default 30, meant to be at least the stream's max
+//! age) no redelivery can ever look it up again. `started` entries are never pruned: they mean a
+//! hook may have been interrupted, which must still be reported if the request comes back.
+//! Neither are entries that cannot be decoded, since [`Ledger::get`] treats them as `started`.
 
 use std::path::{Path, PathBuf};
 
@@ -50,6 +62,14 @@ pub enum LedgerError {
         op: &'static str,
         /// The deployment concerned.
         id: DeploymentId,
+        /// What sled said.
+        source: sled::Error,
+    },
+    /// Scanning or flushing the ledger while pruning failed.
+    #[error("ledger {op} failed while pruning")]
+    Prune {
+        /// `scan`, `remove` or `flush`.
+        op: &'static str,
         /// What sled said.
         source: sled::Error,
     },
@@ -122,6 +142,33 @@ impl Ledger {
             result: result.clone(),
         };
         self.put(id, &entry).await
+    }
+
+    /// Removes every `done` entry whose result finished before `cutoff` and returns how many
+    /// were removed, after flushing. `started` and unreadable entries are always kept (see
+    /// the module docs for why this is safe).
+    pub async fn prune_done_before(&self, cutoff: OffsetDateTime) -> Result<usize, LedgerError> {
+        let err = |op| move |source| LedgerError::Prune { op, source };
+        let mut pruned = 0;
+        for item in self.db.iter() {
+            let (key, value) = item.map_err(err("scan"))?;
+            let Ok(Entry::Done { result }) = serde_json::from_slice::<Entry>(&value) else {
+                continue;
+            };
+            if result.finished_at >= cutoff {
+                continue;
+            }
+            // Remove only the value just read: an entry rewritten meanwhile is left alone.
+            let swapped = self
+                .db
+                .compare_and_swap(&key, Some(&value), None::<&[u8]>)
+                .map_err(err("remove"))?;
+            if swapped.is_ok() {
+                pruned += 1;
+            }
+        }
+        self.db.flush_async().await.map_err(err("flush"))?;
+        Ok(pruned)
     }
 
     async fn put(&self, id: &DeploymentId, entry: &Entry) -> Result<(), LedgerError> {
@@ -204,6 +251,98 @@ mod tests {
             text.starts_with(r#"{"state":"done","result":{"status":"COMPLETE""#),
             "{text}"
         );
+    }
+
+    /// The cutoff the pruning tests use, and times just before and just after it.
+    const CUTOFF: OffsetDateTime =
+        OffsetDateTime::UNIX_EPOCH.saturating_add(time::Duration::days(30));
+    const BEFORE: OffsetDateTime = CUTOFF.saturating_sub(time::Duration::SECOND);
+    const AFTER: OffsetDateTime = CUTOFF.saturating_add(time::Duration::SECOND);
+
+    async fn record_done_at(ledger: &Ledger, name: &str, at: OffsetDateTime) {
+        let result = DeploymentResult {
+            finished_at: at,
+            ..result()
+        };
+        ledger.record_done(&id(name), &result).await.expect("done");
+    }
+
+    #[tokio::test]
+    async fn old_done_entries_are_pruned_durably_and_counted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ledger");
+        {
+            let ledger = Ledger::open(&path).expect("open");
+            for name in ["d1", "d2", "d3"] {
+                record_done_at(&ledger, name, BEFORE).await;
+            }
+            assert_eq!(ledger.prune_done_before(CUTOFF).await.expect("prune"), 3);
+            assert_eq!(ledger.prune_done_before(CUTOFF).await.expect("prune"), 0);
+        }
+        // Reopened: the removal was flushed.
+        let ledger = Ledger::open(&path).expect("reopen");
+        for name in ["d1", "d2", "d3"] {
+            assert_eq!(ledger.get(&id(name)).expect("get"), None, "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn recent_done_entries_are_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
+        record_done_at(&ledger, "old", BEFORE).await;
+        record_done_at(&ledger, "at_cutoff", CUTOFF).await;
+        record_done_at(&ledger, "recent", AFTER).await;
+        assert_eq!(ledger.prune_done_before(CUTOFF).await.expect("prune"), 1);
+        assert_eq!(ledger.get(&id("old")).expect("get"), None);
+        for (name, at) in [("at_cutoff", CUTOFF), ("recent", AFTER)] {
+            let Some(Entry::Done { result }) = ledger.get(&id(name)).expect("get") else {
+                panic!("{name} was not kept as done");
+            };
+            assert_eq!(result.finished_at, at, "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn started_and_unreadable_entries_are_kept_however_old() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
+        let long_ago = OffsetDateTime::UNIX_EPOCH;
+        ledger
+            .record_started(&id("s_old"), long_ago)
+            .await
+            .expect("started");
+        ledger
+            .record_started(&id("s_recent"), AFTER)
+            .await
+            .expect("started");
+        ledger
+            .db
+            .insert("unreadable", b"not json".as_slice())
+            .expect("insert");
+        record_done_at(&ledger, "done_old", BEFORE).await;
+        assert_eq!(ledger.prune_done_before(CUTOFF).await.expect("prune"), 1);
+        assert_eq!(
+            ledger.get(&id("s_old")).expect("get"),
+            Some(Entry::Started { at: Some(long_ago) })
+        );
+        assert_eq!(
+            ledger.get(&id("s_recent")).expect("get"),
+            Some(Entry::Started { at: Some(AFTER) })
+        );
+        assert_eq!(
+            ledger.get(&id("unreadable")).expect("get"),
+            Some(Entry::Started { at: None })
+        );
+        assert_eq!(ledger.get(&id("done_old")).expect("get"), None);
+    }
+
+    #[tokio::test]
+    async fn pruning_an_empty_ledger_removes_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
+        let now = OffsetDateTime::now_utc();
+        assert_eq!(ledger.prune_done_before(now).await.expect("prune"), 0);
     }
 
     #[tokio::test]

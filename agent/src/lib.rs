@@ -22,6 +22,11 @@
 //!
 //! A hook still running at `expires_at` is killed and reported FAILED `timed out`.
 //!
+//! The ledger is pruned at start and hourly: `done` entries whose hook finished more than
+//! `--ledger-retention-days` (default 30) ago are removed, since the gateway's streams keep a
+//! request for at most `--stream-max-age-secs` (default 7 days) and it cannot be redelivered
+//! later. `started` entries are never removed.
+//!
 //! # Hooks
 //!
 //! The heat-config hook protocol: the executable `<hook-dir>/<group>` (first match over the

@@ -1,8 +1,11 @@
-//! The pull loop: one request at a time, in queue order, surviving broker restarts.
+//! The pull loop: one request at a time, in queue order, surviving broker restarts, and
+//! pruning the ledger at start and then hourly between requests.
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use time::OffsetDateTime;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -16,6 +19,9 @@ use crate::ledger::Ledger;
 
 /// How long one pull request waits at the broker for a message before it is renewed.
 pub const PULL_EXPIRES: Duration = Duration::from_secs(30);
+
+/// How often the ledger is pruned while the agent runs, besides once at start.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Everything the loop and the request handler share.
 #[derive(Debug)]
@@ -37,8 +43,14 @@ pub struct Agent {
 /// Each pull asks for one message and is dropped (its inbox unsubscribed) before the
 /// message is handled, so nothing else is ever delivered to the agent while it works and
 /// nothing is left in flight when it stops.
+///
+/// The ledger is pruned before the first pull and then every [`PRUNE_EVERY`], between two
+/// requests: never while one is handled, and with no task of its own. An idle agent prunes
+/// at most [`PULL_EXPIRES`] late; one running a long hook prunes when the hook is done.
 pub async fn run(agent: &Agent) -> Result<(), Error> {
     let shutdown = &agent.shutdown;
+    prune_ledger(agent).await?;
+    let mut next_prune = Instant::now() + PRUNE_EVERY;
     let mut connects = agent.broker.connects.clone();
     let mut backoff = Backoff::default();
     'lookup: loop {
@@ -55,6 +67,10 @@ pub async fn run(agent: &Agent) -> Result<(), Error> {
         );
         // Shutdown is checked first everywhere: once it is requested, no new request starts.
         while !shutdown.is_cancelled() {
+            if Instant::now() >= next_prune {
+                prune_ledger(agent).await?;
+                next_prune = Instant::now() + PRUNE_EVERY;
+            }
             connects.borrow_and_update();
             let pull = consumer
                 .batch()
@@ -103,4 +119,28 @@ pub async fn run(agent: &Agent) -> Result<(), Error> {
         }
         return Ok(());
     }
+}
+
+/// Removes the ledger's `done` entries that finished more than the configured retention ago
+/// (see [`Config::ledger_retention`] for why that is safe); `started` entries always stay.
+pub async fn prune_ledger(agent: &Agent) -> Result<(), Error> {
+    let retention = agent.config.ledger_retention;
+    // A retention reaching back past what `OffsetDateTime` can hold leaves nothing to prune.
+    let Some(cutoff) = time::Duration::try_from(retention)
+        .ok()
+        .and_then(|r| OffsetDateTime::now_utc().checked_sub(r))
+    else {
+        return Ok(());
+    };
+    let pruned = agent.ledger.prune_done_before(cutoff).await?;
+    if pruned > 0 {
+        info!(
+            pruned,
+            retention_days = retention.as_secs() / (24 * 3600),
+            "pruned finished deployments from the ledger"
+        );
+    } else {
+        debug!("nothing to prune in the ledger");
+    }
+    Ok(())
 }

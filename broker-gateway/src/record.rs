@@ -46,6 +46,17 @@ pub fn redact(values: &mut BTreeMap<String, serde_json::Value>, hidden: &[String
     }
 }
 
+/// The config as the API shows it: the declared default of every hidden input is a
+/// secret too, so it reads as [`HIDDEN`].
+pub fn redacted_config(mut config: Config) -> Config {
+    for input in config.inputs.iter_mut().filter(|i| i.hidden) {
+        if input.default.is_some() {
+            input.default = Some(serde_json::Value::String(HIDDEN.to_owned()));
+        }
+    }
+    config
+}
+
 /// The input values a deployment runs with: the given ones plus every declared default.
 pub fn with_defaults(
     config: &Config,

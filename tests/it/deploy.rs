@@ -139,14 +139,19 @@ async fn hidden_inputs_reach_the_hook_but_never_api_reads_or_logs() {
     flue.register("s1").await;
     let agent = flue.agent("s1", &[]).await;
     let seen = flue.path("seen");
+    let secret = "s3cr3t-Zq9";
+    let hidden_default = "dflt-T0ken-77";
     let spec = serde_json::from_value(json!({
         "id": "secretive", "group": "script",
-        "config": format!("#!/bin/sh\nprintf '%s' \"$password\" > '{}'\n", seen.display()),
-        "inputs": [{"name": "password", "hidden": true}]
+        "config": format!("#!/bin/sh\nprintf '%s %s' \"$password\" \"$token\" > '{}'\n", seen.display()),
+        "inputs": [
+            {"name": "password", "hidden": true},
+            {"name": "token", "hidden": true, "default": hidden_default}
+        ]
     }))
     .expect("spec");
-    flue.client().create_config(&spec).await.expect("config");
-    let secret = "s3cr3t-Zq9";
+    let created = flue.client().create_config(&spec).await.expect("config");
+    assert_eq!(created.inputs[1].default, Some(json!("<hidden>")));
 
     let d = flue
         .deploy("secretive", "s1", &[("password", secret)])
@@ -155,15 +160,30 @@ async fn hidden_inputs_reach_the_hook_but_never_api_reads_or_logs() {
     let done = flue.finished(&d.id).await;
 
     assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
-    assert_eq!(std::fs::read_to_string(&seen).expect("hook wrote"), secret);
+    assert_eq!(
+        std::fs::read_to_string(&seen).expect("hook wrote"),
+        format!("{secret} {hidden_default}"),
+        "the hook gets the real values"
+    );
     assert_eq!(done.input_values.get("password"), Some(&json!("<hidden>")));
-    let body = reqwest::get(format!("{}/v1/deployments/{}", flue.gateway.url(), d.id))
-        .await
-        .expect("get")
-        .text()
-        .await
-        .expect("body");
-    assert!(!body.contains(secret), "{body}");
+    assert_eq!(done.input_values.get("token"), Some(&json!("<hidden>")));
+    let base = flue.gateway.url();
+    for path in [
+        format!("/v1/deployments/{}", d.id),
+        "/v1/servers/s1/deployments".to_owned(),
+        "/v1/configs/secretive".to_owned(),
+    ] {
+        let body = reqwest::get(format!("{base}{path}"))
+            .await
+            .expect("get")
+            .text()
+            .await
+            .expect("body");
+        assert!(
+            !body.contains(secret) && !body.contains(hidden_default),
+            "{path}: {body}"
+        );
+    }
     for line in flue
         .gateway
         .logs()
@@ -171,6 +191,38 @@ async fn hidden_inputs_reach_the_hook_but_never_api_reads_or_logs() {
         .iter()
         .chain(agent.logs().lines().iter())
     {
-        assert!(!line.contains(secret), "secret logged: {line}");
+        assert!(
+            !line.contains(secret) && !line.contains(hidden_default),
+            "secret logged: {line}"
+        );
     }
+}
+
+#[tokio::test]
+async fn example_python_hook_in_the_stock_heat_agents_shape_runs() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let hooks = flue_tests::repo_root().join("examples/hooks");
+    let _agent = flue.agent("s1", &[hooks]).await;
+    let spec = serde_json::from_value(json!({
+        "id": "facts", "group": "json-echo",
+        "config": {"tier": "web", "replicas": 2},
+        "inputs": [{"name": "url"}],
+        "outputs": [{"name": "tier"}, {"name": "replicas"}, {"name": "url"}]
+    }))
+    .expect("spec");
+    flue.client().create_config(&spec).await.expect("config");
+
+    let d = flue.deploy("facts", "s1", &[("url", "http://x/")]).await;
+    let done = flue.finished(&d.id).await;
+
+    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+    assert_eq!(done.deploy_status_code, Some(0));
+    assert_eq!(done.outputs.get("tier"), Some(&json!("web")));
+    assert_eq!(done.outputs.get("url"), Some(&json!("http://x/")));
+    assert!(
+        done.deploy_stdout.contains("json-echo"),
+        "{}",
+        done.deploy_stdout
+    );
 }

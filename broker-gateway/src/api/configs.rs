@@ -9,6 +9,7 @@ use tracing::info;
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId};
+use crate::record::redacted_config;
 use crate::service::Service;
 
 /// `POST /v1/configs`: 201 with the new config; 200 with the stored one when the same
@@ -24,9 +25,11 @@ pub async fn create(
     match service.store.create_config(tenant, &config).await? {
         None => {
             info!(config.id = %config.id, group = %config.group, "config created");
-            Ok((StatusCode::CREATED, Json(config)))
+            Ok((StatusCode::CREATED, Json(redacted_config(config))))
         }
-        Some(stored) if same_body(&stored, &config) => Ok((StatusCode::OK, Json(stored))),
+        Some(stored) if same_body(&stored, &config) => {
+            Ok((StatusCode::OK, Json(redacted_config(stored))))
+        }
         Some(_) => Err(ApiError::Conflict(format!(
             "config {:?} already exists with a different body",
             config.id.as_str()
@@ -50,6 +53,6 @@ pub async fn get(
         .store
         .config(&service.config.tenant, &id)
         .await?
-        .map(Json)
+        .map(|c| Json(redacted_config(c)))
         .ok_or_else(|| ApiError::NotFound(format!("config {:?} not found", id.as_str())))
 }
