@@ -14,7 +14,7 @@ use crate::answer;
 use crate::error::Error;
 use crate::hook::{self, Outcome};
 use crate::item::HookItem;
-use crate::ledger::Entry;
+use crate::ledger::{Entry, LedgerKey};
 use crate::process::StopReason;
 use crate::worker::Agent;
 
@@ -51,13 +51,14 @@ async fn unreadable(agent: &Agent, msg: &jetstream::Message, error: &str) -> Res
     };
     let id = env.deployment_id;
     let span = info_span!("deployment", deployment.id = %id);
+    let key = LedgerKey::of_unreadable(&agent.config.tenant, &agent.config.server_id, &id);
     async {
-        let result = match agent.ledger.get(&id)? {
+        let result = match agent.ledger.get(&key)? {
             Some(Entry::Done { result }) => result,
             _ => {
                 let reason = format!("unreadable request (protocol version {}): {error}", env.v);
                 warn!(reason = %reason, "refusing the request");
-                record(agent, &id, failed(&reason, None)).await?
+                record(agent, &key, failed(&reason, None)).await?
             }
         };
         answer_and_ack(agent, msg, &id, result).await;
@@ -72,8 +73,10 @@ async fn handle_request(
     msg: &jetstream::Message,
     req: &DeploymentRequest,
 ) -> Result<(), Error> {
-    let id = &req.deployment_id;
-    let result = match agent.ledger.get(id)? {
+    // Keyed by the whole request identity, not the id alone: an id can come back for a new
+    // request once the broker has lost its state, and that one must run.
+    let key = LedgerKey::of_request(req);
+    let result = match agent.ledger.get(&key)? {
         Some(Entry::Done { result }) => {
             info!("already finished, answering from the ledger");
             result
@@ -82,17 +85,17 @@ async fn handle_request(
             warn!(
                 "found started but never finished (agent stopped mid-hook), reporting it interrupted"
             );
-            record(agent, &req.deployment_id, failed("interrupted", at)).await?
+            record(agent, &key, failed("interrupted", at)).await?
         }
         None => match refusal(agent, req) {
             Some(reason) => {
                 warn!(reason = %reason, "refusing the request");
-                record(agent, &req.deployment_id, failed(&reason, None)).await?
+                record(agent, &key, failed(&reason, None)).await?
             }
-            None => apply(agent, msg, req).await?,
+            None => apply(agent, msg, req, &key).await?,
         },
     };
-    answer_and_ack(agent, msg, id, result).await;
+    answer_and_ack(agent, msg, &req.deployment_id, result).await;
     Ok(())
 }
 
@@ -143,38 +146,37 @@ fn failed(reason: &str, started_at: Option<OffsetDateTime>) -> DeploymentResult 
     Outcome::failed(reason).into_result(&[], started_at, OffsetDateTime::now_utc())
 }
 
-/// Makes `result` fit in one message, then records it durably; returns what was recorded.
+/// Makes `result` fit in one message, then records it durably for the request `key`;
+/// returns what was recorded.
 async fn record(
     agent: &Agent,
-    id: &DeploymentId,
+    key: &LedgerKey,
     result: DeploymentResult,
 ) -> Result<DeploymentResult, Error> {
     let budget = answer::result_budget(&agent.broker.client);
-    let result = answer::fit(id, result, budget);
-    agent.ledger.record_done(id, &result).await?;
+    let result = answer::fit(key.deployment_id(), result, budget);
+    agent.ledger.record_done(key, &result).await?;
     Ok(result)
 }
 
-/// Records `started`, announces it, runs the hook and records the result.
+/// Records `started` for the request `key`, announces it, runs the hook and records the result.
 async fn apply(
     agent: &Agent,
     msg: &jetstream::Message,
     req: &DeploymentRequest,
+    key: &LedgerKey,
 ) -> Result<DeploymentResult, Error> {
     let item = HookItem::from_request(req);
     let hook = match hook::find(&agent.config.hook_dirs, &item.group) {
         Ok(hook) => hook,
         Err(reason) => {
             warn!(group = %item.group, reason = %reason, "no hook");
-            return record(agent, &req.deployment_id, failed(&reason, None)).await;
+            return record(agent, key, failed(&reason, None)).await;
         }
     };
 
     let started_at = OffsetDateTime::now_utc();
-    agent
-        .ledger
-        .record_started(&req.deployment_id, started_at)
-        .await?;
+    agent.ledger.record_started(key, started_at).await?;
     let started = AgentMessage::Started {
         v: PROTOCOL_VERSION,
         deployment_id: req.deployment_id.clone(),
@@ -197,7 +199,7 @@ async fn apply(
         code = ?result.deploy_status_code,
         "hook finished"
     );
-    record(agent, &req.deployment_id, result).await
+    record(agent, key, result).await
 }
 
 /// Runs the hook, touching the request every [`PROGRESS_INTERVAL`], and stops it at the

@@ -6,9 +6,12 @@
 //!
 //! # Exactly once
 //!
-//! A local sled ledger at `<state-dir>/ledger` records, per deployment, `started` before
-//! the hook runs and `done` with the result before the answer is published; each write is
-//! flushed to disk before the next step. For every request:
+//! A local sled ledger at `<state-dir>/ledger` records, per request, `started` before the
+//! hook runs and `done` with the result before the answer is published; each write is
+//! flushed to disk before the next step. A request is identified by its tenant, server,
+//! deployment id and the time the gateway accepted it ([`ledger::LedgerKey`]), so a
+//! redelivery finds its entry while a new request reusing a deployment id (the broker lost
+//! its state, or the state dir served another server) runs. For every request:
 //!
 //! - `done` in the ledger: the recorded answer is published again (same JetStream message
 //!   id, so the broker drops the duplicate) and the request is acked; nothing runs.
@@ -17,8 +20,9 @@
 //! - unknown: refused with FAILED when it is for another tenant/server, of another
 //!   protocol version, or already past `expires_at` (`expired before it was applied`);
 //!   otherwise `started` is recorded and announced, the hook runs (the request is touched
-//!   every 10 s so the broker does not redeliver it), the result is recorded, published
-//!   until the broker acknowledges it, and only then is the request acked.
+//!   every 3 s, [`deploy::PROGRESS_INTERVAL`], well within the 10 s ack wait the gateway
+//!   gives the consumer, so the broker does not redeliver it), the result is recorded,
+//!   published until the broker acknowledges it, and only then is the request acked.
 //!
 //! A hook still running at `expires_at` is killed and reported FAILED `timed out`.
 //!

@@ -3,7 +3,8 @@
 //! The config body is written to an executable file in a per-deployment work dir and run
 //! (with `/bin/sh` unless it starts with `#!`). Each input becomes an environment
 //! variable, `heat_outputs_path` tells the script where to write outputs, and each
-//! declared output is read back from `${heat_outputs_path}.<name>`, as-is.
+//! declared output is read back from `${heat_outputs_path}.<name>`, as-is. An output file
+//! larger than [`MAX_OUTPUT_FILE_BYTES`] fails the deployment instead of being read whole.
 
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
@@ -11,11 +12,17 @@ use std::path::{Path, PathBuf};
 
 use flue_proto::config::is_plain_name;
 use serde_json::Value;
+use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 use crate::hook::{MAX_STREAM_BYTES, Outcome, text};
 use crate::item::HookItem;
 use crate::process::{self, StopReason};
+
+/// Largest output file read back, the same 1 MiB as `deploy_stdout` and `deploy_stderr`: a
+/// result travels in one broker message, and a script must not be able to make the agent
+/// read gigabytes into memory.
+pub const MAX_OUTPUT_FILE_BYTES: usize = MAX_STREAM_BYTES;
 
 /// Runs `item`'s config as a script in `<work_root>/<deployment id>/`, removed afterwards.
 pub async fn run(
@@ -84,12 +91,25 @@ async fn run_in(
         Err(e) => return Outcome::failed(format!("cannot run the script: {e}")),
     };
     let mut outputs = std::collections::BTreeMap::new();
+    let mut failure = f.stopped.map(|r| r.status_reason().to_owned());
     for o in item.outputs.iter().filter(|o| is_plain_name(&o.name)) {
         let mut file = outputs_path.clone().into_os_string();
         file.push(format!(".{}", o.name));
-        if let Ok(bytes) = tokio::fs::read(&file).await {
-            let value = String::from_utf8_lossy(&bytes).into_owned();
-            outputs.insert(o.name.clone(), Value::String(value));
+        match read_output(Path::new(&file)).await {
+            OutputFile::Missing => {}
+            OutputFile::Read(bytes) => {
+                let value = String::from_utf8_lossy(&bytes).into_owned();
+                outputs.insert(o.name.clone(), Value::String(value));
+            }
+            OutputFile::TooLarge => {
+                tracing::warn!(output = %o.name, limit = MAX_OUTPUT_FILE_BYTES, "output file too large");
+                failure.get_or_insert_with(|| {
+                    format!(
+                        "output {:?} is larger than the limit of {MAX_OUTPUT_FILE_BYTES} bytes",
+                        o.name
+                    )
+                });
+            }
         }
     }
     Outcome {
@@ -97,6 +117,35 @@ async fn run_in(
         stderr: text(&f.stderr),
         status_code: f.status_code(),
         outputs,
-        failure: f.stopped.map(|r| r.status_reason().to_owned()),
+        failure,
     }
+}
+
+/// What reading back one output file gave.
+#[derive(Debug, PartialEq, Eq)]
+enum OutputFile {
+    /// Not written (or unreadable): the output is absent, as in `heat-config-script`.
+    Missing,
+    /// Its contents.
+    Read(Vec<u8>),
+    /// Longer than [`MAX_OUTPUT_FILE_BYTES`]; not kept.
+    TooLarge,
+}
+
+/// Reads at most [`MAX_OUTPUT_FILE_BYTES`] (plus one byte, to tell a file of exactly the
+/// limit from a longer one) of `path`, so that neither a huge file nor a link to an endless
+/// one such as `/dev/zero` can exhaust memory.
+async fn read_output(path: &Path) -> OutputFile {
+    let Ok(file) = tokio::fs::File::open(path).await else {
+        return OutputFile::Missing;
+    };
+    let limit = MAX_OUTPUT_FILE_BYTES as u64;
+    let mut bytes = Vec::new();
+    if file.take(limit + 1).read_to_end(&mut bytes).await.is_err() {
+        return OutputFile::Missing;
+    }
+    if bytes.len() > MAX_OUTPUT_FILE_BYTES {
+        return OutputFile::TooLarge;
+    }
+    OutputFile::Read(bytes)
 }

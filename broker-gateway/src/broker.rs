@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
 use flue_proto::{DeploymentRequest, ServerId, TenantId, subject};
+use tracing::info;
 
 /// How long JetStream remembers a message id to drop a duplicate publish.
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
@@ -63,7 +64,8 @@ impl Broker {
         Self { js }
     }
 
-    /// Creates the request and response streams if they do not exist yet.
+    /// Creates the request and response streams if they do not exist yet, and gives
+    /// existing ones `max_age` if they were created with another.
     pub async fn ensure_streams(&self, max_age: Duration) -> Result<(), BrokerError> {
         for (name, subjects, max_consumers) in [
             (subject::REQUEST_STREAM, subject::REQUEST_SUBJECTS, -1),
@@ -80,13 +82,30 @@ impl Broker {
                 max_consumers,
                 ..Default::default()
             };
-            self.js
+            let err = |e: BoxError| BrokerError::Stream {
+                stream: name,
+                source: e,
+            };
+            let stream = self
+                .js
                 .get_or_create_stream(config)
                 .await
-                .map_err(|e| BrokerError::Stream {
-                    stream: name,
-                    source: e.into(),
-                })?;
+                .map_err(|e| err(e.into()))?;
+            let found = &stream.cached_info().config;
+            if found.max_age != max_age {
+                let mut changed = found.clone();
+                changed.max_age = max_age;
+                self.js
+                    .update_stream(&changed)
+                    .await
+                    .map_err(|e| err(e.into()))?;
+                info!(
+                    stream = name,
+                    from_secs = found.max_age.as_secs(),
+                    to_secs = max_age.as_secs(),
+                    "stream max age changed"
+                );
+            }
         }
         Ok(())
     }

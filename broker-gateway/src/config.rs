@@ -1,5 +1,6 @@
 //! The gateway's typed configuration: command-line flags, each also an environment variable.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -10,7 +11,9 @@ use flue_proto::TenantId;
 pub const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
 
 /// Everything `flue-gateway` can be told at start.
-#[derive(Debug, Clone, Parser)]
+///
+/// Its `Debug` form hides the passwords in the broker URLs.
+#[derive(Clone, Parser)]
 #[command(name = "flue-gateway", version, about = "Flue broker gateway")]
 pub struct Config {
     /// Address the HTTP API listens on (`127.0.0.1:0` picks a free port).
@@ -19,7 +22,8 @@ pub struct Config {
     /// NATS URL(s) of the broker, comma separated.
     #[arg(long, env = "FLUE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub nats_url: String,
-    /// Broker URL(s) handed to agents at registration; `nats_url` when absent.
+    /// Broker URL(s) handed to agents at registration; when absent, `nats_url` without its
+    /// credentials (`user:pass@`), which are the gateway's own and never handed out.
     #[arg(long, env = "FLUE_AGENT_NATS_URL")]
     pub agent_nats_url: Option<String>,
     /// The tenant every object of this gateway belongs to.
@@ -57,9 +61,13 @@ impl Config {
         }
     }
 
-    /// The broker URL agents are told to use.
-    pub fn agent_nats_url(&self) -> &str {
-        self.agent_nats_url.as_deref().unwrap_or(&self.nats_url)
+    /// The broker URL agents are told to use: `agent_nats_url`, or else `nats_url`
+    /// stripped of its credentials.
+    pub fn agent_nats_url(&self) -> String {
+        match &self.agent_nats_url {
+            Some(url) => url.clone(),
+            None => strip_userinfo(&self.nats_url),
+        }
     }
 
     /// Interval between two timeout sweeps.
@@ -73,6 +81,57 @@ impl Config {
     }
 }
 
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("nats_url", &redact_urls(&self.nats_url))
+            .field(
+                "agent_nats_url",
+                &self.agent_nats_url.as_deref().map(redact_urls),
+            )
+            .field("tenant", &self.tenant)
+            .field("default_timeout_secs", &self.default_timeout_secs)
+            .field("timeout_sweep_ms", &self.timeout_sweep_ms)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("stream_max_age_secs", &self.stream_max_age_secs)
+            .finish()
+    }
+}
+
+/// Comma-separated NATS URLs as they may be shown in logs and errors: `user:pass@` becomes
+/// `user:***@`, and a lone token (`token@`) becomes `***@`.
+pub fn redact_urls(urls: &str) -> String {
+    map_userinfo(urls, |userinfo| match userinfo.split_once(':') {
+        Some((user, _)) => format!("{user}:***@"),
+        None => "***@".to_owned(),
+    })
+}
+
+/// Comma-separated NATS URLs without their credentials (`user:pass@`, `token@`).
+pub fn strip_userinfo(urls: &str) -> String {
+    map_userinfo(urls, |_| String::new())
+}
+
+/// Rewrites the userinfo of each comma-separated URL with `replace` (given it without its `@`).
+///
+/// Everything before the last `@` after the scheme counts as userinfo, so that even a
+/// password with an unescaped `/` or `?` in it is never shown.
+fn map_userinfo(urls: &str, replace: impl Fn(&str) -> String) -> String {
+    urls.split(',')
+        .map(|url| {
+            let url = url.trim();
+            let start = url.find("://").map_or(0, |i| i + 3);
+            let (scheme, rest) = url.split_at(start);
+            match rest.rsplit_once('@') {
+                Some((userinfo, host)) => format!("{scheme}{}{host}", replace(userinfo)),
+                None => url.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +143,34 @@ mod tests {
         let built = Config::new("nats://x:1");
         assert_eq!(format!("{parsed:?}"), format!("{built:?}"));
         assert_eq!(built.agent_nats_url(), "nats://x:1");
+    }
+
+    #[test]
+    fn agents_never_get_the_gateway_credentials() {
+        let mut config = Config::new("nats://gw:s3cret@a:4222, tls://tok3n@b:4223,c:4224");
+        assert_eq!(config.agent_nats_url(), "nats://a:4222,tls://b:4223,c:4224");
+        config.agent_nats_url = Some("nats://agent:pw@a:4222".into());
+        assert_eq!(
+            config.agent_nats_url(),
+            "nats://agent:pw@a:4222",
+            "an explicit agent URL is handed out as given"
+        );
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret") && !shown.contains("tok3n") && !shown.contains("pw@"));
+        assert!(shown.contains("nats://gw:***@a:4222"), "{shown}");
+    }
+
+    #[test]
+    fn urls_are_redacted_for_logs() {
+        assert_eq!(
+            redact_urls("nats://u:p@h:1,nats://t@h:2,h:3,u:p/?@x@h:4"),
+            "nats://u:***@h:1,nats://***@h:2,h:3,u:***@h:4"
+        );
+        assert_eq!(
+            redact_urls("nats://127.0.0.1:4222"),
+            "nats://127.0.0.1:4222"
+        );
+        assert_eq!(strip_userinfo("ws://u:p@h:1/path"), "ws://h:1/path");
     }
 
     #[test]

@@ -11,7 +11,7 @@ pub enum Error {
     /// The broker could not be reached.
     #[error("cannot connect to the broker at {url}")]
     Connect {
-        /// The URL as configured.
+        /// The URL as configured, passwords replaced by `***` ([`crate::config::redact_urls`]).
         url: String,
         /// Cause.
         #[source]

@@ -7,12 +7,14 @@
 //! - [`broker`]: the request/response streams, consumers and publishing;
 //! - [`record`]: the stored deployment record and its state transitions;
 //! - [`service`]: shared handles, reliable publishing and start-up recovery;
+//! - [`deferred`]: requests left to the background publisher, in each server's order;
 //! - [`responses`]: the consumer applying agents' answers;
 //! - [`timeouts`]: the sweeper failing deployments nobody answered.
 
 pub mod api;
 pub mod broker;
 pub mod config;
+pub mod deferred;
 pub mod error;
 pub mod record;
 pub mod responses;
@@ -181,7 +183,23 @@ async fn connect(url: &str) -> Result<async_nats::Client, Error> {
         .connect(servers)
         .await
         .map_err(|source| Error::Connect {
-            url: url.to_owned(),
+            url: config::redact_urls(url),
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn connect_errors_hide_passwords() {
+        // Nothing listens on port 1, so the connection is refused at once.
+        let e = connect("nats://gw:s3cret@127.0.0.1:1")
+            .await
+            .expect_err("nothing listens on port 1");
+        let text = error::chain(&e);
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(text.contains("nats://gw:***@127.0.0.1:1"), "{text}");
+    }
 }

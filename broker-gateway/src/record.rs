@@ -16,6 +16,16 @@ pub const HIDDEN: &str = "<hidden>";
 /// Reason recorded when no answer came before the deployment expired.
 pub const TIMED_OUT: &str = "timed out";
 
+/// How long past its `expires_at` the gateway waits before failing an IN_PROGRESS deployment.
+///
+/// The agent stops a hook still running at `expires_at` itself (SIGTERM, then SIGKILL 5 s
+/// later) and reports FAILED "timed out" with the hook's output. Failing the deployment
+/// at `expires_at` too would race that report and throw the output away, so the gateway
+/// only steps in when the agent stayed silent well beyond it: 30 s covers the kill delay,
+/// publishing the answer, and clock skew between the agent's host and the gateway's. A
+/// QUEUED deployment has no agent working on it and times out at `expires_at` exactly.
+pub const IN_PROGRESS_GRACE: time::Duration = time::Duration::seconds(30);
+
 /// A deployment as stored in the `flue_deployments` bucket (internal to the gateway).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeploymentRecord {
@@ -82,6 +92,19 @@ pub fn hidden_inputs(config: &Config) -> Vec<String> {
         .collect()
 }
 
+/// True when `new` asks for what `stored` holds: the same config, server, action and
+/// input values, so a `POST` repeated with the same id is answered with `stored`.
+///
+/// Hidden inputs are compared by name only: comparing their values would let anyone who
+/// can guess one confirm it by the answer.
+pub fn same_request(stored: &DeploymentRecord, new: &DeploymentRecord) -> bool {
+    let (a, b) = (&stored.deployment, &new.deployment);
+    a.config_id == b.config_id
+        && a.server_id == b.server_id
+        && a.action == b.action
+        && stored.redacted().input_values == new.redacted().input_values
+}
+
 /// Marks the request as published; true if that changed anything.
 pub fn apply_published(record: &mut DeploymentRecord) -> bool {
     !std::mem::replace(&mut record.request_published, true)
@@ -133,10 +156,21 @@ pub fn apply_finished(
     true
 }
 
-/// No answer came in time: a non-terminal deployment becomes FAILED "timed out".
+/// When the gateway fails `d` for want of an answer: `expires_at` while it is QUEUED,
+/// [`IN_PROGRESS_GRACE`] later once an agent started it, never once it is terminal.
+pub fn timeout_deadline(d: &Deployment) -> Option<OffsetDateTime> {
+    match d.status {
+        s if s.is_terminal() => None,
+        DeploymentStatus::InProgress => Some(d.expires_at + IN_PROGRESS_GRACE),
+        _ => Some(d.expires_at),
+    }
+}
+
+/// No answer came in time: a deployment past its [`timeout_deadline`] becomes FAILED
+/// "timed out"; false (nothing changed) before it, or once the deployment is terminal.
 pub fn apply_timeout(record: &mut DeploymentRecord, now: OffsetDateTime) -> bool {
     let d = &mut record.deployment;
-    if d.status.is_terminal() {
+    if timeout_deadline(d).is_none_or(|deadline| now < deadline) {
         return false;
     }
     d.status = DeploymentStatus::Failed;
@@ -240,8 +274,41 @@ mod tests {
     }
 
     #[test]
+    fn queued_deployments_time_out_at_expiry_started_ones_after_the_grace() {
+        let expires = record().deployment.expires_at;
+        let just_before = expires - time::Duration::milliseconds(1);
+
+        let mut queued = record();
+        assert_eq!(timeout_deadline(&queued.deployment), Some(expires));
+        assert!(!apply_timeout(&mut queued, just_before));
+        assert!(apply_timeout(&mut queued, expires));
+        assert_eq!(queued.deployment.status, DeploymentStatus::Failed);
+        assert_eq!(queued.deployment.status_reason.as_deref(), Some(TIMED_OUT));
+        assert_eq!(queued.deployment.finished_at, Some(expires));
+
+        let mut started = record();
+        assert!(apply_started(&mut started, just_before, just_before));
+        let deadline = expires + IN_PROGRESS_GRACE;
+        assert_eq!(timeout_deadline(&started.deployment), Some(deadline));
+        for early in [expires, deadline - time::Duration::milliseconds(1)] {
+            assert!(!apply_timeout(&mut started, early), "{early}");
+            assert_eq!(started.deployment.status, DeploymentStatus::InProgress);
+        }
+        // The agent's own "timed out" report, with the hook's output, still lands.
+        let mut killed = result(DeploymentStatus::Failed);
+        killed.status_reason = Some(TIMED_OUT.to_owned());
+        let mut reported = started.clone();
+        assert!(apply_finished(&mut reported, &killed, expires));
+        assert_eq!(reported.deployment.deploy_stdout, "hi");
+        assert_eq!(timeout_deadline(&reported.deployment), None);
+
+        assert!(apply_timeout(&mut started, deadline));
+        assert_eq!(started.deployment.status_reason.as_deref(), Some(TIMED_OUT));
+    }
+
+    #[test]
     fn terminal_deployments_are_frozen() {
-        let now = OffsetDateTime::UNIX_EPOCH;
+        let now = OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(60);
         let mut r = record();
         assert!(apply_timeout(&mut r, now));
         assert_eq!(r.deployment.status_reason.as_deref(), Some(TIMED_OUT));
@@ -264,6 +331,35 @@ mod tests {
             now
         ));
         assert_eq!(r.deployment.status, DeploymentStatus::Queued);
+    }
+
+    #[test]
+    fn repeated_requests_compare_everything_but_hidden_values() {
+        let stored = record();
+        let mut retry = stored.clone();
+        retry.deployment.created_at += time::Duration::seconds(5);
+        retry.deployment.expires_at += time::Duration::seconds(5);
+        assert!(same_request(&stored, &retry));
+        retry
+            .deployment
+            .input_values
+            .insert("secret".into(), json!("a guess"));
+        assert!(same_request(&stored, &retry), "a hidden value is no oracle");
+        for change in [
+            |d: &mut Deployment| d.server_id = ServerId::new("s2").expect("id"),
+            |d: &mut Deployment| d.config_id = ConfigId::new("c2").expect("id"),
+            |d: &mut Deployment| d.action = Action::new("DELETE").expect("action"),
+            |d: &mut Deployment| {
+                d.input_values.insert("foo".into(), json!("other"));
+            },
+            |d: &mut Deployment| {
+                d.input_values.remove("secret");
+            },
+        ] {
+            let mut other = stored.clone();
+            change(&mut other.deployment);
+            assert!(!same_request(&stored, &other), "{:?}", other.deployment);
+        }
     }
 
     #[test]

@@ -5,23 +5,28 @@
 //! fails in between is retried by [`republish`] and, after a restart, by
 //! [`Service::recover`]; the deployment id doubles as the JetStream message id, so a
 //! retry that races a lost acknowledgement is dropped by the broker's de-duplication.
+//!
+//! A server applies its requests in queue order, so retries keep each server's
+//! acceptance order: see [`crate::deferred`].
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flue_proto::{
-    Config as StoredConfig, ConfigId, DeploymentId, DeploymentRequest, PROTOCOL_VERSION,
+    Config as StoredConfig, ConfigId, DeploymentId, DeploymentRequest, PROTOCOL_VERSION, ServerId,
 };
 use futures_util::StreamExt;
+use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::Config;
 use crate::broker::{Broker, BrokerError};
+use crate::deferred::{Deferred, Entry};
 use crate::error::chain;
-use crate::record::{DeploymentRecord, apply_published};
+use crate::record::{DeploymentRecord, apply_published, timeout_deadline};
 use crate::store::{Store, StoreError};
 use crate::timeouts::TimeoutSet;
 
@@ -31,8 +36,14 @@ const PUBLISH_ATTEMPTS: u32 = 3;
 const PUBLISH_BACKOFF: Duration = Duration::from_millis(100);
 /// Interval of the background retry of unpublished requests.
 const REPUBLISH_INTERVAL: Duration = Duration::from_secs(1);
-/// Deployments read at once during recovery.
-const RECOVERY_CONCURRENCY: usize = 32;
+/// Deployments read at once during recovery, and servers whose deferred requests are
+/// published at once.
+const CONCURRENCY: usize = 32;
+/// How long a deferred deployment whose record is not there is waited for.
+///
+/// Deferred after a failed KV `create` whose write may still land (a timed-out request),
+/// it holds back its server's later deployments until then, and is dropped after.
+const MISSING_RECORD_GRACE: time::Duration = time::Duration::seconds(30);
 
 /// Why a request could not be published.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +59,17 @@ pub enum PublishError {
     MissingConfig(ConfigId),
 }
 
+/// What [`Service::publish_stored`] found to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stored {
+    /// The request was published now.
+    Published,
+    /// Nothing: published already, or the deployment finished.
+    Settled,
+    /// There is no such record.
+    Missing,
+}
+
 /// What recovery found at start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recovery {
@@ -55,6 +77,10 @@ pub struct Recovery {
     pub pending: usize,
     /// Requests published again because their first publish was never confirmed.
     pub republished: usize,
+    /// Records that cannot be decoded, logged and left alone.
+    pub undecodable: usize,
+    /// Records that could not be read, retried in the background.
+    pub unread: usize,
 }
 
 /// Everything the API handlers and background tasks share; cheap to clone.
@@ -68,8 +94,10 @@ pub struct Service {
     pub broker: Broker,
     /// Deployments waiting for an answer.
     pub timeouts: TimeoutSet,
-    /// Deployments whose request still has to be published.
-    unpublished: Arc<Mutex<BTreeSet<DeploymentId>>>,
+    /// Deployments whose request still has to be published, by server.
+    deferred: Deferred,
+    /// Deployments recovery could not read, read again in the background.
+    unread: Arc<Mutex<BTreeSet<DeploymentId>>>,
     /// Cancelled when the gateway shuts down; long polls return early on it.
     pub shutdown: CancellationToken,
     /// Tracker of every task the gateway spawns, waited for at shutdown.
@@ -89,7 +117,8 @@ impl Service {
             store,
             broker,
             timeouts: TimeoutSet::default(),
-            unpublished: Arc::default(),
+            deferred: Deferred::default(),
+            unread: Arc::default(),
             shutdown,
             tasks: TaskTracker::new(),
         }
@@ -97,14 +126,24 @@ impl Service {
 
     /// Publishes a recorded deployment's request, retrying a few times; on failure the
     /// background task takes over, so an accepted deployment is never lost.
+    ///
+    /// When an earlier deployment of the same server is still deferred, this one is
+    /// deferred behind it at once, so that it cannot overtake it.
     pub async fn publish_or_defer(&self, record: &DeploymentRecord, config: &StoredConfig) {
-        let id = &record.deployment.id;
+        let d = &record.deployment;
+        if self
+            .deferred
+            .insert_if_blocked(&d.server_id, d.created_at, &d.id)
+        {
+            debug!(deployment.id = %d.id, server.id = %d.server_id, "an earlier request of the server is still unpublished; publishing after it");
+            return;
+        }
         let mut pause = PUBLISH_BACKOFF;
         for attempt in 1..=PUBLISH_ATTEMPTS {
             match self.publish(record, config).await {
                 Ok(()) => return,
                 Err(e) => {
-                    warn!(error = %chain(&e), deployment.id = %id, attempt, "cannot publish deployment request")
+                    warn!(error = %chain(&e), deployment.id = %d.id, attempt, "cannot publish deployment request")
                 }
             }
             if attempt < PUBLISH_ATTEMPTS {
@@ -115,7 +154,16 @@ impl Service {
                 pause *= 2;
             }
         }
-        self.defer(id.clone());
+        self.defer(record);
+    }
+
+    /// Leaves the publish of `record`'s request to the background retry.
+    ///
+    /// Harmless when the record was never stored (a failed `create`): the retry waits a
+    /// while for it to appear, then drops it.
+    pub fn defer(&self, record: &DeploymentRecord) {
+        let d = &record.deployment;
+        self.deferred.insert(&d.server_id, d.created_at, &d.id);
     }
 
     /// Indexes, publishes and marks published one recorded deployment.
@@ -139,13 +187,13 @@ impl Service {
     }
 
     /// Reads a deployment and publishes its request if that is still to do.
-    async fn publish_stored(&self, id: &DeploymentId) -> Result<bool, PublishError> {
+    async fn publish_stored(&self, id: &DeploymentId) -> Result<Stored, PublishError> {
         let tenant = &self.config.tenant;
         let Some(record) = self.store.deployment(tenant, id).await? else {
-            return Ok(false);
+            return Ok(Stored::Missing);
         };
         if record.request_published || record.deployment.status.is_terminal() {
-            return Ok(false);
+            return Ok(Stored::Settled);
         }
         let config_id = &record.deployment.config_id;
         let config = self
@@ -154,59 +202,145 @@ impl Service {
             .await?
             .ok_or_else(|| PublishError::MissingConfig(config_id.clone()))?;
         self.publish(&record, &config).await?;
-        Ok(true)
+        Ok(Stored::Published)
     }
 
-    fn defer(&self, id: DeploymentId) {
-        self.unpublished
+    /// Publishes the deferred requests, servers side by side, each server's oldest first;
+    /// returns how many were published.
+    async fn publish_deferred(&self) -> usize {
+        futures_util::stream::iter(self.deferred.snapshot())
+            .map(|(server, queue)| self.publish_queue(server, queue))
+            .buffer_unordered(CONCURRENCY)
+            .fold(0, |total, n| async move { total + n })
+            .await
+    }
+
+    /// Publishes one server's deferred requests in order, stopping at the first that fails
+    /// so that no later one overtakes it; returns how many were published.
+    async fn publish_queue(&self, server: ServerId, queue: Vec<Entry>) -> usize {
+        let mut published = 0;
+        for entry in queue {
+            let (created_at, id) = &entry;
+            match self.publish_stored(id).await {
+                Ok(Stored::Published) => {
+                    published += 1;
+                    info!(deployment.id = %id, server.id = %server, "deferred deployment request published");
+                }
+                Ok(Stored::Settled) => {}
+                Ok(Stored::Missing)
+                    if OffsetDateTime::now_utc() < *created_at + MISSING_RECORD_GRACE =>
+                {
+                    debug!(deployment.id = %id, server.id = %server, "deferred deployment not recorded (yet); waiting for it");
+                    return published;
+                }
+                Ok(Stored::Missing) => {
+                    info!(deployment.id = %id, server.id = %server, "deferred deployment was never recorded; dropped");
+                }
+                Err(PublishError::Store(StoreError::Decode { key, source, .. })) => {
+                    warn!(key, error = %source, "deferred deployment record cannot be decoded; dropped");
+                }
+                Err(e) => {
+                    debug!(error = %chain(&e), deployment.id = %id, server.id = %server, "deferred publish failed again");
+                    return published;
+                }
+            }
+            self.deferred.remove(&server, &entry);
+        }
+        published
+    }
+
+    /// Watches a recovered deployment's timeout and defers its request if it was never
+    /// confirmed published; false when the deployment is terminal (nothing to do).
+    fn watch(&self, record: &DeploymentRecord) -> bool {
+        let d = &record.deployment;
+        let Some(deadline) = timeout_deadline(d) else {
+            return false;
+        };
+        self.timeouts.insert(d.id.clone(), deadline);
+        if !record.request_published {
+            self.defer(record);
+        }
+        true
+    }
+
+    /// Rebuilds the in-memory state from the KV buckets: watches every non-terminal
+    /// deployment's timeout and republishes every request never confirmed published,
+    /// each server's oldest first.
+    ///
+    /// Only listing the deployments can fail it: an undecodable record is logged and
+    /// skipped, one that cannot be read is read again in the background.
+    pub async fn recover(&self) -> Result<Recovery, StoreError> {
+        let tenant = &self.config.tenant;
+        let ids = self.store.deployment_ids(tenant).await?;
+        let reads: Vec<(DeploymentId, Result<Option<DeploymentRecord>, StoreError>)> =
+            futures_util::stream::iter(ids)
+                .map(|id| async move {
+                    let read = self.store.deployment(tenant, &id).await;
+                    (id, read)
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect()
+                .await;
+        let mut recovery = Recovery::default();
+        for (id, read) in reads {
+            match read {
+                Ok(Some(record)) => {
+                    if self.watch(&record) {
+                        recovery.pending += 1;
+                    }
+                }
+                Ok(None) => {}
+                Err(StoreError::Decode { key, source, .. }) => {
+                    warn!(key, error = %source, "deployment record cannot be decoded; skipped");
+                    recovery.undecodable += 1;
+                }
+                Err(e) => {
+                    warn!(error = %chain(&e), deployment.id = %id, "cannot read deployment record; retrying in the background");
+                    self.unread_insert(id);
+                    recovery.unread += 1;
+                }
+            }
+        }
+        // The deferred queues are ordered by `(created_at, id)`, so each server's
+        // requests are republished in acceptance order, whatever order they were read in.
+        recovery.republished = self.publish_deferred().await;
+        info!(
+            pending = recovery.pending,
+            republished = recovery.republished,
+            still_unpublished = self.deferred.len(),
+            undecodable = recovery.undecodable,
+            unread = recovery.unread,
+            "deployment state recovered"
+        );
+        Ok(recovery)
+    }
+
+    fn unread_insert(&self, id: DeploymentId) {
+        self.unread
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id);
     }
 
-    fn take_deferred(&self) -> Vec<DeploymentId> {
-        std::mem::take(&mut *self.unpublished.lock().unwrap_or_else(|p| p.into_inner()))
-            .into_iter()
-            .collect()
-    }
-
-    /// Rebuilds the in-memory state from the KV buckets: watches every non-terminal
-    /// deployment's timeout and republishes every request never confirmed published.
-    pub async fn recover(&self) -> Result<Recovery, StoreError> {
-        let tenant = &self.config.tenant;
-        let ids = self.store.deployment_ids(tenant).await?;
-        let records: Vec<Result<Option<DeploymentRecord>, StoreError>> =
-            futures_util::stream::iter(ids)
-                .map(|id| async move { self.store.deployment(tenant, &id).await })
-                .buffer_unordered(RECOVERY_CONCURRENCY)
-                .collect()
-                .await;
-        let mut recovery = Recovery::default();
-        for record in records {
-            let Some(record) = record? else { continue };
-            let d = &record.deployment;
-            if d.status.is_terminal() {
-                continue;
-            }
-            recovery.pending += 1;
-            self.timeouts.insert(d.id.clone(), d.expires_at);
-            if !record.request_published {
-                match self.publish_stored(&d.id).await {
-                    Ok(true) => recovery.republished += 1,
-                    Ok(false) => {}
-                    Err(e) => {
-                        warn!(error = %chain(&e), deployment.id = %d.id, "cannot republish deployment request; retrying in the background");
-                        self.defer(d.id.clone());
-                    }
+    /// Reads again the records recovery could not read, and watches them.
+    async fn recover_unread(&self) {
+        let ids = std::mem::take(&mut *self.unread.lock().unwrap_or_else(|p| p.into_inner()));
+        for id in ids {
+            match self.store.deployment(&self.config.tenant, &id).await {
+                Ok(Some(record)) => {
+                    info!(deployment.id = %id, "deployment record read at last; recovered");
+                    self.watch(&record);
+                }
+                Ok(None) => {}
+                Err(StoreError::Decode { key, source, .. }) => {
+                    warn!(key, error = %source, "deployment record cannot be decoded; skipped");
+                }
+                Err(e) => {
+                    debug!(error = %chain(&e), deployment.id = %id, "cannot read deployment record; retrying");
+                    self.unread_insert(id);
                 }
             }
         }
-        info!(
-            pending = recovery.pending,
-            republished = recovery.republished,
-            "deployment state recovered"
-        );
-        Ok(recovery)
     }
 }
 
@@ -229,7 +363,8 @@ pub fn request(record: &DeploymentRecord, config: &StoredConfig) -> DeploymentRe
     }
 }
 
-/// Retries, every second until cancelled, the publishes the API had to give up on.
+/// Every second until cancelled: reads the records recovery could not read, and
+/// publishes the deferred requests, each server's in acceptance order.
 pub async fn republish(service: Service, cancel: CancellationToken) {
     let mut tick = tokio::time::interval(REPUBLISH_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -238,15 +373,7 @@ pub async fn republish(service: Service, cancel: CancellationToken) {
             () = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        for id in service.take_deferred() {
-            match service.publish_stored(&id).await {
-                Ok(true) => info!(deployment.id = %id, "deferred deployment request published"),
-                Ok(false) => {}
-                Err(e) => {
-                    debug!(error = %chain(&e), deployment.id = %id, "deferred publish failed again");
-                    service.defer(id);
-                }
-            }
-        }
+        service.recover_unread().await;
+        service.publish_deferred().await;
     }
 }

@@ -1,4 +1,9 @@
 //! Deployments waiting for an answer, and the sweeper that fails those whose time ran out.
+//!
+//! An entry is due at the deployment's [`timeout_deadline`]: `expires_at` while QUEUED,
+//! [`crate::record::IN_PROGRESS_GRACE`] later once started, so that the agent's own
+//! "timed out" report (with the killed hook's output) wins the race. A due entry whose
+//! deployment was started in the meantime is put back with its later deadline.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -8,7 +13,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::record::apply_timeout;
+use crate::record::{apply_timeout, timeout_deadline};
 use crate::service::Service;
 
 /// Non-terminal deployments of this gateway by expiry time; cheap to clone.
@@ -31,13 +36,13 @@ impl TimeoutSet {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Watches `id` until `expires_at` (replacing an earlier expiry).
-    pub fn insert(&self, id: DeploymentId, expires_at: OffsetDateTime) {
+    /// Watches `id` until `deadline` (replacing an earlier one).
+    pub fn insert(&self, id: DeploymentId, deadline: OffsetDateTime) {
         let mut inner = self.lock();
-        if let Some(old) = inner.by_id.insert(id.clone(), expires_at) {
+        if let Some(old) = inner.by_id.insert(id.clone(), deadline) {
             inner.by_time.remove(&(old, id.clone()));
         }
-        inner.by_time.insert((expires_at, id));
+        inner.by_time.insert((deadline, id));
     }
 
     /// Stops watching `id`.
@@ -77,7 +82,7 @@ impl TimeoutSet {
     }
 }
 
-/// Every `timeout_sweep_ms`, fails the deployments whose expiry has passed, until cancelled.
+/// Every `timeout_sweep_ms`, fails the deployments whose deadline has passed, until cancelled.
 pub async fn sweep(service: Service, cancel: CancellationToken) {
     let mut tick = tokio::time::interval(service.config.timeout_sweep());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -90,7 +95,8 @@ pub async fn sweep(service: Service, cancel: CancellationToken) {
     }
 }
 
-/// One sweep: every expired deployment still non-terminal becomes FAILED "timed out".
+/// One sweep: every due deployment still past its [`timeout_deadline`] becomes FAILED
+/// "timed out"; one started since it was watched is watched again until its later deadline.
 pub async fn sweep_once(service: &Service) {
     let now = OffsetDateTime::now_utc();
     let tenant = &service.config.tenant;
@@ -103,7 +109,12 @@ pub async fn sweep_once(service: &Service) {
             Ok(Some(u)) if u.changed => {
                 info!(deployment.id = %id, server.id = %u.record.deployment.server_id, "deployment timed out");
             }
-            Ok(_) => {}
+            Ok(Some(u)) => {
+                if let Some(deadline) = timeout_deadline(&u.record.deployment) {
+                    service.timeouts.insert(id, deadline);
+                }
+            }
+            Ok(None) => {}
             Err(e) => {
                 warn!(error = %crate::error::chain(&e), deployment.id = %id, "cannot record a timeout; retrying at the next sweep");
                 service.timeouts.insert(id, at);

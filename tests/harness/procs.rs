@@ -105,6 +105,22 @@ impl Nats {
         self.spawn().await;
     }
 
+    /// Kills the server, deletes everything in its store (streams, consumers, KV buckets:
+    /// a broker that lost its disk) and starts it again, empty, on the same port.
+    pub async fn wipe_and_restart(&mut self) {
+        self.kill().await;
+        for entry in std::fs::read_dir(self.store.path()).expect("read the store dir") {
+            let path = entry.expect("store dir entry").path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            }
+            .unwrap_or_else(|e| panic!("remove {}: {e}", path.display()));
+        }
+        self.spawn().await;
+    }
+
     /// A plain client connection (for tests that look at the broker directly).
     pub async fn client(&self) -> async_nats::Client {
         async_nats::connect(self.url())

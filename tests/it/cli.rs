@@ -85,7 +85,7 @@ async fn cli_creates_registers_deploys_waits_and_shows() {
     assert_eq!(text(&out.stdout).trim_end_matches('\n'), "hello-cli");
 
     let out = flue(&gw, &["deployment", "show", "d1", "--output", "nope"]).await;
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "an unknown output name exits 1");
     assert!(text(&out.stderr).contains("nope"), "{}", text(&out.stderr));
 }
 

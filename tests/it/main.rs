@@ -6,4 +6,5 @@ mod cli;
 mod delivery;
 mod deploy;
 mod gateway;
+mod ledger_reuse;
 mod resilience;

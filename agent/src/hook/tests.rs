@@ -225,3 +225,51 @@ async fn a_stopped_script_reports_why() {
     .await;
     assert_eq!(outcome.failure.as_deref(), Some("timed out"));
 }
+
+#[tokio::test]
+async fn a_script_output_file_over_the_limit_fails_the_deployment() {
+    use crate::script::MAX_OUTPUT_FILE_BYTES;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let script = format!(
+        "head -c {MAX_OUTPUT_FILE_BYTES} /dev/zero | tr '\\0' x > \"$heat_outputs_path.exact\"\n\
+         head -c {} /dev/zero | tr '\\0' x > \"$heat_outputs_path.big\"\n\
+         ln -s /dev/zero \"$heat_outputs_path.endless\"\n\
+         echo done\n",
+        MAX_OUTPUT_FILE_BYTES + 1
+    );
+    let outputs = json!([{"name": "exact"}, {"name": "big"}, {"name": "endless"}]);
+    let it = item(
+        json!({"group": "script", "config": script, "outputs": outputs}),
+        json!({}),
+    );
+    let r = judge(&Hook::Script, &it, tmp.path()).await;
+    assert_eq!(r.status, DeploymentStatus::Failed);
+    assert_eq!(
+        r.status_reason.as_deref(),
+        Some("output \"big\" is larger than the limit of 1048576 bytes")
+    );
+    assert_eq!(r.deploy_stdout, "done\n");
+    let exact = r.outputs.get("exact").and_then(Value::as_str);
+    assert_eq!(
+        exact.map(str::len),
+        Some(MAX_OUTPUT_FILE_BYTES),
+        "a file of exactly the limit is kept"
+    );
+    assert!(!r.outputs.contains_key("big"));
+    assert!(
+        !r.outputs.contains_key("endless"),
+        "an endless file is not read to its end"
+    );
+
+    // The endless one alone fails it too.
+    let it = item(
+        json!({"group": "script", "config": "ln -s /dev/zero \"$heat_outputs_path.endless\"\n",
+               "outputs": [{"name": "endless"}]}),
+        json!({}),
+    );
+    let r = judge(&Hook::Script, &it, tmp.path()).await;
+    assert_eq!(
+        r.status_reason.as_deref(),
+        Some("output \"endless\" is larger than the limit of 1048576 bytes")
+    );
+}

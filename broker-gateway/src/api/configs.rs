@@ -14,6 +14,9 @@ use crate::service::Service;
 
 /// `POST /v1/configs`: 201 with the new config; 200 with the stored one when the same
 /// body was already accepted under that id; 409 when the id holds another config.
+///
+/// A stored config with a hidden default always answers 409: comparing bodies would let
+/// anyone confirm a guessed secret by the 200.
 pub async fn create(
     State(service): State<Service>,
     JsonBody(spec): JsonBody<ConfigSpec>,
@@ -22,19 +25,23 @@ pub async fn create(
     let id = spec.id.clone().unwrap_or_else(ConfigId::random);
     let config = spec.into_config(id, OffsetDateTime::now_utc());
     let tenant = &service.config.tenant;
-    match service.store.create_config(tenant, &config).await? {
-        None => {
-            info!(config.id = %config.id, group = %config.group, "config created");
-            Ok((StatusCode::CREATED, Json(redacted_config(config))))
-        }
-        Some(stored) if same_body(&stored, &config) => {
-            Ok((StatusCode::OK, Json(redacted_config(stored))))
-        }
-        Some(_) => Err(ApiError::Conflict(format!(
+    let Some(stored) = service.store.create_config(tenant, &config).await? else {
+        info!(config.id = %config.id, group = %config.group, "config created");
+        return Ok((StatusCode::CREATED, Json(redacted_config(config))));
+    };
+    if has_hidden_default(&stored) {
+        return Err(ApiError::Conflict(format!(
+            "config {:?} already exists; configs with hidden defaults are not compared, use a new id",
+            config.id.as_str()
+        )));
+    }
+    if !same_body(&stored, &config) {
+        return Err(ApiError::Conflict(format!(
             "config {:?} already exists with a different body",
             config.id.as_str()
-        ))),
+        )));
     }
+    Ok((StatusCode::OK, Json(redacted_config(stored))))
 }
 
 /// True when two configs differ at most by their creation time.
@@ -42,6 +49,14 @@ fn same_body(stored: &Config, new: &Config) -> bool {
     let mut new = new.clone();
     new.created_at = stored.created_at;
     stored == &new
+}
+
+/// True when the config declares a hidden input with a default (a secret of its own).
+fn has_hidden_default(config: &Config) -> bool {
+    config
+        .inputs
+        .iter()
+        .any(|i| i.hidden && i.default.is_some())
 }
 
 /// `GET /v1/configs/{id}`.

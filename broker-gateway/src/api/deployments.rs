@@ -16,7 +16,9 @@ use super::error::ApiError;
 use super::extract::{JsonBody, PathId, inner_text};
 use crate::config::MAX_TIMEOUT_SECS;
 use crate::error::chain;
-use crate::record::{DeploymentRecord, hidden_inputs, with_defaults};
+use crate::record::{
+    DeploymentRecord, hidden_inputs, same_request, timeout_deadline, with_defaults,
+};
 use crate::service::Service;
 
 /// Longest long poll, in seconds.
@@ -25,6 +27,11 @@ pub const MAX_WAIT_SECS: u64 = 60;
 /// `POST /v1/deployments`: records the deployment (QUEUED), publishes its request and
 /// answers 202. The work runs on its own task so that a client hanging up half-way
 /// cannot leave a recorded deployment unpublished.
+///
+/// An id already used answers 202 with the recorded deployment when the request is the
+/// same ([`same_request`]), so a client can retry safely; 409 when it is not. When the
+/// record's write is not confirmed, the answer is 503 `unavailable`: the deployment may
+/// be recorded, so the client should retry with the same id.
 pub async fn create(
     State(service): State<Service>,
     JsonBody(body): JsonBody<CreateDeployment>,
@@ -97,11 +104,21 @@ async fn create_and_publish(
         hidden_inputs: hidden_inputs(&config),
     };
     let d = &record.deployment;
-    if !service.store.create_deployment(&record).await? {
-        return Err(ApiError::Conflict(format!(
-            "deployment {:?} already exists",
-            d.id.as_str()
-        )));
+    match service.store.create_deployment(&record).await {
+        Ok(true) => {}
+        Ok(false) => return repeated(&service, &record, &config).await,
+        Err(e) => {
+            // The write may still have happened (a lost acknowledgement, a timed-out
+            // request): watch the id as if it had, so that a record that is there gets
+            // published or times out. Both do nothing if it is not.
+            warn!(error = %chain(&e), deployment.id = %d.id, "deployment record not confirmed written; watching it in case it was");
+            service.timeouts.insert(d.id.clone(), expires_at);
+            service.defer(&record);
+            return Err(ApiError::Unavailable(format!(
+                "deployment {:?} may or may not have been recorded; retry with the same id",
+                d.id.as_str()
+            )));
+        }
     }
     service.timeouts.insert(d.id.clone(), expires_at);
     service.publish_or_defer(&record, &config).await;
@@ -110,6 +127,39 @@ async fn create_and_publish(
         action = %d.action, timeout_secs, "deployment queued"
     );
     Ok(record)
+}
+
+/// A `POST` for an id already recorded: the recorded deployment if `new` asks for the
+/// same, after making sure it is watched and on its way to the agent (the earlier
+/// attempt may have failed half-way); a conflict otherwise.
+async fn repeated(
+    service: &Service,
+    new: &DeploymentRecord,
+    config: &flue_proto::Config,
+) -> Result<DeploymentRecord, ApiError> {
+    let id = &new.deployment.id;
+    let conflict = || {
+        ApiError::Conflict(format!(
+            "deployment {:?} already exists with a different request",
+            id.as_str()
+        ))
+    };
+    let stored = service
+        .store
+        .deployment(&service.config.tenant, id)
+        .await?
+        .ok_or_else(conflict)?;
+    if !same_request(&stored, new) {
+        return Err(conflict());
+    }
+    if let Some(deadline) = timeout_deadline(&stored.deployment) {
+        service.timeouts.insert(id.clone(), deadline);
+        if !stored.request_published {
+            service.publish_or_defer(&stored, config).await;
+        }
+    }
+    info!(deployment.id = %id, status = %stored.deployment.status, "deployment request repeated; answering with the recorded one");
+    Ok(stored)
 }
 
 /// Query of `GET /v1/deployments/{id}`.

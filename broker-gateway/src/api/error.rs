@@ -50,6 +50,10 @@ pub enum ApiError {
     /// The route exists but not for this method.
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// The state store failed in a way the client should know about and retry; the
+    /// message says what to retry (the cause is logged where it happened).
+    #[error("{0}")]
+    Unavailable(String),
     /// The state store failed.
     #[error("state store failure")]
     Store(#[from] StoreError),
@@ -77,6 +81,7 @@ impl ApiError {
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Store(_) | Self::Broker(_) | Self::Task(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
             }
@@ -87,7 +92,9 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let message = if status.is_server_error() {
+        let message = if matches!(self, Self::Unavailable(_)) {
+            self.to_string()
+        } else if status.is_server_error() {
             // The cause is for the operator, logged here once; the client gets a generic text.
             error!(error = %chain(&self), "request failed");
             "internal error; see the gateway log".to_owned()

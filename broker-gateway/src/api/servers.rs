@@ -40,7 +40,7 @@ pub async fn register(
         Some(stored) => (StatusCode::OK, stored),
     };
     let agent = AgentBootstrap {
-        nats_url: service.config.agent_nats_url().to_owned(),
+        nats_url: service.config.agent_nats_url(),
         tenant: tenant.clone(),
         server_id: server.id.clone(),
         request_stream: subject::REQUEST_STREAM.to_owned(),

@@ -80,6 +80,38 @@ async fn configs_round_trip_and_conflict() {
 }
 
 #[tokio::test]
+async fn configs_with_hidden_defaults_are_never_compared() {
+    let fx = Fixture::start().await;
+    let spec = |default: &str| {
+        json!({
+            "id": "c-secret", "group": "script",
+            "inputs": [{"name": "password", "hidden": true, "default": default}]
+        })
+    };
+    let (s, created) = fx
+        .call(Method::POST, "/v1/configs", Some(spec("s3cret")))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    assert_eq!(created["inputs"][0]["default"], "<hidden>");
+    // A right guess and a wrong one get the same answer.
+    for guess in ["s3cret", "wrong"] {
+        let (s, body) = fx
+            .call(Method::POST, "/v1/configs", Some(spec(guess)))
+            .await;
+        assert_eq!(
+            (s, code(&body)),
+            (StatusCode::CONFLICT, "conflict"),
+            "{guess}"
+        );
+        assert!(
+            message(&body).contains("hidden defaults are not compared"),
+            "{body}"
+        );
+    }
+    fx.shutdown().await;
+}
+
+#[tokio::test]
 async fn body_errors_map_to_the_contract_codes() {
     let fx = Fixture::start_with(|c| c.max_body_bytes = 1024).await;
     let json_ct = Some("application/json");

@@ -14,7 +14,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 use time::OffsetDateTime;
 
-use super::fixture::{Fixture, code, config_and_server};
+use super::fixture::{Fixture, code, config_and_server, message};
 
 /// Reads the next request from web1's queue, as the agent would, and acknowledges it.
 async fn pull_request(js: &jetstream::Context) -> (DeploymentRequest, String) {
@@ -90,6 +90,22 @@ fn finished(id: &str, status: DeploymentStatus) -> AgentMessage {
     }
 }
 
+/// Caps `stream` at `max_msgs` messages, refusing new ones beyond (`-1`: no cap).
+async fn cap_messages(js: &jetstream::Context, stream: &str, max_msgs: i64) {
+    let mut handle = js.get_stream(stream).await.expect("stream");
+    let mut config = handle.info().await.expect("stream info").config.clone();
+    config.max_messages = max_msgs;
+    config.discard = jetstream::stream::DiscardPolicy::New;
+    js.update_stream(&config).await.expect("stream update");
+}
+
+async fn post_deployment(fx: &Fixture, id: &str) -> serde_json::Value {
+    let body = json!({"id": id, "config_id": "c1", "server_id": "web1"});
+    let (s, created) = fx.call(Method::POST, "/v1/deployments", Some(body)).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{created}");
+    created
+}
+
 #[tokio::test]
 async fn deployment_life_with_redaction_and_long_poll() {
     let fx = Fixture::start().await;
@@ -108,8 +124,20 @@ async fn deployment_life_with_redaction_and_long_poll() {
         created["input_values"],
         json!({"foo": "dflt", "secret": "<hidden>"})
     );
-    let (s, body) = fx.call(Method::POST, "/v1/deployments", Some(body)).await;
-    assert_eq!((s, code(&body)), (StatusCode::CONFLICT, "conflict"));
+    // The same request again (a client retrying) gets the recorded deployment; any
+    // difference but a hidden value's (which must not be confirmable) is a conflict.
+    let (s, again) = fx
+        .call(Method::POST, "/v1/deployments", Some(body.clone()))
+        .await;
+    assert_eq!((s, &again), (StatusCode::ACCEPTED, &created));
+    let mut guess = body.clone();
+    guess["input_values"]["secret"] = json!("a guess");
+    let (s, again) = fx.call(Method::POST, "/v1/deployments", Some(guess)).await;
+    assert_eq!((s, &again), (StatusCode::ACCEPTED, &created));
+    let mut other = body;
+    other["input_values"]["foo"] = json!("other");
+    let (s, conflict) = fx.call(Method::POST, "/v1/deployments", Some(other)).await;
+    assert_eq!((s, code(&conflict)), (StatusCode::CONFLICT, "conflict"));
 
     let (request, msg_id) = pull_request(&js).await;
     assert_eq!(msg_id, "default.d1");
@@ -201,6 +229,130 @@ async fn unanswered_deployments_time_out() {
 }
 
 #[tokio::test]
+async fn a_started_deployment_is_left_to_the_agent_past_its_expiry() {
+    let fx = Fixture::start().await;
+    config_and_server(&fx).await;
+    let js = fx.jetstream().await;
+    let body = json!({"id": "d1", "config_id": "c1", "server_id": "web1", "timeout_secs": 2});
+    let (s, _) = fx.call(Method::POST, "/v1/deployments", Some(body)).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let (request, _) = pull_request(&js).await;
+    let start = AgentMessage::Started {
+        v: PROTOCOL_VERSION,
+        deployment_id: request.deployment_id.clone(),
+        at: OffsetDateTime::now_utc(),
+    };
+    answer(&js, "web1", &start).await;
+    let (_, seen) = fx
+        .call(
+            Method::GET,
+            "/v1/deployments/d1?wait_secs=10&after_status=QUEUED",
+            None,
+        )
+        .await;
+    assert_eq!(seen["status"], "IN_PROGRESS", "{seen}");
+
+    // The long poll ends past expires_at, after dozens of sweeps (every 50 ms): the
+    // gateway leaves the started deployment to the agent's own report for the grace.
+    let (_, seen) = fx
+        .call(
+            Method::GET,
+            "/v1/deployments/d1?wait_secs=3&after_status=IN_PROGRESS",
+            None,
+        )
+        .await;
+    assert!(OffsetDateTime::now_utc() > request.expires_at + time::Duration::milliseconds(500));
+    assert_eq!(seen["status"], "IN_PROGRESS", "{seen}");
+
+    // The agent killed the hook at expires_at; its report, with the output, is kept.
+    let mut killed = finished("d1", DeploymentStatus::Failed);
+    if let AgentMessage::Finished { result, .. } = &mut killed {
+        result.status_reason = Some("timed out".into());
+        result.outputs.clear();
+    }
+    answer(&js, "web1", &killed).await;
+    let (_, done) = fx
+        .call(Method::GET, "/v1/deployments/d1?wait_secs=20", None)
+        .await;
+    assert_eq!(
+        (
+            done["status"].as_str(),
+            done["status_reason"].as_str(),
+            done["deploy_stdout"].as_str()
+        ),
+        (Some("FAILED"), Some("timed out"), Some("hi\n")),
+        "{done}"
+    );
+    fx.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_deferred_request_is_not_overtaken_by_a_later_one_of_its_server() {
+    let fx = Fixture::start().await;
+    config_and_server(&fx).await;
+    let js = fx.jetstream().await;
+    post_deployment(&fx, "d0").await;
+    // The queue is full: publishing fails until the cap is lifted. Ids sort against
+    // acceptance order, which the retries must follow.
+    cap_messages(&js, subject::REQUEST_STREAM, 1).await;
+    let first = post_deployment(&fx, "z-first").await;
+    let second = post_deployment(&fx, "a-second").await;
+    assert_eq!(
+        (&first["status"], &second["status"]),
+        (&json!("QUEUED"), &json!("QUEUED"))
+    );
+    // The broker takes requests again, but the earlier ones wait for the background
+    // retry: the next one must queue behind them, not go first.
+    cap_messages(&js, subject::REQUEST_STREAM, -1).await;
+    post_deployment(&fx, "m-third").await;
+
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        order.push(pull_request(&js).await.0.deployment_id.to_string());
+    }
+    assert_eq!(order, ["d0", "z-first", "a-second", "m-third"]);
+    fx.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unconfirmed_record_answers_503_and_a_retry_with_the_same_id_goes_through() {
+    let fx = Fixture::start().await;
+    config_and_server(&fx).await;
+    let js = fx.jetstream().await;
+    post_deployment(&fx, "d0").await;
+    // The deployments bucket refuses new keys: the record's `create` fails.
+    let bucket = format!("KV_{}", flue_gateway::store::DEPLOYMENTS_BUCKET);
+    cap_messages(&js, &bucket, 1).await;
+    let body = json!({"id": "d1", "config_id": "c1", "server_id": "web1"});
+    let (s, err) = fx
+        .call(Method::POST, "/v1/deployments", Some(body.clone()))
+        .await;
+    assert_eq!(
+        (s, code(&err)),
+        (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+    );
+    let text = message(&err);
+    assert!(
+        text.contains("\"d1\"") && text.contains("retry with the same id"),
+        "{err}"
+    );
+
+    cap_messages(&js, &bucket, -1).await;
+    let (s, created) = fx.call(Method::POST, "/v1/deployments", Some(body)).await;
+    assert_eq!(
+        (s, created["id"].as_str()),
+        (StatusCode::ACCEPTED, Some("d1"))
+    );
+    let (first, _) = pull_request(&js).await;
+    let (second, _) = pull_request(&js).await;
+    assert_eq!(
+        (first.deployment_id.as_str(), second.deployment_id.as_str()),
+        ("d0", "d1")
+    );
+    fx.shutdown().await;
+}
+
+#[tokio::test]
 async fn answers_are_applied_after_a_broker_restart() {
     let mut fx = Fixture::start().await;
     config_and_server(&fx).await;
@@ -275,9 +427,23 @@ async fn requests_never_confirmed_are_published_at_start() {
         .expect("read")
         .expect("d1 recorded");
     assert!(record.request_published);
-    record.deployment.id = DeploymentId::new("d2").expect("id");
     record.request_published = false;
-    assert!(store.create_deployment(&record).await.expect("create d2"));
+    // Two unpublished, whose ids sort against their acceptance order.
+    let d1_created = record.deployment.created_at;
+    for (id, later) in [("d2", 1), ("a3", 2)] {
+        record.deployment.id = DeploymentId::new(id).expect("id");
+        record.deployment.created_at = d1_created + time::Duration::seconds(later);
+        assert!(store.create_deployment(&record).await.expect("create"));
+    }
+    record.deployment.id = DeploymentId::new("d2").expect("id");
+    // One bad value does not keep the gateway from starting.
+    let kv = js
+        .get_key_value(flue_gateway::store::DEPLOYMENTS_BUCKET)
+        .await
+        .expect("bucket");
+    kv.put("default.bad", "not a record".into())
+        .await
+        .expect("put");
 
     let mut config = Config::new(fx.nats.url());
     config.listen = "127.0.0.1:0".parse().expect("addr");
@@ -295,9 +461,11 @@ async fn requests_never_confirmed_are_published_at_start() {
     );
     let (first, _) = pull_request(&js).await;
     let (second, msg_id) = pull_request(&js).await;
+    let (third, _) = pull_request(&js).await;
     assert_eq!(
-        (first.deployment_id.as_str(), second.deployment_id.as_str()),
-        ("d1", "d2")
+        [&first, &second, &third].map(|r| r.deployment_id.as_str()),
+        ["d1", "d2", "a3"],
+        "republished in acceptance order"
     );
     assert_eq!(msg_id, "default.d2");
     let (s, list) = fx
@@ -306,8 +474,8 @@ async fn requests_never_confirmed_are_published_at_start() {
     assert_eq!(s, StatusCode::OK);
     assert_eq!(
         list.as_array().map(Vec::len),
-        Some(2),
-        "recovery indexed d2: {list}"
+        Some(3),
+        "recovery indexed d2 and a3: {list}"
     );
     gateway.shutdown().await;
 }

@@ -1,4 +1,5 @@
-//! The KV store against a real nats-server: compare-and-set never loses a concurrent change.
+//! JetStream state against a real nats-server: compare-and-set never loses a concurrent
+//! change; the streams follow the configured max age.
 
 use std::collections::BTreeMap;
 
@@ -109,4 +110,24 @@ async fn concurrent_updates_are_all_kept_and_ids_are_listed_per_server() {
             .expect("ids")
             .is_empty()
     );
+}
+
+#[tokio::test]
+async fn streams_take_the_max_age_of_the_latest_start() {
+    let nats = flue_tests::Nats::start().await;
+    let client = async_nats::connect(nats.url()).await.expect("connect");
+    let js = async_nats::jetstream::new(client);
+    let broker = flue_gateway::broker::Broker::new(js.clone());
+    for secs in [3600, 7200] {
+        let max_age = std::time::Duration::from_secs(secs);
+        broker.ensure_streams(max_age).await.expect("streams");
+        for name in [
+            flue_proto::subject::REQUEST_STREAM,
+            flue_proto::subject::RESPONSE_STREAM,
+        ] {
+            let mut stream = js.get_stream(name).await.expect("stream");
+            let info = stream.info().await.expect("info");
+            assert_eq!(info.config.max_age, max_age, "{name}");
+        }
+    }
 }

@@ -1,0 +1,251 @@
+//! Tests of the ledger: durability, request keys, pruning.
+
+use super::*;
+use crate::item::tests::request;
+use flue_proto::{DeploymentRequest, DeploymentStatus};
+use serde_json::json;
+
+/// When the requests of these tests were created, unless a test says otherwise.
+const CREATED: OffsetDateTime = OffsetDateTime::UNIX_EPOCH.saturating_add(time::Duration::DAY);
+
+/// A request for deployment `id` created at `created_at`.
+fn request_at(id: &str, created_at: OffsetDateTime) -> DeploymentRequest {
+    DeploymentRequest {
+        deployment_id: id.parse().expect("id"),
+        created_at,
+        ..request(json!({"group": "script", "config": "true"}), json!({}))
+    }
+}
+
+/// The ledger key of the request for deployment `id` created at [`CREATED`].
+fn key(id: &str) -> LedgerKey {
+    LedgerKey::of_request(&request_at(id, CREATED))
+}
+
+fn result() -> DeploymentResult {
+    DeploymentResult {
+        status: DeploymentStatus::Complete,
+        status_reason: None,
+        outputs: [("out".to_owned(), serde_json::json!("v"))].into(),
+        deploy_stdout: "hi\n".into(),
+        deploy_stderr: String::new(),
+        deploy_status_code: Some(0),
+        started_at: Some(CREATED),
+        finished_at: CREATED,
+    }
+}
+
+#[tokio::test]
+async fn transitions_survive_reopening_the_database() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ledger");
+    let at = OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(7);
+    {
+        let ledger = Ledger::open(&path).expect("open");
+        assert_eq!(ledger.get(&key("d1")).expect("get"), None);
+        ledger
+            .record_started(&key("d1"), at)
+            .await
+            .expect("started");
+        ledger
+            .record_started(&key("d2"), at)
+            .await
+            .expect("started");
+        ledger
+            .record_done(&key("d2"), &result())
+            .await
+            .expect("done");
+    }
+    let ledger = Ledger::open(&path).expect("reopen");
+    assert_eq!(
+        ledger.get(&key("d1")).expect("get"),
+        Some(Entry::Started { at: Some(at) })
+    );
+    assert_eq!(
+        ledger.get(&key("d2")).expect("get"),
+        Some(Entry::Done { result: result() })
+    );
+    assert_eq!(ledger.get(&key("d3")).expect("get"), None);
+}
+
+#[tokio::test]
+async fn a_new_request_reusing_a_deployment_id_does_not_see_the_old_entry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
+    let first = request_at("job-1", CREATED);
+    ledger
+        .record_done(&LedgerKey::of_request(&first), &result())
+        .await
+        .expect("done");
+    ledger
+        .record_started(&key("job-2"), CREATED)
+        .await
+        .expect("started");
+
+    // The same request redelivered is answered from the ledger.
+    let redelivered: DeploymentRequest =
+        serde_json::from_slice(&serde_json::to_vec(&first).expect("ser")).expect("de");
+    assert_eq!(
+        ledger
+            .get(&LedgerKey::of_request(&redelivered))
+            .expect("get"),
+        Some(Entry::Done { result: result() })
+    );
+    // A later request with the same id (the broker lost its state) is new.
+    let reused = request_at("job-1", CREATED + time::Duration::hours(1));
+    assert_eq!(
+        ledger.get(&LedgerKey::of_request(&reused)).expect("get"),
+        None
+    );
+    let reused = request_at("job-2", CREATED + time::Duration::hours(1));
+    assert_eq!(
+        ledger.get(&LedgerKey::of_request(&reused)).expect("get"),
+        None
+    );
+    // So is the same id for another server or tenant (a reused state dir).
+    let elsewhere = DeploymentRequest {
+        server: "web2".parse().expect("id"),
+        ..first.clone()
+    };
+    assert_eq!(
+        ledger.get(&LedgerKey::of_request(&elsewhere)).expect("get"),
+        None
+    );
+    let other_tenant = DeploymentRequest {
+        tenant: "other".parse().expect("id"),
+        ..first
+    };
+    assert_eq!(
+        ledger
+            .get(&LedgerKey::of_request(&other_tenant))
+            .expect("get"),
+        None
+    );
+}
+
+#[tokio::test]
+async fn unreadable_requests_have_entries_of_their_own() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
+    let id = "d1".parse().expect("id");
+    let unreadable = LedgerKey::of_unreadable(
+        &"acme".parse().expect("id"),
+        &"web1".parse().expect("id"),
+        &id,
+    );
+    assert_eq!(ledger.get(&unreadable).expect("get"), None);
+    ledger
+        .record_done(&unreadable, &result())
+        .await
+        .expect("done");
+    assert_eq!(
+        ledger.get(&unreadable).expect("get"),
+        Some(Entry::Done { result: result() })
+    );
+    assert_eq!(ledger.get(&key("d1")).expect("get"), None);
+}
+
+const CUTOFF: OffsetDateTime = OffsetDateTime::UNIX_EPOCH.saturating_add(time::Duration::days(30));
+const BEFORE: OffsetDateTime = CUTOFF.saturating_sub(time::Duration::SECOND);
+const AFTER: OffsetDateTime = CUTOFF.saturating_add(time::Duration::SECOND);
+
+async fn record_done_at(ledger: &Ledger, name: &str, at: OffsetDateTime) {
+    let result = DeploymentResult {
+        finished_at: at,
+        ..result()
+    };
+    ledger.record_done(&key(name), &result).await.expect("done");
+}
+
+#[tokio::test]
+async fn old_done_entries_are_pruned_durably_and_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ledger");
+    {
+        let ledger = Ledger::open(&path).expect("open");
+        for name in ["d1", "d2", "d3"] {
+            record_done_at(&ledger, name, BEFORE).await;
+        }
+        assert_eq!(ledger.prune_done_before(CUTOFF).await.expect("prune"), 3);
+        assert_eq!(ledger.prune_done_before(CUTOFF).await.expect("prune"), 0);
+    }
+    // Reopened: the removal was flushed.
+    let ledger = Ledger::open(&path).expect("reopen");
+    for name in ["d1", "d2", "d3"] {
+        assert_eq!(ledger.get(&key(name)).expect("get"), None, "{name}");
+    }
+    assert_eq!(ledger.db.len(), 0);
+}
+
+#[tokio::test]
+async fn recent_done_entries_are_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
+    record_done_at(&ledger, "old", BEFORE).await;
+    record_done_at(&ledger, "at_cutoff", CUTOFF).await;
+    record_done_at(&ledger, "recent", AFTER).await;
+    assert_eq!(ledger.prune_done_before(CUTOFF).await.expect("prune"), 1);
+    assert_eq!(ledger.get(&key("old")).expect("get"), None);
+    for (name, at) in [("at_cutoff", CUTOFF), ("recent", AFTER)] {
+        let Some(Entry::Done { result }) = ledger.get(&key(name)).expect("get") else {
+            panic!("{name} was not kept as done");
+        };
+        assert_eq!(result.finished_at, at, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn started_and_unreadable_entries_are_kept_however_old() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
+    let long_ago = OffsetDateTime::UNIX_EPOCH;
+    ledger
+        .record_started(&key("s_old"), long_ago)
+        .await
+        .expect("started");
+    ledger
+        .record_started(&key("s_recent"), AFTER)
+        .await
+        .expect("started");
+    ledger
+        .db
+        .insert(key("unreadable").as_str(), b"not json".as_slice())
+        .expect("insert");
+    record_done_at(&ledger, "done_old", BEFORE).await;
+    assert_eq!(ledger.prune_done_before(CUTOFF).await.expect("prune"), 1);
+    assert_eq!(
+        ledger.get(&key("s_old")).expect("get"),
+        Some(Entry::Started { at: Some(long_ago) })
+    );
+    assert_eq!(
+        ledger.get(&key("s_recent")).expect("get"),
+        Some(Entry::Started { at: Some(AFTER) })
+    );
+    assert_eq!(
+        ledger.get(&key("unreadable")).expect("get"),
+        Some(Entry::Started { at: None })
+    );
+    assert_eq!(ledger.get(&key("done_old")).expect("get"), None);
+}
+
+#[tokio::test]
+async fn pruning_an_empty_ledger_removes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
+    let now = OffsetDateTime::now_utc();
+    assert_eq!(ledger.prune_done_before(now).await.expect("prune"), 0);
+}
+
+#[tokio::test]
+async fn an_unreadable_entry_counts_as_interrupted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
+    ledger
+        .db
+        .insert(key("d1").as_str(), b"not json".as_slice())
+        .expect("insert");
+    assert_eq!(
+        ledger.get(&key("d1")).expect("get"),
+        Some(Entry::Started { at: None })
+    );
+}
