@@ -1,6 +1,7 @@
 //! Delivery guarantees: offline agents, queue order, exactly-once across crashes,
 //! redelivery, timeouts, SIGTERM, and agents that never create consumers.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -40,6 +41,18 @@ fn counting_script(counter: &std::path::Path) -> String {
         "#!/bin/sh\nprintf '%s\\n' \"$tag\" >> '{}'\n",
         counter.display()
     )
+}
+
+/// A broker, gateway and registered server `s1` with config `block` (see
+/// [`blocking_script`]); returns the hook's start file and the file that releases it.
+async fn blocking_setup(release_name: &str) -> (Flue, PathBuf, PathBuf) {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let started = flue.path("started");
+    let release = flue.path(release_name);
+    flue.script_config("block", &blocking_script(&started, &release), &[], &[])
+        .await;
+    (flue, started, release)
 }
 
 /// A script that records its start, then blocks until `release` exists.
@@ -111,12 +124,7 @@ async fn one_deployment_at_a_time_in_queue_order() {
 
 #[tokio::test]
 async fn agent_killed_mid_hook_reports_interrupted_and_never_reruns() {
-    let flue = Flue::start().await;
-    flue.register("s1").await;
-    let started = flue.path("started");
-    let release = flue.path("release");
-    flue.script_config("block", &blocking_script(&started, &release), &[], &[])
-        .await;
+    let (flue, started, release) = blocking_setup("release").await;
     let mut agent = flue.agent("s1", &[]).await;
 
     let d = flue.deploy("block", "s1", &[]).await;
@@ -243,12 +251,7 @@ async fn unanswered_deployment_times_out_and_is_never_run_later() {
 
 #[tokio::test]
 async fn sigterm_lets_a_running_hook_finish_then_exits_cleanly() {
-    let flue = Flue::start().await;
-    flue.register("s1").await;
-    let started = flue.path("started");
-    let release = flue.path("release");
-    flue.script_config("block", &blocking_script(&started, &release), &[], &[])
-        .await;
+    let (flue, started, release) = blocking_setup("release").await;
     let mut agent = flue.agent("s1", &[]).await;
     let d = flue.deploy("block", "s1", &[]).await;
     wait_until("hook start", WAIT, || {
@@ -267,12 +270,7 @@ async fn sigterm_lets_a_running_hook_finish_then_exits_cleanly() {
 
 #[tokio::test]
 async fn sigterm_past_the_grace_period_interrupts_the_hook_and_reports_it() {
-    let flue = Flue::start().await;
-    flue.register("s1").await;
-    let started = flue.path("started");
-    let release = flue.path("never");
-    flue.script_config("block", &blocking_script(&started, &release), &[], &[])
-        .await;
+    let (flue, started, _never) = blocking_setup("never").await;
     let mut agent = Agent::spawn_with(
         &flue.nats.url(),
         "s1",
