@@ -1,9 +1,32 @@
 //! Software configs: what to apply, with which hook, taking which inputs and giving which outputs.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+use crate::deployment::Action;
 use crate::ids::ConfigId;
+
+/// Lifecycle actions a config may carry a dedicated hook body for, in [`ConfigSpec::hooks`].
+pub const LIFECYCLE_ACTIONS: [&str; 5] = [
+    Action::CREATE,
+    Action::UPDATE,
+    Action::SUSPEND,
+    Action::RESUME,
+    Action::DELETE,
+];
+
+/// An ad-hoc action declared on a config (for example `backup`), run on demand.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdhocAction {
+    /// The body handed to the hook instead of the config's own `config` for this action.
+    pub config: serde_json::Value,
+    /// Human description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
 
 /// One declared input of a config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -68,6 +91,35 @@ pub struct ConfigSpec {
     /// Hook options, passed through as the item's `options` (an object, never null).
     #[serde(default = "empty_object")]
     pub options: serde_json::Value,
+    /// Dedicated bodies for lifecycle actions (keys from [`LIFECYCLE_ACTIONS`]): a
+    /// deployment with that action hands this body to the hook instead of `config`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hooks: BTreeMap<String, serde_json::Value>,
+    /// Ad-hoc actions by name; a deployment may use one of these names as its action.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub actions: BTreeMap<String, AdhocAction>,
+    /// When true the agent replaces every `{"get_input": NAME}` in the body with that
+    /// input's value before running the hook (Heat's `OS::Heat::StructuredConfig`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub substitute_inputs: bool,
+}
+
+impl Default for ConfigSpec {
+    /// An empty spec (no group yet) whose `options` is `{}`.
+    fn default() -> Self {
+        Self {
+            id: None,
+            name: String::new(),
+            group: String::new(),
+            config: serde_json::Value::Null,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            options: empty_object(),
+            hooks: BTreeMap::new(),
+            actions: BTreeMap::new(),
+            substitute_inputs: false,
+        }
+    }
 }
 
 pub(crate) fn empty_object() -> serde_json::Value {
@@ -96,9 +148,37 @@ pub struct Config {
     /// Hook options (an object).
     #[serde(default = "empty_object")]
     pub options: serde_json::Value,
+    /// Dedicated bodies for lifecycle actions (keys from [`LIFECYCLE_ACTIONS`]): a
+    /// deployment with that action hands this body to the hook instead of `config`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hooks: BTreeMap<String, serde_json::Value>,
+    /// Ad-hoc actions by name; a deployment may use one of these names as its action.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub actions: BTreeMap<String, AdhocAction>,
+    /// When true the agent replaces every `{"get_input": NAME}` in the body with that
+    /// input's value before running the hook (Heat's `OS::Heat::StructuredConfig`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub substitute_inputs: bool,
     /// When the gateway accepted it.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
+}
+
+impl Config {
+    /// True when a deployment of this config may run `action`: every lifecycle action,
+    /// and the ad-hoc actions the config declares.
+    pub fn allows(&self, action: &Action) -> bool {
+        LIFECYCLE_ACTIONS.contains(&action.as_str()) || self.actions.contains_key(action.as_str())
+    }
+
+    /// The body the hook gets for `action`: the dedicated hook or ad-hoc body when the
+    /// config has one, else `config`.
+    pub fn body_for(&self, action: &Action) -> &serde_json::Value {
+        self.hooks
+            .get(action.as_str())
+            .or_else(|| self.actions.get(action.as_str()).map(|a| &a.config))
+            .unwrap_or(&self.config)
+    }
 }
 
 /// Why a config spec was refused.
@@ -128,6 +208,17 @@ pub enum ConfigError {
     /// `options` was not a JSON object.
     #[error("options must be a JSON object")]
     OptionsNotObject,
+    /// A `hooks` key that is not a lifecycle action.
+    #[error("hooks key {0:?} is not a lifecycle action (CREATE, UPDATE, SUSPEND, RESUME, DELETE)")]
+    BadHookAction(String),
+    /// An ad-hoc action name that is a lifecycle action or not a valid action name.
+    #[error("ad-hoc action {name:?} {reason}")]
+    BadAdhocAction {
+        /// The refused name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// True for names usable as an environment variable and as an output file suffix.
@@ -155,6 +246,26 @@ impl ConfigSpec {
         }
         check_names("input", self.inputs.iter().map(|i| i.name.as_str()))?;
         check_names("output", self.outputs.iter().map(|o| o.name.as_str()))?;
+        if let Some(bad) = self
+            .hooks
+            .keys()
+            .find(|k| !LIFECYCLE_ACTIONS.contains(&k.as_str()))
+        {
+            return Err(ConfigError::BadHookAction(bad.clone()));
+        }
+        for name in self.actions.keys() {
+            let reason = if LIFECYCLE_ACTIONS.contains(&name.as_str()) {
+                Some("is a lifecycle action; give its body in `hooks`".to_owned())
+            } else {
+                Action::new(name.as_str()).err().map(|e| e.to_string())
+            };
+            if let Some(reason) = reason {
+                return Err(ConfigError::BadAdhocAction {
+                    name: name.clone(),
+                    reason,
+                });
+            }
+        }
         Ok(())
     }
 
@@ -168,6 +279,9 @@ impl ConfigSpec {
             inputs: self.inputs,
             outputs: self.outputs,
             options: self.options,
+            hooks: self.hooks,
+            actions: self.actions,
+            substitute_inputs: self.substitute_inputs,
             created_at,
         }
     }
@@ -246,6 +360,61 @@ mod tests {
         let mut s = spec();
         s.options = json!(null);
         assert_eq!(s.validate(), Err(ConfigError::OptionsNotObject));
+    }
+
+    #[test]
+    fn action_bodies_are_chosen_per_action() {
+        let mut s = spec();
+        s.hooks.insert("DELETE".into(), json!("echo bye"));
+        s.actions.insert(
+            "backup".into(),
+            AdhocAction {
+                config: json!("tar c /srv"),
+                description: None,
+            },
+        );
+        s.validate().expect("valid");
+        let c = s.into_config(ConfigId::new("c1").expect("id"), OffsetDateTime::UNIX_EPOCH);
+        let a = |n: &str| Action::new(n).expect("action");
+        assert_eq!(c.body_for(&a("DELETE")), &json!("echo bye"));
+        assert_eq!(c.body_for(&a("backup")), &json!("tar c /srv"));
+        assert_eq!(c.body_for(&a("CREATE")), &json!("#!/bin/sh\necho hi"));
+        assert!(c.allows(&a("SUSPEND")) && c.allows(&a("backup")));
+        assert!(!c.allows(&a("restore")));
+    }
+
+    #[test]
+    fn bad_action_declarations_are_refused() {
+        let mut s = spec();
+        s.hooks.insert("backup".into(), json!("x"));
+        assert_eq!(
+            s.validate(),
+            Err(ConfigError::BadHookAction("backup".into()))
+        );
+        let mut s = spec();
+        s.actions.insert(
+            "DELETE".into(),
+            AdhocAction {
+                config: json!("x"),
+                description: None,
+            },
+        );
+        assert!(matches!(
+            s.validate(),
+            Err(ConfigError::BadAdhocAction { .. })
+        ));
+        let mut s = spec();
+        s.actions.insert(
+            "back up".into(),
+            AdhocAction {
+                config: json!("x"),
+                description: None,
+            },
+        );
+        assert!(matches!(
+            s.validate(),
+            Err(ConfigError::BadAdhocAction { .. })
+        ));
     }
 
     #[test]

@@ -255,6 +255,15 @@ pub struct CreateDeployment {
     /// Resource name within the stack.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_name: Option<String>,
+    /// Start from this deployment's input values, hidden ones included (which no API
+    /// read shows); values in `input_values` replace same-named ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs_from: Option<DeploymentId>,
+    /// When the new deployment would apply the same config content with the same input
+    /// values to the same server as this deployment, create nothing and answer 200
+    /// with this deployment instead (how an engine re-runs only what changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_if_unchanged_from: Option<DeploymentId>,
 }
 
 /// A deployment as the gateway records it and the API returns it.

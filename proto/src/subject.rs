@@ -4,8 +4,10 @@
 //! |---|---|
 //! | `flue.<tenant>.req.<server>` | [`REQUEST_STREAM`] |
 //! | `flue.<tenant>.resp.<server>` | [`RESPONSE_STREAM`] |
+//!
+//! The stack data space is the KV bucket [`DATA_BUCKET`], keys `<tenant>.<stack>.<key>`.
 
-use crate::ids::{ServerId, TenantId};
+use crate::ids::{ServerId, StackId, TenantId};
 
 /// Stream holding deployment requests, one subject per server, Limits retention.
 pub const REQUEST_STREAM: &str = "FLUE_REQ";
@@ -43,6 +45,65 @@ pub fn agent_inbox_prefix(tenant: &TenantId, server: &ServerId) -> String {
     format!("_INBOX_flue.{tenant}.{server}")
 }
 
+/// KV bucket of the stack-scoped data space that hooks read and write through the agent.
+pub const DATA_BUCKET: &str = "flue_data";
+/// Longest data-space key a hook may use, in bytes.
+pub const MAX_DATA_KEY_LEN: usize = 200;
+
+/// Why a data-space key was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("data key {key:?} {reason}")]
+pub struct DataKeyError {
+    /// The refused key.
+    pub key: String,
+    /// Why.
+    pub reason: &'static str,
+}
+
+/// Checks a hook's data-space key: 1 to [`MAX_DATA_KEY_LEN`] bytes of
+/// `[A-Za-z0-9_-/=.]`, no empty `.`-separated part. The key always lands under the
+/// stack's own prefix, so no key can reach another stack's data.
+pub fn validate_data_key(key: &str) -> Result<(), DataKeyError> {
+    let fail = |reason| {
+        Err(DataKeyError {
+            key: key.to_owned(),
+            reason,
+        })
+    };
+    if key.is_empty() {
+        return fail("must not be empty");
+    }
+    if key.len() > MAX_DATA_KEY_LEN {
+        return fail("is longer than 200 bytes");
+    }
+    if !key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '/' | '=' | '.'))
+    {
+        return fail("may only hold letters, digits and '_', '-', '/', '=', '.'");
+    }
+    if key.split('.').any(str::is_empty) {
+        return fail("must not start or end with '.' or hold '..'");
+    }
+    Ok(())
+}
+
+/// Full KV key of a stack's data-space key (validate `key` first).
+pub fn data_key(tenant: &TenantId, stack: &StackId, key: &str) -> String {
+    format!("{tenant}.{stack}.{key}")
+}
+
+/// KV key filter matching every data-space key of one stack.
+pub fn data_stack_filter(tenant: &TenantId, stack: &StackId) -> String {
+    format!("{tenant}.{stack}.>")
+}
+
+/// Core NATS subject a put of a data-space key is published on: subscribing to it
+/// lets a reader wait for a key without creating a consumer.
+pub fn data_key_subject(tenant: &TenantId, stack: &StackId, key: &str) -> String {
+    format!("$KV.{DATA_BUCKET}.{tenant}.{stack}.{key}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,6 +122,23 @@ mod tests {
         assert_eq!(
             agent_inbox_prefix(&t("acme"), &s("web1")),
             "_INBOX_flue.acme.web1"
+        );
+    }
+
+    #[test]
+    fn data_keys_stay_inside_their_stack() {
+        for ok in ["db/address", "a.b", "x=1", "A_b-c"] {
+            assert!(validate_data_key(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "a..b", ".a", "a.", "a*", "a>", "a b", &"x".repeat(201)] {
+            assert!(validate_data_key(bad).is_err(), "{bad:?}");
+        }
+        let st = StackId::new("st").expect("id");
+        assert_eq!(data_key(&t("acme"), &st, "db/ip"), "acme.st.db/ip");
+        assert_eq!(data_stack_filter(&t("acme"), &st), "acme.st.>");
+        assert_eq!(
+            data_key_subject(&t("acme"), &st, "k"),
+            "$KV.flue_data.acme.st.k"
         );
     }
 

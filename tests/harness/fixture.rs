@@ -132,6 +132,8 @@ impl Flue {
                 timeout_secs,
                 stack_id: None,
                 resource_name: None,
+                inputs_from: None,
+                skip_if_unchanged_from: None,
             })
             .await
             .expect("create deployment")

@@ -87,6 +87,7 @@ pub(crate) fn config_spec(
             .chain(args.error_outputs.iter().map(|n| output(n, true)))
             .collect(),
         options,
+        ..ConfigSpec::default()
     })
 }
 

@@ -192,6 +192,8 @@ async fn deploy(
         timeout_secs: args.timeout_secs,
         stack_id: None,
         resource_name: None,
+        inputs_from: None,
+        skip_if_unchanged_from: None,
     };
     let queued = client.create_deployment(&body).await?;
     if !args.wait {
