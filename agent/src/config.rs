@@ -27,7 +27,8 @@ pub struct Config {
     pub tenant: TenantId,
     /// This server's id: which request queue the agent pulls.
     pub server_id: ServerId,
-    /// Holds `ledger/` (the exactly-once ledger) and `work/` (per-deployment work dirs).
+    /// Holds `ledger/` (the exactly-once ledger), `work/` (per-deployment work dirs) and
+    /// `data.sock` (the data socket, while a hook runs).
     pub state_dir: PathBuf,
     /// Directories searched in order for an executable named after a config's group.
     pub hook_dirs: Vec<PathBuf>,
@@ -75,6 +76,13 @@ impl Config {
             })
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// Where the data socket is served while a hook runs, as an absolute path (a hook's
+    /// working directory is not the agent's).
+    pub fn data_socket_path(&self) -> PathBuf {
+        let path = self.state_dir.join(crate::data::SOCKET_FILE);
+        std::path::absolute(&path).unwrap_or(path)
     }
 
     /// Parent of the per-deployment work dirs of the built-in `script` hook.

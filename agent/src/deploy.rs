@@ -11,8 +11,10 @@ use time::OffsetDateTime;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::answer;
+use crate::data::server::DataServer;
+use crate::data::space::DataSpace;
 use crate::error::Error;
-use crate::hook::{self, Outcome};
+use crate::hook::{self, HookEnv, Outcome};
 use crate::item::HookItem;
 use crate::ledger::{Entry, LedgerKey};
 use crate::process::StopReason;
@@ -187,7 +189,15 @@ async fn apply(
     }
     info!(group = %item.group, action = %req.action, "running hook");
 
-    let outcome = run_with_progress(agent, msg, req, &hook, &item).await;
+    // One deployment runs at a time, so one socket path serves them all in turn.
+    let socket = agent.config.data_socket_path();
+    let space = DataSpace::new(&agent.broker, req.tenant.clone(), req.stack_id.clone());
+    let data = DataServer::start(&socket, space);
+    let env = HookEnv::for_request(req, &socket);
+    let outcome = run_with_progress(agent, msg, req, &hook, &item, &env).await;
+    if let Some(data) = data {
+        data.stop().await;
+    }
     let result = outcome.into_result(
         &req.config.outputs,
         Some(started_at),
@@ -210,6 +220,7 @@ async fn run_with_progress(
     req: &DeploymentRequest,
     hook: &hook::Hook,
     item: &HookItem,
+    env: &HookEnv,
 ) -> Outcome {
     let until_expiry =
         Duration::try_from(req.expires_at - OffsetDateTime::now_utc()).unwrap_or(Duration::ZERO);
@@ -230,7 +241,7 @@ async fn run_with_progress(
         }
     };
     let work_root = agent.config.work_root();
-    let run = hook::run(hook, item, &work_root, stop);
+    let run = hook::run(hook, item, env, &work_root, stop);
     tokio::pin!(run);
     let start = tokio::time::Instant::now() + PROGRESS_INTERVAL;
     let mut progress = tokio::time::interval_at(start, PROGRESS_INTERVAL);

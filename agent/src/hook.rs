@@ -14,6 +14,10 @@ use tokio::process::Command;
 use crate::item::HookItem;
 use crate::process::{self, Captured, StopReason};
 
+pub mod env;
+
+pub use env::HookEnv;
+
 /// `deploy_stdout` and `deploy_stderr` each keep at most their first 1 MiB; the rest is
 /// replaced by [`TRUNCATED_MARKER`]. A result travels in one NATS message, whose default
 /// size limit is 1 MiB, so the agent may shorten them further when publishing.
@@ -148,36 +152,34 @@ pub fn text(c: &Captured) -> String {
     bound(String::from_utf8_lossy(&c.bytes).into_owned(), c.truncated)
 }
 
-/// Runs `hook` for `item`; `stop` resolving kills it (see [`process::run`]).
+/// Runs `hook` for `item` with `env` added to its environment; `stop` resolving kills it
+/// (see [`process::run`]).
 pub async fn run(
     hook: &Hook,
     item: &HookItem,
+    env: &HookEnv,
     work_root: &Path,
     stop: impl Future<Output = StopReason>,
 ) -> Outcome {
     match hook {
-        Hook::External(path) => run_external(path, item, stop).await,
-        Hook::Script => crate::script::run(item, work_root, stop).await,
+        Hook::External(path) => run_external(path, item, env, stop).await,
+        Hook::Script => crate::script::run(item, env, work_root, stop).await,
     }
 }
 
 async fn run_external(
     path: &Path,
     item: &HookItem,
+    env: &HookEnv,
     stop: impl Future<Output = StopReason>,
 ) -> Outcome {
     let stdin = match serde_json::to_vec(item) {
         Ok(b) => b,
         Err(e) => return Outcome::failed(format!("cannot encode the hook item: {e}")),
     };
-    let f = match process::run(
-        Command::new(path),
-        Some(stdin),
-        MAX_HOOK_RESPONSE_BYTES,
-        stop,
-    )
-    .await
-    {
+    let mut cmd = Command::new(path);
+    env.apply(&mut cmd);
+    let f = match process::run(cmd, Some(stdin), MAX_HOOK_RESPONSE_BYTES, stop).await {
         Ok(f) => f,
         Err(e) => return Outcome::failed(format!("cannot run hook {}: {e}", path.display())),
     };

@@ -4,6 +4,10 @@
 //! details Heat always gets right, so this module keeps them: `options` is `{}`
 //! rather than null, `name` and `creation_time` are always present, and scalar
 //! input values are strings.
+//!
+//! The `config` handed over is the body for the deployment's action: the config's hook for
+//! that lifecycle action or its ad-hoc action's body, else its own `config`; when the
+//! config sets `substitute_inputs`, every `{"get_input": NAME}` in it is replaced first.
 
 use flue_proto::DeploymentRequest;
 use serde::Serialize;
@@ -24,7 +28,7 @@ pub struct HookItem {
     pub group: String,
     /// RFC 3339 time the deployment was accepted.
     pub creation_time: String,
-    /// The config body.
+    /// The body for the deployment's action, inputs substituted if the config asks.
     pub config: Value,
     /// Hook options, always an object.
     pub options: Value,
@@ -113,6 +117,10 @@ impl HookItem {
                 .map(|(name, v)| string_input(name, Value::String((*v).to_owned()))),
         );
 
+        let mut config = cfg.body_for(&req.action).clone();
+        if cfg.substitute_inputs {
+            substitute_inputs(&mut config, &inputs);
+        }
         let options = match &cfg.options {
             Value::Null => Value::Object(serde_json::Map::new()),
             other => other.clone(),
@@ -125,7 +133,7 @@ impl HookItem {
                 .created_at
                 .format(&Rfc3339)
                 .unwrap_or_else(|_| req.created_at.unix_timestamp().to_string()),
-            config: cfg.config.clone(),
+            config,
             options,
             inputs,
             outputs: cfg
@@ -148,6 +156,27 @@ impl HookItem {
             Value::Null => String::new(),
             other => other.to_string(),
         }
+    }
+}
+
+/// Replaces, anywhere in `body`, every object that is exactly `{"get_input": NAME}` with
+/// the value of input NAME as the item carries it, or null when there is no such input
+/// (Heat's `OS::Heat::StructuredConfig`). A `get_input` whose argument is not a string, or
+/// an object with other keys beside it, is left as it is.
+pub fn substitute_inputs(body: &mut Value, inputs: &[ItemInput]) {
+    match body {
+        Value::Object(map) => {
+            if map.len() == 1
+                && let Some(Value::String(name)) = map.get("get_input")
+            {
+                let value = inputs.iter().find(|i| &i.name == name);
+                *body = value.map_or(Value::Null, |i| i.value.clone());
+                return;
+            }
+            map.values_mut().for_each(|v| substitute_inputs(v, inputs));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| substitute_inputs(v, inputs)),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
     }
 }
 
@@ -250,5 +279,67 @@ pub(crate) mod tests {
         assert_eq!(get("deploy_resource_name"), Some(json!("deploy-one")));
         assert_eq!(get("deploy_stack_id"), Some(json!("st1")));
         assert_eq!(item.options, json!({}));
+    }
+    #[test]
+    fn the_body_is_the_one_for_the_action() {
+        let spec = json!({
+            "group": "script",
+            "config": "echo create",
+            "hooks": {"DELETE": "echo bye"},
+            "actions": {"backup": {"config": "tar c /srv"}}
+        });
+        let mut req = request(spec, json!({}));
+        let body = |req: &DeploymentRequest| HookItem::from_request(req).config;
+        assert_eq!(body(&req), json!("echo create"));
+        req.action = flue_proto::Action::new("DELETE").expect("action");
+        assert_eq!(body(&req), json!("echo bye"));
+        req.action = flue_proto::Action::new("UPDATE").expect("action");
+        assert_eq!(
+            body(&req),
+            json!("echo create"),
+            "no UPDATE hook: the config's body"
+        );
+        req.action = flue_proto::Action::new("backup").expect("action");
+        assert_eq!(body(&req), json!("tar c /srv"));
+    }
+
+    #[test]
+    fn get_input_is_substituted_anywhere_when_asked() {
+        let body = json!({
+            "port": {"get_input": "port"},
+            "nested": [{"host": {"get_input": "deploy_server_id"}}, "plain"],
+            "missing": {"get_input": "nope"},
+            "list": {"get_input": "list"},
+            "not_exact": {"get_input": "port", "other": 1},
+            "not_a_name": {"get_input": 5}
+        });
+        let spec = json!({
+            "group": "apply-config",
+            "config": body,
+            "inputs": [{"name": "port", "type": "Number"}, {"name": "list"}],
+            "substitute_inputs": true
+        });
+        let item =
+            HookItem::from_request(&request(spec.clone(), json!({"port": 80, "list": [1, 2]})));
+        assert_eq!(
+            item.config,
+            json!({
+                "port": "80",
+                "nested": [{"host": "web1"}, "plain"],
+                "missing": null,
+                "list": [1, 2],
+                "not_exact": {"get_input": "port", "other": 1},
+                "not_a_name": {"get_input": 5}
+            })
+        );
+        // A whole body that is one get_input is replaced too.
+        let mut whole = json!({"get_input": "port"});
+        substitute_inputs(&mut whole, &item.inputs);
+        assert_eq!(whole, json!("80"));
+
+        let mut spec = spec;
+        spec["substitute_inputs"] = json!(false);
+        let item = HookItem::from_request(&request(spec, json!({"port": 80})));
+        assert_eq!(item.config, body, "left alone unless the config asks");
     }
 }

@@ -42,6 +42,16 @@
 //! runs in its own process group, so a Ctrl-C at the agent's terminal does not reach it and
 //! the agent can stop everything it started.
 //!
+//! The item's `config` is the body for the deployment's action ([`item`]), and every hook
+//! gets `FLUE_DATA_SOCKET`, `FLUE_STACK_ID`, `FLUE_SERVER_ID`, `FLUE_DEPLOYMENT_ID`,
+//! `FLUE_AGENT` and the agent's directory appended to `PATH` ([`hook::env`]).
+//!
+//! # Data space
+//!
+//! While a hook runs, the agent serves `<state-dir>/data.sock` (a 0600 unix socket) so that
+//! the hook can `flue-agent data put | get [--wait] | delete` keys of its own stack, stored
+//! in the KV bucket the gateway created; see [`data`].
+//!
 //! # Shutdown (SIGTERM / SIGINT)
 //!
 //! The agent stops pulling at once. An idle agent exits promptly with status 0. A running
@@ -56,6 +66,7 @@ pub mod answer;
 pub mod backoff;
 pub mod config;
 pub mod connect;
+pub mod data;
 pub mod deploy;
 pub mod error;
 pub mod hook;

@@ -1,4 +1,5 @@
-//! `flue-agent`: parses flags, sets up logging and signals, and runs [`flue_agent::run`].
+//! `flue-agent`: parses flags, sets up logging and signals, and runs [`flue_agent::run`];
+//! `flue-agent data …` instead runs the data-space command a hook uses.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -23,12 +24,21 @@ struct Cli {
 enum Command {
     /// Pull this server's request queue and apply each deployment with its hook.
     Run(flue_agent::RunArgs),
+    /// Inside a hook: put, get (optionally waiting) or delete a key of the running
+    /// deployment's stack data space. Exits 0 on success, 1 when `get` finds no value,
+    /// 2 on any other error.
+    Data(flue_agent::data::cli::DataArgs),
 }
 
 // One thing at a time: a single-threaded runtime keeps the idle agent small.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let args = match cli.command {
+        // A hook's helper: its only output is the value or the error, no logs.
+        Command::Data(args) => return flue_agent::data::cli::run(args).await,
+        Command::Run(args) => args,
+    };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
@@ -37,10 +47,7 @@ async fn main() -> ExitCode {
         .with_ansi(ansi)
         .init();
 
-    let result = match cli.command {
-        Command::Run(args) => run(args.into()).await,
-    };
-    match result {
+    match run(args.into()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             error!(error = format!("{e:#}"), "agent failed");

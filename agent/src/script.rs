@@ -15,7 +15,7 @@ use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
-use crate::hook::{MAX_STREAM_BYTES, Outcome, text};
+use crate::hook::{HookEnv, MAX_STREAM_BYTES, Outcome, text};
 use crate::item::HookItem;
 use crate::process::{self, StopReason};
 
@@ -27,12 +27,13 @@ pub const MAX_OUTPUT_FILE_BYTES: usize = MAX_STREAM_BYTES;
 /// Runs `item`'s config as a script in `<work_root>/<deployment id>/`, removed afterwards.
 pub async fn run(
     item: &HookItem,
+    env: &HookEnv,
     work_root: &Path,
     stop: impl Future<Output = StopReason>,
 ) -> Outcome {
     let dir = work_root.join(&item.id);
     let outcome = match prepare(&dir, item).await {
-        Ok(script) => run_in(&dir, &script, item, stop).await,
+        Ok(script) => run_in(&dir, &script, item, env, stop).await,
         Err(e) => Outcome::failed(format!("cannot prepare work dir {}: {e}", dir.display())),
     };
     if let Err(e) = tokio::fs::remove_dir_all(&dir).await
@@ -61,6 +62,7 @@ async fn run_in(
     dir: &Path,
     script: &Path,
     item: &HookItem,
+    env: &HookEnv,
     stop: impl Future<Output = StopReason>,
 ) -> Outcome {
     let outputs_path = dir.join("outputs");
@@ -84,6 +86,8 @@ async fn run_in(
         };
         cmd.env(&input.name, value);
     }
+    // After the inputs: the agent's own variables win over a same-named input.
+    env.apply(&mut cmd);
     cmd.env("heat_outputs_path", &outputs_path);
 
     let f = match process::run(cmd, None, MAX_STREAM_BYTES, stop).await {

@@ -92,6 +92,31 @@ pub fn hidden_inputs(config: &Config) -> Vec<String> {
         .collect()
 }
 
+/// Names of the inputs hidden in either list, `first`'s order first: a value carried
+/// over from another deployment stays hidden even if the new config does not say so.
+pub fn hidden_union(first: Vec<String>, second: &[String]) -> Vec<String> {
+    let mut names = first;
+    for name in second {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    names
+}
+
+/// True when two configs would hand a hook the same thing: everything but id, name
+/// and creation time is equal.
+pub fn same_config_content(a: &Config, b: &Config) -> bool {
+    a.group == b.group
+        && a.config == b.config
+        && a.inputs == b.inputs
+        && a.outputs == b.outputs
+        && a.options == b.options
+        && a.hooks == b.hooks
+        && a.actions == b.actions
+        && a.substitute_inputs == b.substitute_inputs
+}
+
 /// True when `new` asks for what `stored` holds: the same config, server, action and
 /// input values, so a `POST` repeated with the same id is answered with `stored`.
 ///
@@ -360,6 +385,48 @@ mod tests {
             change(&mut other.deployment);
             assert!(!same_request(&stored, &other), "{:?}", other.deployment);
         }
+    }
+
+    #[test]
+    fn config_content_ignores_id_name_and_time_only() {
+        let a = config();
+        let mut b = a.clone();
+        b.id = ConfigId::new("c2").expect("id");
+        b.name = "other name".into();
+        b.created_at += time::Duration::seconds(5);
+        assert!(same_config_content(&a, &b));
+        for change in [
+            |c: &mut Config| c.group = "ansible".into(),
+            |c: &mut Config| c.config = json!("echo other"),
+            |c: &mut Config| c.inputs[0].default = Some(json!("other")),
+            |c: &mut Config| {
+                c.outputs = serde_json::from_value(json!([{"name": "o"}])).expect("outputs")
+            },
+            |c: &mut Config| c.options = json!({"x": 1}),
+            |c: &mut Config| {
+                c.hooks.insert("DELETE".into(), json!("rm -rf /opt/app"));
+            },
+            |c: &mut Config| {
+                c.actions.insert(
+                    "backup".into(),
+                    flue_proto::AdhocAction {
+                        config: json!("tar c"),
+                        description: None,
+                    },
+                );
+            },
+            |c: &mut Config| c.substitute_inputs = true,
+        ] {
+            let mut other = b.clone();
+            change(&mut other);
+            assert!(!same_config_content(&a, &other), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn hidden_names_are_united_without_repeats() {
+        let names = hidden_union(vec!["a".into(), "b".into()], &["b".into(), "c".into()]);
+        assert_eq!(names, ["a", "b", "c"]);
     }
 
     #[test]

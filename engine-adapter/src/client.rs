@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use flue_proto::{
     Config, ConfigId, ConfigSpec, CreateDeployment, Deployment, DeploymentId, DeploymentStatus,
-    ErrorBody, RegisterServer, Registration, Server, ServerId,
+    ErrorBody, PutStack, RegisterServer, Registration, Server, ServerId, Stack, StackId,
 };
 use reqwest::{Method, RequestBuilder, Url};
 use serde::Serialize;
@@ -107,7 +107,10 @@ impl Client {
         self.get(&format!("v1/servers/{id}/deployments")).await
     }
 
-    /// `POST /v1/deployments`: queues a deployment; the answer has status QUEUED.
+    /// `POST /v1/deployments`: queues a deployment and returns it (status QUEUED).
+    ///
+    /// With [`CreateDeployment::skip_if_unchanged_from`], an unchanged deployment is not
+    /// created and the one named there is returned instead (its id tells them apart).
     pub async fn create_deployment(
         &self,
         deployment: &CreateDeployment,
@@ -119,6 +122,40 @@ impl Client {
     /// `GET /v1/deployments/{id}`.
     pub async fn get_deployment(&self, id: &DeploymentId) -> Result<Deployment, ClientError> {
         self.get(&format!("v1/deployments/{id}")).await
+    }
+
+    /// `GET /v1/stacks`: every stack, sorted by id.
+    pub async fn list_stacks(&self) -> Result<Vec<Stack>, ClientError> {
+        self.get("v1/stacks").await
+    }
+
+    /// `GET /v1/stacks/{id}`.
+    pub async fn get_stack(&self, id: &StackId) -> Result<Stack, ClientError> {
+        self.get(&format!("v1/stacks/{id}")).await
+    }
+
+    /// `PUT /v1/stacks/{id}`: creates the stack (no `expected_revision`; `conflict` when
+    /// it exists) or replaces it if still at `expected_revision` (`revision_mismatch`
+    /// otherwise); returns the stack as stored, with its new revision.
+    pub async fn put_stack(&self, id: &StackId, put: &PutStack) -> Result<Stack, ClientError> {
+        self.send_json(Method::PUT, &format!("v1/stacks/{id}"), put)
+            .await
+    }
+
+    /// `DELETE /v1/stacks/{id}`: removes the stack and its data space; with
+    /// `expected_revision`, only if the stack is still at that revision.
+    pub async fn delete_stack(
+        &self,
+        id: &StackId,
+        expected_revision: Option<u64>,
+    ) -> Result<(), ClientError> {
+        let mut path = format!("v1/stacks/{id}");
+        if let Some(revision) = expected_revision {
+            path.push_str(&format!("?expected_revision={revision}"));
+        }
+        let url = self.url(&path)?;
+        let request = self.http.delete(url.clone()).timeout(REQUEST_TIMEOUT);
+        self.send_bytes(request, &url).await.map(drop)
     }
 
     /// One long-poll: waits up to `wait` (clamped to [`MAX_WAIT`], rounded up to whole
@@ -209,6 +246,19 @@ impl Client {
         request: RequestBuilder,
         url: &Url,
     ) -> Result<T, ClientError> {
+        let body = self.send_bytes(request, url).await?;
+        serde_json::from_slice(body.as_ref()).map_err(|source| ClientError::Decode {
+            url: url.to_string(),
+            source,
+        })
+    }
+
+    /// Sends `request` and returns the body of a 2xx answer; any other is an error.
+    async fn send_bytes(
+        &self,
+        request: RequestBuilder,
+        url: &Url,
+    ) -> Result<impl AsRef<[u8]> + use<>, ClientError> {
         tracing::debug!(url = %url, "gateway request");
         let response = request
             .send()
@@ -223,10 +273,7 @@ impl Client {
         if !(200..300).contains(&status) {
             return Err(api_error(status, &body));
         }
-        serde_json::from_slice(&body).map_err(|source| ClientError::Decode {
-            url: url.to_string(),
-            source,
-        })
+        Ok(body)
     }
 }
 

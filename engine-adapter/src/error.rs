@@ -82,6 +82,15 @@ impl ClientError {
         }
     }
 
+    /// The gateway's error code of an [`ClientError::Api`] error (`not_found`,
+    /// `conflict`, `revision_mismatch`, …), if that is what this is.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Self::Api { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
     /// True when the gateway said the object does not exist (404).
     pub fn is_not_found(&self) -> bool {
         self.status() == Some(404)

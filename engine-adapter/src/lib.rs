@@ -9,6 +9,7 @@
 pub mod cli;
 mod client;
 mod error;
+pub mod stack;
 #[cfg(test)]
 mod test_support;
 

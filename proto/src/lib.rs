@@ -22,8 +22,8 @@ pub use deployment::{
 pub use ids::{ConfigId, DeploymentId, IdError, MAX_ID_LEN, ServerId, StackId, TenantId};
 pub use server::{AgentBootstrap, ErrorBody, ErrorDetail, RegisterServer, Registration, Server};
 pub use stack::{
-    ActionRun, OpStatus, Operation, Pending, PutStack, Stack, StackAction, StackState, StackStatus,
-    Unit,
+    ActionResult, ActionRun, OpStatus, Operation, Pending, PutStack, Stack, StackAction,
+    StackState, StackStatus, Unit,
 };
 
 /// A random subject-safe token (UUID v4, simple hex form).

@@ -198,7 +198,11 @@ pub struct Unit {
     /// is created, so a resumed operation re-uses its ids instead of running twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<Pending>,
-    /// The unit's last action (`CREATE`, `UPDATE`, …).
+    /// The operation whose step for this unit finished last: a resumed operation skips
+    /// the units it already finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_id: Option<String>,
+    /// The unit's last action (`CREATE`, `UPDATE`, …; `INIT` before its first one).
     pub action: String,
     /// How that action stands.
     pub status: OpStatus,
@@ -230,10 +234,23 @@ pub struct ActionRun {
     pub name: String,
     /// Resource it ran on.
     pub resource: String,
-    /// Its deployments, one per unit of the resource.
-    pub deployments: Vec<DeploymentId>,
-    /// Outcome.
+    /// Outcome so far.
     pub status: OpStatus,
+    /// Its deployments by unit key, as they finish.
+    #[serde(default)]
+    pub results: BTreeMap<String, ActionResult>,
+}
+
+/// What an ad-hoc action did on one unit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActionResult {
+    /// The deployment that ran it.
+    pub deployment_id: DeploymentId,
+    /// Its outcome.
+    pub status: OpStatus,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[cfg(test)]

@@ -3,8 +3,10 @@
 
 mod api_errors;
 mod cli;
+mod data_space;
 mod delivery;
 mod deploy;
 mod gateway;
 mod ledger_reuse;
 mod resilience;
+mod stack;

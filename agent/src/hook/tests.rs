@@ -20,7 +20,7 @@ fn item(config: Value, values: Value) -> HookItem {
 }
 
 async fn judge(hook: &Hook, item: &HookItem, work: &Path) -> DeploymentResult {
-    let outcome = run(hook, item, work, pending()).await;
+    let outcome = run(hook, item, &HookEnv::default(), work, pending()).await;
     let decls: Vec<OutputDecl> = item
         .outputs
         .iter()
@@ -219,7 +219,7 @@ async fn a_stopped_script_reports_why() {
         json!({"group": "script", "config": "echo before; exec sleep 60"}),
         json!({}),
     );
-    let outcome = run(&Hook::Script, &it, tmp.path(), async {
+    let outcome = run(&Hook::Script, &it, &HookEnv::default(), tmp.path(), async {
         StopReason::TimedOut
     })
     .await;

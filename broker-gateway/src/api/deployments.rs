@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use flue_proto::{CreateDeployment, Deployment, DeploymentId, DeploymentStatus};
+use flue_proto::{Action, Config, CreateDeployment, Deployment, DeploymentId, DeploymentStatus};
 use futures_util::StreamExt;
 use serde::Deserialize;
 use time::OffsetDateTime;
@@ -17,7 +17,8 @@ use super::extract::{JsonBody, PathId, inner_text};
 use crate::config::MAX_TIMEOUT_SECS;
 use crate::error::chain;
 use crate::record::{
-    DeploymentRecord, hidden_inputs, same_request, timeout_deadline, with_defaults,
+    DeploymentRecord, hidden_inputs, hidden_union, same_config_content, same_request,
+    timeout_deadline, with_defaults,
 };
 use crate::service::Service;
 
@@ -28,6 +29,12 @@ pub const MAX_WAIT_SECS: u64 = 60;
 /// answers 202. The work runs on its own task so that a client hanging up half-way
 /// cannot leave a recorded deployment unpublished.
 ///
+/// The action must be a lifecycle action or one the config declares (else 422).
+/// `inputs_from` starts the input values from another deployment's, hidden ones
+/// included. With `skip_if_unchanged_from`, a deployment that would apply the same
+/// config content with the same input values to the same server as that one is not
+/// created: the answer is 200 with that deployment.
+///
 /// An id already used answers 202 with the recorded deployment when the request is the
 /// same ([`same_request`]), so a client can retry safely; 409 when it is not. When the
 /// record's write is not confirmed, the answer is 503 `unavailable`: the deployment may
@@ -37,14 +44,22 @@ pub async fn create(
     JsonBody(body): JsonBody<CreateDeployment>,
 ) -> Result<(StatusCode, Json<Deployment>), ApiError> {
     let tasks = service.tasks.clone();
-    let record = tasks.spawn(create_and_publish(service, body)).await??;
-    Ok((StatusCode::ACCEPTED, Json(record.redacted())))
+    let created = tasks.spawn(create_and_publish(service, body)).await??;
+    Ok(match created {
+        Created::Accepted(record) => (StatusCode::ACCEPTED, Json(record.redacted())),
+        Created::Unchanged(record) => (StatusCode::OK, Json(record.redacted())),
+    })
 }
 
-async fn create_and_publish(
-    service: Service,
-    body: CreateDeployment,
-) -> Result<DeploymentRecord, ApiError> {
+/// What a `POST /v1/deployments` came to.
+enum Created {
+    /// Recorded and queued now, or by an earlier identical request.
+    Accepted(DeploymentRecord),
+    /// Nothing to do: the `skip_if_unchanged_from` deployment already applied it.
+    Unchanged(DeploymentRecord),
+}
+
+async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<Created, ApiError> {
     let tenant = &service.config.tenant;
     let timeout_secs = body
         .timeout_secs
@@ -61,6 +76,7 @@ async fn create_and_publish(
         .ok_or_else(|| {
             ApiError::NotFound(format!("config {:?} not found", body.config_id.as_str()))
         })?;
+    check_action(&config, &body.action)?;
     if service
         .store
         .server(tenant, &body.server_id)
@@ -72,6 +88,26 @@ async fn create_and_publish(
             body.server_id.as_str()
         )));
     }
+    let inputs_from = match &body.inputs_from {
+        Some(id) => Some(referenced(&service, "inputs_from", id).await?),
+        None => None,
+    };
+    let skip_from = match &body.skip_if_unchanged_from {
+        Some(id) => Some(referenced(&service, "skip_if_unchanged_from", id).await?),
+        None => None,
+    };
+    let (values, hidden) = match inputs_from {
+        Some(from) => {
+            let mut values = from.deployment.input_values;
+            values.extend(body.input_values);
+            (
+                values,
+                hidden_union(hidden_inputs(&config), &from.hidden_inputs),
+            )
+        }
+        None => (body.input_values, hidden_inputs(&config)),
+    };
+    let id_given = body.id.is_some();
     let id = body.id.unwrap_or_else(DeploymentId::random);
     let now = OffsetDateTime::now_utc();
     let expires_at = now + Duration::from_secs(timeout_secs);
@@ -84,7 +120,7 @@ async fn create_and_publish(
             config_id: config.id.clone(),
             group: config.group.clone(),
             action: body.action,
-            input_values: with_defaults(&config, body.input_values),
+            input_values: with_defaults(&config, values),
             stack_id: body.stack_id,
             resource_name: body.resource_name,
             status: DeploymentStatus::Queued,
@@ -101,12 +137,24 @@ async fn create_and_publish(
             expires_at,
         },
         request_published: false,
-        hidden_inputs: hidden_inputs(&config),
+        hidden_inputs: hidden,
     };
     let d = &record.deployment;
+    if let Some(from) = skip_from {
+        // A retry of a request that did create its deployment is answered like any retry.
+        let recorded = id_given && service.store.deployment(tenant, &d.id).await?.is_some();
+        if !recorded && unchanged(&service, &from, &record, &config).await? {
+            info!(deployment.id = %from.deployment.id, server.id = %d.server_id, action = %d.action, "deployment unchanged; nothing created");
+            return Ok(Created::Unchanged(from));
+        }
+    }
     match service.store.create_deployment(&record).await {
         Ok(true) => {}
-        Ok(false) => return repeated(&service, &record, &config).await,
+        Ok(false) => {
+            return repeated(&service, &record, &config)
+                .await
+                .map(Created::Accepted);
+        }
         Err(e) => {
             // The write may still have happened (a lost acknowledgement, a timed-out
             // request): watch the id as if it had, so that a record that is there gets
@@ -126,7 +174,62 @@ async fn create_and_publish(
         deployment.id = %d.id, server.id = %d.server_id, config.id = %d.config_id,
         action = %d.action, timeout_secs, "deployment queued"
     );
-    Ok(record)
+    Ok(Created::Accepted(record))
+}
+
+/// Refuses an action that is neither a lifecycle action nor declared by the config.
+fn check_action(config: &Config, action: &Action) -> Result<(), ApiError> {
+    if config.allows(action) {
+        return Ok(());
+    }
+    let declared = if config.actions.is_empty() {
+        "it declares no ad-hoc actions".to_owned()
+    } else {
+        let names: Vec<&str> = config.actions.keys().map(String::as_str).collect();
+        format!("it declares: {}", names.join(", "))
+    };
+    Err(ApiError::InvalidInput(format!(
+        "action {:?} is not declared by config {:?} ({declared})",
+        action.as_str(),
+        config.id.as_str(),
+    )))
+}
+
+/// The deployment a body field (`field`) names, which must exist.
+async fn referenced(
+    service: &Service,
+    field: &str,
+    id: &DeploymentId,
+) -> Result<DeploymentRecord, ApiError> {
+    service
+        .store
+        .deployment(&service.config.tenant, id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::NotFound(format!("{field} deployment {:?} not found", id.as_str()))
+        })
+}
+
+/// True when `new` would apply what `from` applied: the same server, the same input
+/// values (hidden ones included) and a config with the same content.
+async fn unchanged(
+    service: &Service,
+    from: &DeploymentRecord,
+    new: &DeploymentRecord,
+    config: &Config,
+) -> Result<bool, ApiError> {
+    let (a, b) = (&from.deployment, &new.deployment);
+    if a.server_id != b.server_id || a.input_values != b.input_values {
+        return Ok(false);
+    }
+    if a.config_id == config.id {
+        return Ok(true);
+    }
+    let theirs = service
+        .store
+        .config(&service.config.tenant, &a.config_id)
+        .await?;
+    Ok(theirs.is_some_and(|theirs| same_config_content(&theirs, config)))
 }
 
 /// A `POST` for an id already recorded: the recorded deployment if `new` asks for the
@@ -135,7 +238,7 @@ async fn create_and_publish(
 async fn repeated(
     service: &Service,
     new: &DeploymentRecord,
-    config: &flue_proto::Config,
+    config: &Config,
 ) -> Result<DeploymentRecord, ApiError> {
     let id = &new.deployment.id;
     let conflict = || {

@@ -47,6 +47,9 @@ pub enum ApiError {
     /// The id is taken by a different object.
     #[error("{0}")]
     Conflict(String),
+    /// A conditional write named a revision the object is no longer at.
+    #[error("{0}")]
+    RevisionMismatch(String),
     /// The route exists but not for this method.
     #[error("method not allowed")]
     MethodNotAllowed,
@@ -80,6 +83,7 @@ impl ApiError {
             Self::InvalidInput(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_input"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Self::RevisionMismatch(_) => (StatusCode::CONFLICT, "revision_mismatch"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Store(_) | Self::Broker(_) | Self::Task(_) => {

@@ -5,7 +5,7 @@ use std::str::FromStr;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody, JsonRejection};
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
-use flue_proto::{ConfigId, DeploymentId, IdError, ServerId};
+use flue_proto::{ConfigId, DeploymentId, IdError, ServerId, StackId};
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
@@ -65,6 +65,9 @@ impl PathIdKind for ServerId {
 }
 impl PathIdKind for DeploymentId {
     const WHAT: &'static str = "deployment id";
+}
+impl PathIdKind for StackId {
+    const WHAT: &'static str = "stack id";
 }
 
 /// The single `{id}` of the path, validated: a bad one is a 400 `invalid_id`.

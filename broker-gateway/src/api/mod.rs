@@ -5,6 +5,7 @@ pub mod deployments;
 pub mod error;
 pub mod extract;
 pub mod servers;
+pub mod stacks;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::Uri;
@@ -29,6 +30,11 @@ pub fn router(service: Service) -> Router {
         .route("/v1/servers/{id}/deployments", get(servers::deployments))
         .route("/v1/deployments", post(deployments::create))
         .route("/v1/deployments/{id}", get(deployments::get))
+        .route("/v1/stacks", get(stacks::list))
+        .route(
+            "/v1/stacks/{id}",
+            get(stacks::get).put(stacks::put).delete(stacks::delete),
+        )
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(body_limit))

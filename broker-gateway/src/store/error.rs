@@ -64,6 +64,17 @@ pub enum StoreError {
         /// Key.
         key: String,
     },
+    /// Purging a range of keys failed.
+    #[error("cannot purge {filter:?} from bucket {bucket}")]
+    Purge {
+        /// Bucket name.
+        bucket: &'static str,
+        /// Subject filter of the purge.
+        filter: String,
+        /// Cause.
+        #[source]
+        source: BoxError,
+    },
     /// Watching a key failed.
     #[error("cannot watch {key:?} in bucket {bucket}")]
     Watch {

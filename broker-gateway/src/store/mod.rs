@@ -6,20 +6,26 @@
 //! | `flue_servers` | `<tenant>.<server>` | [`flue_proto::Server`] JSON |
 //! | `flue_deployments` | `<tenant>.<deployment>` | [`DeploymentRecord`] JSON |
 //! | `flue_server_deployments` | `<tenant>.<server>.<deployment>` | empty (listing index) |
+//! | `flue_stacks` | `<tenant>.<stack>` | [`flue_proto::Stack`] JSON |
+//! | `flue_data` | `<tenant>.<stack>.<key>` | a hook's value (written by agents) |
 //!
 //! Every bucket keeps one revision per key. Configs, servers and deployments are
 //! created with `create` (refused when the key exists); deployment changes go through
-//! [`Store::update_deployment`], a compare-and-set loop on the key's revision.
+//! [`Store::update_deployment`], a compare-and-set loop on the key's revision; stack
+//! changes name the revision they replace ([`Store::update_stack`]). The gateway only
+//! creates the data bucket and purges a deleted stack's keys from it.
 
 mod bucket;
 mod error;
+mod stacks;
 
 use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
-use flue_proto::{Config, ConfigId, DeploymentId, Server, ServerId, TenantId};
+use flue_proto::{Config, ConfigId, DeploymentId, Server, ServerId, TenantId, subject};
 use futures_util::{Stream, StreamExt};
 
 pub use error::StoreError;
+pub use stacks::StackWrite;
 
 use crate::record::DeploymentRecord;
 use bucket::{bucket, create, decode, encode, get, keys};
@@ -32,6 +38,8 @@ pub const SERVERS_BUCKET: &str = "flue_servers";
 pub const DEPLOYMENTS_BUCKET: &str = "flue_deployments";
 /// Index bucket listing each server's deployments.
 pub const SERVER_DEPLOYMENTS_BUCKET: &str = "flue_server_deployments";
+/// Bucket of stack records.
+pub const STACKS_BUCKET: &str = "flue_stacks";
 
 /// How many times a compare-and-set is retried after losing a race before giving up.
 pub(crate) const MAX_CAS_ATTEMPTS: usize = 32;
@@ -52,6 +60,8 @@ pub struct Store {
     servers: kv::Store,
     deployments: kv::Store,
     index: kv::Store,
+    stacks: kv::Store,
+    data: kv::Store,
 }
 
 impl Store {
@@ -62,6 +72,9 @@ impl Store {
             servers: bucket(js, SERVERS_BUCKET).await?,
             deployments: bucket(js, DEPLOYMENTS_BUCKET).await?,
             index: bucket(js, SERVER_DEPLOYMENTS_BUCKET).await?,
+            stacks: bucket(js, STACKS_BUCKET).await?,
+            // Agents read and write it but never create anything: it must exist first.
+            data: bucket(js, subject::DATA_BUCKET).await?,
         })
     }
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use flue_proto::{ConfigId, DeploymentId, ServerId};
+use flue_proto::{ConfigId, DeploymentId, ServerId, StackId};
 
 /// Default gateway address, the gateway's own default `--listen`.
 pub const DEFAULT_GATEWAY: &str = "http://127.0.0.1:8470";
@@ -40,6 +40,78 @@ pub enum Command {
     /// Read deployments.
     #[command(subcommand)]
     Deployment(DeploymentCommand),
+    /// Run HOT-style templates as stacks: create, update, delete, suspend, resume, actions.
+    #[command(subcommand)]
+    Stack(StackCommand),
+}
+
+/// `flue stack …`
+#[derive(Debug, Subcommand)]
+pub enum StackCommand {
+    /// Create a stack from a template; run it again to resume an interrupted creation
+    /// or to retry a failed one.
+    Create(StackApplyArgs),
+    /// Apply a changed template or parameters: only what changed runs.
+    Update(StackApplyArgs),
+    /// Run delete hooks in reverse dependency order, then forget the stack.
+    Delete(StackOpArgs),
+    /// Run suspend hooks, dependents first.
+    Suspend(StackOpArgs),
+    /// Run resume hooks, dependencies first.
+    Resume(StackOpArgs),
+    /// Run an ad-hoc action declared by a resource's config (e.g. a backup).
+    Action {
+        /// Stack name.
+        name: StackId,
+        /// Deployment resource (every member, for a group).
+        resource: String,
+        /// Action name, as declared in the config's `actions`.
+        action: String,
+        /// Take over from another operation still marked in progress.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Show a stack: status, units, outputs, recent actions.
+    Show {
+        /// Stack name.
+        name: StackId,
+        /// Print the stored record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List stacks.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `flue stack create|update`
+#[derive(Debug, Args)]
+pub struct StackApplyArgs {
+    /// Stack name (letters, digits, '_' and '-').
+    pub name: StackId,
+    /// The HOT template (YAML or JSON); `get_file` paths are relative to it.
+    #[arg(short = 't', long, value_name = "FILE")]
+    pub template: PathBuf,
+    /// A parameter value (repeatable). On update, parameters not given keep their
+    /// last value, except hidden ones, which are never stored.
+    #[arg(short = 'P', long = "parameter", value_name = "NAME=VALUE")]
+    pub parameters: Vec<String>,
+    /// Take over from another operation still marked in progress (its driver is gone).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `flue stack delete|suspend|resume`
+#[derive(Debug, Args)]
+pub struct StackOpArgs {
+    /// Stack name.
+    pub name: StackId,
+    /// Take over from another operation still marked in progress (its driver is gone).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `flue config …`

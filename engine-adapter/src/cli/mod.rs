@@ -4,6 +4,7 @@
 mod args;
 mod inputs;
 mod render;
+mod stack;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use flue_proto::{Action, CreateDeployment, DeploymentId, DeploymentStatus, Regis
 
 pub use args::{
     Cli, Command, ConfigCommand, CreateConfigArgs, DEFAULT_GATEWAY, DeployArgs, DeploymentCommand,
-    ServerCommand,
+    ServerCommand, StackApplyArgs, StackCommand, StackOpArgs,
 };
 pub use render::error_message;
 
@@ -26,6 +27,8 @@ pub enum Outcome {
     Success,
     /// A deployment waited for ended FAILED (exit code 1).
     DeploymentFailed,
+    /// A stack operation ended FAILED (exit code 1).
+    Failed,
 }
 
 impl Outcome {
@@ -33,7 +36,7 @@ impl Outcome {
     pub fn exit_code(self) -> u8 {
         match self {
             Self::Success => 0,
-            Self::DeploymentFailed => 1,
+            Self::DeploymentFailed | Self::Failed => 1,
         }
     }
 }
@@ -78,6 +81,17 @@ pub enum CliError {
         /// The outputs it has.
         available: Vec<String>,
     },
+    /// A template could not be loaded or is invalid.
+    #[error("{}: {error}", path.display())]
+    Template {
+        /// The template file.
+        path: PathBuf,
+        /// What is wrong, naming the resource and field.
+        error: crate::stack::template::TemplateError,
+    },
+    /// A stack operation could not run.
+    #[error(transparent)]
+    Engine(#[from] crate::stack::driver::EngineError),
     /// Standard output could not be written (a closed pipe, say).
     #[error("cannot write to standard output")]
     Output(#[from] io::Error),
@@ -116,6 +130,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<Outcome, CliError> {
         }
         Command::Server(command) => server(&client, command, out).await?,
         Command::Deploy(args) => return deploy(&client, args, out).await,
+        Command::Stack(command) => return stack::run(&client, command, out).await,
         Command::Deployment(DeploymentCommand::Show { id, output }) => {
             let deployment = client.get_deployment(&id).await?;
             let Some(name) = output else {

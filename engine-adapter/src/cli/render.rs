@@ -91,7 +91,7 @@ pub(crate) fn servers_table(servers: &[Server]) -> String {
     table(["ID", "NAME", "CREATED_AT"], &rows)
 }
 
-fn timestamp(at: OffsetDateTime) -> String {
+pub(crate) fn timestamp(at: OffsetDateTime) -> String {
     at.format(&Rfc3339).unwrap_or_else(|_| at.to_string())
 }
 

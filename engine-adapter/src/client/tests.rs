@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use flue_proto::{ConfigId, DeploymentId, DeploymentStatus};
+use flue_proto::{
+    ConfigId, CreateDeployment, DeploymentId, DeploymentStatus, OpStatus, PutStack, StackAction,
+    StackId, StackState, StackStatus,
+};
 use serde_json::json;
 use tokio::net::TcpListener;
 
@@ -131,4 +134,104 @@ fn long_poll_waits_round_up_and_clamp() {
     assert_eq!(wait_secs(Duration::from_secs(5)), 5);
     assert_eq!(wait_secs(Duration::from_secs(600)), 60);
     assert_eq!(wait_secs(Duration::ZERO), 0);
+}
+
+fn stack_json(revision: u64) -> String {
+    json!({
+        "id": "st", "tenant": "default", "revision": revision,
+        "created_at": "2025-01-01T00:00:00Z", "updated_at": "2025-01-01T00:00:00Z",
+        "status": {"action": "CREATE", "status": "IN_PROGRESS"}, "state": {}
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn stacks_are_read_written_and_deleted_with_revisions() {
+    let mismatch = json!({"error": {"code": "revision_mismatch", "message": "stack \"st\" is at revision 3, not 2; read it again"}});
+    let gw = fake(vec![
+        (200, stack_json(1)),
+        (200, format!("[{}]", stack_json(1))),
+        (200, stack_json(1)),
+        (409, mismatch.to_string()),
+        (204, String::new()),
+        (204, String::new()),
+    ])
+    .await;
+    let client = Client::new(&gw.url).expect("client");
+    let id = StackId::new("st").expect("id");
+    let put = PutStack {
+        expected_revision: None,
+        status: StackStatus {
+            action: StackAction::Create,
+            status: OpStatus::InProgress,
+            reason: None,
+        },
+        state: StackState::default(),
+    };
+    let created = client.put_stack(&id, &put).await.expect("put");
+    assert_eq!((created.id.as_str(), created.revision), ("st", 1));
+    let listed = client.list_stacks().await.expect("list");
+    assert_eq!(listed, std::slice::from_ref(&created));
+    assert_eq!(client.get_stack(&id).await.expect("get"), created);
+    let stale = PutStack {
+        expected_revision: Some(2),
+        ..put
+    };
+    let err = client.put_stack(&id, &stale).await.expect_err("409");
+    assert_eq!(
+        (err.status(), err.code()),
+        (Some(409), Some("revision_mismatch"))
+    );
+    client.delete_stack(&id, Some(3)).await.expect("delete");
+    client.delete_stack(&id, None).await.expect("delete");
+    let lines = gw.seen.lock().expect("lock").clone();
+    assert_eq!(
+        lines,
+        [
+            "PUT /v1/stacks/st HTTP/1.1",
+            "GET /v1/stacks HTTP/1.1",
+            "GET /v1/stacks/st HTTP/1.1",
+            "PUT /v1/stacks/st HTTP/1.1",
+            "DELETE /v1/stacks/st?expected_revision=3 HTTP/1.1",
+            "DELETE /v1/stacks/st HTTP/1.1",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_unchanged_deployment_answered_with_200_is_returned_too() {
+    let gw = fake(vec![(200, deployment("COMPLETE"))]).await;
+    let client = Client::new(&gw.url).expect("client");
+    let body = CreateDeployment {
+        id: Some(DeploymentId::new("d2").expect("id")),
+        config_id: ConfigId::new("c1").expect("id"),
+        server_id: flue_proto::ServerId::new("web").expect("id"),
+        action: flue_proto::Action::new("UPDATE").expect("action"),
+        input_values: Default::default(),
+        name: None,
+        timeout_secs: None,
+        stack_id: None,
+        resource_name: None,
+        inputs_from: None,
+        skip_if_unchanged_from: Some(DeploymentId::new("d1").expect("id")),
+    };
+    let d = client
+        .create_deployment(&body)
+        .await
+        .expect("200 is success");
+    assert_eq!(
+        (d.id.as_str(), d.status),
+        ("d1", DeploymentStatus::Complete)
+    );
+}
+
+#[test]
+fn api_errors_expose_their_code_and_others_none() {
+    let err = api_error(404, br#"{"error": {"code": "not_found", "message": "x"}}"#);
+    assert_eq!(err.code(), Some("not_found"));
+    let other = ClientError::InvalidUrl {
+        url: "x".into(),
+        reason: "y".into(),
+    };
+    assert_eq!(other.code(), None);
 }

@@ -1,7 +1,9 @@
 //! The gateway in-process (`Gateway::start` + `tower::ServiceExt::oneshot`) against a real
-//! nats-server: API edge cases, state transitions, the JetStream store.
+//! nats-server: API edge cases, state transitions, the JetStream store, stack records.
 
 mod api;
+mod create_options;
 mod deployments;
 mod fixture;
+mod stacks;
 mod store;

@@ -1,0 +1,142 @@
+//! `/v1/stacks`: the records an engine keeps while it drives a stack, written with
+//! compare-and-set on their revision; deleting one also clears its data space.
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use flue_proto::{PutStack, Stack, StackId};
+use serde::Deserialize;
+use time::OffsetDateTime;
+use tracing::info;
+
+use super::error::ApiError;
+use super::extract::{JsonBody, PathId, inner_text};
+use crate::service::Service;
+use crate::store::StackWrite;
+
+/// `GET /v1/stacks`: every stack of the tenant, sorted by id.
+pub async fn list(State(service): State<Service>) -> Result<Json<Vec<Stack>>, ApiError> {
+    Ok(Json(service.store.stacks(&service.config.tenant).await?))
+}
+
+/// `GET /v1/stacks/{id}`.
+pub async fn get(
+    State(service): State<Service>,
+    PathId(id): PathId<StackId>,
+) -> Result<Json<Stack>, ApiError> {
+    service
+        .store
+        .stack(&service.config.tenant, &id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| not_found(&id))
+}
+
+/// `PUT /v1/stacks/{id}`: without `expected_revision`, creates the stack (409
+/// `conflict` when it exists); with it, replaces the stack's status and state if its
+/// revision is still that one (404 when it is gone, 409 `revision_mismatch` when it
+/// moved on). Answers 200 with the stack as stored, new revision included.
+pub async fn put(
+    State(service): State<Service>,
+    PathId(id): PathId<StackId>,
+    JsonBody(body): JsonBody<PutStack>,
+) -> Result<Json<Stack>, ApiError> {
+    let tenant = &service.config.tenant;
+    let now = OffsetDateTime::now_utc();
+    let written = match body.expected_revision {
+        None => {
+            let stack = Stack {
+                id: id.clone(),
+                tenant: tenant.clone(),
+                revision: 0,
+                created_at: now,
+                updated_at: now,
+                status: body.status,
+                state: body.state,
+            };
+            service.store.create_stack(&stack).await?
+        }
+        Some(expected) => {
+            service
+                .store
+                .update_stack(tenant, &id, expected, |stack| {
+                    stack.updated_at = now;
+                    stack.status = body.status;
+                    stack.state = body.state;
+                })
+                .await?
+        }
+    };
+    let stack = written_or_refused(&id, body.expected_revision, written)?;
+    info!(stack.id = %id, revision = stack.revision, status = %stack.status, "stack stored");
+    Ok(Json(stack))
+}
+
+/// Query of `DELETE /v1/stacks/{id}`.
+#[derive(Debug, Deserialize)]
+pub struct DeleteQuery {
+    /// Delete only if the stack is still at this revision.
+    pub expected_revision: Option<u64>,
+}
+
+/// `DELETE /v1/stacks/{id}[?expected_revision=N]`: removes the stack and every key of
+/// its data space; 204, 404 when there is no such stack, 409 `revision_mismatch`.
+///
+/// The record goes first, then the data. A stack found missing still has its data
+/// purged, so that repeating a delete whose purge failed finishes it. The work runs
+/// on its own task, so a client hanging up cannot stop it half-way.
+pub async fn delete(
+    State(service): State<Service>,
+    PathId(id): PathId<StackId>,
+    query: Result<Query<DeleteQuery>, QueryRejection>,
+) -> Result<StatusCode, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::InvalidInput(inner_text(&e)))?;
+    let tasks = service.tasks.clone();
+    tasks
+        .spawn(delete_with_data(service, id, query.expected_revision))
+        .await??;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_with_data(
+    service: Service,
+    id: StackId,
+    expected: Option<u64>,
+) -> Result<(), ApiError> {
+    let tenant = &service.config.tenant;
+    let written = service.store.delete_stack(tenant, &id, expected).await?;
+    if let StackWrite::Mismatch { .. } = written {
+        return written_or_refused(&id, expected, written).map(drop);
+    }
+    let purged = service.store.purge_stack_data(tenant, &id).await?;
+    written_or_refused(&id, expected, written)?;
+    info!(stack.id = %id, data_keys_purged = purged, "stack deleted");
+    Ok(())
+}
+
+/// The stored stack, or the API error saying why the write (which expected the stack
+/// at revision `expected`) was refused.
+fn written_or_refused(
+    id: &StackId,
+    expected: Option<u64>,
+    written: StackWrite,
+) -> Result<Stack, ApiError> {
+    match written {
+        StackWrite::Written(stack) => Ok(*stack),
+        StackWrite::Exists => Err(ApiError::Conflict(format!(
+            "stack {:?} exists",
+            id.as_str()
+        ))),
+        StackWrite::Missing => Err(not_found(id)),
+        StackWrite::Mismatch { current } => Err(ApiError::RevisionMismatch(format!(
+            "stack {:?} is at revision {current}, not {}; read it again",
+            id.as_str(),
+            expected.map_or_else(|| "absent".to_owned(), |e| e.to_string())
+        ))),
+    }
+}
+
+fn not_found(id: &StackId) -> ApiError {
+    ApiError::NotFound(format!("stack {:?} not found", id.as_str()))
+}

@@ -1,0 +1,8 @@
+//! Stacks from HOT-style templates: parsing, intrinsic functions and the dependency graph.
+
+pub mod driver;
+pub mod functions;
+pub mod graph;
+pub mod resolve;
+pub mod template;
+pub mod units;

@@ -1,0 +1,302 @@
+//! Resolving a template at run time: `get_attr` reads the outputs of deployments that
+//! have completed, `get_resource` names servers, configs and deployments.
+
+use std::collections::{BTreeMap, HashMap};
+
+use flue_proto::{ConfigSpec, Deployment, DeploymentId, InputDecl, OutputDecl, StackState};
+use serde_json::{Value, json};
+
+use super::functions::{self, Resolver};
+use super::template::{Parameters, ResourceKind, Template, TemplateError};
+use super::units::{DesiredUnit, Plan, config_resource};
+
+/// Everything `get_param`, `get_resource` and `get_attr` may read.
+pub struct RuntimeResolver<'a> {
+    /// The template.
+    pub template: &'a Template,
+    /// Bound parameters.
+    pub params: &'a Parameters,
+    /// Units and group members.
+    pub plan: &'a Plan,
+    /// Stored unit state: each unit's completed deployment.
+    pub state: &'a StackState,
+    /// Completed deployments already fetched, by id.
+    pub deployments: &'a HashMap<DeploymentId, Deployment>,
+}
+
+impl RuntimeResolver<'_> {
+    fn completed(&self, key: &str) -> Result<&Deployment, String> {
+        let id = self
+            .state
+            .units
+            .get(key)
+            .and_then(|u| u.baseline.as_ref())
+            .ok_or_else(|| format!("{key} has not completed"))?;
+        self.deployments
+            .get(id)
+            .ok_or_else(|| format!("deployment {id} of {key} was not fetched"))
+    }
+}
+
+/// The value of a deployment attribute: an output, or one of Heat's `deploy_*`.
+pub fn deployment_attr(d: &Deployment, attr: &str) -> Value {
+    match attr {
+        "deploy_stdout" => Value::String(d.deploy_stdout.clone()),
+        "deploy_stderr" => Value::String(d.deploy_stderr.clone()),
+        "deploy_status_code" => d.deploy_status_code.map_or(Value::Null, Value::from),
+        other => d.outputs.get(other).cloned().unwrap_or(Value::Null),
+    }
+}
+
+/// Follows `path` (keys and indexes) into `value`; null where it leads nowhere.
+fn follow(mut value: Value, path: &[Value]) -> Value {
+    for step in path {
+        value = match (value, step) {
+            (Value::Object(mut m), Value::String(k)) => m.remove(k).unwrap_or(Value::Null),
+            (Value::Array(mut a), Value::Number(n)) => {
+                let i = n.as_u64().and_then(|i| usize::try_from(i).ok());
+                match i {
+                    Some(i) if i < a.len() => a.swap_remove(i),
+                    _ => Value::Null,
+                }
+            }
+            (Value::Array(mut a), Value::String(s)) => match s.parse::<usize>() {
+                Ok(i) if i < a.len() => a.swap_remove(i),
+                _ => Value::Null,
+            },
+            _ => Value::Null,
+        };
+    }
+    value
+}
+
+impl Resolver for RuntimeResolver<'_> {
+    fn param(&self, name: &str) -> Option<&Value> {
+        self.params.values.get(name)
+    }
+
+    fn param_hidden(&self, name: &str) -> bool {
+        self.params.hidden.contains(name)
+    }
+
+    fn get_resource(&self, name: &str) -> Result<Value, String> {
+        let res = self
+            .template
+            .resources
+            .get(name)
+            .ok_or_else(|| format!("resource {name:?} does not exist"))?;
+        match res.kind {
+            ResourceKind::Server => {
+                let id = res
+                    .properties
+                    .get("server_id")
+                    .ok_or_else(|| format!("resource {name:?} has no server_id"))?;
+                functions::resolve(id, self, &format!("resources.{name}.properties.server_id"))
+                    .map(|r| r.value)
+                    .map_err(|e| e.to_string())
+            }
+            ResourceKind::SoftwareDeployment => Ok(self
+                .state
+                .units
+                .get(name)
+                .and_then(|u| u.baseline.as_ref())
+                .map_or(Value::Null, |d| Value::String(d.to_string()))),
+            _ => Ok(Value::String(name.to_owned())),
+        }
+    }
+
+    fn get_attr(&self, resource: &str, attr: &str, path: &[Value]) -> Result<Value, String> {
+        let res = self
+            .template
+            .resources
+            .get(resource)
+            .ok_or_else(|| format!("resource {resource:?} does not exist"))?;
+        let value = match res.kind {
+            ResourceKind::Server => match attr {
+                "server_id" => self.get_resource(resource)?,
+                other => return Err(format!("a server has no attribute {other:?}")),
+            },
+            ResourceKind::SoftwareDeployment => deployment_attr(self.completed(resource)?, attr),
+            ResourceKind::SoftwareDeploymentGroup => {
+                let single = match attr {
+                    "deploy_stdouts" => "deploy_stdout",
+                    "deploy_stderrs" => "deploy_stderr",
+                    "deploy_status_codes" => "deploy_status_code",
+                    other => other,
+                };
+                let mut map = serde_json::Map::new();
+                for (member, _) in self.plan.members.get(resource).into_iter().flatten() {
+                    let key = super::units::member_key(resource, member);
+                    map.insert(
+                        member.clone(),
+                        deployment_attr(self.completed(&key)?, single),
+                    );
+                }
+                Value::Object(map)
+            }
+            _ => return Err(format!("resource {resource:?} has no attributes")),
+        };
+        Ok(follow(value, path))
+    }
+}
+
+/// A deployment unit's resolved config and input values, ready to send.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    /// The config to create (its `id` is set by the caller).
+    pub spec: ConfigSpec,
+    /// Input values.
+    pub input_values: BTreeMap<String, Value>,
+    /// Seconds the gateway waits for the agent, if the template says.
+    pub timeout_secs: Option<u64>,
+    /// Name handed to the hook.
+    pub name: String,
+}
+
+/// Resolves the config and input values of `unit` against completed deployments.
+pub fn unit_deployment(
+    r: &RuntimeResolver<'_>,
+    unit: &DesiredUnit,
+) -> Result<Resolved, TemplateError> {
+    let t = r.template;
+    let res = &t.resources[&unit.resource];
+    let props = |name: &str| format!("resources.{}.properties.{name}", unit.resource);
+    let config_name = config_resource(t, &unit.resource).ok_or_else(|| TemplateError {
+        path: props("config"),
+        message: "must be {get_resource: <a config resource>}".into(),
+    })?;
+    let cres = &t.resources[config_name];
+    let cprop = |name: &str| format!("resources.{config_name}.properties.{name}");
+    let resolve_config_prop = |name: &str| -> Result<Option<Value>, TemplateError> {
+        let Some(v) = cres.properties.get(name) else {
+            return Ok(None);
+        };
+        let out = functions::resolve(v, r, &cprop(name))?;
+        if out.hidden {
+            return Err(TemplateError {
+                path: cprop(name),
+                message: "uses a hidden parameter; configs are readable, pass it as an input value instead".into(),
+            });
+        }
+        Ok(Some(out.value))
+    };
+
+    let group = match resolve_config_prop("group")? {
+        None => "script".to_owned(),
+        Some(Value::String(g)) => g,
+        Some(other) => {
+            return Err(TemplateError {
+                path: cprop("group"),
+                message: format!("must be a string, got {other}"),
+            });
+        }
+    };
+    let mut inputs: Vec<InputDecl> = typed(resolve_config_prop("inputs")?, &cprop("inputs"))?;
+    let outputs: Vec<OutputDecl> = typed(resolve_config_prop("outputs")?, &cprop("outputs"))?;
+    let options = resolve_config_prop("options")?.unwrap_or_else(|| json!({}));
+    let hooks = typed(resolve_config_prop("hooks")?, &cprop("hooks"))?;
+    let actions = typed(resolve_config_prop("actions")?, &cprop("actions"))?;
+    let config = resolve_config_prop("config")?.unwrap_or(Value::Null);
+
+    let mut input_values = BTreeMap::new();
+    if let Some(v) = res.properties.get("input_values") {
+        let Value::Object(map) = v else {
+            return Err(TemplateError {
+                path: props("input_values"),
+                message: "must be a map of input name to value".into(),
+            });
+        };
+        for (name, v) in map {
+            let out = functions::resolve(v, r, &format!("{}.{name}", props("input_values")))?;
+            if out.hidden {
+                declare(&mut inputs, name, "String").hidden = true;
+            }
+            input_values.insert(name.clone(), out.value);
+        }
+    }
+    if let (Some(member_input), Some(members)) = (
+        res.properties.get("members_input").and_then(Value::as_str),
+        r.plan.members.get(&unit.resource),
+    ) {
+        let list: Vec<Value> = members
+            .iter()
+            .map(|(name, server)| json!({"name": name, "server_id": server}))
+            .collect();
+        declare(&mut inputs, member_input, "Json");
+        input_values.insert(member_input.to_owned(), Value::Array(list));
+    }
+    for name in input_values.keys() {
+        declare(&mut inputs, name, "String");
+    }
+
+    let timeout_secs = match res.properties.get("timeout") {
+        None => None,
+        Some(v) => {
+            let v = functions::resolve(v, r, &props("timeout"))?.value;
+            Some(v.as_u64().filter(|n| *n > 0).ok_or_else(|| TemplateError {
+                path: props("timeout"),
+                message: format!("must be a positive number of seconds, got {v}"),
+            })?)
+        }
+    };
+    let base_name = match res.properties.get("name") {
+        Some(v) => match functions::resolve(v, r, &props("name"))?.value {
+            Value::String(s) => s,
+            other => other.to_string(),
+        },
+        None => unit.resource.clone(),
+    };
+    let name = match &unit.member {
+        Some(m) => format!("{base_name}-{m}"),
+        None => base_name,
+    };
+    let spec = ConfigSpec {
+        id: None,
+        name: config_name.to_owned(),
+        group,
+        config,
+        inputs,
+        outputs,
+        options,
+        hooks,
+        actions,
+        substitute_inputs: cres.kind == ResourceKind::StructuredConfig,
+    };
+    Ok(Resolved {
+        spec,
+        input_values,
+        timeout_secs,
+        name,
+    })
+}
+
+/// The input declaration `name`, added (with `kind`) when the config has none.
+fn declare<'a>(inputs: &'a mut Vec<InputDecl>, name: &str, kind: &str) -> &'a mut InputDecl {
+    let i = match inputs.iter().position(|i| i.name == name) {
+        Some(i) => i,
+        None => {
+            inputs.push(InputDecl {
+                name: name.to_owned(),
+                kind: kind.to_owned(),
+                description: None,
+                default: None,
+                hidden: false,
+            });
+            inputs.len() - 1
+        }
+    };
+    &mut inputs[i]
+}
+
+fn typed<T: serde::de::DeserializeOwned + Default>(
+    v: Option<Value>,
+    path: &str,
+) -> Result<T, TemplateError> {
+    match v {
+        None | Some(Value::Null) => Ok(T::default()),
+        Some(v) => serde_json::from_value(v).map_err(|e| TemplateError {
+            path: path.to_owned(),
+            message: e.to_string(),
+        }),
+    }
+}

@@ -1,0 +1,371 @@
+//! HOT templates: a YAML (or JSON) text turned into a checked [`Template`].
+//!
+//! Parsing checks everything that does not need a running stack: the sections, each
+//! resource's type and properties, every function call's shape and target, and that
+//! the resources' dependencies form no cycle. Functions stay unresolved (except
+//! `get_file`, inlined here); the engine resolves them with [`super::functions::resolve`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::{functions, graph};
+
+mod checks;
+pub use checks::{DEPLOYMENT_ATTRIBUTES, GROUP_ATTRIBUTES, SERVER_ATTRIBUTES, config_outputs};
+mod params;
+mod resources;
+#[cfg(test)]
+mod tests;
+
+/// A parsed, statically checked template.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Template {
+    /// The template's description.
+    pub description: Option<String>,
+    /// Declared parameters by name.
+    pub parameters: BTreeMap<String, ParamDecl>,
+    /// Resources by name (never empty).
+    pub resources: BTreeMap<String, Resource>,
+    /// Outputs by name.
+    pub outputs: BTreeMap<String, OutputDef>,
+}
+
+/// One declared parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamDecl {
+    /// Its type.
+    pub kind: ParamType,
+    /// Default, already converted to the type (a list for `comma_delimited_list`).
+    pub default: Option<Value>,
+    /// A hidden parameter's value is never shown or stored.
+    pub hidden: bool,
+    /// Human description.
+    pub description: Option<String>,
+}
+
+/// A parameter type, spelt in templates `string`, `number`, `boolean`, `json`,
+/// `comma_delimited_list`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ParamType {
+    /// A string.
+    String,
+    /// A JSON number.
+    Number,
+    /// `true` or `false`.
+    Boolean,
+    /// A map or a list.
+    Json,
+    /// A list of strings, given as `a,b,c`.
+    CommaDelimitedList,
+}
+
+/// One resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resource {
+    /// Its name in the template.
+    pub name: String,
+    /// Its type.
+    pub kind: ResourceKind,
+    /// Properties as written, `get_file` inlined, other functions unresolved.
+    pub properties: Map<String, Value>,
+    /// Explicit `depends_on` names.
+    pub depends_on: Vec<String>,
+    /// Batching of a deployment group (empty for other kinds).
+    pub update_policy: UpdatePolicy,
+}
+
+/// A deployment group's `update_policy`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpdatePolicy {
+    /// Batches used when the group is created.
+    pub batch_create: Option<Batching>,
+    /// Batches used when the group is updated.
+    pub rolling_update: Option<Batching>,
+}
+
+/// How many members run at once, and the pause between batches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batching {
+    /// Members per batch, at least 1.
+    pub max_batch_size: usize,
+    /// Pause between the end of one batch and the start of the next.
+    pub pause_time: Duration,
+}
+
+/// The resource types Flue understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ResourceKind {
+    /// `OS::Heat::SoftwareConfig`.
+    SoftwareConfig,
+    /// `OS::Heat::StructuredConfig` (a map body with `get_input` substitution).
+    StructuredConfig,
+    /// `OS::Heat::SoftwareDeployment` or `OS::Heat::StructuredDeployment`.
+    SoftwareDeployment,
+    /// `OS::Heat::SoftwareDeploymentGroup` or `OS::Heat::StructuredDeploymentGroup`.
+    SoftwareDeploymentGroup,
+    /// `OS::Flue::Server`: a server already registered with the gateway.
+    Server,
+}
+
+impl ResourceKind {
+    /// The kind for a template's `type` string.
+    pub fn from_type(type_name: &str) -> Option<Self> {
+        Some(match type_name {
+            "OS::Heat::SoftwareConfig" => Self::SoftwareConfig,
+            "OS::Heat::StructuredConfig" => Self::StructuredConfig,
+            "OS::Heat::SoftwareDeployment" | "OS::Heat::StructuredDeployment" => {
+                Self::SoftwareDeployment
+            }
+            "OS::Heat::SoftwareDeploymentGroup" | "OS::Heat::StructuredDeploymentGroup" => {
+                Self::SoftwareDeploymentGroup
+            }
+            "OS::Flue::Server" => Self::Server,
+            _ => return None,
+        })
+    }
+
+    /// The canonical type string.
+    pub fn type_name(self) -> &'static str {
+        match self {
+            Self::SoftwareConfig => "OS::Heat::SoftwareConfig",
+            Self::StructuredConfig => "OS::Heat::StructuredConfig",
+            Self::SoftwareDeployment => "OS::Heat::SoftwareDeployment",
+            Self::SoftwareDeploymentGroup => "OS::Heat::SoftwareDeploymentGroup",
+            Self::Server => "OS::Flue::Server",
+        }
+    }
+
+    /// True for the two config kinds.
+    pub fn is_config(self) -> bool {
+        matches!(self, Self::SoftwareConfig | Self::StructuredConfig)
+    }
+}
+
+impl fmt::Display for ResourceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.type_name())
+    }
+}
+
+/// One template output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputDef {
+    /// The value, functions unresolved.
+    pub value: Value,
+    /// Human description.
+    pub description: Option<String>,
+}
+
+/// Parameter values bound for one stack operation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Parameters {
+    /// Every parameter's typed value.
+    pub values: BTreeMap<String, Value>,
+    /// Names of the hidden ones.
+    pub hidden: BTreeSet<String>,
+}
+
+impl Parameters {
+    /// The values of the parameters that are not hidden (what may be stored or shown).
+    pub fn visible(&self) -> BTreeMap<String, Value> {
+        self.values
+            .iter()
+            .filter(|(k, _)| !self.hidden.contains(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// Why a template or its parameters were refused: where, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct TemplateError {
+    /// Where: `resources.web.properties.server`, `parameters.db_password`, …
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl TemplateError {
+    /// An error at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+const SECTIONS: [&str; 6] = [
+    "heat_template_version",
+    "description",
+    "parameters",
+    "parameter_groups",
+    "resources",
+    "outputs",
+];
+
+impl Template {
+    /// Reads and parses the template at `path`; `get_file` paths are relative to its
+    /// directory.
+    pub fn load(path: &Path) -> Result<Template, TemplateError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            TemplateError::new(path.display().to_string(), format!("cannot read: {e}"))
+        })?;
+        let base_dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        Self::parse(&text, base_dir)
+    }
+
+    /// Parses and checks a template; `get_file` paths are relative to `base_dir`.
+    pub fn parse(text: &str, base_dir: &Path) -> Result<Template, TemplateError> {
+        let doc = parse_document(text)?;
+        let Value::Object(doc) = doc else {
+            return Err(TemplateError::new(
+                "template",
+                "must be a map with heat_template_version and resources",
+            ));
+        };
+        for key in doc.keys() {
+            if !SECTIONS.contains(&key.as_str()) {
+                return Err(TemplateError::new(
+                    key.as_str(),
+                    format!("unknown section; a template has {}", SECTIONS.join(", ")),
+                ));
+            }
+        }
+        match doc.get("heat_template_version") {
+            Some(Value::String(v)) if !v.is_empty() => {}
+            Some(_) => {
+                return Err(TemplateError::new(
+                    "heat_template_version",
+                    "must be a version such as 2018-08-31",
+                ));
+            }
+            None => return Err(TemplateError::new("heat_template_version", "required")),
+        }
+        let description = optional_string(doc.get("description"), "description")?;
+        let parameters = params::parse_all(doc.get("parameters"))?;
+        let resources = match doc.get("resources") {
+            Some(Value::Object(map)) if !map.is_empty() => map
+                .iter()
+                .map(|(name, def)| {
+                    let r = resources::parse(name, def, base_dir)?;
+                    Ok((name.clone(), r))
+                })
+                .collect::<Result<BTreeMap<_, _>, TemplateError>>()?,
+            Some(Value::Object(_)) | None => {
+                return Err(TemplateError::new(
+                    "resources",
+                    "required: a template needs at least one resource",
+                ));
+            }
+            Some(_) => {
+                return Err(TemplateError::new(
+                    "resources",
+                    "must be a map of resource name to definition",
+                ));
+            }
+        };
+        let outputs = parse_outputs(doc.get("outputs"), base_dir)?;
+        let template = Template {
+            description,
+            parameters,
+            resources,
+            outputs,
+        };
+        checks::check(&template)?;
+        graph::topological_order(&graph::dependencies(&template)).map_err(|cycle| {
+            TemplateError::new(
+                "resources",
+                format!("dependency cycle: {}", cycle.join(" -> ")),
+            )
+        })?;
+        Ok(template)
+    }
+
+    /// Turns `-P name=value` strings into typed values, adds defaults, and refuses
+    /// unknown names, badly typed values and missing required parameters.
+    pub fn bind_parameters(
+        &self,
+        given: &BTreeMap<String, String>,
+    ) -> Result<Parameters, TemplateError> {
+        params::bind(&self.parameters, given)
+    }
+}
+
+/// JSON when it looks like JSON and parses as such, YAML otherwise.
+fn parse_document(text: &str) -> Result<Value, TemplateError> {
+    if text.trim_start().starts_with('{')
+        && let Ok(v) = serde_json::from_str(text)
+    {
+        return Ok(v);
+    }
+    serde_saphyr::from_str::<Value>(text).map_err(|e| {
+        let message = e
+            .without_snippet()
+            .to_string()
+            .replace(", set DuplicateKeyPolicy in Options if acceptable", "");
+        TemplateError::new("template", format!("not valid YAML: {message}"))
+    })
+}
+
+fn parse_outputs(
+    section: Option<&Value>,
+    base_dir: &Path,
+) -> Result<BTreeMap<String, OutputDef>, TemplateError> {
+    let map = match section {
+        None | Some(Value::Null) => return Ok(BTreeMap::new()),
+        Some(Value::Object(map)) => map,
+        Some(_) => {
+            return Err(TemplateError::new(
+                "outputs",
+                "must be a map of output name to {value, description}",
+            ));
+        }
+    };
+    let mut outputs = BTreeMap::new();
+    for (name, def) in map {
+        let path = format!("outputs.{name}");
+        let Value::Object(def) = def else {
+            return Err(TemplateError::new(path, "must be a map with `value`"));
+        };
+        check_keys(def, &path, &["value", "description"])?;
+        let mut value = def
+            .get("value")
+            .cloned()
+            .ok_or_else(|| TemplateError::new(format!("{path}.value"), "required"))?;
+        functions::inline_files(&mut value, base_dir, &format!("{path}.value"))?;
+        let description = optional_string(def.get("description"), &format!("{path}.description"))?;
+        outputs.insert(name.clone(), OutputDef { value, description });
+    }
+    Ok(outputs)
+}
+
+/// Refuses any key of `map` not in `allowed`, naming it and the allowed ones.
+fn check_keys(map: &Map<String, Value>, path: &str, allowed: &[&str]) -> Result<(), TemplateError> {
+    match map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => Err(TemplateError::new(
+            format!("{path}.{k}"),
+            format!("unknown key; allowed here: {}", allowed.join(", ")),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn optional_string(value: Option<&Value>, path: &str) -> Result<Option<String>, TemplateError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(TemplateError::new(
+            path,
+            format!("must be a string, got {}", functions::kind_of(other)),
+        )),
+    }
+}

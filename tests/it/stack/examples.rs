@@ -1,0 +1,214 @@
+//! The examples in `examples/`, run as the README describes.
+
+use flue_tests::write_executable;
+use serde_json::{Value, json};
+
+use super::{cluster, deployments, example, flue, lines, ran, stack};
+
+#[tokio::test]
+async fn ordering_example_runs_config1_then_config3_then_config2() {
+    let (env, _agents) = cluster(&["server1", "server2"]).await;
+    let record = env.path("record.log");
+    let record_param = format!("record_file={}", record.display());
+    let run = flue(
+        &env,
+        &["stack", "create", "order", "-t", &example("ordering"), "-P", &record_param],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    assert!(run.stdout.contains("stack order: CREATE_COMPLETE"), "{run}");
+    // The hooks' own records: each step starts only after the one it depends on ended.
+    assert_eq!(
+        lines(&record),
+        [
+            "start config1",
+            "end config1",
+            "start config3",
+            "end config3",
+            "start config2",
+            "end config2"
+        ],
+        "{run}"
+    );
+    let s = stack(&env, "order").await;
+    assert_eq!(
+        s.state.outputs["order"],
+        json!("config1@server1, config3@server2, config2@server1")
+    );
+    assert_eq!(ran(&env, "server2").await, [("config3".into(), "CREATE".into())]);
+}
+
+/// Two deployments with no dependency between them, on two servers, each waiting for
+/// a key only the other one writes: they can only both finish if they run at the same
+/// time, and the values cross servers through the stack's data space.
+#[tokio::test]
+async fn independent_deployments_run_in_parallel_and_exchange_data() {
+    let (env, _agents) = cluster(&["left", "right"]).await;
+    let template = env.path("pair.yaml");
+    std::fs::write(
+        &template,
+        r#"
+heat_template_version: 2018-08-31
+resources:
+  swap:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      inputs: [{name: mine}, {name: theirs}]
+      outputs: [{name: got}]
+      config: |
+        #!/bin/sh
+        set -eu
+        flue-agent data put "$mine" "hello from $deploy_server_id"
+        got=$(flue-agent data get "$theirs" --wait 60s)
+        printf '%s' "$got" > "$heat_outputs_path.got"
+  left_deploy:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: swap}
+      server: left
+      input_values: {mine: from-left, theirs: from-right}
+  right_deploy:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: swap}
+      server: right
+      input_values: {mine: from-right, theirs: from-left}
+outputs:
+  left_got: {value: {get_attr: [left_deploy, got]}}
+  right_got: {value: {get_attr: [right_deploy, got]}}
+"#,
+    )
+    .expect("template");
+    let run = flue(
+        &env,
+        &["stack", "create", "pair", "-t", &template.display().to_string()],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    let s = stack(&env, "pair").await;
+    assert_eq!(s.state.outputs["left_got"], json!("hello from right"));
+    assert_eq!(s.state.outputs["right_got"], json!("hello from left"));
+}
+
+#[tokio::test]
+async fn two_tier_web_receives_the_database_address_and_hidden_password() {
+    let (env, _agents) = cluster(&["db", "web"]).await;
+    let data = env.path("data");
+    let data_param = format!("data_dir={}", data.display());
+    let run = flue(
+        &env,
+        &["stack", "create", "shop", "-t", &example("two-tier"), "-P", &data_param],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    assert!(run.stdout.contains("url: http://127.0.0.1:8080/"), "{run}");
+
+    let db = deployments(&env, "db").await;
+    let password = db[0].outputs["password"].as_str().expect("password").to_owned();
+    assert_eq!(password.len(), 24);
+    let app_conf = std::fs::read_to_string(data.join("web/app.conf")).expect("app.conf");
+    assert!(
+        app_conf.contains(&format!("postgres://app:{password}@127.0.0.1:5432/app")),
+        "{app_conf}"
+    );
+    // The password crossed servers but no read shows it as an input.
+    let web = deployments(&env, "web").await;
+    assert_eq!(web[0].input_values["db_password"], json!("<hidden>"));
+    assert_eq!(web[0].input_values["db_address"], json!("127.0.0.1:5432"));
+    let shown = flue(&env, &["stack", "show", "shop", "--json"]).await;
+    assert_eq!(shown.code, 0, "{shown}");
+    let config = env
+        .client()
+        .get_config(&web[0].config_id)
+        .await
+        .expect("web config");
+    let config_text = serde_json::to_string(&config).expect("json");
+    for text in [&shown.stdout, &config_text, &run.stdout] {
+        assert!(!text.contains(&password), "password leaked: {text}");
+    }
+}
+
+#[tokio::test]
+async fn cluster_scale_out_recontextualizes_every_member_and_the_head() {
+    let (env, _agents) = cluster(&["head", "compute1", "compute2", "compute3"]).await;
+    let state = env.path("cluster");
+    let state_param = format!("state_dir={}", state.display());
+    let run = flue(
+        &env,
+        &["stack", "create", "hpc", "-t", &example("cluster"), "-P", &state_param],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    let members = |server: &str| -> Value {
+        let text = std::fs::read_to_string(state.join(server).join("members.json"))
+            .expect("members.json");
+        serde_json::from_str(&text).expect("members json")
+    };
+    let names = |v: Value| -> Vec<String> {
+        v.as_array()
+            .expect("list")
+            .iter()
+            .map(|m| m["name"].as_str().expect("name").to_owned())
+            .collect()
+    };
+    assert_eq!(names(members("compute1")), ["c1", "c2"]);
+    let head_address = std::fs::read_to_string(state.join("compute2/head_address")).expect("addr");
+    assert_eq!(head_address, "head.cluster.internal");
+
+    let three = r#"compute_servers={"c1": "compute1", "c2": "compute2", "c3": "compute3"}"#;
+    let run = flue(&env, &["stack", "update", "hpc", "-t", &example("cluster"), "-P", three]).await;
+    assert_eq!(run.code, 0, "{run}");
+    for server in ["compute1", "compute2", "compute3"] {
+        assert_eq!(names(members(server)), ["c1", "c2", "c3"], "{server}");
+    }
+    let computes: Value = serde_json::from_str(
+        &std::fs::read_to_string(state.join("head/computes.json")).expect("computes.json"),
+    )
+    .expect("json");
+    assert_eq!(
+        computes,
+        json!({"c1": "compute1.cluster.internal", "c2": "compute2.cluster.internal", "c3": "compute3.cluster.internal"})
+    );
+    // What ran: the new member CREATE, each old member and the head's registration
+    // UPDATE; head_setup, whose inputs did not change, only ever ran once.
+    let pair = |r: &str, a: &str| (r.to_owned(), a.to_owned());
+    assert_eq!(ran(&env, "compute3").await, [pair("compute/c3", "CREATE")]);
+    for (server, member) in [("compute1", "c1"), ("compute2", "c2")] {
+        let key = format!("compute/{member}");
+        assert_eq!(
+            ran(&env, server).await,
+            [pair(&key, "CREATE"), pair(&key, "UPDATE")]
+        );
+    }
+    assert_eq!(
+        ran(&env, "head").await,
+        [
+            pair("head_setup", "CREATE"),
+            pair("head_register", "CREATE"),
+            pair("head_register", "UPDATE")
+        ]
+    );
+    assert!(run.stdout.contains("head_setup"), "{run}");
+    assert!(run.stdout.contains("unchanged"), "{run}");
+}
+
+/// A hook put on PATH by no one: the agent's own directory is appended to the hook's
+/// PATH, which is what lets the templates above call `flue-agent` by name. This test
+/// makes sure a hook can also use `$FLUE_AGENT`.
+#[tokio::test]
+async fn hooks_can_reach_the_agent_binary_by_variable() {
+    let (env, _agents) = cluster(&["solo"]).await;
+    let hook_check = env.path("check.sh");
+    write_executable(&hook_check, "#!/bin/sh\ntest -x \"$FLUE_AGENT\"\n");
+    let template = env.path("solo.yaml");
+    std::fs::write(
+        &template,
+        format!(
+            "heat_template_version: 2018-08-31\nresources:\n  c:\n    type: OS::Heat::SoftwareConfig\n    properties:\n      config: {{get_file: {}}}\n  d:\n    type: OS::Heat::SoftwareDeployment\n    properties: {{config: {{get_resource: c}}, server: solo}}\n",
+            "check.sh"
+        ),
+    )
+    .expect("template");
+    let run = flue(&env, &["stack", "create", "solo", "-t", &template.display().to_string()]).await;
+    assert_eq!(run.code, 0, "{run}");
+}

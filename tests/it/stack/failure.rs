@@ -1,0 +1,160 @@
+//! A failed deployment stops its dependents and fails the stack; an interrupted driver
+//! is resumed by running the same command again, without re-running anything.
+
+use flue_proto::OpStatus;
+use flue_tests::{WAIT, wait_until};
+
+use super::{cluster, flue, lines, ran, stack};
+
+const TEMPLATE: &str = r#"heat_template_version: 2018-08-31
+parameters:
+  record: {type: string}
+  broken: {type: string, default: "yes"}
+resources:
+  cfg:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      inputs: [{name: record}, {name: broken}]
+      outputs: [{name: out}]
+      config: |
+        #!/bin/sh
+        echo "$deploy_action $deploy_resource_name" >> "$record"
+        if [ "$deploy_resource_name" = a ] && [ "$broken" = yes ]; then
+          echo "disk full on /var/lib/app" >&2
+          exit 3
+        fi
+        printf done > "$heat_outputs_path.out"
+  a:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: cfg}
+      server: s1
+      input_values: {record: {get_param: record}, broken: {get_param: broken}}
+  b:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: cfg}
+      server: s2
+      input_values: {record: {get_param: record}, broken: {get_attr: [a, out]}}
+  c:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: cfg}
+      server: s2
+      input_values: {record: {get_param: record}}
+"#;
+
+#[tokio::test]
+async fn a_failure_stops_dependents_independent_branches_finish_and_a_retry_completes() {
+    let (env, _agents) = cluster(&["s1", "s2"]).await;
+    let record = env.path("record.log");
+    let t = env.path("t.yaml");
+    std::fs::write(&t, TEMPLATE).expect("template");
+    let t = t.display().to_string();
+    let p = format!("record={}", record.display());
+
+    let run = flue(&env, &["stack", "create", "f", "-t", &t, "-P", &p]).await;
+    assert_eq!(run.code, 1, "{run}");
+    assert!(run.stdout.contains("stack f: CREATE_FAILED"), "{run}");
+    assert!(run.stdout.contains("b ") && run.stdout.contains("not run: depends on a, which failed"), "{run}");
+    let s = stack(&env, "f").await;
+    assert_eq!(s.status.status, OpStatus::Failed);
+    let reason = s.status.reason.clone().expect("reason");
+    assert!(reason.starts_with("a (CREATE on server s1) failed"), "{reason}");
+    assert!(reason.contains("disk full on /var/lib/app"), "{reason}");
+    let mut done = lines(&record);
+    done.sort();
+    assert_eq!(done, ["CREATE a", "CREATE c"], "b must not run");
+    assert_eq!(s.state.units["c"].status, OpStatus::Complete);
+
+    // Fixed: the retry runs a and then b; c completed already and is not re-run.
+    let run = flue(&env, &["stack", "create", "f", "-t", &t, "-P", &p, "-P", "broken=no"]).await;
+    assert_eq!(run.code, 0, "{run}");
+    let after: Vec<String> = lines(&record)[2..].to_vec();
+    assert_eq!(after, ["CREATE a", "CREATE b"], "{run}");
+    assert_eq!(ran(&env, "s2").await.iter().filter(|(r, _)| r == "c").count(), 1);
+}
+
+#[tokio::test]
+async fn a_killed_driver_is_resumed_and_nothing_runs_twice() {
+    let (env, _agents) = cluster(&["s1", "s2"]).await;
+    let record = env.path("record.log");
+    let t = env.path("t.yaml");
+    // b blocks until the test puts the data key `go`; a before it, c after it.
+    std::fs::write(
+        &t,
+        r#"heat_template_version: 2018-08-31
+parameters:
+  record: {type: string}
+resources:
+  cfg:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      inputs: [{name: record}]
+      config: |
+        #!/bin/sh
+        set -eu
+        echo "start $deploy_resource_name" >> "$record"
+        if [ "$deploy_resource_name" = b ]; then flue-agent data get go --wait 120s; fi
+        echo "end $deploy_resource_name" >> "$record"
+  a: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: cfg}, server: s1, input_values: {record: {get_param: record}}}}
+  b: {type: OS::Heat::SoftwareDeployment, depends_on: a, properties: {config: {get_resource: cfg}, server: s2, input_values: {record: {get_param: record}}}}
+  c: {type: OS::Heat::SoftwareDeployment, depends_on: b, properties: {config: {get_resource: cfg}, server: s1, input_values: {record: {get_param: record}}}}
+"#,
+    )
+    .expect("template");
+    let t = t.display().to_string();
+    let p = format!("record={}", record.display());
+    let mut driver = tokio::process::Command::new(flue_tests::bin("flue"))
+        .args(["--gateway", env.gateway.url(), "stack", "create", "k", "-t", &t, "-P", &p])
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn flue");
+    wait_until("b to start", WAIT, || {
+        lines(&record).contains(&"start b".to_owned()).then_some(())
+    })
+    .await;
+    driver.kill().await.expect("kill the driver");
+    let s = stack(&env, "k").await;
+    assert_eq!(s.status.to_string(), "CREATE_IN_PROGRESS");
+
+    // Another operation is refused while this one is unfinished.
+    let run = flue(&env, &["stack", "delete", "k"]).await;
+    assert_eq!(run.code, 2, "{run}");
+    assert!(run.stderr.contains("run `flue stack create` again to resume it"), "{run}");
+
+    let resumed = {
+        let gw = env.gateway.url().to_owned();
+        let (t, p) = (t.clone(), p.clone());
+        tokio::spawn(async move {
+            tokio::process::Command::new(flue_tests::bin("flue"))
+                .args(["--gateway", &gw, "stack", "create", "k", "-t", &t, "-P", &p])
+                .kill_on_drop(true)
+                .output()
+                .await
+                .expect("run flue")
+        })
+    };
+    // Release b: the agent finishes it whether or not the resumed driver is already
+    // waiting for it; either way the driver must adopt that deployment, not start another.
+    let nats = env.nats.client().await;
+    let js = async_nats::jetstream::new(nats);
+    let kv = js.get_key_value("flue_data").await.expect("data bucket");
+    kv.put("default.k.go", "now".into()).await.expect("put go");
+    let out = tokio::time::timeout(WAIT * 2, resumed)
+        .await
+        .expect("resumed driver finishes")
+        .expect("join");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("resuming the interrupted CREATE"), "{stdout}");
+    assert!(stdout.contains("already COMPLETE before the interruption"), "{stdout}");
+    assert_eq!(
+        lines(&record),
+        ["start a", "end a", "start b", "end b", "start c", "end c"],
+        "{stdout}"
+    );
+    let s = stack(&env, "k").await;
+    assert_eq!(s.status.to_string(), "CREATE_COMPLETE");
+}
