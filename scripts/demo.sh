@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Flue end-to-end demo: a real nats-server, the gateway and two agents on loopback,
-# then the two-tier example (db, then web fed with the db's outputs) and a third
-# deployment through the external `json-echo` hook. Everything lives in .flue-demo/
+# Flue end-to-end demo: a real nats-server, the gateway and six agents on loopback,
+# then the example stacks: two-tier (create, show, backup action, update, delete),
+# ordering, and the cluster scaled out from 2 to 3 compute members. Everything lives in .flue-demo/
 # (wiped at start); every process started here is stopped on exit, error or Ctrl-C.
 set -euo pipefail
 
@@ -92,11 +92,11 @@ gateway_url="$(sed -n 's/^flue-gateway listening on //p' "$demo/gateway.out" | h
 export FLUE_GATEWAY_URL="$gateway_url"
 echo "gateway at $gateway_url (log: .flue-demo/gateway.log)"
 
-section "registering servers db and web, starting their agents"
-for server in db web; do
+servers=(db web head compute1 compute2 compute3)
+section "registering servers ${servers[*]}, starting their agents"
+agent_ready() { grep -q 'agent ready' "$1"; }
+for server in "${servers[@]}"; do
   "$flue" server register "$server" --name "demo $server server" --env >"$demo/agent-$server.env"
-  echo "flue server register $server --env:"
-  sed 's/^/    /' "$demo/agent-$server.env"
   log="$demo/agent-$server.log"
   (
     set -a
@@ -107,53 +107,55 @@ for server in db web; do
       --hook-dir "$root/examples/hooks" --shutdown-grace-secs 5
   ) >"$log" 2>&1 &
   pids+=($!)
-  agent_ready() { grep -q 'agent ready' "$1"; }
   wait_for "agent $server to be ready" 30 "${pids[-1]}" "flue-agent $server" "$log" agent_ready "$log"
   echo "agent $server ready (log: .flue-demo/agent-$server.log)"
 done
+echo "flue server register db --env (what an agent needs, printed for a server's cloud-init):"
+sed 's/^/    /' "$demo/agent-db.env"
 
-section "creating configs from examples/two-tier"
-"$flue" config create --id db --name "demo database" --group script \
-  --config-file examples/two-tier/db.sh \
-  --input data_dir --input db_port --input db_name \
-  --output address --output password >"$demo/config-db.json"
-echo "config db   (script examples/two-tier/db.sh; outputs address, password)"
-"$flue" config create --id web --name "demo web app" --group script \
-  --config-file examples/two-tier/web.sh \
-  --input data_dir --input db_address --hidden-input db_password --input app_port \
-  --output url >"$demo/config-web.json"
-echo "config web  (script examples/two-tier/web.sh; hidden input db_password; output url)"
-"$flue" config create --spec examples/two-tier/facts.json >"$demo/config-facts.json"
-echo "config facts (group json-echo, from examples/two-tier/facts.json)"
+section "flue stack create shop: examples/two-tier (web gets db's address and hidden password)"
+"$flue" stack create shop -t examples/two-tier/stack.yaml -P data_dir="$demo/shop" ||
+  die "stack shop did not complete"
 
-section "deploying db on server db"
-"$flue" deploy --config db --server db --id db-create \
-  --input data_dir="$demo/srv-db" --input-json db_port=5432 --input db_name=app --wait ||
-  die "deployment db-create did not complete"
+section "flue stack show shop"
+"$flue" stack show shop
 
-section "reading the db deployment's outputs"
-db_address="$("$flue" deployment show db-create --output address)"
-db_password="$("$flue" deployment show db-create --output password)"
-echo "address  = $db_address"
-echo "password = (${#db_password} characters, handed to web as a hidden input)"
+section "flue stack action shop db_deploy backup (an ad-hoc action declared by db's config)"
+"$flue" stack action shop db_deploy backup || die "the backup action failed"
 
-section "deploying web on server web, wired to the database"
-"$flue" deploy --config web --server web --id web-create \
-  --input data_dir="$demo/srv-web" --input db_address="$db_address" \
-  --input db_password="$db_password" --input app_port=8080 --wait ||
-  die "deployment web-create did not complete"
-web_url="$("$flue" deployment show web-create --output url)"
-echo "the API shows the hidden input as: $("$flue" deployment show web-create |
-  python3 -c 'import json, sys; print(json.load(sys.stdin)["input_values"]["db_password"])')"
+section "flue stack update shop -P app_port=9090: only web changes, db is left alone"
+"$flue" stack update shop -t examples/two-tier/stack.yaml -P app_port=9090 ||
+  die "the update of shop did not complete"
 
-section "a third deployment on web through the external json-echo hook"
-"$flue" deploy --config facts --server web --id web-facts --input url="$web_url" --wait ||
-  die "deployment web-facts did not complete"
+section "flue stack create order: examples/ordering (config1, then config3 on the other server, then config2)"
+"$flue" stack create order -t examples/ordering/stack.yaml \
+  -P server1=db -P server2=web -P record_file="$demo/order.log" || die "stack order did not complete"
+echo "the hooks' own record ($demo/order.log):"
+sed 's/^/    /' "$demo/order.log"
+
+section "flue stack create hpc: examples/cluster with 2 compute members"
+"$flue" stack create hpc -t examples/cluster/stack.yaml -P state_dir="$demo/hpc" ||
+  die "stack hpc did not complete"
+
+section "scale out to 3 members: c3 CREATE, c1 and c2 re-run (UPDATE) with the new member list"
+"$flue" stack update hpc -t examples/cluster/stack.yaml \
+  -P 'compute_servers={"c1": "compute1", "c2": "compute2", "c3": "compute3"}' ||
+  die "the scale-out of hpc did not complete"
+echo "compute1 now knows the members: $(cat "$demo/hpc/compute1/members.json")"
+echo "the head now knows: $(cat "$demo/hpc/head/computes.json")"
+
+section "flue stack delete shop: delete hooks in reverse dependency order (web, then db)"
+"$flue" stack delete shop || die "the delete of shop did not complete"
+echo "lifecycle record of shop ($demo/shop/lifecycle.log):"
+sed 's/^/    /' "$demo/shop/lifecycle.log"
+
+section "flue stack list"
+"$flue" stack list
 
 section "deployments per server"
-for server in db web; do
+for server in db head compute1; do
   echo "$server:"
   "$flue" server deployments "$server" | sed 's/^/    /'
 done
 
-section "done: every deployment is COMPLETE (files under .flue-demo/, logs alongside)"
+section "done: every stack operation COMPLETE (files under .flue-demo/, logs alongside)"

@@ -58,6 +58,8 @@ async fn main() {
         pct(&stored, 99) / pct(&raw, 99)
     );
 
+    stack_chain(&flue, 20, pct(&observed, 50)).await;
+
     let one = throughput(&flue, &["b0"], 300).await;
     println!("throughput, 1 agent:   {one:>8.1} deployments/s (300 no-op deployments)");
     let mut agents = vec![agent];
@@ -86,6 +88,58 @@ async fn main() {
         rss as f64 / 1024.0
     );
     drop(agents);
+}
+
+/// A stack of `n` no-op deployments on one server, each depending on the one before:
+/// what the engine adds per unit to a plain deployment's round trip, and how long an
+/// update that changes nothing takes.
+async fn stack_chain(flue: &Flue, n: usize, plain_p50_ms: f64) {
+    use flue_engine::stack::driver::{self, Options, Source};
+    use flue_engine::stack::template::Template;
+    let mut text = String::from(
+        "heat_template_version: 2018-08-31\nresources:\n  noop:\n    type: OS::Heat::SoftwareConfig\n    properties: {group: noop, config: ''}\n",
+    );
+    for i in 0..n {
+        let after = if i == 0 {
+            String::new()
+        } else {
+            format!("    depends_on: d{}\n", i - 1)
+        };
+        text.push_str(&format!(
+            "  d{i}:\n    type: OS::Heat::SoftwareDeployment\n{after}    properties: {{config: {{get_resource: noop}}, server: b0}}\n"
+        ));
+    }
+    let template = Template::parse(&text, &flue.path(".")).expect("template");
+    let given = Default::default();
+    let source = Source {
+        template: &template,
+        given: &given,
+    };
+    let opts = Options {
+        force: false,
+        report: Arc::new(|_: &driver::Event| {}),
+    };
+    let client = flue.client();
+    let id = flue_proto::StackId::new("bench").expect("id");
+    let t = Instant::now();
+    let stack = driver::create(&client, &id, source, &opts)
+        .await
+        .expect("create");
+    let create = t.elapsed();
+    assert_eq!(stack.status.to_string(), "CREATE_COMPLETE");
+    let t = Instant::now();
+    driver::update(&client, &id, source, &opts)
+        .await
+        .expect("update");
+    let update = t.elapsed();
+    let per_unit = create.as_secs_f64() * 1e3 / n as f64;
+    println!(
+        "stack of {n} chained no-op units: create {:.0} ms ({per_unit:.1} ms per unit, {:.1}x a plain deployment's {plain_p50_ms:.1} ms); update with nothing changed {:.0} ms ({:.1} ms per unit)\n",
+        create.as_secs_f64() * 1e3,
+        per_unit / plain_p50_ms,
+        update.as_secs_f64() * 1e3,
+        update.as_secs_f64() * 1e3 / n as f64,
+    );
 }
 
 fn pct(sorted: &[Duration], p: usize) -> f64 {

@@ -690,7 +690,7 @@ struct ApplyContext<'a> {
 #[derive(Debug)]
 enum Outcome {
     Unchanged,
-    Finished(Deployment),
+    Finished(Box<Deployment>),
 }
 
 struct Driver<'c> {
@@ -989,6 +989,7 @@ impl<'c> Driver<'c> {
 
             let now = Instant::now();
             let mut wake: Option<Instant> = None;
+            let mut pausing: Vec<(String, usize, Duration)> = Vec::new();
             let ready: Vec<String> = waiting
                 .iter()
                 .filter(|(_, s)| {
@@ -1004,30 +1005,27 @@ impl<'c> Driver<'c> {
                         Gate::At(t) if t <= now => true,
                         Gate::At(t) => {
                             wake = Some(wake.map_or(t, |w| w.min(t)));
+                            pausing.push((group.clone(), b.index, b.pause));
                             false
                         }
                     },
                 })
                 .map(|(k, _)| k.clone())
                 .collect();
-            for key in ready {
-                let step = waiting.remove(&key).expect("present");
-                if let Some((group, b)) = &step.batch
-                    && b.index > 0
-                    && batches[group].get(&(b.index - 1)).is_some_and(|p| p.ran)
-                    && !batches[group].get(&b.index).is_some_and(|p| p.announced)
+            for (group, batch, pause) in pausing {
+                if let Some(state) = batches.get_mut(&group).and_then(|g| g.get_mut(&batch))
+                    && !state.announced
                 {
+                    state.announced = true;
                     (self.opts.report)(&Event::Pausing {
-                        group: group.clone(),
-                        batch: b.index,
-                        pause: b.pause,
+                        group,
+                        batch,
+                        pause,
                     });
                 }
-                if let Some((group, b)) = &step.batch
-                    && let Some(e) = batches.get_mut(group).and_then(|g| g.get_mut(&b.index))
-                {
-                    e.announced = true;
-                }
+            }
+            for key in ready {
+                let step = waiting.remove(&key).expect("present");
                 match self.start(&step, ctx, &mut running).await {
                     Ok(true) => {
                         running_steps.insert(key, step);
@@ -1279,7 +1277,7 @@ impl<'c> Driver<'c> {
                 .await?;
                 return Ok(None);
             }
-            Outcome::Finished(d) => d,
+            Outcome::Finished(d) => *d,
         };
         let complete = deployment.status == DeploymentStatus::Complete;
         let reason = (!complete).then(|| failure_reason(&key, &deployment));
@@ -1544,7 +1542,7 @@ async fn execute(
     };
     let wait = Duration::from_secs(d.timeout_secs) + WAIT_SLACK;
     let d = client.wait_until_terminal(&d.id, wait, on_change).await?;
-    Ok(Outcome::Finished(d))
+    Ok(Outcome::Finished(Box::new(d)))
 }
 
 /// The stack's failure reason for one unit: resource, server, why, and its stderr.

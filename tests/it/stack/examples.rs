@@ -12,7 +12,15 @@ async fn ordering_example_runs_config1_then_config3_then_config2() {
     let record_param = format!("record_file={}", record.display());
     let run = flue(
         &env,
-        &["stack", "create", "order", "-t", &example("ordering"), "-P", &record_param],
+        &[
+            "stack",
+            "create",
+            "order",
+            "-t",
+            &example("ordering"),
+            "-P",
+            &record_param,
+        ],
     )
     .await;
     assert_eq!(run.code, 0, "{run}");
@@ -35,7 +43,10 @@ async fn ordering_example_runs_config1_then_config3_then_config2() {
         s.state.outputs["order"],
         json!("config1@server1, config3@server2, config2@server1")
     );
-    assert_eq!(ran(&env, "server2").await, [("config3".into(), "CREATE".into())]);
+    assert_eq!(
+        ran(&env, "server2").await,
+        [("config3".into(), "CREATE".into())]
+    );
 }
 
 /// Two deployments with no dependency between them, on two servers, each waiting for
@@ -81,7 +92,13 @@ outputs:
     .expect("template");
     let run = flue(
         &env,
-        &["stack", "create", "pair", "-t", &template.display().to_string()],
+        &[
+            "stack",
+            "create",
+            "pair",
+            "-t",
+            &template.display().to_string(),
+        ],
     )
     .await;
     assert_eq!(run.code, 0, "{run}");
@@ -97,14 +114,25 @@ async fn two_tier_web_receives_the_database_address_and_hidden_password() {
     let data_param = format!("data_dir={}", data.display());
     let run = flue(
         &env,
-        &["stack", "create", "shop", "-t", &example("two-tier"), "-P", &data_param],
+        &[
+            "stack",
+            "create",
+            "shop",
+            "-t",
+            &example("two-tier"),
+            "-P",
+            &data_param,
+        ],
     )
     .await;
     assert_eq!(run.code, 0, "{run}");
     assert!(run.stdout.contains("url: http://127.0.0.1:8080/"), "{run}");
 
     let db = deployments(&env, "db").await;
-    let password = db[0].outputs["password"].as_str().expect("password").to_owned();
+    let password = db[0].outputs["password"]
+        .as_str()
+        .expect("password")
+        .to_owned();
     assert_eq!(password.len(), 24);
     let app_conf = std::fs::read_to_string(data.join("web/app.conf")).expect("app.conf");
     assert!(
@@ -135,13 +163,21 @@ async fn cluster_scale_out_recontextualizes_every_member_and_the_head() {
     let state_param = format!("state_dir={}", state.display());
     let run = flue(
         &env,
-        &["stack", "create", "hpc", "-t", &example("cluster"), "-P", &state_param],
+        &[
+            "stack",
+            "create",
+            "hpc",
+            "-t",
+            &example("cluster"),
+            "-P",
+            &state_param,
+        ],
     )
     .await;
     assert_eq!(run.code, 0, "{run}");
     let members = |server: &str| -> Value {
-        let text = std::fs::read_to_string(state.join(server).join("members.json"))
-            .expect("members.json");
+        let text =
+            std::fs::read_to_string(state.join(server).join("members.json")).expect("members.json");
         serde_json::from_str(&text).expect("members json")
     };
     let names = |v: Value| -> Vec<String> {
@@ -156,7 +192,19 @@ async fn cluster_scale_out_recontextualizes_every_member_and_the_head() {
     assert_eq!(head_address, "head.cluster.internal");
 
     let three = r#"compute_servers={"c1": "compute1", "c2": "compute2", "c3": "compute3"}"#;
-    let run = flue(&env, &["stack", "update", "hpc", "-t", &example("cluster"), "-P", three]).await;
+    let run = flue(
+        &env,
+        &[
+            "stack",
+            "update",
+            "hpc",
+            "-t",
+            &example("cluster"),
+            "-P",
+            three,
+        ],
+    )
+    .await;
     assert_eq!(run.code, 0, "{run}");
     for server in ["compute1", "compute2", "compute3"] {
         assert_eq!(names(members(server)), ["c1", "c2", "c3"], "{server}");
@@ -209,6 +257,80 @@ async fn hooks_can_reach_the_agent_binary_by_variable() {
         ),
     )
     .expect("template");
-    let run = flue(&env, &["stack", "create", "solo", "-t", &template.display().to_string()]).await;
+    let run = flue(
+        &env,
+        &[
+            "stack",
+            "create",
+            "solo",
+            "-t",
+            &template.display().to_string(),
+        ],
+    )
+    .await;
     assert_eq!(run.code, 0, "{run}");
+}
+
+/// `OS::Heat::StructuredConfig`: the agent replaces `get_input` with the deployment's
+/// input values before the hook sees the config; the stored config keeps the
+/// placeholders. `get_attr` reads outputs and `deploy_stdout` / `deploy_status_code`.
+#[tokio::test]
+async fn structured_configs_get_their_inputs_substituted_by_the_agent() {
+    let env = flue_tests::Flue::start().await;
+    env.register("box").await;
+    let hooks = flue_tests::repo_root().join("examples/hooks");
+    let _agent = env.agent("box", &[hooks]).await;
+    let template = env.path("structured.yaml");
+    std::fs::write(
+        &template,
+        r#"heat_template_version: 2018-08-31
+parameters:
+  url: {type: string, default: "postgres://db:5432/app"}
+resources:
+  facts:
+    type: OS::Heat::StructuredConfig
+    properties:
+      group: json-echo
+      inputs: [{name: db_url}]
+      outputs: [{name: database}, {name: port}]
+      config:
+        database: {get_input: db_url}
+        port: 5432
+        server: {get_input: deploy_server_id}
+  d:
+    type: OS::Heat::StructuredDeployment
+    properties:
+      config: {get_resource: facts}
+      server: box
+      input_values: {db_url: {get_param: url}}
+outputs:
+  database: {value: {get_attr: [d, database]}}
+  port: {value: {get_attr: [d, port]}}
+  stdout: {value: {get_attr: [d, deploy_stdout]}}
+  code: {value: {get_attr: [d, deploy_status_code]}}
+"#,
+    )
+    .expect("template");
+    let run = flue(
+        &env,
+        &[
+            "stack",
+            "create",
+            "st",
+            "-t",
+            &template.display().to_string(),
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    let s = stack(&env, "st").await;
+    assert_eq!(s.state.outputs["database"], json!("postgres://db:5432/app"));
+    assert_eq!(s.state.outputs["port"], json!(5432));
+    assert_eq!(s.state.outputs["code"], json!(0));
+    let stdout = s.state.outputs["stdout"].as_str().expect("stdout");
+    assert!(stdout.contains("server = \"box\""), "{stdout}");
+    let d = &deployments(&env, "box").await[0];
+    let config = env.client().get_config(&d.config_id).await.expect("config");
+    assert_eq!(config.config["database"], json!({"get_input": "db_url"}));
+    assert!(config.substitute_inputs);
 }

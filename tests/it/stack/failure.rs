@@ -56,11 +56,17 @@ async fn a_failure_stops_dependents_independent_branches_finish_and_a_retry_comp
     let run = flue(&env, &["stack", "create", "f", "-t", &t, "-P", &p]).await;
     assert_eq!(run.code, 1, "{run}");
     assert!(run.stdout.contains("stack f: CREATE_FAILED"), "{run}");
-    assert!(run.stdout.contains("b ") && run.stdout.contains("not run: depends on a, which failed"), "{run}");
+    assert!(
+        run.stdout.contains("b ") && run.stdout.contains("not run: depends on a, which failed"),
+        "{run}"
+    );
     let s = stack(&env, "f").await;
     assert_eq!(s.status.status, OpStatus::Failed);
     let reason = s.status.reason.clone().expect("reason");
-    assert!(reason.starts_with("a (CREATE on server s1) failed"), "{reason}");
+    assert!(
+        reason.starts_with("a (CREATE on server s1) failed"),
+        "{reason}"
+    );
     assert!(reason.contains("disk full on /var/lib/app"), "{reason}");
     let mut done = lines(&record);
     done.sort();
@@ -68,11 +74,32 @@ async fn a_failure_stops_dependents_independent_branches_finish_and_a_retry_comp
     assert_eq!(s.state.units["c"].status, OpStatus::Complete);
 
     // Fixed: the retry runs a and then b; c completed already and is not re-run.
-    let run = flue(&env, &["stack", "create", "f", "-t", &t, "-P", &p, "-P", "broken=no"]).await;
+    let run = flue(
+        &env,
+        &[
+            "stack",
+            "create",
+            "f",
+            "-t",
+            &t,
+            "-P",
+            &p,
+            "-P",
+            "broken=no",
+        ],
+    )
+    .await;
     assert_eq!(run.code, 0, "{run}");
     let after: Vec<String> = lines(&record)[2..].to_vec();
     assert_eq!(after, ["CREATE a", "CREATE b"], "{run}");
-    assert_eq!(ran(&env, "s2").await.iter().filter(|(r, _)| r == "c").count(), 1);
+    assert_eq!(
+        ran(&env, "s2")
+            .await
+            .iter()
+            .filter(|(r, _)| r == "c")
+            .count(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -106,7 +133,17 @@ resources:
     let t = t.display().to_string();
     let p = format!("record={}", record.display());
     let mut driver = tokio::process::Command::new(flue_tests::bin("flue"))
-        .args(["--gateway", env.gateway.url(), "stack", "create", "k", "-t", &t, "-P", &p])
+        .args([
+            "--gateway",
+            env.gateway.url(),
+            "stack",
+            "create",
+            "k",
+            "-t",
+            &t,
+            "-P",
+            &p,
+        ])
         .stdout(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
@@ -122,7 +159,11 @@ resources:
     // Another operation is refused while this one is unfinished.
     let run = flue(&env, &["stack", "delete", "k"]).await;
     assert_eq!(run.code, 2, "{run}");
-    assert!(run.stderr.contains("run `flue stack create` again to resume it"), "{run}");
+    assert!(
+        run.stderr
+            .contains("run `flue stack create` again to resume it"),
+        "{run}"
+    );
 
     let resumed = {
         let gw = env.gateway.url().to_owned();
@@ -147,9 +188,19 @@ resources:
         .expect("resumed driver finishes")
         .expect("join");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("resuming the interrupted CREATE"), "{stdout}");
-    assert!(stdout.contains("already COMPLETE before the interruption"), "{stdout}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("resuming the interrupted CREATE"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("already COMPLETE before the interruption"),
+        "{stdout}"
+    );
     assert_eq!(
         lines(&record),
         ["start a", "end a", "start b", "end b", "start c", "end c"],

@@ -10,7 +10,19 @@ async fn lifecycle_hooks_and_adhoc_actions_run_as_recorded_deployments() {
     let data = env.path("data");
     let data_param = format!("data_dir={}", data.display());
     let template = example("two-tier");
-    let run = flue(&env, &["stack", "create", "shop", "-t", &template, "-P", &data_param]).await;
+    let run = flue(
+        &env,
+        &[
+            "stack",
+            "create",
+            "shop",
+            "-t",
+            &template,
+            "-P",
+            &data_param,
+        ],
+    )
+    .await;
     assert_eq!(run.code, 0, "{run}");
     let log = data.join("lifecycle.log");
 
@@ -35,14 +47,23 @@ async fn lifecycle_hooks_and_adhoc_actions_run_as_recorded_deployments() {
     assert_eq!(backup.status.to_string(), "COMPLETE");
     let path = backup.outputs["backup_path"].as_str().expect("backup_path");
     assert!(std::path::Path::new(path).join("postgresql.conf").exists());
-    assert_eq!(backup.input_values["data_dir"], json!(data.display().to_string()));
+    assert_eq!(
+        backup.input_values["data_dir"],
+        json!(data.display().to_string())
+    );
     let show = flue(&env, &["stack", "show", "shop"]).await;
-    assert!(show.stdout.contains("backup on db_deploy: COMPLETE"), "{show}");
+    assert!(
+        show.stdout.contains("backup on db_deploy: COMPLETE"),
+        "{show}"
+    );
 
     // An action the config does not declare is refused before anything runs.
     let run = flue(&env, &["stack", "action", "shop", "db_deploy", "restore"]).await;
     assert_eq!(run.code, 2, "{run}");
-    assert!(run.stderr.contains("does not declare action \"restore\""), "{run}");
+    assert!(
+        run.stderr.contains("does not declare action \"restore\""),
+        "{run}"
+    );
     assert!(run.stderr.contains("backup"), "{run}");
 
     // DELETE in reverse dependency order: web (which used db's outputs) first.
@@ -50,7 +71,13 @@ async fn lifecycle_hooks_and_adhoc_actions_run_as_recorded_deployments() {
     assert_eq!(run.code, 0, "{run}");
     assert_eq!(
         lines(&log),
-        ["SUSPEND db", "RESUME db", "backup db", "DELETE web", "DELETE db"]
+        [
+            "SUSPEND db",
+            "RESUME db",
+            "backup db",
+            "DELETE web",
+            "DELETE db"
+        ]
     );
     assert!(!data.join("db").exists() && !data.join("web").exists());
     let show = flue(&env, &["stack", "show", "shop"]).await;
@@ -65,7 +92,9 @@ async fn a_config_can_carry_a_hook_per_lifecycle_action() {
     let (env, _agents) = cluster(&["box"]).await;
     let record = env.path("record.log");
     let template = env.path("all.yaml");
-    let hook = |word: &str| format!("|\n          #!/bin/sh\n          echo \"{word} $deploy_action\" >> \"$record\"");
+    let hook = |word: &str| {
+        format!("|\n          #!/bin/sh\n          echo \"{word} $deploy_action\" >> \"$record\"")
+    };
     std::fs::write(
         &template,
         format!(

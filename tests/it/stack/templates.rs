@@ -21,7 +21,9 @@ async fn bad_templates_are_refused_naming_the_resource_and_field() {
     let cases: Vec<(&str, String, &str)> = vec![
         (
             "unknown property",
-            format!("{HEAD}resources:{CFG}\n  d:\n    type: OS::Heat::SoftwareDeployment\n    properties: {{config: {{get_resource: cfg}}, sever: s1}}\n"),
+            format!(
+                "{HEAD}resources:{CFG}\n  d:\n    type: OS::Heat::SoftwareDeployment\n    properties: {{config: {{get_resource: cfg}}, sever: s1}}\n"
+            ),
             "resources.d.properties.sever",
         ),
         (
@@ -53,11 +55,7 @@ async fn bad_templates_are_refused_naming_the_resource_and_field() {
             ),
             "resources.d.properties.server",
         ),
-        (
-            "yaml syntax",
-            format!("{HEAD}resources: [unclosed\n"),
-            "",
-        ),
+        ("yaml syntax", format!("{HEAD}resources: [unclosed\n"), ""),
         (
             "server not registered",
             format!(
@@ -75,7 +73,10 @@ async fn bad_templates_are_refused_naming_the_resource_and_field() {
         )
         .await;
         assert_eq!(run.code, 2, "{what}: {run}");
-        assert!(run.stderr.contains(needle), "{what}: expected {needle:?} in {run}");
+        assert!(
+            run.stderr.contains(needle),
+            "{what}: expected {needle:?} in {run}"
+        );
         assert!(!run.stderr.contains("panicked"), "{what}: {run}");
     }
     // The cycle message names the cycle in one of its rotations: a's own check.
@@ -97,20 +98,39 @@ async fn bad_parameters_are_refused_naming_the_parameter() {
     let t = path.display().to_string();
     for (args, needle) in [
         (vec!["-P", "port=80"], "parameters.secret"),
-        (vec!["-P", "port=eighty", "-P", "secret=x"], "parameters.port"),
-        (vec!["-P", "port=80", "-P", "secret=x", "-P", "colour=red"], "colour"),
+        (
+            vec!["-P", "port=eighty", "-P", "secret=x"],
+            "parameters.port",
+        ),
+        (
+            vec!["-P", "port=80", "-P", "secret=x", "-P", "colour=red"],
+            "colour",
+        ),
         (vec!["-P", "port"], "-P expects NAME=VALUE"),
     ] {
         let mut all = vec!["stack", "create", "p", "-t", t.as_str()];
         all.extend(args.iter().copied());
         let run = flue(&env, &all).await;
         assert_eq!(run.code, 2, "{args:?}: {run}");
-        assert!(run.stderr.contains(needle), "{args:?}: expected {needle:?} in {run}");
+        assert!(
+            run.stderr.contains(needle),
+            "{args:?}: expected {needle:?} in {run}"
+        );
     }
     // Right ones work, and the hidden value is stored nowhere readable.
     let run = flue(
         &env,
-        &["stack", "create", "p", "-t", &t, "-P", "port=80", "-P", "secret=s3cr3t-value"],
+        &[
+            "stack",
+            "create",
+            "p",
+            "-t",
+            &t,
+            "-P",
+            "port=80",
+            "-P",
+            "secret=s3cr3t-value",
+        ],
     )
     .await;
     assert_eq!(run.code, 0, "{run}");

@@ -82,7 +82,11 @@ async fn update_runs_only_what_changed_and_deletes_removed_units_in_reverse_orde
 
     // One input of c changes: only c runs, with UPDATE. The record parameter was not
     // given again: its last value stands.
-    let run = flue(&env, &["stack", "update", "up", "-t", &v1, "-P", "c_value=two"]).await;
+    let run = flue(
+        &env,
+        &["stack", "update", "up", "-t", &v1, "-P", "c_value=two"],
+    )
+    .await;
     assert_eq!(run.code, 0, "{run}");
     assert_eq!(lines(&record)[3..], ["UPDATE c"], "{run}");
 
@@ -92,14 +96,22 @@ async fn update_runs_only_what_changed_and_deletes_removed_units_in_reverse_orde
     let v2 = v2.display().to_string();
     let run = flue(&env, &["stack", "update", "up", "-t", &v2]).await;
     assert_eq!(run.code, 0, "{run}");
-    assert_eq!(lines(&record)[4..], ["CREATE d", "DELETE b", "DELETE a"], "{run}");
+    assert_eq!(
+        lines(&record)[4..],
+        ["CREATE d", "DELETE b", "DELETE a"],
+        "{run}"
+    );
     let s = stack(&env, "up").await;
     let units: Vec<&str> = s.state.units.keys().map(String::as_str).collect();
     assert_eq!(units, ["c", "d"]);
     assert_eq!(s.state.parameters["c_value"], "two");
     let pair = |r: &str, a: &str| (r.to_owned(), a.to_owned());
     assert_eq!(
-        ran(&env, "s1").await.into_iter().filter(|(r, _)| r == "c").collect::<Vec<_>>(),
+        ran(&env, "s1")
+            .await
+            .into_iter()
+            .filter(|(r, _)| r == "c")
+            .collect::<Vec<_>>(),
         [pair("c", "CREATE"), pair("c", "UPDATE")]
     );
 }
@@ -143,12 +155,22 @@ resources:
     // One member at a time, in member order.
     assert_eq!(
         lines(&record),
-        ["start grp/a", "end grp/a", "start grp/b", "end grp/b", "start grp/c", "end grp/c"]
+        [
+            "start grp/a",
+            "end grp/a",
+            "start grp/b",
+            "end grp/b",
+            "start grp/c",
+            "end grp/c"
+        ]
     );
 
     let run = flue(&env, &["stack", "update", "g", "-t", &t, "-P", "version=2"]).await;
     assert_eq!(run.code, 0, "{run}");
-    assert!(run.stdout.contains("grp: pausing 0.2s before batch 2"), "{run}");
+    assert!(
+        run.stdout.contains("grp: pausing 0.2s before batch 2"),
+        "{run}"
+    );
     let second: Vec<String> = lines(&record)[6..].to_vec();
     assert_eq!(second.len(), 6, "{second:?}");
     // Batch 1 is a and b (in either order), then c alone.
