@@ -99,6 +99,10 @@ pub struct StackApplyArgs {
     /// last value, except hidden ones, which are never stored.
     #[arg(short = 'P', long = "parameter", value_name = "NAME=VALUE")]
     pub parameters: Vec<String>,
+    /// A parameter whose value is a file's contents (repeatable): the way to pass a
+    /// hidden parameter without it showing in the process list or shell history.
+    #[arg(long = "parameter-file", value_name = "NAME=PATH")]
+    pub parameter_files: Vec<String>,
     /// Take over from another operation still marked in progress (its driver is gone).
     #[arg(long)]
     pub force: bool,

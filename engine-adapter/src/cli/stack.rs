@@ -103,11 +103,38 @@ async fn apply(
     creating: bool,
     out: &mut impl Write,
 ) -> Result<Outcome, CliError> {
-    let template = Template::load(&args.template).map_err(|error| CliError::Template {
-        path: args.template.clone(),
-        error,
+    let template = Template::load(&args.template).map_err(|error| {
+        // A file that cannot be read names itself already.
+        if error.path == args.template.display().to_string() {
+            CliError::Usage(error.to_string())
+        } else {
+            CliError::Template {
+                path: args.template.clone(),
+                error,
+            }
+        }
     })?;
-    let given = parameters(&args.parameters)?;
+    let mut given = parameters(&args.parameters)?;
+    for pair in &args.parameter_files {
+        let Some((name, path)) = pair.split_once('=') else {
+            return Err(CliError::Usage(format!(
+                "--parameter-file expects NAME=PATH, got {pair:?}"
+            )));
+        };
+        let mut text = std::fs::read_to_string(path).map_err(|source| CliError::Read {
+            path: path.into(),
+            source,
+        })?;
+        // `echo secret > file` leaves a newline that is not part of the value.
+        if text.ends_with('\n') {
+            text.pop();
+        }
+        if given.insert(name.to_owned(), text).is_some() {
+            return Err(CliError::Usage(format!(
+                "parameter {name:?} is given twice"
+            )));
+        }
+    }
     let name = args.name.clone();
     let source = Source {
         template: &template,

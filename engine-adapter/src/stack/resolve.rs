@@ -10,6 +10,9 @@ use super::functions::{self, Resolver};
 use super::template::{Parameters, ResourceKind, Template, TemplateError};
 use super::units::{DesiredUnit, Plan, config_resource};
 
+#[cfg(test)]
+mod tests;
+
 /// Everything `get_param`, `get_resource` and `get_attr` may read.
 pub struct RuntimeResolver<'a> {
     /// The template.

@@ -167,6 +167,8 @@ pub struct Parameters {
     pub values: BTreeMap<String, Value>,
     /// Names of the hidden ones.
     pub hidden: BTreeSet<String>,
+    /// Names whose value was given (now or by an earlier run), not taken from a default.
+    pub given: BTreeSet<String>,
 }
 
 impl Parameters {
@@ -176,6 +178,15 @@ impl Parameters {
             .iter()
             .filter(|(k, _)| !self.hidden.contains(*k))
             .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// The values a user gave that are not hidden: what a stack keeps for its next
+    /// update. Defaults are left out, so a changed default takes effect.
+    pub fn to_keep(&self) -> BTreeMap<String, Value> {
+        self.visible()
+            .into_iter()
+            .filter(|(k, _)| self.given.contains(k))
             .collect()
     }
 }
@@ -296,7 +307,18 @@ impl Template {
         &self,
         given: &BTreeMap<String, String>,
     ) -> Result<Parameters, TemplateError> {
-        params::bind(&self.parameters, given)
+        params::bind(&self.parameters, given, &BTreeMap::new())
+    }
+
+    /// Like [`Template::bind_parameters`], with the typed values an earlier run kept
+    /// (see [`Parameters::to_keep`]) standing for the parameters not given now. A kept
+    /// value the template no longer declares is dropped.
+    pub fn bind_parameters_over(
+        &self,
+        given: &BTreeMap<String, String>,
+        kept: &BTreeMap<String, Value>,
+    ) -> Result<Parameters, TemplateError> {
+        params::bind(&self.parameters, given, kept)
     }
 }
 
@@ -307,7 +329,12 @@ fn parse_document(text: &str) -> Result<Value, TemplateError> {
     {
         return Ok(v);
     }
-    serde_saphyr::from_str::<Value>(text).map_err(|e| {
+    // YAML 1.2 scalars: only `true` / `false` are booleans (not `y`, `n`, `yes`, `off`, …)
+    // and `012` stays the string it looks like, so a name or a value is never changed.
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    options.leading_zero_numbers_as_strings = true;
+    serde_saphyr::from_str_with_options::<Value>(text, options).map_err(|e| {
         let message = e
             .without_snippet()
             .to_string()

@@ -12,6 +12,9 @@ use super::functions::{self, Resolver};
 use super::graph;
 use super::template::{Parameters, ResourceKind, Template, TemplateError};
 
+#[cfg(test)]
+mod tests;
+
 /// Heat's default `actions` of a software deployment.
 pub const DEFAULT_ACTIONS: [&str; 2] = ["CREATE", "UPDATE"];
 

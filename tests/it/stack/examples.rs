@@ -238,6 +238,43 @@ async fn cluster_scale_out_recontextualizes_every_member_and_the_head() {
     );
     assert!(run.stdout.contains("head_setup"), "{run}");
     assert!(run.stdout.contains("unchanged"), "{run}");
+
+    // Scale in to 2: c2 leaves (its config has no delete hook, so nothing runs there),
+    // c1 and the head learn the new membership.
+    let two = r#"compute_servers={"c1": "compute1", "c3": "compute3"}"#;
+    let run = flue(
+        &env,
+        &[
+            "stack",
+            "update",
+            "hpc",
+            "-t",
+            &example("cluster"),
+            "-P",
+            two,
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    assert!(
+        run.stdout
+            .contains("compute/c2               removed from the stack"),
+        "{run}"
+    );
+    for server in ["compute1", "compute3"] {
+        assert_eq!(names(members(server)), ["c1", "c3"], "{server}");
+    }
+    assert_eq!(
+        ran(&env, "compute2").await.len(),
+        2,
+        "nothing more ran on compute2"
+    );
+    let s = stack(&env, "hpc").await;
+    let units: Vec<&str> = s.state.units.keys().map(String::as_str).collect();
+    assert_eq!(
+        units,
+        ["compute/c1", "compute/c3", "head_register", "head_setup"]
+    );
 }
 
 /// A hook put on PATH by no one: the agent's own directory is appended to the hook's

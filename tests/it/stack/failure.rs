@@ -209,3 +209,88 @@ resources:
     let s = stack(&env, "k").await;
     assert_eq!(s.status.to_string(), "CREATE_COMPLETE");
 }
+
+#[tokio::test]
+async fn force_takes_a_stack_over_from_a_dead_driver() {
+    let (env, _agents) = cluster(&["s1"]).await;
+    let record = env.path("record.log");
+    let t = env.path("t.yaml");
+    std::fs::write(
+        &t,
+        r#"heat_template_version: 2018-08-31
+parameters:
+  record: {type: string}
+resources:
+  cfg:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      inputs: [{name: record}]
+      config: |
+        #!/bin/sh
+        set -eu
+        echo "start $deploy_resource_name" >> "$record"
+        flue-agent data get go --wait 120s
+      hooks:
+        DELETE: |
+          #!/bin/sh
+          echo "DELETE $deploy_resource_name" >> "$record"
+  a: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: cfg}, server: s1, input_values: {record: {get_param: record}}}}
+"#,
+    )
+    .expect("template");
+    let t = t.display().to_string();
+    let p = format!("record={}", record.display());
+    let mut driver = tokio::process::Command::new(flue_tests::bin("flue"))
+        .args([
+            "--gateway",
+            env.gateway.url(),
+            "stack",
+            "create",
+            "f",
+            "-t",
+            &t,
+            "-P",
+            &p,
+        ])
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn flue");
+    wait_until("a to start", WAIT, || {
+        lines(&record).contains(&"start a".to_owned()).then_some(())
+    })
+    .await;
+    driver.kill().await.expect("kill the driver");
+
+    // The delete queues its DELETE behind the CREATE still running on s1.
+    let deleting = {
+        let gw = env.gateway.url().to_owned();
+        tokio::spawn(async move {
+            tokio::process::Command::new(flue_tests::bin("flue"))
+                .args(["--gateway", &gw, "stack", "delete", "f", "--force"])
+                .kill_on_drop(true)
+                .output()
+                .await
+                .expect("run flue")
+        })
+    };
+    let nats = env.nats.client().await;
+    let kv = async_nats::jetstream::new(nats)
+        .get_key_value("flue_data")
+        .await
+        .expect("data bucket");
+    kv.put("default.f.go", "now".into()).await.expect("put go");
+    let out = tokio::time::timeout(WAIT * 2, deleting)
+        .await
+        .expect("delete finishes")
+        .expect("join");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(lines(&record), ["start a", "DELETE a"]);
+    let list = flue(&env, &["stack", "list"]).await;
+    assert_eq!(list.stdout, "no stacks\n", "{list}");
+}

@@ -199,6 +199,7 @@ fn check_constraints(decl: &Map<String, Value>, path: &str) -> Result<(), Templa
 pub(super) fn bind(
     decls: &BTreeMap<String, ParamDecl>,
     given: &BTreeMap<String, String>,
+    kept: &BTreeMap<String, Value>,
 ) -> Result<Parameters, TemplateError> {
     let mut params = Parameters::default();
     for (name, text) in given {
@@ -220,12 +221,26 @@ pub(super) fn bind(
             TemplateError::new(path, format!("{m} (expected a {})", decl.kind.name()))
         })?;
         params.values.insert(name.clone(), value);
+        params.given.insert(name.clone());
     }
     for (name, decl) in decls {
         if decl.hidden {
             params.hidden.insert(name.clone());
         }
         if params.values.contains_key(name) {
+            continue;
+        }
+        if let Some(value) = kept.get(name).filter(|_| !decl.hidden) {
+            let value = decl.kind.coerce(value).map_err(|m| {
+                TemplateError::new(
+                    format!("parameters.{name}"),
+                    format!(
+                        "the value kept from the last run no longer fits: {m}; pass -P {name}=…"
+                    ),
+                )
+            })?;
+            params.values.insert(name.clone(), value);
+            params.given.insert(name.clone());
             continue;
         }
         let Some(default) = &decl.default else {

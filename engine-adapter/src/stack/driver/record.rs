@@ -1,0 +1,174 @@
+//! Recording each step in the stack record: the ids a deployment will use, planned
+//! before it is created, and how the step ended.
+
+use flue_proto::{
+    Action, ActionResult, ConfigId, DeploymentId, DeploymentStatus, OpStatus, Pending, Unit,
+};
+
+use super::execute::{self, Outcome};
+use super::plan::{OpKind, Step, StepKind};
+use super::state::Driver;
+use super::{EngineError, Event};
+
+impl Driver<'_> {
+    /// The ids this operation uses for `key`'s deployment: the recorded ones when an
+    /// interrupted run planned them, else a new deployment id and `new_config` (the id
+    /// of the config the deployment creates; `None` when it runs a recorded config),
+    /// recorded before use.
+    pub(super) async fn plan_pending(
+        &mut self,
+        key: &str,
+        action: &str,
+        new_config: Option<ConfigId>,
+    ) -> Result<Pending, EngineError> {
+        let op = self.op_id.clone();
+        let planned = |u: &Unit| {
+            u.pending
+                .as_ref()
+                .filter(|p| p.op_id == op && p.action == action)
+                .cloned()
+        };
+        if let Some(p) = self.stack.state.units.get(key).and_then(planned) {
+            return Ok(p);
+        }
+        let fresh = Pending {
+            op_id: op.clone(),
+            action: action.to_owned(),
+            deployment_id: DeploymentId::random(),
+            config_id: new_config,
+        };
+        let lifecycle = !matches!(self.kind, OpKind::Action { .. });
+        self.save(|s, _| {
+            if let Some(u) = s.units.get_mut(key)
+                && planned(u).is_none()
+            {
+                u.pending = Some(fresh.clone());
+                if lifecycle {
+                    u.action = action.to_owned();
+                    u.status = OpStatus::InProgress;
+                    u.status_reason = None;
+                }
+            }
+        })
+        .await?;
+        self.stack
+            .state
+            .units
+            .get(key)
+            .and_then(planned)
+            .ok_or_else(|| EngineError::Refused(format!("{key} left the stack while planning")))
+    }
+
+    /// Records a finished step; `Some(reason)` when it failed.
+    pub(super) async fn finished(
+        &mut self,
+        step: &Step,
+        outcome: Outcome,
+    ) -> Result<Option<String>, EngineError> {
+        let key = step.key.clone();
+        let op = self.op_id.clone();
+        let action_run = matches!(self.kind, OpKind::Action { .. });
+        let removal = matches!(step.kind, StepKind::Reuse { removal: true, .. });
+        let deployment = match outcome {
+            Outcome::Unchanged => {
+                (self.opts.report)(&Event::Unchanged { unit: key.clone() });
+                self.save(|s, _| {
+                    if let Some(u) = s.units.get_mut(&key) {
+                        u.pending = None;
+                        u.op_id = Some(op.clone());
+                        u.status = OpStatus::Complete;
+                        u.status_reason = None;
+                    }
+                })
+                .await?;
+                return Ok(None);
+            }
+            Outcome::Finished(d) => *d,
+        };
+        let complete = deployment.status == DeploymentStatus::Complete;
+        let reason = (!complete).then(|| execute::failure_reason(&key, &deployment));
+        if complete {
+            self.deployments
+                .insert(deployment.id.clone(), deployment.clone());
+        }
+        let d = deployment.clone();
+        let r = reason.clone();
+        self.save(|s, _| {
+            if action_run {
+                if let Some(run) = s.actions.iter_mut().find(|a| a.op_id == op) {
+                    run.results.insert(
+                        key.clone(),
+                        ActionResult {
+                            deployment_id: d.id.clone(),
+                            status: if complete {
+                                OpStatus::Complete
+                            } else {
+                                OpStatus::Failed
+                            },
+                            reason: r.clone(),
+                        },
+                    );
+                }
+                if let Some(u) = s.units.get_mut(&key) {
+                    u.pending = None;
+                    u.op_id = Some(op.clone());
+                }
+                return;
+            }
+            if removal && complete {
+                s.units.remove(&key);
+                return;
+            }
+            let Some(u) = s.units.get_mut(&key) else {
+                return;
+            };
+            u.pending = None;
+            u.op_id = Some(op.clone());
+            u.status = if complete {
+                OpStatus::Complete
+            } else {
+                OpStatus::Failed
+            };
+            u.status_reason = r.clone();
+            let lifecycle_run = matches!(d.action.as_str(), Action::CREATE | Action::UPDATE);
+            if lifecycle_run || u.last.is_none() {
+                u.last = Some(d.id.clone());
+                u.last_config = Some(d.config_id.clone());
+            }
+            if complete && lifecycle_run {
+                u.baseline = Some(d.id.clone());
+                u.baseline_config = Some(d.config_id.clone());
+            }
+        })
+        .await?;
+        if removal && complete {
+            (self.opts.report)(&Event::Removed { unit: key });
+        }
+        Ok(reason)
+    }
+
+    /// Records a step that failed before its deployment was created.
+    pub(super) async fn record_failure(
+        &mut self,
+        key: &str,
+        reason: &str,
+    ) -> Result<(), EngineError> {
+        let op = self.op_id.clone();
+        let lifecycle = !matches!(self.kind, OpKind::Action { .. });
+        (self.opts.report)(&Event::NotRun {
+            unit: key.to_owned(),
+            reason: reason.to_owned(),
+        });
+        self.save(|s, _| {
+            if let Some(u) = s.units.get_mut(key) {
+                u.pending = None;
+                u.op_id = Some(op.clone());
+                if lifecycle {
+                    u.status = OpStatus::Failed;
+                }
+                u.status_reason = Some(reason.to_owned());
+            }
+        })
+        .await
+    }
+}

@@ -1,0 +1,305 @@
+//! The scheduler: runs an operation's steps in dependency order, independent ones in
+//! parallel, rolling groups batch by batch; a failed unit's dependents do not run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use flue_proto::OpStatus;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::execute::{Outcome, StartError};
+use super::plan::Step;
+use super::state::{ApplyContext, Driver};
+use super::{EngineError, Event};
+use crate::ClientError;
+
+impl Driver<'_> {
+    /// Runs `steps` in dependency order (and rolling batches), independent ones in
+    /// parallel. Returns the failures, each `(unit, reason)`; a failed unit's
+    /// dependents do not run, independent branches finish.
+    pub(super) async fn run(
+        &mut self,
+        steps: Vec<Step>,
+        ctx: Option<&ApplyContext<'_>>,
+    ) -> Result<Vec<(String, String)>, EngineError> {
+        let mut waiting: BTreeMap<String, Step> =
+            steps.into_iter().map(|s| (s.key.clone(), s)).collect();
+        let mut ok: BTreeSet<String> = BTreeSet::new();
+        let mut bad: BTreeSet<String> = BTreeSet::new();
+        let mut failures = Vec::new();
+        let mut running: JoinSet<(String, Result<Outcome, ClientError>)> = JoinSet::new();
+        let mut running_steps: BTreeMap<String, Step> = BTreeMap::new();
+        let mut batches = Batches::new(waiting.values());
+        // Units the interrupted run already finished.
+        for (key, status) in self.done_before(&waiting) {
+            let step = waiting.remove(&key).expect("present");
+            (self.opts.report)(&Event::AlreadyDone {
+                unit: key.clone(),
+                status,
+            });
+            if status == OpStatus::Failed {
+                let reason = self.stack.state.units[&key]
+                    .status_reason
+                    .clone()
+                    .unwrap_or_default();
+                failures.push((key.clone(), reason));
+                bad.insert(key);
+            } else {
+                batches.finish(&step, false);
+                ok.insert(key);
+            }
+        }
+
+        loop {
+            // Steps whose dependencies failed never run.
+            let blocked: Vec<(String, String)> = waiting
+                .iter()
+                .filter_map(|(k, s)| {
+                    s.after
+                        .iter()
+                        .find(|a| bad.contains(*a))
+                        .map(|a| (k.clone(), a.clone()))
+                })
+                .collect();
+            for (key, cause) in blocked {
+                waiting.remove(&key);
+                let reason = format!("not run: depends on {cause}, which failed");
+                (self.opts.report)(&Event::NotRun {
+                    unit: key.clone(),
+                    reason: reason.clone(),
+                });
+                self.save(|s, _| {
+                    if let Some(u) = s.units.get_mut(&key) {
+                        u.status_reason = Some(reason.clone());
+                    }
+                })
+                .await?;
+                bad.insert(key);
+            }
+
+            let now = Instant::now();
+            let mut wake: Option<Instant> = None;
+            let mut pausing: Vec<(String, usize, Duration)> = Vec::new();
+            let ready: Vec<String> = waiting
+                .iter()
+                .filter(|(_, s)| {
+                    s.after
+                        .iter()
+                        .all(|a| ok.contains(a) || !known(a, &waiting, &running_steps))
+                })
+                .filter(|(_, s)| match batches.gate(s) {
+                    Gate::Open => true,
+                    Gate::Closed => false,
+                    Gate::At(t) if t <= now => true,
+                    Gate::At(t) => {
+                        wake = Some(wake.map_or(t, |w| w.min(t)));
+                        if let Some((group, b)) = &s.batch {
+                            pausing.push((group.clone(), b.index, b.pause));
+                        }
+                        false
+                    }
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for (group, batch, pause) in pausing {
+                if batches.announce(&group, batch) {
+                    (self.opts.report)(&Event::Pausing {
+                        group,
+                        batch,
+                        pause,
+                    });
+                }
+            }
+            for key in ready {
+                let step = waiting.remove(&key).expect("present");
+                match self.start(&step, ctx, &mut running).await {
+                    Ok(true) => {
+                        running_steps.insert(key, step);
+                    }
+                    Ok(false) => {
+                        batches.finish(&step, false);
+                        ok.insert(key);
+                    }
+                    Err(StartError::Engine(e)) => return Err(e),
+                    Err(StartError::Failed(reason)) => {
+                        self.record_failure(&key, &reason).await?;
+                        failures.push((key.clone(), reason));
+                        batches.finish(&step, true);
+                        bad.insert(key);
+                    }
+                }
+            }
+            if running.is_empty() {
+                match wake {
+                    Some(t) => {
+                        tokio::time::sleep_until(t).await;
+                        continue;
+                    }
+                    None if waiting.is_empty() => break,
+                    // Re-check: a step may have become ready through a skipped one.
+                    None if waiting.values().any(|s| {
+                        s.after
+                            .iter()
+                            .all(|a| ok.contains(a) || !known(a, &waiting, &running_steps))
+                    }) =>
+                    {
+                        continue;
+                    }
+                    None => {
+                        // Unreachable with an acyclic plan; never spin.
+                        for key in waiting.keys() {
+                            failures.push((key.clone(), "not run: unmet dependencies".into()));
+                        }
+                        break;
+                    }
+                }
+            }
+            let joined = match wake {
+                Some(t) => tokio::select! {
+                    j = running.join_next() => j,
+                    _ = tokio::time::sleep_until(t) => continue,
+                },
+                None => running.join_next().await,
+            };
+            let Some(joined) = joined else { continue };
+            let (key, result) = joined.map_err(|e| {
+                EngineError::Refused(format!("a deployment task failed unexpectedly: {e}"))
+            })?;
+            let step = running_steps.remove(&key).expect("running step");
+            let outcome = result?;
+            match self.finished(&step, outcome).await? {
+                None => {
+                    batches.finish(&step, true);
+                    ok.insert(key);
+                }
+                Some(reason) => {
+                    failures.push((key.clone(), reason));
+                    batches.finish(&step, true);
+                    bad.insert(key);
+                }
+            }
+        }
+        Ok(failures)
+    }
+
+    /// The steps of `waiting` that the interrupted run of this operation already
+    /// finished, and how each ended.
+    fn done_before(&self, waiting: &BTreeMap<String, Step>) -> Vec<(String, OpStatus)> {
+        let state = &self.stack.state;
+        let run = state.actions.iter().find(|a| a.op_id == self.op_id);
+        waiting
+            .keys()
+            .filter_map(|k| {
+                let u = state.units.get(k)?;
+                if u.op_id.as_deref() != Some(&self.op_id) || u.pending.is_some() {
+                    return None;
+                }
+                let status = match run {
+                    Some(run) => run.results.get(k).map_or(OpStatus::Failed, |r| r.status),
+                    None => u.status,
+                };
+                Some((k.clone(), status))
+            })
+            .collect()
+    }
+}
+
+/// True when `key` is a step of this run (a dependency outside it is satisfied).
+fn known(key: &str, waiting: &BTreeMap<String, Step>, running: &BTreeMap<String, Step>) -> bool {
+    waiting.contains_key(key) || running.contains_key(key)
+}
+
+/// Progress of one rolling batch.
+#[derive(Debug, Default)]
+pub(super) struct BatchState {
+    /// Steps of the batch not finished yet.
+    pub(super) left: usize,
+    /// True once one of its steps ran a deployment (or failed to start one).
+    pub(super) ran: bool,
+    /// True once the pause before it was reported.
+    pub(super) announced: bool,
+    /// When its last step finished.
+    pub(super) finished_at: Option<Instant>,
+}
+
+/// Whether a step of a rolling batch may start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Gate {
+    /// Now.
+    Open,
+    /// Not until an earlier batch is done.
+    Closed,
+    /// Once the pause after the previous batch is over.
+    At(Instant),
+}
+
+/// The rolling batches of one run: per group, batch index to its progress.
+#[derive(Debug, Default)]
+pub(super) struct Batches(BTreeMap<String, BTreeMap<usize, BatchState>>);
+
+impl Batches {
+    /// Counts the steps of each batch among `steps`.
+    pub(super) fn new<'a>(steps: impl Iterator<Item = &'a Step>) -> Self {
+        let mut batches = Self::default();
+        for step in steps {
+            if let Some((group, b)) = &step.batch {
+                let e = batches
+                    .0
+                    .entry(group.clone())
+                    .or_default()
+                    .entry(b.index)
+                    .or_default();
+                e.left += 1;
+            }
+        }
+        batches
+    }
+
+    /// Whether `step` may start; a step outside any batch always may.
+    pub(super) fn gate(&self, step: &Step) -> Gate {
+        match &step.batch {
+            None => Gate::Open,
+            Some((group, b)) => batch_gate(&self.0[group], b.index, b.pause),
+        }
+    }
+
+    /// Counts `step` as finished; `ran` when it ran a deployment (or failed to start
+    /// one), which makes the next batch pause.
+    pub(super) fn finish(&mut self, step: &Step, ran: bool) {
+        if let Some((group, b)) = &step.batch
+            && let Some(state) = self.0.get_mut(group).and_then(|g| g.get_mut(&b.index))
+        {
+            state.left = state.left.saturating_sub(1);
+            state.ran |= ran;
+            state.finished_at = Some(Instant::now());
+        }
+    }
+
+    /// True the first time it is called for batch `batch` of `group`: its pause is
+    /// reported once.
+    pub(super) fn announce(&mut self, group: &str, batch: usize) -> bool {
+        match self.0.get_mut(group).and_then(|g| g.get_mut(&batch)) {
+            Some(state) if !state.announced => {
+                state.announced = true;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Whether batch `index` of a group may start: every earlier batch is done, and the
+/// pause after the previous one (when it ran anything) is over.
+fn batch_gate(group: &BTreeMap<usize, BatchState>, index: usize, pause: Duration) -> Gate {
+    if group.range(..index).any(|(_, b)| b.left > 0) {
+        return Gate::Closed;
+    }
+    match group.range(..index).next_back() {
+        Some((_, prev)) if prev.ran && !pause.is_zero() => match prev.finished_at {
+            Some(t) => Gate::At(t + pause),
+            None => Gate::Open,
+        },
+        _ => Gate::Open,
+    }
+}
