@@ -163,6 +163,16 @@ pub struct Operation {
     /// Finished at.
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub finished_at: Option<OffsetDateTime>,
+    /// The engine process driving it (`host/pid/nonce`): only that one may write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    /// When its driver last wrote: a driver silent for longer than its lease is gone.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub seen_at: Option<OffsetDateTime>,
+    /// What it was started with (a digest of the template and the visible parameters):
+    /// a resume with other ones is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
 }
 
 /// One deployment unit: what runs one config on one server across the stack's life.
@@ -198,6 +208,9 @@ pub struct Unit {
     /// is created, so a resumed operation re-uses its ids instead of running twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<Pending>,
+    /// The deployment of the unit's last action, whatever it was (for display).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<DeploymentId>,
     /// The operation whose step for this unit finished last: a resumed operation skips
     /// the units it already finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -260,6 +260,10 @@ pub fn event_line(stack: &StackId, e: &Event) -> String {
         }
         Event::NotRun { unit, reason } => format!("  {unit:<24} {reason}\n"),
         Event::Removed { unit } => format!("  {unit:<24} removed from the stack\n"),
+        Event::WaitingForDriver { driver, up_to } => format!(
+            "  the operation is marked as driven by {driver}; waiting up to {}s for it to stop\n",
+            up_to.as_secs().max(1)
+        ),
         Event::Pausing {
             group,
             batch,
@@ -311,14 +315,23 @@ fn show(stack: &Stack) -> String {
                 .pending
                 .as_ref()
                 .map(|p| p.deployment_id.to_string())
+                .or_else(|| u.current.as_ref().map(ToString::to_string))
                 .or_else(|| u.last.as_ref().map(ToString::to_string))
                 .unwrap_or_else(|| "-".into());
+            let action = match &u.pending {
+                Some(p) => p.action.as_str(),
+                None => u.action.as_str(),
+            };
+            // A unit that never ran has no status of its own.
+            let status = if action == driver::INIT {
+                "-".to_owned()
+            } else {
+                u.status.to_string()
+            };
             let _ = writeln!(
                 s,
-                "{key:<28} {:<12} {:<8} {:<12} {deployment}",
+                "{key:<28} {:<12} {action:<8} {status:<12} {deployment}",
                 u.server_id.as_str(),
-                u.action,
-                u.status.to_string()
             );
             if let Some(r) = &u.status_reason {
                 let first = r.lines().next().unwrap_or_default();

@@ -20,9 +20,8 @@ use flue_proto::{
     Action, ActionRun, DeploymentId, DeploymentStatus, OpStatus, ServerId, Stack, StackAction,
     StackId, StackStatus,
 };
-use serde_json::Value;
 
-use super::template::{Template, TemplateError};
+use super::template::{Parameters, Template, TemplateError};
 use super::units;
 use crate::{Client, ClientError};
 
@@ -34,7 +33,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use plan::{OpKind, param_text};
+use plan::OpKind;
 use state::{ApplyContext, Driver};
 
 /// How many ad-hoc action runs a stack remembers.
@@ -118,6 +117,14 @@ pub enum Event {
         /// Unit key.
         unit: String,
     },
+    /// The operation is marked as driven by another `flue` process that may still
+    /// be alive: this one waits for its lease to run out before taking over.
+    WaitingForDriver {
+        /// That process (`host/pid/nonce`).
+        driver: String,
+        /// The longest this one waits.
+        up_to: Duration,
+    },
     /// A rolling group pauses before its next batch.
     Pausing {
         /// Group resource.
@@ -193,8 +200,7 @@ pub async fn delete(
     id: &StackId,
     opts: &Options,
 ) -> Result<Option<Stack>, EngineError> {
-    let mut d = Driver::begin(client, id, OpKind::Delete, opts).await?;
-    d.adopt_dead_pending().await?;
+    let mut d = Driver::begin(client, id, OpKind::Delete, None, opts).await?;
     let steps = plan::delete_steps(&d.stack.state);
     let failures = d.run(steps, None).await?;
     if failures.is_empty() {
@@ -267,7 +273,7 @@ pub async fn action(
         name: name.to_string(),
         resource: resource.to_owned(),
     };
-    let mut d = Driver::begin(client, id, kind, opts).await?;
+    let mut d = Driver::begin(client, id, kind, None, opts).await?;
     let op = d.op_id.clone();
     let run = ActionRun {
         op_id: op.clone(),
@@ -307,7 +313,7 @@ async fn lifecycle(
     kind: OpKind,
     opts: &Options,
 ) -> Result<Stack, EngineError> {
-    let mut d = Driver::begin(client, id, kind, opts).await?;
+    let mut d = Driver::begin(client, id, kind, None, opts).await?;
     let steps = plan::lifecycle_steps(&d.stack.state, &d.kind);
     let failures = d.run(steps, None).await?;
     d.finish(failures).await
@@ -322,8 +328,6 @@ async fn apply(
     opts: &Options,
 ) -> Result<Stack, EngineError> {
     let template = source.template;
-    // Non-hidden parameters of the last run stand unless given again (Heat's --existing).
-    let mut given = source.given.clone();
     let previous = match client.get_stack(id).await {
         Ok(s) => Some(s),
         Err(e) if e.is_not_found() => None,
@@ -334,29 +338,49 @@ async fn apply(
             "stack {id} does not exist; create it with `flue stack create`"
         )));
     }
-    if let Some(prev) = &previous {
-        for (name, value) in &prev.state.parameters {
-            if template.parameters.contains_key(name) && !given.contains_key(name) {
-                given.insert(name.clone(), param_text(value));
+    // Parameters given before stand unless given again (Heat's --existing); hidden
+    // ones were never stored and must be given again.
+    let kept = previous
+        .as_ref()
+        .map(|p| p.state.parameters.clone())
+        .unwrap_or_default();
+    let params = template
+        .bind_parameters_over(source.given, &kept)
+        .map_err(|e| {
+            match previous.as_ref().and_then(|p| {
+                p.state
+                    .hidden_parameters
+                    .iter()
+                    .find(|h| e.path == format!("parameters.{h}"))
+            }) {
+                Some(h) => TemplateError {
+                    path: e.path,
+                    message: format!(
+                        "hidden parameter {h:?} is never stored; pass it again with -P {h}=… or --parameter-file {h}=PATH"
+                    ),
+                },
+                None => e,
             }
-        }
+        })?;
+    let fingerprint = fingerprint(template, &params);
+    // The same create run again after it completed (its driver died after its last
+    // write, say): nothing to do.
+    if let Some(prev) = &previous
+        && action == StackAction::Create
+        && prev.status.action == StackAction::Create
+        && prev.status.status == OpStatus::Complete
+        && prev
+            .state
+            .operation
+            .as_ref()
+            .and_then(|o| o.fingerprint.as_ref())
+            == Some(&fingerprint)
+    {
+        (opts.report)(&Event::OperationFinished {
+            status: prev.status.clone(),
+        });
+        return Ok(prev.clone());
     }
-    let params = template.bind_parameters(&given).map_err(|e| {
-        match previous.as_ref().and_then(|p| {
-            p.state
-                .hidden_parameters
-                .iter()
-                .find(|h| e.path.ends_with(&format!(".{h}")))
-        }) {
-            Some(h) => TemplateError {
-                path: e.path,
-                message: format!(
-                    "hidden parameter {h:?} is never stored; pass it again with -P {h}=…"
-                ),
-            },
-            None => e,
-        }
-    })?;
     let creating = action == StackAction::Create
         && previous
             .as_ref()
@@ -368,17 +392,12 @@ async fn apply(
         StackAction::Create => OpKind::Create,
         _ => OpKind::Update,
     };
-    let mut d = Driver::begin(client, id, kind, opts).await?;
+    let mut d = Driver::begin(client, id, kind, Some(fingerprint), opts).await?;
     let op = d.op_id.clone();
-    let visible: BTreeMap<String, Value> = params
-        .values
-        .iter()
-        .filter(|(k, _)| !params.hidden.contains(*k))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let keep = params.to_keep();
     let hidden: Vec<String> = params.hidden.iter().cloned().collect();
     d.save(|s, _| {
-        s.parameters = visible.clone();
+        s.parameters = keep.clone();
         s.hidden_parameters = hidden.clone();
         plan::place_units(s, &plan, &op);
     })
@@ -396,6 +415,19 @@ async fn apply(
         d.save(|s, _| s.outputs = outputs.clone()).await?;
     }
     d.finish(failures).await
+}
+
+/// What a create or update runs with, as a short digest: the template as parsed and
+/// the parameters a user gave (not hidden ones, which are never stored anywhere). It
+/// only tells runs apart, so a non-cryptographic hash (FNV-1a) is enough.
+fn fingerprint(template: &Template, params: &Parameters) -> String {
+    let text = format!("{template:?}{:?}", params.to_keep());
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
 }
 
 /// A failed stack read as an [`EngineError`]: a missing stack is refused by name.

@@ -232,10 +232,21 @@ pub fn unit_deployment(
         declare(&mut inputs, name, "String");
     }
 
+    // Names and timeouts are stored and shown as they are: no hidden value may go there.
+    let visible = |name: &str, v: &Value| -> Result<Value, TemplateError> {
+        let out = functions::resolve(v, r, &props(name))?;
+        if out.hidden {
+            return Err(TemplateError {
+                path: props(name),
+                message: "uses a hidden parameter; it would be shown as it is".into(),
+            });
+        }
+        Ok(out.value)
+    };
     let timeout_secs = match res.properties.get("timeout") {
         None => None,
         Some(v) => {
-            let v = functions::resolve(v, r, &props("timeout"))?.value;
+            let v = visible("timeout", v)?;
             Some(v.as_u64().filter(|n| *n > 0).ok_or_else(|| TemplateError {
                 path: props("timeout"),
                 message: format!("must be a positive number of seconds, got {v}"),
@@ -243,7 +254,7 @@ pub fn unit_deployment(
         }
     };
     let base_name = match res.properties.get("name") {
-        Some(v) => match functions::resolve(v, r, &props("name"))?.value {
+        Some(v) => match visible("name", v)? {
             Value::String(s) => s,
             other => other.to_string(),
         },

@@ -103,7 +103,7 @@ pub fn expand(
                 message: "required".into(),
             })?;
             let server_id = server_id(
-                &functions::resolve(server, &statics, &format!("{path}.server"))?.value,
+                &visible(server, &statics, &format!("{path}.server"))?,
                 &format!("{path}.server"),
             )?;
             keys_of.insert(name.clone(), vec![name.clone()]);
@@ -127,7 +127,7 @@ pub fn expand(
             path: servers_path.clone(),
             message: "required".into(),
         })?;
-        let servers = functions::resolve(servers, &statics, &servers_path)?.value;
+        let servers = visible(servers, &statics, &servers_path)?;
         let Value::Object(map) = servers else {
             return Err(TemplateError {
                 path: servers_path,
@@ -232,7 +232,7 @@ fn actions(
     let mut actions: Vec<String> = match res.properties.get("actions") {
         None => DEFAULT_ACTIONS.iter().map(|a| (*a).to_owned()).collect(),
         Some(v) => {
-            let v = functions::resolve(v, statics, &path)?.value;
+            let v = visible(v, statics, &path)?;
             let list = v.as_array().ok_or_else(|| TemplateError {
                 path: path.clone(),
                 message: format!("must be a list of actions, got {v}"),
@@ -274,6 +274,19 @@ pub fn config_resource<'t>(template: &'t Template, deployment: &str) -> Option<&
         .resources
         .get_key_value(target)
         .map(|(k, _)| k.as_str())
+}
+
+/// Resolves what is stored and shown as it is (servers, actions): a value derived
+/// from a hidden parameter is refused.
+fn visible(v: &Value, statics: &StaticResolver<'_>, path: &str) -> Result<Value, TemplateError> {
+    let out = functions::resolve(v, statics, path)?;
+    if out.hidden {
+        return Err(TemplateError {
+            path: path.to_owned(),
+            message: "uses a hidden parameter; it would be shown as it is".into(),
+        });
+    }
+    Ok(out.value)
 }
 
 fn server_id(v: &Value, path: &str) -> Result<ServerId, TemplateError> {

@@ -220,12 +220,12 @@ async fn cluster_scale_out_recontextualizes_every_member_and_the_head() {
     // What ran: the new member CREATE, each old member and the head's registration
     // UPDATE; head_setup, whose inputs did not change, only ever ran once.
     let pair = |r: &str, a: &str| (r.to_owned(), a.to_owned());
-    assert_eq!(ran(&env, "compute3").await, [pair("compute/c3", "CREATE")]);
+    // A member's hook sees its member name as deploy_resource_name, as in Heat.
+    assert_eq!(ran(&env, "compute3").await, [pair("c3", "CREATE")]);
     for (server, member) in [("compute1", "c1"), ("compute2", "c2")] {
-        let key = format!("compute/{member}");
         assert_eq!(
             ran(&env, server).await,
-            [pair(&key, "CREATE"), pair(&key, "UPDATE")]
+            [pair(member, "CREATE"), pair(member, "UPDATE")]
         );
     }
     assert_eq!(

@@ -164,6 +164,13 @@ resources:
             .contains("run `flue stack create` again to resume it"),
         "{run}"
     );
+    let other = format!("record={}.other", record.display());
+    let run = flue(&env, &["stack", "create", "k", "-t", &t, "-P", &other]).await;
+    assert_eq!(run.code, 2, "{run}");
+    assert!(
+        run.stderr.contains("another template or other parameters"),
+        "{run}"
+    );
 
     let resumed = {
         let gw = env.gateway.url().to_owned();
@@ -293,4 +300,102 @@ resources:
     assert_eq!(lines(&record), ["start a", "DELETE a"]);
     let list = flue(&env, &["stack", "list"]).await;
     assert_eq!(list.stdout, "no stacks\n", "{list}");
+}
+
+/// `--force` starts a new operation over a dead one; what the dead one started is
+/// waited for and counted as done, not run again.
+#[tokio::test]
+async fn a_forced_update_over_a_dead_create_runs_nothing_twice() {
+    let (env, _agents) = cluster(&["s1"]).await;
+    let record = env.path("record.log");
+    let t = env.path("t.yaml");
+    std::fs::write(
+        &t,
+        r#"heat_template_version: 2018-08-31
+parameters:
+  record: {type: string}
+resources:
+  cfg:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      inputs: [{name: record}]
+      config: |
+        #!/bin/sh
+        set -eu
+        echo "start $deploy_action $deploy_resource_name" >> "$record"
+        flue-agent data get go --wait 120s
+  a: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: cfg}, server: s1, input_values: {record: {get_param: record}}}}
+"#,
+    )
+    .expect("template");
+    let t = t.display().to_string();
+    let p = format!("record={}", record.display());
+    let mut driver = tokio::process::Command::new(flue_tests::bin("flue"))
+        .args([
+            "--gateway",
+            env.gateway.url(),
+            "stack",
+            "create",
+            "u",
+            "-t",
+            &t,
+            "-P",
+            &p,
+        ])
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn flue");
+    wait_until("a to start", WAIT, || {
+        lines(&record)
+            .contains(&"start CREATE a".to_owned())
+            .then_some(())
+    })
+    .await;
+    driver.kill().await.expect("kill the driver");
+    let nats = env.nats.client().await;
+    let kv = async_nats::jetstream::new(nats)
+        .get_key_value("flue_data")
+        .await
+        .expect("data bucket");
+    kv.put("default.u.go", "now".into()).await.expect("put go");
+    let run = flue(&env, &["stack", "update", "u", "-t", &t, "--force"]).await;
+    assert_eq!(run.code, 0, "{run}");
+    assert!(run.stdout.contains("unchanged, not run"), "{run}");
+    assert_eq!(lines(&record), ["start CREATE a"]);
+    assert_eq!(stack(&env, "u").await.status.to_string(), "UPDATE_COMPLETE");
+}
+
+/// A unit the gateway refuses (here: a timeout over its 7-day limit) fails on its own;
+/// the rest of the stack goes on and the stack ends FAILED, not stuck.
+#[tokio::test]
+async fn a_deployment_the_gateway_refuses_fails_its_unit_only() {
+    let (env, _agents) = cluster(&["s1"]).await;
+    let t = env.path("t.yaml");
+    std::fs::write(
+        &t,
+        r#"heat_template_version: 2018-08-31
+resources:
+  cfg: {type: OS::Heat::SoftwareConfig, properties: {config: "echo ok"}}
+  slow: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: cfg}, server: s1, timeout: 99999999}}
+  fine: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: cfg}, server: s1}}
+"#,
+    )
+    .expect("template");
+    let run = flue(
+        &env,
+        &["stack", "create", "r", "-t", &t.display().to_string()],
+    )
+    .await;
+    assert_eq!(run.code, 1, "{run}");
+    let s = stack(&env, "r").await;
+    assert_eq!(s.status.to_string(), "CREATE_FAILED");
+    let reason = s.status.reason.expect("reason");
+    assert!(
+        reason.contains("slow: the gateway refused its deployment"),
+        "{reason}"
+    );
+    assert!(reason.contains("timeout_secs"), "{reason}");
+    assert_eq!(s.state.units["fine"].status, OpStatus::Complete);
+    assert_eq!(s.state.units["slow"].status, OpStatus::Failed);
 }

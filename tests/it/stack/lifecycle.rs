@@ -87,13 +87,18 @@ async fn lifecycle_hooks_and_adhoc_actions_run_as_recorded_deployments() {
     assert!(!list.stdout.contains("shop"), "{list}");
 }
 
+/// One config, one body per lifecycle action; two units where `second` depends on
+/// `first`: suspend runs dependents first, resume and create dependencies first,
+/// delete in reverse.
 #[tokio::test]
 async fn a_config_can_carry_a_hook_per_lifecycle_action() {
-    let (env, _agents) = cluster(&["box"]).await;
+    let (env, _agents) = cluster(&["box1", "box2"]).await;
     let record = env.path("record.log");
     let template = env.path("all.yaml");
     let hook = |word: &str| {
-        format!("|\n          #!/bin/sh\n          echo \"{word} $deploy_action\" >> \"$record\"")
+        format!(
+            "|\n          #!/bin/sh\n          echo \"{word} $deploy_action $deploy_resource_name\" >> \"$record\""
+        )
     };
     std::fs::write(
         &template,
@@ -113,11 +118,18 @@ resources:
         SUSPEND: {suspend}
         RESUME: {resume}
         DELETE: {delete}
-  dep:
+  first:
     type: OS::Heat::SoftwareDeployment
     properties:
       config: {{get_resource: cfg}}
-      server: box
+      server: box1
+      input_values: {{record: {{get_param: record}}, version: {{get_param: version}}}}
+  second:
+    type: OS::Heat::SoftwareDeployment
+    depends_on: first
+    properties:
+      config: {{get_resource: cfg}}
+      server: box2
       input_values: {{record: {{get_param: record}}, version: {{get_param: version}}}}
 "#,
             create = hook("create-hook"),
@@ -134,20 +146,39 @@ resources:
         vec!["stack", "create", "s", "-t", &t, "-P", &p],
         vec!["stack", "update", "s", "-t", &t, "-P", "version=2"],
         vec!["stack", "suspend", "s"],
-        vec!["stack", "resume", "s"],
-        vec!["stack", "delete", "s"],
     ] {
+        let run = flue(&env, &args).await;
+        assert_eq!(run.code, 0, "{args:?}: {run}");
+    }
+    // A suspended stack is resumed before anything else, and suspended only once.
+    for (args, needle) in [
+        (
+            vec!["stack", "update", "s", "-t", &t, "-P", "version=3"],
+            "is suspended",
+        ),
+        (vec!["stack", "suspend", "s"], "already suspended"),
+    ] {
+        let run = flue(&env, &args).await;
+        assert_eq!(run.code, 2, "{args:?}: {run}");
+        assert!(run.stderr.contains(needle), "{args:?}: {run}");
+    }
+    for args in [vec!["stack", "resume", "s"], vec!["stack", "delete", "s"]] {
         let run = flue(&env, &args).await;
         assert_eq!(run.code, 0, "{args:?}: {run}");
     }
     assert_eq!(
         lines(&record),
         [
-            "create-hook CREATE",
-            "update-hook UPDATE",
-            "suspend-hook SUSPEND",
-            "resume-hook RESUME",
-            "delete-hook DELETE"
+            "create-hook CREATE first",
+            "create-hook CREATE second",
+            "update-hook UPDATE first",
+            "update-hook UPDATE second",
+            "suspend-hook SUSPEND second",
+            "suspend-hook SUSPEND first",
+            "resume-hook RESUME first",
+            "resume-hook RESUME second",
+            "delete-hook DELETE second",
+            "delete-hook DELETE first",
         ]
     );
 }

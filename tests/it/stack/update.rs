@@ -116,6 +116,8 @@ async fn update_runs_only_what_changed_and_deletes_removed_units_in_reverse_orde
     );
 }
 
+/// Members on different servers, each hook taking a moment: with batches of one they
+/// can only run one after the other; the pause is measured from the hooks' own clocks.
 #[tokio::test]
 async fn groups_roll_out_in_batches() {
     let (env, _agents) = cluster(&["m1", "m2", "m3"]).await;
@@ -134,13 +136,14 @@ resources:
       inputs: [{name: record}, {name: version}]
       config: |
         #!/bin/sh
-        echo "start $deploy_resource_name" >> "$record"
-        echo "end $deploy_resource_name" >> "$record"
+        echo "start $deploy_resource_name $(date +%s.%N)" >> "$record"
+        sleep 0.3
+        echo "end $deploy_resource_name $(date +%s.%N)" >> "$record"
   grp:
     type: OS::Heat::SoftwareDeploymentGroup
     update_policy:
       batch_create: {max_batch_size: 1}
-      rolling_update: {max_batch_size: 2, pause_time: 0.2}
+      rolling_update: {max_batch_size: 2, pause_time: 1}
     properties:
       config: {get_resource: cfg}
       servers: {a: m1, b: m2, c: m3}
@@ -150,29 +153,186 @@ resources:
     .expect("template");
     let t = t.display().to_string();
     let p = format!("record={}", record.display());
+    let events = |from: usize| -> Vec<(String, f64)> {
+        lines(&record)[from..]
+            .iter()
+            .map(|l| {
+                let mut parts = l.split(' ');
+                let what = format!(
+                    "{} {}",
+                    parts.next().expect("word"),
+                    parts.next().expect("member")
+                );
+                let at: f64 = parts.next().expect("time").parse().expect("seconds");
+                (what, at)
+            })
+            .collect()
+    };
     let run = flue(&env, &["stack", "create", "g", "-t", &t, "-P", &p]).await;
     assert_eq!(run.code, 0, "{run}");
     // One member at a time, in member order.
+    let names: Vec<String> = events(0).into_iter().map(|(w, _)| w).collect();
     assert_eq!(
-        lines(&record),
-        [
-            "start grp/a",
-            "end grp/a",
-            "start grp/b",
-            "end grp/b",
-            "start grp/c",
-            "end grp/c"
-        ]
+        names,
+        ["start a", "end a", "start b", "end b", "start c", "end c"],
+        "{run}"
     );
 
     let run = flue(&env, &["stack", "update", "g", "-t", &t, "-P", "version=2"]).await;
     assert_eq!(run.code, 0, "{run}");
     assert!(
-        run.stdout.contains("grp: pausing 0.2s before batch 2"),
+        run.stdout.contains("grp: pausing 1.0s before batch 2"),
         "{run}"
     );
-    let second: Vec<String> = lines(&record)[6..].to_vec();
+    let second = events(6);
     assert_eq!(second.len(), 6, "{second:?}");
-    // Batch 1 is a and b (in either order), then c alone.
-    assert_eq!(second[4..], ["start grp/c", "end grp/c"], "{second:?}");
+    // Batch 1 is a and b; then, at least the pause after both ended, c alone.
+    let mut first_batch: Vec<&str> = second[..4].iter().map(|(w, _)| w.as_str()).collect();
+    first_batch.sort_unstable();
+    assert_eq!(
+        first_batch,
+        ["end a", "end b", "start a", "start b"],
+        "{second:?}"
+    );
+    assert_eq!(second[4].0, "start c", "{second:?}");
+    let batch_end = second[..4].iter().map(|(_, t)| *t).fold(0.0, f64::max);
+    assert!(second[4].1 - batch_end >= 1.0, "no pause: {second:?}");
+
+    // An update that changes nothing in the group does not pause at all.
+    let run = flue(&env, &["stack", "update", "g", "-t", &t]).await;
+    assert_eq!(run.code, 0, "{run}");
+    assert!(!run.stdout.contains("pausing"), "{run}");
+}
+
+/// Parameters a user gave stand on the next update, typed as given; defaults are
+/// not frozen, so a changed default takes effect.
+#[tokio::test]
+async fn given_parameters_stand_and_changed_defaults_take_effect() {
+    let (env, _agents) = cluster(&["s1"]).await;
+    let record = env.path("record.log");
+    let write = |default: &str| {
+        let t = env.path("p.yaml");
+        std::fs::write(
+            &t,
+            format!(
+                r#"heat_template_version: 2018-08-31
+parameters:
+  record: {{type: string}}
+  names: {{type: json}}
+  colour: {{type: string, default: {default}}}
+resources:
+  cfg:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      inputs: [{{name: record}}, {{name: names}}, {{name: colour}}]
+      config: |
+        #!/bin/sh
+        echo "$colour $names" >> "$record"
+  d:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {{get_resource: cfg}}
+      server: s1
+      input_values: {{record: {{get_param: record}}, names: {{get_param: names}}, colour: {{get_param: colour}}}}
+"#
+            ),
+        )
+        .expect("template");
+        t.display().to_string()
+    };
+    let t = write("n");
+    let p = format!("record={}", record.display());
+    let run = flue(
+        &env,
+        &[
+            "stack",
+            "create",
+            "p",
+            "-t",
+            &t,
+            "-P",
+            &p,
+            "-P",
+            r#"names=["alpha","beta"]"#,
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    // `n` is a string in YAML 1.2, not a boolean.
+    assert_eq!(lines(&record), [r#"n ["alpha","beta"]"#]);
+    let t = write("blue");
+    let run = flue(&env, &["stack", "update", "p", "-t", &t]).await;
+    assert_eq!(run.code, 0, "{run}");
+    assert_eq!(lines(&record)[1..], [r#"blue ["alpha","beta"]"#]);
+}
+
+/// A hidden parameter can come from a file (not the command line), is never stored,
+/// and must be given again on update.
+#[tokio::test]
+async fn hidden_parameters_come_from_files_and_are_never_stored() {
+    let (env, _agents) = cluster(&["s1"]).await;
+    let record = env.path("record.log");
+    let secret = env.path("secret.txt");
+    std::fs::write(&secret, "s3cr3t-from-file\n").expect("secret");
+    let t = env.path("h.yaml");
+    std::fs::write(
+        &t,
+        r#"heat_template_version: 2018-08-31
+parameters:
+  record: {type: string}
+  password: {type: string, hidden: true}
+resources:
+  cfg:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      inputs: [{name: record}, {name: password}]
+      config: |
+        #!/bin/sh
+        test "$password" = s3cr3t-from-file && echo ok >> "$record"
+  d:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: cfg}
+      server: s1
+      input_values: {record: {get_param: record}, password: {get_param: password}}
+"#,
+    )
+    .expect("template");
+    let t = t.display().to_string();
+    let p = format!("record={}", record.display());
+    let f = format!("password={}", secret.display());
+    let run = flue(
+        &env,
+        &[
+            "stack",
+            "create",
+            "h",
+            "-t",
+            &t,
+            "-P",
+            &p,
+            "--parameter-file",
+            &f,
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    assert_eq!(lines(&record), ["ok"]);
+    let show = flue(&env, &["stack", "show", "h", "--json"]).await;
+    assert!(!show.stdout.contains("s3cr3t"), "{show}");
+    let d = &super::deployments(&env, "s1").await[0];
+    assert_eq!(d.input_values["password"], "<hidden>");
+    let run = flue(&env, &["stack", "update", "h", "-t", &t]).await;
+    assert_eq!(run.code, 2, "{run}");
+    assert!(
+        run.stderr.contains("--parameter-file password=PATH"),
+        "{run}"
+    );
+    let run = flue(
+        &env,
+        &["stack", "update", "h", "-t", &t, "--parameter-file", &f],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    assert!(run.stdout.contains("unchanged, not run"), "{run}");
 }

@@ -91,7 +91,9 @@ impl Driver<'_> {
                     name: Some(resolved.name),
                     timeout_secs: resolved.timeout_secs,
                     stack_id: Some(self.id.clone()),
-                    resource_name: Some(key.clone()),
+                    // What a hook sees as deploy_resource_name: Heat gives a group
+                    // member's name, not the group's.
+                    resource_name: Some(want.member.clone().unwrap_or(want.resource.clone())),
                     inputs_from: None,
                     skip_if_unchanged_from: compare_with.clone(),
                 };
@@ -118,7 +120,7 @@ impl Driver<'_> {
                     }),
                     timeout_secs: None,
                     stack_id: Some(self.id.clone()),
-                    resource_name: Some(key.clone()),
+                    resource_name: Some(unit.member.clone().unwrap_or(unit.resource.clone())),
                     inputs_from: Some(inputs_from.clone()),
                     skip_if_unchanged_from: None,
                 };
@@ -168,7 +170,17 @@ pub(super) async fn execute(
         Some(d) => d,
         None => {
             if let Some(spec) = &config {
-                client.create_config(spec).await?;
+                match client.create_config(spec).await {
+                    Ok(_) => {}
+                    // The id was planned by this operation and recorded before use: a
+                    // config already stored under it is the one an interrupted run
+                    // created (the gateway does not compare configs with hidden defaults).
+                    Err(e) if e.status() == Some(409) => {
+                        let id = spec.id.clone().expect("planned configs have an id");
+                        client.get_config(&id).await?;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             let d = client.create_deployment(&body).await?;
             if compare_with.as_ref() == Some(&d.id) {

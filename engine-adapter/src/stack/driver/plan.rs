@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use flue_proto::{
     Action, ConfigId, DeploymentId, OpStatus, Operation, ServerId, StackAction, StackState, Unit,
 };
-use serde_json::Value;
 
 use super::{EngineError, INIT};
 use crate::Client;
@@ -304,7 +303,17 @@ pub(super) fn place_units(s: &mut StackState, plan: &Plan, op: &str) {
             // and the unit starts afresh on the new server.
             Some(old) if old.server_id != want.server_id && old.op_id.as_deref() != Some(op) => {
                 let old = s.units.remove(key).expect("present");
-                s.units.insert(format!("{key}@{}", old.server_id), old);
+                if old.last.is_some() || old.pending.is_some() {
+                    // A retired unit whose DELETE failed before may still be there:
+                    // never overwrite one.
+                    let mut retired = format!("{key}@{}", old.server_id);
+                    let mut n = 2;
+                    while s.units.contains_key(&retired) {
+                        retired = format!("{key}@{}-{n}", old.server_id);
+                        n += 1;
+                    }
+                    s.units.insert(retired, old);
+                }
                 s.units.insert(key.clone(), new_unit(want));
             }
             Some(_) => {}
@@ -331,6 +340,7 @@ fn new_unit(want: &DesiredUnit) -> Unit {
         last: None,
         last_config: None,
         pending: None,
+        current: None,
         op_id: None,
         action: INIT.to_owned(),
         status: OpStatus::Complete,
@@ -358,17 +368,4 @@ pub(super) async fn check_servers(client: &Client, plan: &Plan) -> Result<(), En
         }
     }
     Ok(())
-}
-
-/// A stored parameter value as `-P` text, so it binds again like a given one.
-pub(super) fn param_text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Array(items) if items.iter().all(Value::is_string) => items
-            .iter()
-            .filter_map(Value::as_str)
-            .collect::<Vec<_>>()
-            .join(","),
-        other => other.to_string(),
-    }
 }

@@ -43,8 +43,9 @@ impl Driver<'_> {
                 && planned(u).is_none()
             {
                 u.pending = Some(fresh.clone());
+                // The unit's action changes once a deployment really ran (an UPDATE
+                // that finds nothing changed leaves it as it was).
                 if lifecycle {
-                    u.action = action.to_owned();
                     u.status = OpStatus::InProgress;
                     u.status_reason = None;
                 }
@@ -87,12 +88,14 @@ impl Driver<'_> {
         };
         let complete = deployment.status == DeploymentStatus::Complete;
         let reason = (!complete).then(|| execute::failure_reason(&key, &deployment));
+        // The unit keeps one line; the stack's reason and the deployment keep the rest.
+        let unit_reason = reason.as_deref().map(unit_reason);
         if complete {
             self.deployments
                 .insert(deployment.id.clone(), deployment.clone());
         }
         let d = deployment.clone();
-        let r = reason.clone();
+        let r = unit_reason;
         self.save(|s, _| {
             if action_run {
                 if let Some(run) = s.actions.iter_mut().find(|a| a.op_id == op) {
@@ -112,6 +115,7 @@ impl Driver<'_> {
                 if let Some(u) = s.units.get_mut(&key) {
                     u.pending = None;
                     u.op_id = Some(op.clone());
+                    u.current = Some(d.id.clone());
                 }
                 return;
             }
@@ -124,6 +128,8 @@ impl Driver<'_> {
             };
             u.pending = None;
             u.op_id = Some(op.clone());
+            u.action = d.action.to_string();
+            u.current = Some(d.id.clone());
             u.status = if complete {
                 OpStatus::Complete
             } else {
@@ -159,16 +165,47 @@ impl Driver<'_> {
             unit: key.to_owned(),
             reason: reason.to_owned(),
         });
+        let short = unit_reason(reason);
         self.save(|s, _| {
+            if let Some(run) = s.actions.iter_mut().find(|a| a.op_id == op)
+                && let Some(u) = s.units.get(key)
+                && let Some(p) = &u.pending
+            {
+                run.results.insert(
+                    key.to_owned(),
+                    ActionResult {
+                        deployment_id: p.deployment_id.clone(),
+                        status: OpStatus::Failed,
+                        reason: Some(short.clone()),
+                    },
+                );
+            }
             if let Some(u) = s.units.get_mut(key) {
                 u.pending = None;
                 u.op_id = Some(op.clone());
                 if lifecycle {
                     u.status = OpStatus::Failed;
                 }
-                u.status_reason = Some(reason.to_owned());
+                u.status_reason = Some(short.clone());
             }
         })
         .await
     }
+}
+
+/// Longest reason a unit keeps in the stack record (the stack's status and the
+/// deployment itself keep the whole story).
+pub(super) const MAX_UNIT_REASON: usize = 300;
+
+/// The first line of `reason`, cut at [`MAX_UNIT_REASON`] bytes.
+pub(super) fn unit_reason(reason: &str) -> String {
+    let first = reason.lines().next().unwrap_or_default();
+    if first.len() <= MAX_UNIT_REASON {
+        return first.to_owned();
+    }
+    let mut end = MAX_UNIT_REASON;
+    while !first.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &first[..end])
 }

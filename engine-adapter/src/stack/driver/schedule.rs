@@ -12,6 +12,10 @@ use super::execute::{Outcome, StartError};
 use super::plan::Step;
 use super::state::{ApplyContext, Driver};
 use super::{EngineError, Event};
+
+/// How often a driver writes to the stack record while it waits, renewing its hold on
+/// the operation (see [`super::state::LEASE`]).
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
 use crate::ClientError;
 
 impl Driver<'_> {
@@ -31,6 +35,7 @@ impl Driver<'_> {
         let mut running: JoinSet<(String, Result<Outcome, ClientError>)> = JoinSet::new();
         let mut running_steps: BTreeMap<String, Step> = BTreeMap::new();
         let mut batches = Batches::new(waiting.values());
+        let mut heartbeat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);
         // Units the interrupted run already finished.
         for (key, status) in self.done_before(&waiting) {
             let step = waiting.remove(&key).expect("present");
@@ -38,6 +43,7 @@ impl Driver<'_> {
                 unit: key.clone(),
                 status,
             });
+            batches.finish(&step, false);
             if status == OpStatus::Failed {
                 let reason = self.stack.state.units[&key]
                     .status_reason
@@ -46,12 +52,12 @@ impl Driver<'_> {
                 failures.push((key.clone(), reason));
                 bad.insert(key);
             } else {
-                batches.finish(&step, false);
                 ok.insert(key);
             }
         }
 
         loop {
+            let mut progressed = false;
             // Steps whose dependencies failed never run.
             let blocked: Vec<(String, String)> = waiting
                 .iter()
@@ -63,7 +69,8 @@ impl Driver<'_> {
                 })
                 .collect();
             for (key, cause) in blocked {
-                waiting.remove(&key);
+                let step = waiting.remove(&key).expect("present");
+                batches.finish(&step, false);
                 let reason = format!("not run: depends on {cause}, which failed");
                 (self.opts.report)(&Event::NotRun {
                     unit: key.clone(),
@@ -75,7 +82,9 @@ impl Driver<'_> {
                     }
                 })
                 .await?;
+                failures.push((key.clone(), reason));
                 bad.insert(key);
+                progressed = true;
             }
 
             let now = Instant::now();
@@ -112,6 +121,7 @@ impl Driver<'_> {
                 }
             }
             for key in ready {
+                progressed = true;
                 let step = waiting.remove(&key).expect("present");
                 match self.start(&step, ctx, &mut running).await {
                     Ok(true) => {
@@ -131,23 +141,23 @@ impl Driver<'_> {
                 }
             }
             if running.is_empty() {
+                if waiting.is_empty() {
+                    break;
+                }
+                if progressed {
+                    continue;
+                }
                 match wake {
                     Some(t) => {
-                        tokio::time::sleep_until(t).await;
-                        continue;
-                    }
-                    None if waiting.is_empty() => break,
-                    // Re-check: a step may have become ready through a skipped one.
-                    None if waiting.values().any(|s| {
-                        s.after
-                            .iter()
-                            .all(|a| ok.contains(a) || !known(a, &waiting, &running_steps))
-                    }) =>
-                    {
+                        tokio::select! {
+                            _ = tokio::time::sleep_until(t) => {}
+                            _ = heartbeat.tick() => self.heartbeat().await?,
+                        }
                         continue;
                     }
                     None => {
-                        // Unreachable with an acyclic plan; never spin.
+                        // Nothing runs, nothing can start, no pause to wait out: only an
+                        // inconsistent plan gets here. Never spin.
                         for key in waiting.keys() {
                             failures.push((key.clone(), "not run: unmet dependencies".into()));
                         }
@@ -155,22 +165,39 @@ impl Driver<'_> {
                     }
                 }
             }
-            let joined = match wake {
-                Some(t) => tokio::select! {
-                    j = running.join_next() => j,
-                    _ = tokio::time::sleep_until(t) => continue,
-                },
-                None => running.join_next().await,
+            let sleep_until = wake.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            let joined = tokio::select! {
+                j = running.join_next() => j,
+                _ = tokio::time::sleep_until(sleep_until) => continue,
+                _ = heartbeat.tick() => {
+                    self.heartbeat().await?;
+                    continue;
+                }
             };
             let Some(joined) = joined else { continue };
             let (key, result) = joined.map_err(|e| {
                 EngineError::Refused(format!("a deployment task failed unexpectedly: {e}"))
             })?;
             let step = running_steps.remove(&key).expect("running step");
-            let outcome = result?;
+            let outcome = match result {
+                Ok(outcome) => outcome,
+                // The gateway refused this unit's deployment (a 4xx): the unit fails,
+                // the others go on. Anything else (unreachable, 5xx) stops the run,
+                // to be resumed.
+                Err(e) if e.status().is_some_and(|s| (400..500).contains(&s)) => {
+                    let reason = format!("{key}: the gateway refused its deployment: {e}");
+                    self.record_failure(&key, &reason).await?;
+                    failures.push((key.clone(), reason));
+                    batches.finish(&step, true);
+                    bad.insert(key);
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let ran = !matches!(outcome, Outcome::Unchanged);
             match self.finished(&step, outcome).await? {
                 None => {
-                    batches.finish(&step, true);
+                    batches.finish(&step, ran);
                     ok.insert(key);
                 }
                 Some(reason) => {

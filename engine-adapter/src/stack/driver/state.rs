@@ -2,10 +2,11 @@
 //! every write (compare-and-set on the revision), and the operation's end.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
 
 use flue_proto::{
-    Deployment, DeploymentId, OpStatus, Operation, PutStack, Stack, StackAction, StackId,
-    StackState, StackStatus,
+    Deployment, DeploymentId, DeploymentStatus, LIFECYCLE_ACTIONS, OpStatus, Operation, PutStack,
+    Stack, StackAction, StackId, StackState, StackStatus,
 };
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -17,6 +18,9 @@ use crate::stack::functions;
 use crate::stack::resolve::RuntimeResolver;
 use crate::stack::template::{Parameters, Template};
 use crate::stack::units::Plan;
+
+/// How many failed units a stack's status reason describes in full.
+pub(super) const MAX_REASONS: usize = 3;
 
 /// What a create or update resolves units against.
 pub(super) struct ApplyContext<'a> {
@@ -38,6 +42,8 @@ pub(super) struct Driver<'c> {
     pub(super) kind: OpKind,
     /// The operation's id, as recorded in the stack.
     pub(super) op_id: String,
+    /// This process, as recorded in the operation (`host/pid/nonce`).
+    pub(super) me: String,
     /// The stack record as last read or written.
     pub(super) stack: Stack,
     /// The caller's options.
@@ -47,31 +53,40 @@ pub(super) struct Driver<'c> {
 }
 
 impl<'c> Driver<'c> {
-    /// Starts `kind` on the stack, or resumes it when the stack shows it in progress.
+    /// Starts `kind` on the stack, or resumes it when the stack shows it in progress
+    /// and its driver is gone. `fingerprint` identifies a create's or update's template
+    /// and parameters: a resume with other ones is refused (or, with `--force`, starts
+    /// over).
     pub(super) async fn begin(
         client: &'c Client,
         id: &StackId,
         kind: OpKind,
+        fingerprint: Option<String>,
         opts: &Options,
     ) -> Result<Driver<'c>, EngineError> {
+        let me = driver_id();
         let action = kind.stack_action();
-        let operation = |name: Option<String>, resource: Option<String>| Operation {
-            id: uuid_like(),
-            action,
-            name,
-            resource,
-            started_at: OffsetDateTime::now_utc(),
-            finished_at: None,
-        };
         let (name, resource) = match &kind {
             OpKind::Action { name, resource } => (Some(name.clone()), Some(resource.clone())),
             _ => (None, None),
+        };
+        let operation = || Operation {
+            id: uuid_like(),
+            action,
+            name: name.clone(),
+            resource: resource.clone(),
+            started_at: OffsetDateTime::now_utc(),
+            finished_at: None,
+            driver: Some(me.clone()),
+            seen_at: Some(OffsetDateTime::now_utc()),
+            fingerprint: fingerprint.clone(),
         };
         let in_progress = StackStatus {
             action,
             status: OpStatus::InProgress,
             reason: None,
         };
+        let mut waited = false;
         loop {
             let existing = match client.get_stack(id).await {
                 Ok(s) => Some(s),
@@ -82,7 +97,7 @@ impl<'c> Driver<'c> {
                 if kind != OpKind::Create {
                     return Err(EngineError::Refused(format!("stack {id} does not exist")));
                 }
-                let op = operation(None, None);
+                let op = operation();
                 let put = PutStack {
                     expected_revision: None,
                     status: in_progress.clone(),
@@ -92,31 +107,68 @@ impl<'c> Driver<'c> {
                     },
                 };
                 match client.put_stack(id, &put).await {
-                    Ok(stack) => return Ok(Self::new(client, id, kind, op.id, stack, opts, false)),
+                    Ok(stack) => {
+                        return Ok(Self::new(client, id, kind, op.id, me, stack, opts, false));
+                    }
                     // Someone else created it meanwhile: look again.
                     Err(e) if e.status() == Some(409) => continue,
                     Err(e) => return Err(e.into()),
                 }
             };
-            let current = stack.state.operation.as_ref();
+            let current = stack.state.operation.clone();
             if stack.status.status == OpStatus::InProgress {
-                if let Some(op) = current.filter(|op| kind.matches(op)) {
-                    let op_id = op.id.clone();
-                    return Ok(Self::new(client, id, kind, op_id, stack, opts, true));
+                match current.filter(|op| kind.matches(op)) {
+                    Some(op) if op.fingerprint == fingerprint || fingerprint.is_none() => {
+                        if let Some(left) = holder_alive(&op) {
+                            if waited {
+                                return Err(EngineError::Refused(format!(
+                                    "another flue process ({}) is driving this {} of stack {id}; wait for it, or stop it first",
+                                    op.driver.as_deref().unwrap_or("unknown"),
+                                    action
+                                )));
+                            }
+                            (opts.report)(&Event::WaitingForDriver {
+                                driver: op.driver.clone().unwrap_or_default(),
+                                up_to: left,
+                            });
+                            tokio::time::sleep(left + Duration::from_millis(200)).await;
+                            waited = true;
+                            continue;
+                        }
+                        // Take the operation over: from now on only this process writes.
+                        let mut state = stack.state.clone();
+                        if let Some(op) = state.operation.as_mut() {
+                            op.driver = Some(me.clone());
+                            op.seen_at = Some(OffsetDateTime::now_utc());
+                        }
+                        let put = PutStack {
+                            expected_revision: Some(stack.revision),
+                            status: stack.status.clone(),
+                            state,
+                        };
+                        match client.put_stack(id, &put).await {
+                            Ok(stack) => {
+                                return Ok(Self::new(
+                                    client, id, kind, op.id, me, stack, opts, true,
+                                ));
+                            }
+                            Err(e) if e.status() == Some(409) => continue,
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    Some(_) if !opts.force => {
+                        return Err(EngineError::Refused(format!(
+                            "the unfinished {action} of stack {id} was started with another template or other parameters; run it again with those to resume it, or pass --force to start over with these"
+                        )));
+                    }
+                    None if !opts.force => return Err(in_progress_refusal(id, &stack)),
+                    // --force: a new operation takes over; the old driver stops at its next write.
+                    _ => {}
                 }
-                if !opts.force {
-                    return Err(in_progress_refusal(id, &stack));
-                }
-            } else if kind == OpKind::Create
-                && !(stack.status.action == StackAction::Create
-                    && stack.status.status == OpStatus::Failed)
-            {
-                return Err(EngineError::Refused(format!(
-                    "stack {id} already exists ({}); use `flue stack update`",
-                    stack.status
-                )));
+            } else if let Some(refusal) = state_refusal(id, &kind, &stack.status) {
+                return Err(refusal);
             }
-            let op = operation(name.clone(), resource.clone());
+            let op = operation();
             let mut state = stack.state.clone();
             state.operation = Some(op.clone());
             let put = PutStack {
@@ -125,7 +177,11 @@ impl<'c> Driver<'c> {
                 state,
             };
             match client.put_stack(id, &put).await {
-                Ok(stack) => return Ok(Self::new(client, id, kind, op.id, stack, opts, false)),
+                Ok(stack) => {
+                    let mut d = Self::new(client, id, kind, op.id, me, stack, opts, false);
+                    d.adopt_dead_pending().await?;
+                    return Ok(d);
+                }
                 Err(e) if e.status() == Some(409) => continue,
                 Err(e) => return Err(e.into()),
             }
@@ -134,11 +190,13 @@ impl<'c> Driver<'c> {
 
     /// A driver for operation `op_id`; `resumed` when it continues an interrupted one
     /// (only reported).
+    #[allow(clippy::too_many_arguments)]
     fn new(
         client: &'c Client,
         id: &StackId,
         kind: OpKind,
         op_id: String,
+        me: String,
         stack: Stack,
         opts: &Options,
         resumed: bool,
@@ -152,6 +210,7 @@ impl<'c> Driver<'c> {
             id: id.clone(),
             kind,
             op_id,
+            me,
             stack,
             opts: opts.clone(),
             deployments: HashMap::new(),
@@ -160,7 +219,9 @@ impl<'c> Driver<'c> {
 
     /// Applies `change` to the stored state with compare-and-set, re-reading and
     /// re-applying it when another writer got there first. `change` must give the
-    /// same result when applied to a state it was already applied to.
+    /// same result when applied to a state it was already applied to. Every write
+    /// also renews this driver's hold on the operation; a driver whose operation was
+    /// taken over stops here.
     pub(super) async fn save(
         &mut self,
         change: impl Fn(&mut StackState, &mut StackStatus),
@@ -169,6 +230,9 @@ impl<'c> Driver<'c> {
             let mut state = self.stack.state.clone();
             let mut status = self.stack.status.clone();
             change(&mut state, &mut status);
+            if let Some(op) = state.operation.as_mut() {
+                op.seen_at = Some(OffsetDateTime::now_utc());
+            }
             let put = PutStack {
                 expected_revision: Some(self.stack.revision),
                 status,
@@ -181,12 +245,17 @@ impl<'c> Driver<'c> {
                 }
                 Err(e) if e.status() == Some(409) => {
                     let fresh = self.client.get_stack(&self.id).await?;
-                    let op = fresh.state.operation.as_ref().map(|o| o.id.as_str());
-                    if op != Some(self.op_id.as_str()) {
+                    let op = fresh.state.operation.as_ref();
+                    let ours = op.is_some_and(|o| {
+                        o.id == self.op_id && o.driver.as_deref() == Some(self.me.as_str())
+                    });
+                    if !ours {
                         return Err(EngineError::Superseded {
                             stack: self.id.clone(),
                             action: self.kind.stack_action(),
-                            by: op.unwrap_or("none").to_owned(),
+                            by: op
+                                .and_then(|o| o.driver.clone())
+                                .unwrap_or_else(|| "another operation".to_owned()),
                         });
                     }
                     self.stack = fresh;
@@ -196,31 +265,74 @@ impl<'c> Driver<'c> {
         }
     }
 
-    /// A deployment planned by an operation that was taken over may exist: if it does,
-    /// it is the unit's last deployment (a DELETE queues behind it on its server).
+    /// Renews this driver's hold on the operation while it waits.
+    pub(super) async fn heartbeat(&mut self) -> Result<(), EngineError> {
+        self.save(|_, _| {}).await
+    }
+
+    /// Deployments planned by an operation that was taken over may exist and may
+    /// still run: each is waited for and recorded as the unit's own, so nothing it did
+    /// is run again and a DELETE never overtakes it.
     pub(super) async fn adopt_dead_pending(&mut self) -> Result<(), EngineError> {
         let mut adopted = Vec::new();
         for (key, unit) in &self.stack.state.units {
             let Some(p) = unit.pending.as_ref().filter(|p| p.op_id != self.op_id) else {
                 continue;
             };
-            match self.client.get_deployment(&p.deployment_id).await {
-                Ok(d) => adopted.push((key.clone(), Some((d.id, d.config_id)))),
-                Err(e) if e.is_not_found() => adopted.push((key.clone(), None)),
+            let found = match self.client.get_deployment(&p.deployment_id).await {
+                Ok(d) => d,
+                Err(e) if e.is_not_found() => {
+                    adopted.push((key.clone(), None));
+                    continue;
+                }
                 Err(e) => return Err(e.into()),
-            }
+            };
+            let wait = Duration::from_secs(found.timeout_secs) + Duration::from_secs(120);
+            let report = self.opts.report.clone();
+            let server = found.server_id.clone();
+            let d = self
+                .client
+                .wait_until_terminal(&found.id, wait, |d| {
+                    report(&Event::Deployment {
+                        unit: key.clone(),
+                        action: d.action.to_string(),
+                        server: server.clone(),
+                        deployment: d.id.clone(),
+                        status: d.status,
+                        reason: d.status_reason.clone(),
+                    });
+                })
+                .await?;
+            adopted.push((key.clone(), Some(d)));
         }
         if adopted.is_empty() {
             return Ok(());
         }
         self.save(|s, _| {
             for (key, found) in &adopted {
-                if let Some(unit) = s.units.get_mut(key) {
-                    unit.pending = None;
-                    if let Some((d, c)) = found {
-                        unit.last = Some(d.clone());
-                        unit.last_config = Some(c.clone());
-                    }
+                let Some(unit) = s.units.get_mut(key) else {
+                    continue;
+                };
+                unit.pending = None;
+                let Some(d) = found else { continue };
+                let lifecycle_run = matches!(d.action.as_str(), "CREATE" | "UPDATE");
+                let complete = d.status == DeploymentStatus::Complete;
+                unit.current = Some(d.id.clone());
+                if lifecycle_run || unit.last.is_none() {
+                    unit.last = Some(d.id.clone());
+                    unit.last_config = Some(d.config_id.clone());
+                }
+                if lifecycle_run && complete {
+                    unit.baseline = Some(d.id.clone());
+                    unit.baseline_config = Some(d.config_id.clone());
+                }
+                if lifecycle_run || LIFECYCLE_ACTIONS.contains(&d.action.as_str()) {
+                    unit.action = d.action.to_string();
+                    unit.status = if complete {
+                        OpStatus::Complete
+                    } else {
+                        OpStatus::Failed
+                    };
                 }
             }
         })
@@ -286,12 +398,19 @@ impl<'c> Driver<'c> {
                 reason: None,
             }
         } else {
-            let reason = failures
+            let failed: Vec<&str> = failures
                 .iter()
                 .filter(|(_, r)| !r.starts_with("not run:"))
                 .map(|(_, r)| r.as_str())
-                .collect::<Vec<_>>()
-                .join("\n");
+                .collect();
+            // A bounded reason: the stack record must stay small whatever failed.
+            let mut reason = failed[..failed.len().min(MAX_REASONS)].join("\n");
+            if failed.len() > MAX_REASONS {
+                reason.push_str(&format!(
+                    "\n… and {} more failed units (flue stack show)",
+                    failed.len() - MAX_REASONS
+                ));
+            }
             StackStatus {
                 action,
                 status: OpStatus::Failed,
@@ -329,6 +448,73 @@ fn in_progress_refusal(id: &StackId, stack: &Stack) -> EngineError {
         "stack {id} has a {} in progress{started}; run `flue stack {what}` again to resume it, or pass --force if its driver is gone",
         stack.status.action
     ))
+}
+
+/// How long the driver of an operation that stopped writing keeps its hold on it.
+pub const LEASE: Duration = Duration::from_secs(15);
+
+/// This process as an operation's driver: `host/pid/nonce`.
+fn driver_id() -> String {
+    format!(
+        "{}/{}/{}",
+        host_name(),
+        std::process::id(),
+        &uuid_like()[..8]
+    )
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// How much longer the driver of `op` may still be alive: `None` once its lease ran
+/// out, or at once when it ran on this host and its process is gone.
+fn holder_alive(op: &Operation) -> Option<Duration> {
+    let driver = op.driver.as_deref()?;
+    let mut parts = driver.split('/');
+    if let (Some(host), Some(pid)) = (parts.next(), parts.next())
+        && host == host_name()
+        && pid.parse::<u32>().is_ok()
+        && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    {
+        return None;
+    }
+    let seen = op.seen_at?;
+    let elapsed = OffsetDateTime::now_utc() - seen;
+    let left = time::Duration::try_from(LEASE).ok()? - elapsed;
+    Duration::try_from(left).ok().filter(|d| !d.is_zero())
+}
+
+/// Why `kind` may not start on a stack whose last operation ended with `status`.
+fn state_refusal(id: &StackId, kind: &OpKind, status: &StackStatus) -> Option<EngineError> {
+    let suspended = status.action == StackAction::Suspend
+        || (status.action == StackAction::Resume && status.status == OpStatus::Failed);
+    let refuse = |m: String| Some(EngineError::Refused(m));
+    match kind {
+        OpKind::Create
+            if !(status.action == StackAction::Create && status.status == OpStatus::Failed) =>
+        {
+            refuse(format!(
+                "stack {id} already exists ({status}); use `flue stack update`"
+            ))
+        }
+        OpKind::Suspend
+            if status.action == StackAction::Suspend && status.status == OpStatus::Complete =>
+        {
+            refuse(format!("stack {id} is already suspended"))
+        }
+        OpKind::Resume if !suspended => refuse(format!(
+            "stack {id} is not suspended ({status}); nothing to resume"
+        )),
+        OpKind::Update | OpKind::Action { .. } if suspended => refuse(format!(
+            "stack {id} is suspended ({status}); resume it first: flue stack resume {id}"
+        )),
+        _ => None,
+    }
 }
 
 /// A fresh operation id.

@@ -166,6 +166,7 @@ fn unit(actions: &[&str]) -> Unit {
         last: None,
         last_config: None,
         pending: None,
+        current: None,
         op_id: None,
         action: INIT.to_owned(),
         status: OpStatus::Complete,
@@ -219,4 +220,18 @@ fn a_rerun_uses_the_completed_deployment_or_skips() {
             removal: false,
         }
     );
+}
+
+#[test]
+fn unit_reasons_keep_one_bounded_line() {
+    use super::record::{MAX_UNIT_REASON, unit_reason};
+    assert_eq!(unit_reason("a failed: x\nstderr:\nboom"), "a failed: x");
+    let long = "é".repeat(MAX_UNIT_REASON);
+    let cut = unit_reason(&long);
+    assert!(
+        cut.len() <= MAX_UNIT_REASON + '…'.len_utf8(),
+        "{}",
+        cut.len()
+    );
+    assert!(cut.ends_with('…'));
 }
