@@ -344,6 +344,21 @@ async fn apply(
         .as_ref()
         .map(|p| p.state.parameters.clone())
         .unwrap_or_default();
+    // A hidden parameter given before must be given again: falling back to its
+    // default (say, a password) without a word would be worse than refusing.
+    if let Some(prev) = &previous
+        && let Some(h) = prev.state.hidden_parameters.iter().find(|h| {
+            template.parameters.get(*h).is_some_and(|d| d.hidden) && !source.given.contains_key(*h)
+        })
+    {
+        return Err(TemplateError {
+            path: format!("parameters.{h}"),
+            message: format!(
+                "hidden parameter {h:?} is never stored; pass it again with -P {h}=… or --parameter-file {h}=PATH"
+            ),
+        }
+        .into());
+    }
     let params = template
         .bind_parameters_over(source.given, &kept)
         .map_err(|e| {
@@ -395,7 +410,8 @@ async fn apply(
     let mut d = Driver::begin(client, id, kind, Some(fingerprint), opts).await?;
     let op = d.op_id.clone();
     let keep = params.to_keep();
-    let hidden: Vec<String> = params.hidden.iter().cloned().collect();
+    // The hidden parameters a user gave (their names only): they must be given again.
+    let hidden: Vec<String> = params.hidden.intersection(&params.given).cloned().collect();
     d.save(|s, _| {
         s.parameters = keep.clone();
         s.hidden_parameters = hidden.clone();

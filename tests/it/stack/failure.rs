@@ -42,6 +42,13 @@ resources:
       config: {get_resource: cfg}
       server: s2
       input_values: {record: {get_param: record}}
+  e:
+    type: OS::Heat::SoftwareDeployment
+    depends_on: b
+    properties:
+      config: {get_resource: cfg}
+      server: s2
+      input_values: {record: {get_param: record}}
 "#;
 
 #[tokio::test]
@@ -70,7 +77,15 @@ async fn a_failure_stops_dependents_independent_branches_finish_and_a_retry_comp
     assert!(reason.contains("disk full on /var/lib/app"), "{reason}");
     let mut done = lines(&record);
     done.sort();
-    assert_eq!(done, ["CREATE a", "CREATE c"], "b must not run");
+    assert_eq!(
+        done,
+        ["CREATE a", "CREATE c"],
+        "b and e (after b) must not run"
+    );
+    assert!(
+        run.stdout.contains("not run: depends on b, which failed"),
+        "{run}"
+    );
     assert_eq!(s.state.units["c"].status, OpStatus::Complete);
 
     // Fixed: the retry runs a and then b; c completed already and is not re-run.
@@ -91,7 +106,7 @@ async fn a_failure_stops_dependents_independent_branches_finish_and_a_retry_comp
     .await;
     assert_eq!(run.code, 0, "{run}");
     let after: Vec<String> = lines(&record)[2..].to_vec();
-    assert_eq!(after, ["CREATE a", "CREATE b"], "{run}");
+    assert_eq!(after, ["CREATE a", "CREATE b", "CREATE e"], "{run}");
     assert_eq!(
         ran(&env, "s2")
             .await
@@ -268,6 +283,13 @@ resources:
     })
     .await;
     driver.kill().await.expect("kill the driver");
+    // --force does not turn an unfinished create into a resume.
+    let run = flue(&env, &["stack", "resume", "f", "--force"]).await;
+    assert_eq!(run.code, 2, "{run}");
+    assert!(
+        run.stderr.contains("--force cannot turn it into a RESUME"),
+        "{run}"
+    );
 
     // The delete queues its DELETE behind the CREATE still running on s1.
     let deleting = {
@@ -398,4 +420,56 @@ resources:
     assert!(reason.contains("timeout_secs"), "{reason}");
     assert_eq!(s.state.units["fine"].status, OpStatus::Complete);
     assert_eq!(s.state.units["slow"].status, OpStatus::Failed);
+}
+
+/// A rolling group stops at a failed batch, as Heat does: later members do not run.
+#[tokio::test]
+async fn a_failed_batch_stops_the_rest_of_its_group() {
+    let (env, _agents) = cluster(&["m1", "m2", "m3"]).await;
+    let record = env.path("record.log");
+    let t = env.path("g.yaml");
+    std::fs::write(
+        &t,
+        r#"heat_template_version: 2018-08-31
+parameters:
+  record: {type: string}
+resources:
+  cfg:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      inputs: [{name: record}]
+      config: |
+        #!/bin/sh
+        echo "$deploy_resource_name" >> "$record"
+        test "$deploy_resource_name" != b
+  grp:
+    type: OS::Heat::SoftwareDeploymentGroup
+    update_policy: {batch_create: {max_batch_size: 1}}
+    properties:
+      config: {get_resource: cfg}
+      servers: {a: m1, b: m2, c: m3}
+      input_values: {record: {get_param: record}}
+"#,
+    )
+    .expect("template");
+    let p = format!("record={}", record.display());
+    let run = flue(
+        &env,
+        &[
+            "stack",
+            "create",
+            "g",
+            "-t",
+            &t.display().to_string(),
+            "-P",
+            &p,
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 1, "{run}");
+    assert_eq!(lines(&record), ["a", "b"]);
+    assert!(
+        run.stdout.contains("not run: batch 2 of grp failed"),
+        "{run}"
+    );
 }

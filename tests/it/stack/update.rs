@@ -281,6 +281,7 @@ async fn hidden_parameters_come_from_files_and_are_never_stored() {
 parameters:
   record: {type: string}
   password: {type: string, hidden: true}
+  token: {type: string, hidden: true, default: dflt}
 resources:
   cfg:
     type: OS::Heat::SoftwareConfig
@@ -313,6 +314,8 @@ resources:
             &p,
             "--parameter-file",
             &f,
+            "-P",
+            "token=given",
         ],
     )
     .await;
@@ -328,9 +331,28 @@ resources:
         run.stderr.contains("--parameter-file password=PATH"),
         "{run}"
     );
+    // A hidden parameter given before is refused even though it has a default: it
+    // must not silently fall back to it.
     let run = flue(
         &env,
         &["stack", "update", "h", "-t", &t, "--parameter-file", &f],
+    )
+    .await;
+    assert_eq!(run.code, 2, "{run}");
+    assert!(run.stderr.contains("parameters.token"), "{run}");
+    let run = flue(
+        &env,
+        &[
+            "stack",
+            "update",
+            "h",
+            "-t",
+            &t,
+            "--parameter-file",
+            &f,
+            "-P",
+            "token=given",
+        ],
     )
     .await;
     assert_eq!(run.code, 0, "{run}");

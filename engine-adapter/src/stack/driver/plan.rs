@@ -231,13 +231,30 @@ pub(super) fn lifecycle_steps(state: &StackState, kind: &OpKind) -> Vec<Step> {
                     .collect()
             },
             batch: None,
-            kind: if unit.actions.iter().any(|a| a == action) && unit.baseline.is_some() {
+            kind: if unit.actions.iter().any(|a| a == action)
+                && unit.baseline.is_some()
+                && needs(kind, unit)
+            {
                 rerun_step(unit, action)
             } else {
                 StepKind::Skip
             },
         })
         .collect()
+}
+
+/// Whether a suspend or resume still has to run on `unit`: a retried suspend skips
+/// the units already suspended, a resume runs only on suspended units (or ones whose
+/// resume failed).
+fn needs(kind: &OpKind, unit: &Unit) -> bool {
+    let done = unit.status == OpStatus::Complete;
+    match kind {
+        OpKind::Suspend => !(unit.action == Action::SUSPEND && done),
+        OpKind::Resume => {
+            unit.action == Action::SUSPEND || (unit.action == Action::RESUME && !done)
+        }
+        _ => true,
+    }
 }
 
 /// The steps of an ad-hoc action: `name` on each of `keys`, all at once.

@@ -43,35 +43,36 @@ impl Driver<'_> {
                 unit: key.clone(),
                 status,
             });
-            batches.finish(&step, false);
             if status == OpStatus::Failed {
-                let reason = self.stack.state.units[&key]
-                    .status_reason
-                    .clone()
-                    .unwrap_or_default();
+                batches.fail(&step);
+                let reason = self.failure_before(&key).await?;
                 failures.push((key.clone(), reason));
                 bad.insert(key);
             } else {
+                batches.finish(&step, false);
                 ok.insert(key);
             }
         }
 
         loop {
             let mut progressed = false;
-            // Steps whose dependencies failed never run.
+            // Steps whose dependencies failed never run, nor do later batches of a
+            // rolling group one of whose batches failed (as in Heat).
             let blocked: Vec<(String, String)> = waiting
                 .iter()
                 .filter_map(|(k, s)| {
-                    s.after
+                    let reason = s
+                        .after
                         .iter()
                         .find(|a| bad.contains(*a))
-                        .map(|a| (k.clone(), a.clone()))
+                        .map(|a| format!("not run: depends on {a}, which failed"))
+                        .or_else(|| batches.failed_before(s))?;
+                    Some((k.clone(), reason))
                 })
                 .collect();
-            for (key, cause) in blocked {
+            for (key, reason) in blocked {
                 let step = waiting.remove(&key).expect("present");
                 batches.finish(&step, false);
-                let reason = format!("not run: depends on {cause}, which failed");
                 (self.opts.report)(&Event::NotRun {
                     unit: key.clone(),
                     reason: reason.clone(),
@@ -93,9 +94,9 @@ impl Driver<'_> {
             let ready: Vec<String> = waiting
                 .iter()
                 .filter(|(_, s)| {
-                    s.after
-                        .iter()
-                        .all(|a| ok.contains(a) || !known(a, &waiting, &running_steps))
+                    s.after.iter().all(|a| {
+                        ok.contains(a) || (!bad.contains(a) && !known(a, &waiting, &running_steps))
+                    })
                 })
                 .filter(|(_, s)| match batches.gate(s) {
                     Gate::Open => true,
@@ -135,7 +136,7 @@ impl Driver<'_> {
                     Err(StartError::Failed(reason)) => {
                         self.record_failure(&key, &reason).await?;
                         failures.push((key.clone(), reason));
-                        batches.finish(&step, true);
+                        batches.fail(&step);
                         bad.insert(key);
                     }
                 }
@@ -188,7 +189,7 @@ impl Driver<'_> {
                     let reason = format!("{key}: the gateway refused its deployment: {e}");
                     self.record_failure(&key, &reason).await?;
                     failures.push((key.clone(), reason));
-                    batches.finish(&step, true);
+                    batches.fail(&step);
                     bad.insert(key);
                     continue;
                 }
@@ -202,12 +203,29 @@ impl Driver<'_> {
                 }
                 Some(reason) => {
                     failures.push((key.clone(), reason));
-                    batches.finish(&step, true);
+                    batches.fail(&step);
                     bad.insert(key);
                 }
             }
         }
         Ok(failures)
+    }
+
+    /// The stack's failure reason for a unit that failed before an interruption: from
+    /// its deployment when there is one (with its stderr), else its own short reason.
+    async fn failure_before(&self, key: &str) -> Result<String, EngineError> {
+        let unit = &self.stack.state.units[key];
+        if let Some(id) = &unit.current {
+            match self.client.get_deployment(id).await {
+                Ok(d) if d.status == flue_proto::DeploymentStatus::Failed => {
+                    return Ok(super::execute::failure_reason(key, &d));
+                }
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(unit.status_reason.clone().unwrap_or_default())
     }
 
     /// The steps of `waiting` that the interrupted run of this operation already
@@ -246,6 +264,8 @@ pub(super) struct BatchState {
     pub(super) ran: bool,
     /// True once the pause before it was reported.
     pub(super) announced: bool,
+    /// True once one of its steps failed: later batches do not run.
+    pub(super) failed: bool,
     /// When its last step finished.
     pub(super) finished_at: Option<Instant>,
 }
@@ -301,6 +321,27 @@ impl Batches {
             state.ran |= ran;
             state.finished_at = Some(Instant::now());
         }
+    }
+
+    /// Counts `step` as finished and failed: the later batches of its group do not run.
+    pub(super) fn fail(&mut self, step: &Step) {
+        self.finish(step, true);
+        if let Some((group, b)) = &step.batch
+            && let Some(state) = self.0.get_mut(group).and_then(|g| g.get_mut(&b.index))
+        {
+            state.failed = true;
+        }
+    }
+
+    /// Why `step` may not run: an earlier batch of its group failed.
+    pub(super) fn failed_before(&self, step: &Step) -> Option<String> {
+        let (group, b) = step.batch.as_ref()?;
+        let (index, _) = self
+            .0
+            .get(group)?
+            .range(..b.index)
+            .find(|(_, s)| s.failed)?;
+        Some(format!("not run: batch {} of {group} failed", index + 1))
     }
 
     /// True the first time it is called for batch `batch` of `group`: its pause is

@@ -5,13 +5,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use flue_proto::{
-    Deployment, DeploymentId, DeploymentStatus, LIFECYCLE_ACTIONS, OpStatus, Operation, PutStack,
-    Stack, StackAction, StackId, StackState, StackStatus,
+    ActionResult, Deployment, DeploymentId, DeploymentStatus, LIFECYCLE_ACTIONS, OpStatus,
+    Operation, PutStack, Stack, StackAction, StackId, StackState, StackStatus,
 };
 use serde_json::Value;
 use time::OffsetDateTime;
 
 use super::plan::OpKind;
+use super::schedule::HEARTBEAT;
 use super::{EngineError, Event, Options};
 use crate::Client;
 use crate::stack::functions;
@@ -148,9 +149,10 @@ impl<'c> Driver<'c> {
                         };
                         match client.put_stack(id, &put).await {
                             Ok(stack) => {
-                                return Ok(Self::new(
-                                    client, id, kind, op.id, me, stack, opts, true,
-                                ));
+                                let mut d =
+                                    Self::new(client, id, kind, op.id, me, stack, opts, true);
+                                d.adopt_dead_pending().await?;
+                                return Ok(d);
                             }
                             Err(e) if e.status() == Some(409) => continue,
                             Err(e) => return Err(e.into()),
@@ -162,8 +164,13 @@ impl<'c> Driver<'c> {
                         )));
                     }
                     None if !opts.force => return Err(in_progress_refusal(id, &stack)),
-                    // --force: a new operation takes over; the old driver stops at its next write.
-                    _ => {}
+                    // --force: a new operation takes over; the old driver stops at its next
+                    // write. Not one that the stack's state forbids, though.
+                    _ => {
+                        if let Some(refusal) = force_refusal(id, &kind, stack.status.action) {
+                            return Err(refusal);
+                        }
+                    }
                 }
             } else if let Some(refusal) = state_refusal(id, &kind, &stack.status) {
                 return Err(refusal);
@@ -271,10 +278,12 @@ impl<'c> Driver<'c> {
     }
 
     /// Deployments planned by an operation that was taken over may exist and may
-    /// still run: each is waited for and recorded as the unit's own, so nothing it did
-    /// is run again and a DELETE never overtakes it.
+    /// still run: each is waited for (all at once, this driver's hold renewed while it
+    /// waits) and recorded as the unit's own, so nothing it did is run again and a
+    /// DELETE never overtakes it. An ad-hoc action run left unfinished is closed.
     pub(super) async fn adopt_dead_pending(&mut self) -> Result<(), EngineError> {
-        let mut adopted = Vec::new();
+        let mut adopted: Vec<(String, String, Option<Deployment>)> = Vec::new();
+        let mut waits = tokio::task::JoinSet::new();
         for (key, unit) in &self.stack.state.units {
             let Some(p) = unit.pending.as_ref().filter(|p| p.op_id != self.op_id) else {
                 continue;
@@ -282,41 +291,86 @@ impl<'c> Driver<'c> {
             let found = match self.client.get_deployment(&p.deployment_id).await {
                 Ok(d) => d,
                 Err(e) if e.is_not_found() => {
-                    adopted.push((key.clone(), None));
+                    adopted.push((key.clone(), p.op_id.clone(), None));
                     continue;
                 }
                 Err(e) => return Err(e.into()),
             };
-            let wait = Duration::from_secs(found.timeout_secs) + Duration::from_secs(120);
+            let client = self.client.clone();
             let report = self.opts.report.clone();
-            let server = found.server_id.clone();
-            let d = self
-                .client
-                .wait_until_terminal(&found.id, wait, |d| {
-                    report(&Event::Deployment {
-                        unit: key.clone(),
-                        action: d.action.to_string(),
-                        server: server.clone(),
-                        deployment: d.id.clone(),
-                        status: d.status,
-                        reason: d.status_reason.clone(),
-                    });
-                })
-                .await?;
-            adopted.push((key.clone(), Some(d)));
+            let (key, op) = (key.clone(), p.op_id.clone());
+            waits.spawn(async move {
+                let wait = Duration::from_secs(found.timeout_secs) + Duration::from_secs(120);
+                let server = found.server_id.clone();
+                let d = client
+                    .wait_until_terminal(&found.id, wait, |d| {
+                        report(&Event::Deployment {
+                            unit: key.clone(),
+                            action: d.action.to_string(),
+                            server: server.clone(),
+                            deployment: d.id.clone(),
+                            status: d.status,
+                            reason: d.status_reason.clone(),
+                        });
+                    })
+                    .await;
+                (key, op, d)
+            });
         }
-        if adopted.is_empty() {
+        let mut heartbeat =
+            tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+        while !waits.is_empty() {
+            tokio::select! {
+                joined = waits.join_next() => {
+                    let Some(joined) = joined else { break };
+                    let (key, op, d) = joined.map_err(|e| {
+                        EngineError::Refused(format!("waiting for a deployment failed unexpectedly: {e}"))
+                    })?;
+                    adopted.push((key, op, Some(d?)));
+                }
+                _ = heartbeat.tick() => self.heartbeat().await?,
+            }
+        }
+        let current_op = self.op_id.clone();
+        let stale_runs = self
+            .stack
+            .state
+            .actions
+            .iter()
+            .any(|r| r.op_id != current_op && r.status == OpStatus::InProgress);
+        if adopted.is_empty() && !stale_runs {
             return Ok(());
         }
         self.save(|s, _| {
-            for (key, found) in &adopted {
+            for (key, op, found) in &adopted {
+                if let Some(d) = found
+                    && let Some(run) = s.actions.iter_mut().find(|r| &r.op_id == op)
+                {
+                    run.results.insert(
+                        key.clone(),
+                        ActionResult {
+                            deployment_id: d.id.clone(),
+                            status: if d.status == DeploymentStatus::Complete {
+                                OpStatus::Complete
+                            } else {
+                                OpStatus::Failed
+                            },
+                            reason: d.status_reason.clone(),
+                        },
+                    );
+                }
                 let Some(unit) = s.units.get_mut(key) else {
                     continue;
                 };
                 unit.pending = None;
                 let Some(d) = found else { continue };
-                let lifecycle_run = matches!(d.action.as_str(), "CREATE" | "UPDATE");
                 let complete = d.status == DeploymentStatus::Complete;
+                // A DELETE that ran to its end took the unit out of the stack.
+                if complete && d.action.as_str() == "DELETE" {
+                    s.units.remove(key);
+                    continue;
+                }
+                let lifecycle_run = matches!(d.action.as_str(), "CREATE" | "UPDATE");
                 unit.current = Some(d.id.clone());
                 if lifecycle_run || unit.last.is_none() {
                     unit.last = Some(d.id.clone());
@@ -326,9 +380,21 @@ impl<'c> Driver<'c> {
                     unit.baseline = Some(d.id.clone());
                     unit.baseline_config = Some(d.config_id.clone());
                 }
-                if lifecycle_run || LIFECYCLE_ACTIONS.contains(&d.action.as_str()) {
+                if LIFECYCLE_ACTIONS.contains(&d.action.as_str()) {
                     unit.action = d.action.to_string();
                     unit.status = if complete {
+                        OpStatus::Complete
+                    } else {
+                        OpStatus::Failed
+                    };
+                }
+            }
+            // An ad-hoc action run whose operation was taken over ends here.
+            for run in &mut s.actions {
+                if run.op_id != current_op && run.status == OpStatus::InProgress {
+                    let all_ok = !run.results.is_empty()
+                        && run.results.values().all(|r| r.status == OpStatus::Complete);
+                    run.status = if all_ok {
                         OpStatus::Complete
                     } else {
                         OpStatus::Failed
@@ -515,6 +581,31 @@ fn state_refusal(id: &StackId, kind: &OpKind, status: &StackStatus) -> Option<En
         )),
         _ => None,
     }
+}
+
+/// Why `--force` may not start `kind` over an unfinished operation `current`: a
+/// create only replaces a create, a resume only follows a suspend or resume, and an
+/// update or action waits until an interrupted suspend or resume is settled.
+fn force_refusal(id: &StackId, kind: &OpKind, current: StackAction) -> Option<EngineError> {
+    let suspending = matches!(current, StackAction::Suspend | StackAction::Resume);
+    let refused = match kind {
+        OpKind::Create => current != StackAction::Create,
+        OpKind::Resume => !suspending,
+        OpKind::Update | OpKind::Action { .. } => suspending,
+        OpKind::Suspend | OpKind::Delete => false,
+    };
+    refused.then(|| {
+        EngineError::Refused(format!(
+            "stack {id} has an unfinished {current}; --force cannot turn it into a {}: {}",
+            kind.stack_action(),
+            match current {
+                StackAction::Suspend | StackAction::Resume => {
+                    format!("run `flue stack resume {id} --force` first")
+                }
+                _ => format!("run the {current} again to finish it, or delete the stack"),
+            }
+        ))
+    })
 }
 
 /// A fresh operation id.
