@@ -113,7 +113,7 @@ done
 echo "flue server register db --env (what an agent needs, printed for a server's cloud-init):"
 sed 's/^/    /' "$demo/agent-db.env"
 
-section "flue stack create shop: examples/two-tier (web gets db's address and hidden password)"
+section "flue stack create shop: examples/two-tier (web gets db's address and password, the password as a hidden input)"
 "$flue" stack create shop -t examples/two-tier/stack.yaml -P data_dir="$demo/shop" ||
   die "stack shop did not complete"
 

@@ -108,7 +108,7 @@ outputs:
 }
 
 #[tokio::test]
-async fn two_tier_web_receives_the_database_address_and_hidden_password() {
+async fn two_tier_web_receives_the_database_address_and_password_as_a_hidden_input() {
     let (env, _agents) = cluster(&["db", "web"]).await;
     let data = env.path("data");
     let data_param = format!("data_dir={}", data.display());
