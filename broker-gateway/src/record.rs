@@ -36,18 +36,32 @@ pub struct DeploymentRecord {
     /// Names of the inputs declared hidden by the config.
     #[serde(default)]
     pub hidden_inputs: Vec<String>,
+    /// Names of the outputs declared hidden by the config.
+    #[serde(default)]
+    pub hidden_outputs: Vec<String>,
 }
 
 impl DeploymentRecord {
-    /// The deployment with every hidden input's value replaced by [`HIDDEN`].
+    /// The deployment with every hidden input's and output's value replaced by [`HIDDEN`].
     pub fn redacted(&self) -> Deployment {
         let mut deployment = self.deployment.clone();
         redact(&mut deployment.input_values, &self.hidden_inputs);
+        redact(&mut deployment.outputs, &self.hidden_outputs);
         deployment
     }
 }
 
-/// Replaces the value of every input named in `hidden` by [`HIDDEN`].
+/// Names of the outputs a config declares hidden.
+pub fn hidden_outputs(config: &Config) -> Vec<String> {
+    config
+        .outputs
+        .iter()
+        .filter(|o| o.hidden)
+        .map(|o| o.name.clone())
+        .collect()
+}
+
+/// Replaces the value of every input (or output) named in `hidden` by [`HIDDEN`].
 pub fn redact(values: &mut BTreeMap<String, serde_json::Value>, hidden: &[String]) {
     for name in hidden {
         if let Some(value) = values.get_mut(name) {
@@ -254,6 +268,7 @@ mod tests {
             },
             request_published: false,
             hidden_inputs: hidden_inputs(&config),
+            hidden_outputs: Vec::new(),
         }
     }
 

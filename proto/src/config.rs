@@ -61,6 +61,10 @@ pub struct OutputDecl {
     /// When true, a non-empty value of this output fails the deployment (Heat semantics).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub error_output: bool,
+    /// A hidden output's value (a generated password, say) never appears in API reads;
+    /// it reaches another deployment only as an input reference (`input_refs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hidden: bool,
 }
 
 fn default_type() -> String {

@@ -259,11 +259,26 @@ pub struct CreateDeployment {
     /// read shows); values in `input_values` replace same-named ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs_from: Option<DeploymentId>,
+    /// Input values taken from other deployments' outputs by the gateway, hidden
+    /// outputs included (which no API read shows): input name → output reference.
+    /// Each referenced deployment must be COMPLETE; the inputs are hidden in this one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub input_refs: BTreeMap<String, OutputRef>,
     /// When the new deployment would apply the same config content with the same input
     /// values to the same server as this deployment, create nothing and answer 200
     /// with this deployment instead (how an engine re-runs only what changed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_if_unchanged_from: Option<DeploymentId>,
+}
+
+/// One output of one deployment, used as another deployment's input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputRef {
+    /// The deployment (it must be COMPLETE).
+    pub deployment_id: DeploymentId,
+    /// Its output's name; a missing output gives null, as `get_attr` does.
+    pub output: String,
 }
 
 /// A deployment as the gateway records it and the API returns it.
@@ -297,7 +312,7 @@ pub struct Deployment {
     /// Why it failed, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_reason: Option<String>,
-    /// Outputs, once complete.
+    /// Outputs, once complete (hidden ones replaced by `"<hidden>"` in API reads).
     #[serde(default)]
     pub outputs: BTreeMap<String, serde_json::Value>,
     /// Hook stdout.

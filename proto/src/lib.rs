@@ -17,7 +17,7 @@ pub use config::{
 };
 pub use deployment::{
     Action, AgentMessage, CreateDeployment, Deployment, DeploymentRequest, DeploymentResult,
-    DeploymentStatus, PROTOCOL_VERSION,
+    DeploymentStatus, OutputRef, PROTOCOL_VERSION,
 };
 pub use ids::{ConfigId, DeploymentId, IdError, MAX_ID_LEN, ServerId, StackId, TenantId};
 pub use server::{AgentBootstrap, ErrorBody, ErrorDetail, RegisterServer, Registration, Server};

@@ -134,6 +134,7 @@ impl Flue {
                 resource_name: None,
                 inputs_from: None,
                 skip_if_unchanged_from: None,
+                input_refs: Default::default(),
             })
             .await
             .expect("create deployment")

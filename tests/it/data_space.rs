@@ -35,6 +35,7 @@ async fn deploy(
             resource_name: None,
             inputs_from: None,
             skip_if_unchanged_from: None,
+            input_refs: Default::default(),
         })
         .await
         .expect("create deployment")

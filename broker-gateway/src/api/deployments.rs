@@ -17,8 +17,8 @@ use super::extract::{JsonBody, PathId, inner_text};
 use crate::config::MAX_TIMEOUT_SECS;
 use crate::error::chain;
 use crate::record::{
-    DeploymentRecord, hidden_inputs, hidden_union, same_config_content, same_request,
-    timeout_deadline, with_defaults,
+    DeploymentRecord, hidden_inputs, hidden_outputs, hidden_union, same_config_content,
+    same_request, timeout_deadline, with_defaults,
 };
 use crate::service::Service;
 
@@ -96,7 +96,7 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
         Some(id) => Some(referenced(&service, "skip_if_unchanged_from", id).await?),
         None => None,
     };
-    let (values, hidden) = match inputs_from {
+    let (mut values, mut hidden) = match inputs_from {
         Some(from) => {
             let mut values = from.deployment.input_values;
             values.extend(body.input_values);
@@ -107,6 +107,28 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
         }
         None => (body.input_values, hidden_inputs(&config)),
     };
+    // Outputs of other deployments, hidden ones included, resolved here so that no
+    // client ever reads them; the inputs they fill are hidden in turn.
+    for (name, output) in &body.input_refs {
+        let from = referenced(&service, "input_refs", &output.deployment_id).await?;
+        if from.deployment.status != DeploymentStatus::Complete {
+            return Err(ApiError::InvalidInput(format!(
+                "input_refs.{name}: deployment {:?} is {}, not COMPLETE",
+                output.deployment_id.as_str(),
+                from.deployment.status
+            )));
+        }
+        let value = from
+            .deployment
+            .outputs
+            .get(&output.output)
+            .cloned()
+            .unwrap_or(serde_json::Value::Null);
+        values.insert(name.clone(), value);
+        if !hidden.contains(name) {
+            hidden.push(name.clone());
+        }
+    }
     let id_given = body.id.is_some();
     let id = body.id.unwrap_or_else(DeploymentId::random);
     let now = OffsetDateTime::now_utc();
@@ -138,6 +160,7 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
         },
         request_published: false,
         hidden_inputs: hidden,
+        hidden_outputs: hidden_outputs(&config),
     };
     let d = &record.deployment;
     if let Some(from) = skip_from {

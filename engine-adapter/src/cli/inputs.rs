@@ -74,6 +74,7 @@ pub(crate) fn config_spec(
         kind: "String".to_owned(),
         description: None,
         error_output,
+        hidden: false,
     };
     Ok(ConfigSpec {
         id: args.id.clone(),

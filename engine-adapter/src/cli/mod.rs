@@ -209,6 +209,7 @@ async fn deploy(
         resource_name: None,
         inputs_from: None,
         skip_if_unchanged_from: None,
+        input_refs: Default::default(),
     };
     let queued = client.create_deployment(&body).await?;
     if !args.wait {

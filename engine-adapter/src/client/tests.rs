@@ -214,6 +214,7 @@ async fn an_unchanged_deployment_answered_with_200_is_returned_too() {
         resource_name: None,
         inputs_from: None,
         skip_if_unchanged_from: Some(DeploymentId::new("d1").expect("id")),
+        input_refs: Default::default(),
     };
     let d = client
         .create_deployment(&body)

@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use flue_proto::{ConfigSpec, Deployment, DeploymentId, InputDecl, OutputDecl, StackState};
+use flue_proto::{
+    ConfigSpec, Deployment, DeploymentId, InputDecl, OutputDecl, OutputRef, StackState,
+};
 use serde_json::{Value, json};
 
 use super::functions::{self, Resolver};
@@ -25,6 +27,52 @@ pub struct RuntimeResolver<'a> {
     pub state: &'a StackState,
     /// Completed deployments already fetched, by id.
     pub deployments: &'a HashMap<DeploymentId, Deployment>,
+    /// How `get_attr` of a hidden output resolves: refused (inside a unit, where it
+    /// may only be passed whole as an input value), or `"<hidden>"` (stack outputs).
+    pub hidden_outputs: HiddenOutputs,
+}
+
+/// See [`RuntimeResolver::hidden_outputs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HiddenOutputs {
+    /// `get_attr` of a hidden output is an error.
+    Refuse,
+    /// `get_attr` of a hidden output reads `"<hidden>"`.
+    Placeholder,
+}
+
+/// True when `attr` is an output that the config of deployment resource `resource`
+/// declares hidden.
+pub fn is_hidden_output(template: &Template, resource: &str, attr: &str) -> bool {
+    let Some(config) = config_resource(template, resource) else {
+        return false;
+    };
+    template.resources[config]
+        .properties
+        .get("outputs")
+        .and_then(Value::as_array)
+        .is_some_and(|outputs| {
+            outputs.iter().any(|o| {
+                o.get("name").and_then(Value::as_str) == Some(attr)
+                    && o.get("hidden").and_then(Value::as_bool) == Some(true)
+            })
+        })
+}
+
+/// `{get_attr: [resource, attr]}` naming a hidden output of a single deployment: the
+/// one form in which a hidden output may be used (as a whole input value).
+fn hidden_output_ref<'v>(template: &Template, value: &'v Value) -> Option<(&'v str, &'v str)> {
+    let (name, args) = functions::as_call(value)?;
+    if name != "get_attr" {
+        return None;
+    }
+    let [resource, attr] = args.as_array()?.as_slice() else {
+        return None;
+    };
+    let (resource, attr) = (resource.as_str()?, attr.as_str()?);
+    let kind = template.resources.get(resource)?.kind;
+    (kind == ResourceKind::SoftwareDeployment && is_hidden_output(template, resource, attr))
+        .then_some((resource, attr))
 }
 
 impl RuntimeResolver<'_> {
@@ -114,6 +162,20 @@ impl Resolver for RuntimeResolver<'_> {
             .resources
             .get(resource)
             .ok_or_else(|| format!("resource {resource:?} does not exist"))?;
+        let hidden = match res.kind {
+            ResourceKind::SoftwareDeployment | ResourceKind::SoftwareDeploymentGroup => {
+                is_hidden_output(self.template, resource, attr)
+            }
+            _ => false,
+        };
+        if hidden {
+            return match self.hidden_outputs {
+                HiddenOutputs::Placeholder => Ok(Value::String("<hidden>".into())),
+                HiddenOutputs::Refuse => Err(format!(
+                    "output {attr:?} of {resource} is hidden: it can only be passed whole as an input value of a deployment ({{get_attr: [{resource}, {attr}]}})"
+                )),
+            };
+        }
         let value = match res.kind {
             ResourceKind::Server => match attr {
                 "server_id" => self.get_resource(resource)?,
@@ -150,6 +212,8 @@ pub struct Resolved {
     pub spec: ConfigSpec,
     /// Input values.
     pub input_values: BTreeMap<String, Value>,
+    /// Inputs the gateway fills from other deployments' hidden outputs.
+    pub input_refs: BTreeMap<String, OutputRef>,
     /// Seconds the gateway waits for the agent, if the template says.
     pub timeout_secs: Option<u64>,
     /// Name handed to the hook.
@@ -202,6 +266,7 @@ pub fn unit_deployment(
     let config = resolve_config_prop("config")?.unwrap_or(Value::Null);
 
     let mut input_values = BTreeMap::new();
+    let mut input_refs = BTreeMap::new();
     if let Some(v) = res.properties.get("input_values") {
         let Value::Object(map) = v else {
             return Err(TemplateError {
@@ -210,6 +275,26 @@ pub fn unit_deployment(
             });
         };
         for (name, v) in map {
+            if let Some((resource, attr)) = hidden_output_ref(t, v) {
+                let deployment_id = r
+                    .state
+                    .units
+                    .get(resource)
+                    .and_then(|u| u.baseline.clone())
+                    .ok_or_else(|| TemplateError {
+                        path: format!("{}.{name}", props("input_values")),
+                        message: format!("{resource} has not completed"),
+                    })?;
+                declare(&mut inputs, name, "String").hidden = true;
+                input_refs.insert(
+                    name.clone(),
+                    OutputRef {
+                        deployment_id,
+                        output: attr.to_owned(),
+                    },
+                );
+                continue;
+            }
             let out = functions::resolve(v, r, &format!("{}.{name}", props("input_values")))?;
             if out.hidden {
                 declare(&mut inputs, name, "String").hidden = true;
@@ -228,7 +313,7 @@ pub fn unit_deployment(
         declare(&mut inputs, member_input, "Json");
         input_values.insert(member_input.to_owned(), Value::Array(list));
     }
-    for name in input_values.keys() {
+    for name in input_values.keys().chain(input_refs.keys()) {
         declare(&mut inputs, name, "String");
     }
 
@@ -279,6 +364,7 @@ pub fn unit_deployment(
     Ok(Resolved {
         spec,
         input_values,
+        input_refs,
         timeout_secs,
         name,
     })

@@ -209,3 +209,31 @@ async fn an_unchanged_deployment_is_not_created_and_answers_200_with_the_old_one
     );
     fx.shutdown().await;
 }
+
+#[tokio::test]
+async fn input_refs_name_complete_deployments_only() {
+    let fx = Fixture::start().await;
+    config_and_server(&fx).await;
+    let queued = post(
+        &fx,
+        json!({"id": "d-src", "config_id": "c1", "server_id": "web1"}),
+        StatusCode::ACCEPTED,
+    )
+    .await;
+    assert_eq!(queued["status"], "QUEUED");
+    let body = |from: &str| {
+        json!({"config_id": "c1", "server_id": "web1",
+               "input_refs": {"pw": {"deployment_id": from, "output": "password"}}})
+    };
+    let answer = post(&fx, body("d-nope"), StatusCode::NOT_FOUND).await;
+    assert!(message(&answer).contains("d-nope"), "{answer}");
+    let answer = post(&fx, body("d-src"), StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(code(&answer), "invalid_input");
+    assert!(
+        message(&answer).contains("input_refs.pw: deployment \"d-src\" is QUEUED, not COMPLETE"),
+        "{answer}"
+    );
+    let bad = json!({"config_id": "c1", "server_id": "web1",
+                     "input_refs": {"pw": {"deployment_id": "d.src", "output": "password"}}});
+    post(&fx, bad, StatusCode::UNPROCESSABLE_ENTITY).await;
+}

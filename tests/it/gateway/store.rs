@@ -39,6 +39,7 @@ fn record(id: &str) -> DeploymentRecord {
         },
         request_published: false,
         hidden_inputs: Vec::new(),
+        hidden_outputs: Vec::new(),
     }
 }
 

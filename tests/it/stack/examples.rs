@@ -128,30 +128,47 @@ async fn two_tier_web_receives_the_database_address_and_password_as_a_hidden_inp
     assert_eq!(run.code, 0, "{run}");
     assert!(run.stdout.contains("url: http://127.0.0.1:8080/"), "{run}");
 
-    let db = deployments(&env, "db").await;
-    let password = db[0].outputs["password"]
-        .as_str()
-        .expect("password")
-        .to_owned();
+    // The password the database hook generated (its own file on the db server)...
+    let password = std::fs::read_to_string(data.join("db/password")).expect("db password");
+    let password = password.trim_end().to_owned();
     assert_eq!(password.len(), 24);
+    // ...reached the web server's config,
     let app_conf = std::fs::read_to_string(data.join("web/app.conf")).expect("app.conf");
     assert!(
         app_conf.contains(&format!("postgres://app:{password}@127.0.0.1:5432/app")),
         "{app_conf}"
     );
-    // The password crossed servers but no read shows it as an input.
+    // but no read shows it: not db's output, not web's input.
+    let db = deployments(&env, "db").await;
+    assert_eq!(db[0].outputs["password"], json!("<hidden>"));
+    assert_eq!(db[0].outputs["address"], json!("127.0.0.1:5432"));
     let web = deployments(&env, "web").await;
     assert_eq!(web[0].input_values["db_password"], json!("<hidden>"));
     assert_eq!(web[0].input_values["db_address"], json!("127.0.0.1:5432"));
     let shown = flue(&env, &["stack", "show", "shop", "--json"]).await;
     assert_eq!(shown.code, 0, "{shown}");
+    let output = flue(
+        &env,
+        &[
+            "deployment",
+            "show",
+            db[0].id.as_str(),
+            "--output",
+            "password",
+        ],
+    )
+    .await;
+    assert_eq!(output.stdout, "<hidden>\n", "{output}");
     let config = env
         .client()
         .get_config(&web[0].config_id)
         .await
         .expect("web config");
     let config_text = serde_json::to_string(&config).expect("json");
-    for text in [&shown.stdout, &config_text, &run.stdout] {
+    let listing =
+        serde_json::to_string(&db).expect("json") + &serde_json::to_string(&web).expect("json");
+    let logs = env.gateway.logs().lines().join("\n");
+    for text in [&shown.stdout, &config_text, &run.stdout, &listing, &logs] {
         assert!(!text.contains(&password), "password leaked: {text}");
     }
 }

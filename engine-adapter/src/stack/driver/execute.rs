@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 use super::plan::{Step, StepKind};
 use super::state::{ApplyContext, Driver};
 use super::{EngineError, Event, STDERR_TAIL_BYTES};
-use crate::stack::resolve::{self, RuntimeResolver};
+use crate::stack::resolve::{self, HiddenOutputs, RuntimeResolver};
 use crate::{Client, ClientError};
 
 /// Added to a deployment's own timeout when waiting for it: the gateway fails it at
@@ -74,6 +74,7 @@ impl Driver<'_> {
                     plan: ctx.plan,
                     state: &self.stack.state,
                     deployments: &self.deployments,
+                    hidden_outputs: HiddenOutputs::Refuse,
                 };
                 let resolved = resolve::unit_deployment(&resolver, want)
                     .map_err(|e| StartError::Failed(e.to_string()))?;
@@ -95,6 +96,7 @@ impl Driver<'_> {
                     // member's name, not the group's.
                     resource_name: Some(want.member.clone().unwrap_or(want.resource.clone())),
                     inputs_from: None,
+                    input_refs: resolved.input_refs,
                     skip_if_unchanged_from: compare_with.clone(),
                 };
                 ((*action).to_owned(), Some(spec), body, compare_with.clone())
@@ -122,6 +124,7 @@ impl Driver<'_> {
                     stack_id: Some(self.id.clone()),
                     resource_name: Some(unit.member.clone().unwrap_or(unit.resource.clone())),
                     inputs_from: Some(inputs_from.clone()),
+                    input_refs: BTreeMap::new(),
                     skip_if_unchanged_from: None,
                 };
                 (action.clone(), None, body, None)

@@ -16,7 +16,7 @@ use super::schedule::HEARTBEAT;
 use super::{EngineError, Event, Options};
 use crate::Client;
 use crate::stack::functions;
-use crate::stack::resolve::RuntimeResolver;
+use crate::stack::resolve::{HiddenOutputs, RuntimeResolver};
 use crate::stack::template::{Parameters, Template};
 use crate::stack::units::Plan;
 
@@ -435,6 +435,7 @@ impl<'c> Driver<'c> {
             plan: ctx.plan,
             state: &self.stack.state,
             deployments: &self.deployments,
+            hidden_outputs: HiddenOutputs::Placeholder,
         };
         let mut out = BTreeMap::new();
         for (name, def) in &ctx.template.outputs {

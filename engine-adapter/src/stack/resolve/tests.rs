@@ -87,6 +87,7 @@ impl Fixture {
             plan: &self.plan,
             state: &self.state,
             deployments: &self.deployments,
+            hidden_outputs: HiddenOutputs::Refuse,
         };
         unit_deployment(&r, &self.plan.units[key])
     }
@@ -177,4 +178,79 @@ fn a_hidden_parameter_in_a_config_body_is_refused_with_its_path() {
         "{}",
         e.message
     );
+}
+
+#[test]
+fn a_hidden_output_travels_only_as_a_whole_input_reference() {
+    let text = r#"heat_template_version: 2018-08-31
+resources:
+  db_config:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      outputs: [{name: password, hidden: true}, {name: address}]
+      config: x
+  db: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: db_config}, server: s1}}
+  web_config: {type: OS::Heat::SoftwareConfig, properties: {config: x}}
+  web:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: web_config}
+      server: s2
+      input_values:
+        pw: {get_attr: [db, password]}
+        addr: {get_attr: [db, address]}
+  leaky:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: web_config}
+      server: s2
+      input_values:
+        url: {str_replace: {template: "u:PW", params: {PW: {get_attr: [db, password]}}}}
+"#;
+    let template = Template::parse(text, Path::new(".")).expect("template");
+    assert!(is_hidden_output(&template, "db", "password"));
+    assert!(!is_hidden_output(&template, "db", "address"));
+    let params = template
+        .bind_parameters(&Default::default())
+        .expect("params");
+    let plan = units::expand(&template, &params, true).expect("plan");
+    let db_id = DeploymentId::new("d-db").expect("id");
+    let mut state = StackState::default();
+    let mut unit: flue_proto::Unit = serde_json::from_value(json!({
+        "resource": "db", "server_id": "s1", "action": "CREATE", "status": "COMPLETE",
+        "baseline": "d-db", "baseline_config": "c-db"
+    }))
+    .expect("unit");
+    unit.member = None;
+    state.units.insert("db".into(), unit);
+    let d: Deployment = serde_json::from_value(json!({
+        "id": "d-db", "tenant": "default", "server_id": "s1", "config_id": "c-db",
+        "group": "script", "name": "db", "action": "CREATE", "status": "COMPLETE",
+        "outputs": {"password": "<hidden>", "address": "10.0.0.1:5432"},
+        "timeout_secs": 60, "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-01T01:00:00Z"
+    }))
+    .expect("deployment");
+    let deployments: HashMap<DeploymentId, Deployment> = [(db_id.clone(), d)].into();
+    let r = RuntimeResolver {
+        template: &template,
+        params: &params,
+        plan: &plan,
+        state: &state,
+        deployments: &deployments,
+        hidden_outputs: HiddenOutputs::Refuse,
+    };
+    let web = unit_deployment(&r, &plan.units["web"]).expect("web resolves");
+    assert_eq!(
+        web.input_refs["pw"],
+        OutputRef {
+            deployment_id: db_id,
+            output: "password".into()
+        }
+    );
+    assert!(!web.input_values.contains_key("pw"));
+    assert_eq!(web.input_values["addr"], json!("10.0.0.1:5432"));
+    assert!(web.spec.inputs.iter().any(|i| i.name == "pw" && i.hidden));
+    let err = unit_deployment(&r, &plan.units["leaky"]).expect_err("refused");
+    assert!(err.to_string().contains("is hidden"), "{err}");
 }

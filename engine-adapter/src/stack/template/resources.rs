@@ -45,7 +45,7 @@ const GROUP_PROPS: [&str; 8] = [
 ];
 const SERVER_PROPS: [&str; 1] = ["server_id"];
 const INPUT_KEYS: [&str; 5] = ["name", "type", "description", "default", "hidden"];
-const OUTPUT_KEYS: [&str; 4] = ["name", "type", "description", "error_output"];
+const OUTPUT_KEYS: [&str; 5] = ["name", "type", "description", "error_output", "hidden"];
 
 /// Parses resource `name`, inlining `get_file` in its properties.
 pub(super) fn parse(name: &str, def: &Value, base_dir: &Path) -> Result<Resource, TemplateError> {

@@ -456,9 +456,9 @@ fn config_properties_are_checked() {
         ),
         (
             "outputs",
-            json!([{"name": "o", "hidden": true}]),
+            json!([{"name": "o", "hidden": "yes"}]),
             format!("{at}.outputs[0].hidden"),
-            "unknown key",
+            "true or false",
         ),
         (
             "options",
