@@ -92,6 +92,16 @@ pub enum CliError {
     /// A stack operation could not run.
     #[error(transparent)]
     Engine(#[from] crate::stack::driver::EngineError),
+    /// `deployment show --output NAME` named a hidden output: no read shows its value.
+    #[error(
+        "output {name:?} of deployment {id} is hidden: no API read shows it (another deployment can take it as an input through input_refs)"
+    )]
+    HiddenOutput {
+        /// The deployment.
+        id: DeploymentId,
+        /// The output.
+        name: String,
+    },
     /// Standard output could not be written (a closed pipe, say).
     #[error("cannot write to standard output")]
     Output(#[from] io::Error),
@@ -101,7 +111,7 @@ impl CliError {
     /// The process exit code: 1 for a missing output (like a failed lookup), 2 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::UnknownOutput { .. } => 1,
+            Self::UnknownOutput { .. } | Self::HiddenOutput { .. } => 1,
             _ => 2,
         }
     }
@@ -144,6 +154,13 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<Outcome, CliError> {
                     available: deployment.outputs.into_keys().collect(),
                 });
             };
+            // A pipeline must not take the placeholder for the value.
+            if value.as_str() == Some("<hidden>") {
+                let config = client.get_config(&deployment.config_id).await?;
+                if config.outputs.iter().any(|o| o.name == name && o.hidden) {
+                    return Err(CliError::HiddenOutput { id, name });
+                }
+            }
             writeln!(out, "{}", render::output_value(value))?;
         }
     }

@@ -9,6 +9,7 @@ use flue_proto::{
 use serde_json::{Value, json};
 
 use super::functions::{self, Resolver};
+pub use super::template::is_hidden_output;
 use super::template::{Parameters, ResourceKind, Template, TemplateError};
 use super::units::{DesiredUnit, Plan, config_resource};
 
@@ -39,24 +40,6 @@ pub enum HiddenOutputs {
     Refuse,
     /// `get_attr` of a hidden output reads `"<hidden>"`.
     Placeholder,
-}
-
-/// True when `attr` is an output that the config of deployment resource `resource`
-/// declares hidden.
-pub fn is_hidden_output(template: &Template, resource: &str, attr: &str) -> bool {
-    let Some(config) = config_resource(template, resource) else {
-        return false;
-    };
-    template.resources[config]
-        .properties
-        .get("outputs")
-        .and_then(Value::as_array)
-        .is_some_and(|outputs| {
-            outputs.iter().any(|o| {
-                o.get("name").and_then(Value::as_str) == Some(attr)
-                    && o.get("hidden").and_then(Value::as_bool) == Some(true)
-            })
-        })
 }
 
 /// `{get_attr: [resource, attr]}` naming a hidden output of a single deployment: the

@@ -16,6 +16,8 @@ use super::{functions, graph};
 
 mod checks;
 pub use checks::{DEPLOYMENT_ATTRIBUTES, GROUP_ATTRIBUTES, SERVER_ATTRIBUTES, config_outputs};
+mod hidden;
+pub use hidden::is_hidden_output;
 mod params;
 mod resources;
 #[cfg(test)]
@@ -292,6 +294,7 @@ impl Template {
             outputs,
         };
         checks::check(&template)?;
+        hidden::check(&template)?;
         graph::topological_order(&graph::dependencies(&template)).map_err(|cycle| {
             TemplateError::new(
                 "resources",

@@ -158,7 +158,9 @@ async fn two_tier_web_receives_the_database_address_and_password_as_a_hidden_inp
         ],
     )
     .await;
-    assert_eq!(output.stdout, "<hidden>\n", "{output}");
+    assert_eq!(output.code, 1, "{output}");
+    assert!(output.stderr.contains("is hidden"), "{output}");
+    assert!(output.stdout.is_empty(), "{output}");
     let config = env
         .client()
         .get_config(&web[0].config_id)

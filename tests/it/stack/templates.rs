@@ -55,6 +55,13 @@ async fn bad_templates_are_refused_naming_the_resource_and_field() {
             ),
             "resources.d.properties.server",
         ),
+        (
+            "hidden output used inside another value",
+            format!(
+                "{HEAD}resources:\n  hcfg:\n    type: OS::Heat::SoftwareConfig\n    properties: {{config: x, outputs: [{{name: pw, hidden: true}}]}}\n  h:\n    type: OS::Heat::SoftwareDeployment\n    properties: {{config: {{get_resource: hcfg}}, server: s1}}{CFG}\n  d:\n    type: OS::Heat::SoftwareDeployment\n    properties:\n      config: {{get_resource: cfg}}\n      server: s1\n      input_values: {{url: {{list_join: ['', [a, {{get_attr: [h, pw]}}]]}}}}\n"
+            ),
+            "resources.d.properties.input_values.url",
+        ),
         ("yaml syntax", format!("{HEAD}resources: [unclosed\n"), ""),
         (
             "server not registered",

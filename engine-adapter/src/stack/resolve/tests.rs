@@ -199,14 +199,17 @@ resources:
       input_values:
         pw: {get_attr: [db, password]}
         addr: {get_attr: [db, address]}
-  leaky:
-    type: OS::Heat::SoftwareDeployment
-    properties:
-      config: {get_resource: web_config}
-      server: s2
-      input_values:
-        url: {str_replace: {template: "u:PW", params: {PW: {get_attr: [db, password]}}}}
 "#;
+    // Anything but a whole input value is refused when the template loads.
+    let leaky = format!(
+        "{text}  leaky:\n    type: OS::Heat::SoftwareDeployment\n    properties:\n      config: {{get_resource: web_config}}\n      server: s2\n      input_values:\n        url: {{str_replace: {{template: \"u:PW\", params: {{PW: {{get_attr: [db, password]}}}}}}}}\n"
+    );
+    let err = Template::parse(&leaky, Path::new(".")).expect_err("refused");
+    assert_eq!(
+        err.path,
+        "resources.leaky.properties.input_values.url.str_replace.params.PW"
+    );
+    assert!(err.message.contains("can only be passed whole"), "{err}");
     let template = Template::parse(text, Path::new(".")).expect("template");
     assert!(is_hidden_output(&template, "db", "password"));
     assert!(!is_hidden_output(&template, "db", "address"));
@@ -251,6 +254,26 @@ resources:
     assert!(!web.input_values.contains_key("pw"));
     assert_eq!(web.input_values["addr"], json!("10.0.0.1:5432"));
     assert!(web.spec.inputs.iter().any(|i| i.name == "pw" && i.hidden));
-    let err = unit_deployment(&r, &plan.units["leaky"]).expect_err("refused");
-    assert!(err.to_string().contains("is hidden"), "{err}");
+}
+
+#[test]
+fn hidden_outputs_of_a_group_cannot_be_passed_on() {
+    let text = r#"heat_template_version: 2018-08-31
+resources:
+  member_config:
+    type: OS::Heat::SoftwareConfig
+    properties: {config: x, outputs: [{name: token, hidden: true}]}
+  grp:
+    type: OS::Heat::SoftwareDeploymentGroup
+    properties: {config: {get_resource: member_config}, servers: {a: s1}}
+  user:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: member_config}
+      server: s2
+      input_values: {tokens: {get_attr: [grp, token]}}
+"#;
+    let err = Template::parse(text, Path::new(".")).expect_err("refused");
+    assert_eq!(err.path, "resources.user.properties.input_values.tokens");
+    assert!(err.message.contains("hidden outputs of a group"), "{err}");
 }
