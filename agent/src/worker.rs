@@ -71,7 +71,13 @@ pub async fn run(agent: &Agent) -> Result<(), Error> {
                 prune_ledger(agent).await?;
                 next_prune = Instant::now() + PRUNE_EVERY;
             }
-            connects.borrow_and_update();
+            // A reconnection while the last request was handled (the broker restarted,
+            // maybe with its store lost) is only seen here: look the consumer up again,
+            // as after any reconnection, rather than pull from what may be gone.
+            if connects.has_changed().unwrap_or(false) {
+                debug!("reconnected to the broker while busy, looking the consumer up again");
+                continue 'lookup;
+            }
             let pull = consumer
                 .batch()
                 .max_messages(1)
