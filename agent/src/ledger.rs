@@ -96,20 +96,40 @@ pub struct Ledger {
     db: sled::Db,
 }
 
+/// How long [`Ledger::open`] waits for the ledger's file lock.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Ledger {
     /// Opens (or creates) the ledger at `path`.
+    ///
+    /// sled locks the ledger's files; a handle just closed (or an agent process still
+    /// exiting) may hold the lock a moment longer, so a lock conflict is retried for up
+    /// to [`LOCK_WAIT`] before it is an error.
     pub fn open(path: &Path) -> Result<Self, LedgerError> {
-        let db = sled::Config::new()
-            .path(path)
-            .cache_capacity(CACHE_BYTES)
-            // Every write is flushed explicitly; no background flusher needs to wake up.
-            .flush_every_ms(None)
-            .open()
-            .map_err(|source| LedgerError::Open {
-                path: path.to_owned(),
-                source,
-            })?;
-        Ok(Self { db })
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        loop {
+            let opened = sled::Config::new()
+                .path(path)
+                .cache_capacity(CACHE_BYTES)
+                // Every write is flushed explicitly; no background flusher needs to wake up.
+                .flush_every_ms(None)
+                .open();
+            match opened {
+                Ok(db) => return Ok(Self { db }),
+                Err(sled::Error::Io(e))
+                    if e.to_string().contains("could not acquire lock")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(source) => {
+                    return Err(LedgerError::Open {
+                        path: path.to_owned(),
+                        source,
+                    });
+                }
+            }
+        }
     }
 
     /// The entry of the request `key`, if any.
