@@ -109,7 +109,7 @@ outputs:
 
 #[tokio::test]
 async fn two_tier_web_receives_the_database_address_and_password_as_a_hidden_input() {
-    let (env, _agents) = cluster(&["db", "web"]).await;
+    let (env, agents) = cluster(&["db", "web"]).await;
     let data = env.path("data");
     let data_param = format!("data_dir={}", data.display());
     let run = flue(
@@ -169,10 +169,38 @@ async fn two_tier_web_receives_the_database_address_and_password_as_a_hidden_inp
     let config_text = serde_json::to_string(&config).expect("json");
     let listing =
         serde_json::to_string(&db).expect("json") + &serde_json::to_string(&web).expect("json");
-    let logs = env.gateway.logs().lines().join("\n");
+    let mut logs = env.gateway.logs().lines().join("\n");
+    for agent in &agents {
+        logs.push_str(&agent.logs().lines().join("\n"));
+    }
     for text in [&shown.stdout, &config_text, &run.stdout, &listing, &logs] {
         assert!(!text.contains(&password), "password leaked: {text}");
     }
+
+    // A db UPDATE makes a new password; web is re-run with it, still never shown.
+    let run = flue(
+        &env,
+        &[
+            "stack",
+            "update",
+            "shop",
+            "-t",
+            &example("two-tier"),
+            "-P",
+            "db_port=5433",
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    let new_password = std::fs::read_to_string(data.join("db/password")).expect("db password");
+    let new_password = new_password.trim_end();
+    assert_ne!(new_password, password);
+    let app_conf = std::fs::read_to_string(data.join("web/app.conf")).expect("app.conf");
+    assert!(
+        app_conf.contains(&format!("postgres://app:{new_password}@127.0.0.1:5433/app")),
+        "{app_conf}"
+    );
+    assert!(!run.stdout.contains(new_password), "{run}");
 }
 
 #[tokio::test]
