@@ -94,6 +94,23 @@ pub fn as_call(value: &Value) -> Option<(&str, &Value)> {
         .then_some((name.as_str(), args))
 }
 
+/// Like [`resolve`], for a value that is stored and shown as it is (a server, a
+/// name, a timeout): one derived from a hidden parameter is refused.
+pub fn resolve_visible(
+    value: &Value,
+    r: &dyn Resolver,
+    path: &str,
+) -> Result<Value, TemplateError> {
+    let out = resolve(value, r, path)?;
+    if out.hidden {
+        return Err(TemplateError::new(
+            path,
+            "uses a hidden parameter; it would be shown as it is",
+        ));
+    }
+    Ok(out.value)
+}
+
 /// Replaces every call inside `value` by its result; `path` names `value` in errors
 /// (`resources.web.properties.input_values.db_host`).
 pub fn resolve(value: &Value, r: &dyn Resolver, path: &str) -> Result<Resolved, TemplateError> {

@@ -9,9 +9,9 @@ use flue_proto::{
 use serde_json::{Value, json};
 
 use super::functions::{self, Resolver};
-pub use super::template::is_hidden_output;
 use super::template::{Parameters, ResourceKind, Template, TemplateError};
-use super::units::{DesiredUnit, Plan, config_resource};
+pub use super::template::{hidden_output_ref, is_hidden_output};
+use super::units::{DesiredUnit, Plan, config_resource, server_resource_id};
 
 #[cfg(test)]
 mod tests;
@@ -40,22 +40,6 @@ pub enum HiddenOutputs {
     Refuse,
     /// `get_attr` of a hidden output reads `"<hidden>"`.
     Placeholder,
-}
-
-/// `{get_attr: [resource, attr]}` naming a hidden output of a single deployment: the
-/// one form in which a hidden output may be used (as a whole input value).
-fn hidden_output_ref<'v>(template: &Template, value: &'v Value) -> Option<(&'v str, &'v str)> {
-    let (name, args) = functions::as_call(value)?;
-    if name != "get_attr" {
-        return None;
-    }
-    let [resource, attr] = args.as_array()?.as_slice() else {
-        return None;
-    };
-    let (resource, attr) = (resource.as_str()?, attr.as_str()?);
-    let kind = template.resources.get(resource)?.kind;
-    (kind == ResourceKind::SoftwareDeployment && is_hidden_output(template, resource, attr))
-        .then_some((resource, attr))
 }
 
 impl RuntimeResolver<'_> {
@@ -120,15 +104,7 @@ impl Resolver for RuntimeResolver<'_> {
             .get(name)
             .ok_or_else(|| format!("resource {name:?} does not exist"))?;
         match res.kind {
-            ResourceKind::Server => {
-                let id = res
-                    .properties
-                    .get("server_id")
-                    .ok_or_else(|| format!("resource {name:?} has no server_id"))?;
-                functions::resolve(id, self, &format!("resources.{name}.properties.server_id"))
-                    .map(|r| r.value)
-                    .map_err(|e| e.to_string())
-            }
+            ResourceKind::Server => server_resource_id(self.template, name, self),
             ResourceKind::SoftwareDeployment => Ok(self
                 .state
                 .units
@@ -301,16 +277,7 @@ pub fn unit_deployment(
     }
 
     // Names and timeouts are stored and shown as they are: no hidden value may go there.
-    let visible = |name: &str, v: &Value| -> Result<Value, TemplateError> {
-        let out = functions::resolve(v, r, &props(name))?;
-        if out.hidden {
-            return Err(TemplateError {
-                path: props(name),
-                message: "uses a hidden parameter; it would be shown as it is".into(),
-            });
-        }
-        Ok(out.value)
-    };
+    let visible = |name: &str, v: &Value| functions::resolve_visible(v, r, &props(name));
     let timeout_secs = match res.properties.get("timeout") {
         None => None,
         Some(v) => {

@@ -17,7 +17,7 @@ use super::{functions, graph};
 mod checks;
 pub use checks::{DEPLOYMENT_ATTRIBUTES, GROUP_ATTRIBUTES, SERVER_ATTRIBUTES, config_outputs};
 mod hidden;
-pub use hidden::is_hidden_output;
+pub use hidden::{hidden_output_ref, is_hidden_output};
 mod params;
 mod resources;
 #[cfg(test)]

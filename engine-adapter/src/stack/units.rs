@@ -103,7 +103,7 @@ pub fn expand(
                 message: "required".into(),
             })?;
             let server_id = server_id(
-                &visible(server, &statics, &format!("{path}.server"))?,
+                &functions::resolve_visible(server, &statics, &format!("{path}.server"))?,
                 &format!("{path}.server"),
             )?;
             keys_of.insert(name.clone(), vec![name.clone()]);
@@ -127,7 +127,7 @@ pub fn expand(
             path: servers_path.clone(),
             message: "required".into(),
         })?;
-        let servers = visible(servers, &statics, &servers_path)?;
+        let servers = functions::resolve_visible(servers, &statics, &servers_path)?;
         let Value::Object(map) = servers else {
             return Err(TemplateError {
                 path: servers_path,
@@ -232,7 +232,7 @@ fn actions(
     let mut actions: Vec<String> = match res.properties.get("actions") {
         None => DEFAULT_ACTIONS.iter().map(|a| (*a).to_owned()).collect(),
         Some(v) => {
-            let v = visible(v, statics, &path)?;
+            let v = functions::resolve_visible(v, statics, &path)?;
             let list = v.as_array().ok_or_else(|| TemplateError {
                 path: path.clone(),
                 message: format!("must be a list of actions, got {v}"),
@@ -276,19 +276,6 @@ pub fn config_resource<'t>(template: &'t Template, deployment: &str) -> Option<&
         .map(|(k, _)| k.as_str())
 }
 
-/// Resolves what is stored and shown as it is (servers, actions): a value derived
-/// from a hidden parameter is refused.
-fn visible(v: &Value, statics: &StaticResolver<'_>, path: &str) -> Result<Value, TemplateError> {
-    let out = functions::resolve(v, statics, path)?;
-    if out.hidden {
-        return Err(TemplateError {
-            path: path.to_owned(),
-            message: "uses a hidden parameter; it would be shown as it is".into(),
-        });
-    }
-    Ok(out.value)
-}
-
 fn server_id(v: &Value, path: &str) -> Result<ServerId, TemplateError> {
     let s = v.as_str().ok_or_else(|| TemplateError {
         path: path.to_owned(),
@@ -298,6 +285,22 @@ fn server_id(v: &Value, path: &str) -> Result<ServerId, TemplateError> {
         path: path.to_owned(),
         message: format!("server id {s:?} {e}"),
     })
+}
+
+/// The server id an `OS::Flue::Server` resource names (`get_resource` of it). A hidden
+/// parameter may not name a server: server ids are shown everywhere.
+pub fn server_resource_id(
+    template: &Template,
+    name: &str,
+    r: &dyn Resolver,
+) -> Result<Value, String> {
+    let id = template
+        .resources
+        .get(name)
+        .and_then(|res| res.properties.get("server_id"))
+        .ok_or_else(|| format!("resource {name:?} has no server_id"))?;
+    let path = format!("resources.{name}.properties.server_id");
+    functions::resolve_visible(id, r, &path).map_err(|e| e.to_string())
 }
 
 /// Resolves what must be known before anything runs: parameters and servers.
@@ -318,14 +321,7 @@ impl Resolver for StaticResolver<'_> {
     fn get_resource(&self, name: &str) -> Result<Value, String> {
         match self.template.resources.get(name) {
             Some(r) if r.kind == ResourceKind::Server => {
-                let id = r
-                    .properties
-                    .get("server_id")
-                    .ok_or_else(|| format!("resource {name:?} has no server_id"))?;
-                let path = format!("resources.{name}.properties.server_id");
-                functions::resolve(id, self, &path)
-                    .map(|r| r.value)
-                    .map_err(|e| e.to_string())
+                server_resource_id(self.template, name, self)
             }
             Some(_) => Err(format!(
                 "resource {name:?} is not an OS::Flue::Server; only servers can be used here"

@@ -3,26 +3,14 @@
 use flue_tests::write_executable;
 use serde_json::{Value, json};
 
-use super::{cluster, deployments, example, flue, lines, ran, stack};
+use super::{cluster, create_stack, deployments, example, flue, lines, ran, stack};
 
 #[tokio::test]
 async fn ordering_example_runs_config1_then_config3_then_config2() {
     let (env, _agents) = cluster(&["server1", "server2"]).await;
     let record = env.path("record.log");
     let record_param = format!("record_file={}", record.display());
-    let run = flue(
-        &env,
-        &[
-            "stack",
-            "create",
-            "order",
-            "-t",
-            &example("ordering"),
-            "-P",
-            &record_param,
-        ],
-    )
-    .await;
+    let run = create_stack(&env, "order", &example("ordering"), &[&record_param]).await;
     assert_eq!(run.code, 0, "{run}");
     assert!(run.stdout.contains("stack order: CREATE_COMPLETE"), "{run}");
     // The hooks' own records: each step starts only after the one it depends on ended.
@@ -90,17 +78,7 @@ outputs:
 "#,
     )
     .expect("template");
-    let run = flue(
-        &env,
-        &[
-            "stack",
-            "create",
-            "pair",
-            "-t",
-            &template.display().to_string(),
-        ],
-    )
-    .await;
+    let run = create_stack(&env, "pair", &template.display().to_string(), &[]).await;
     assert_eq!(run.code, 0, "{run}");
     let s = stack(&env, "pair").await;
     assert_eq!(s.state.outputs["left_got"], json!("hello from right"));
@@ -112,19 +90,7 @@ async fn two_tier_web_receives_the_database_address_and_password_as_a_hidden_inp
     let (env, agents) = cluster(&["db", "web"]).await;
     let data = env.path("data");
     let data_param = format!("data_dir={}", data.display());
-    let run = flue(
-        &env,
-        &[
-            "stack",
-            "create",
-            "shop",
-            "-t",
-            &example("two-tier"),
-            "-P",
-            &data_param,
-        ],
-    )
-    .await;
+    let run = create_stack(&env, "shop", &example("two-tier"), &[&data_param]).await;
     assert_eq!(run.code, 0, "{run}");
     assert!(run.stdout.contains("url: http://127.0.0.1:8080/"), "{run}");
 
@@ -208,19 +174,7 @@ async fn cluster_scale_out_recontextualizes_every_member_and_the_head() {
     let (env, _agents) = cluster(&["head", "compute1", "compute2", "compute3"]).await;
     let state = env.path("cluster");
     let state_param = format!("state_dir={}", state.display());
-    let run = flue(
-        &env,
-        &[
-            "stack",
-            "create",
-            "hpc",
-            "-t",
-            &example("cluster"),
-            "-P",
-            &state_param,
-        ],
-    )
-    .await;
+    let run = create_stack(&env, "hpc", &example("cluster"), &[&state_param]).await;
     assert_eq!(run.code, 0, "{run}");
     let members = |server: &str| -> Value {
         let text =
@@ -341,17 +295,7 @@ async fn hooks_can_reach_the_agent_binary_by_variable() {
         ),
     )
     .expect("template");
-    let run = flue(
-        &env,
-        &[
-            "stack",
-            "create",
-            "solo",
-            "-t",
-            &template.display().to_string(),
-        ],
-    )
-    .await;
+    let run = create_stack(&env, "solo", &template.display().to_string(), &[]).await;
     assert_eq!(run.code, 0, "{run}");
 }
 
@@ -395,17 +339,7 @@ outputs:
 "#,
     )
     .expect("template");
-    let run = flue(
-        &env,
-        &[
-            "stack",
-            "create",
-            "st",
-            "-t",
-            &template.display().to_string(),
-        ],
-    )
-    .await;
+    let run = create_stack(&env, "st", &template.display().to_string(), &[]).await;
     assert_eq!(run.code, 0, "{run}");
     let s = stack(&env, "st").await;
     assert_eq!(s.state.outputs["database"], json!("postgres://db:5432/app"));

@@ -2,9 +2,10 @@
 //! is resumed by running the same command again, without re-running anything.
 
 use flue_proto::OpStatus;
-use flue_tests::{WAIT, wait_until};
 
-use super::{cluster, flue, lines, ran, stack};
+use super::{
+    cluster, create_stack, flue, flue_in_background, kill_driver_once, lines, put_data, ran, stack,
+};
 
 const TEMPLATE: &str = r#"heat_template_version: 2018-08-31
 parameters:
@@ -147,27 +148,13 @@ resources:
     .expect("template");
     let t = t.display().to_string();
     let p = format!("record={}", record.display());
-    let mut driver = tokio::process::Command::new(flue_tests::bin("flue"))
-        .args([
-            "--gateway",
-            env.gateway.url(),
-            "stack",
-            "create",
-            "k",
-            "-t",
-            &t,
-            "-P",
-            &p,
-        ])
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn flue");
-    wait_until("b to start", WAIT, || {
-        lines(&record).contains(&"start b".to_owned()).then_some(())
-    })
+    kill_driver_once(
+        &env,
+        &["stack", "create", "k", "-t", &t, "-P", &p],
+        &record,
+        "start b",
+    )
     .await;
-    driver.kill().await.expect("kill the driver");
     let s = stack(&env, "k").await;
     assert_eq!(s.status.to_string(), "CREATE_IN_PROGRESS");
 
@@ -187,34 +174,13 @@ resources:
         "{run}"
     );
 
-    let resumed = {
-        let gw = env.gateway.url().to_owned();
-        let (t, p) = (t.clone(), p.clone());
-        tokio::spawn(async move {
-            tokio::process::Command::new(flue_tests::bin("flue"))
-                .args(["--gateway", &gw, "stack", "create", "k", "-t", &t, "-P", &p])
-                .kill_on_drop(true)
-                .output()
-                .await
-                .expect("run flue")
-        })
-    };
+    let resumed = flue_in_background(&env, &["stack", "create", "k", "-t", &t, "-P", &p]);
     // Release b: the agent finishes it whether or not the resumed driver is already
     // waiting for it; either way the driver must adopt that deployment, not start another.
-    let nats = env.nats.client().await;
-    let js = async_nats::jetstream::new(nats);
-    let kv = js.get_key_value("flue_data").await.expect("data bucket");
-    kv.put("default.k.go", "now".into()).await.expect("put go");
-    let out = tokio::time::timeout(WAIT * 2, resumed)
-        .await
-        .expect("resumed driver finishes")
-        .expect("join");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    put_data(&env, "k", "go", "now").await;
+    let out = resumed.await.expect("join");
+    let stdout = &out.stdout;
+    assert_eq!(out.code, 0, "{out}");
     assert!(
         stdout.contains("resuming the interrupted CREATE"),
         "{stdout}"
@@ -262,27 +228,13 @@ resources:
     .expect("template");
     let t = t.display().to_string();
     let p = format!("record={}", record.display());
-    let mut driver = tokio::process::Command::new(flue_tests::bin("flue"))
-        .args([
-            "--gateway",
-            env.gateway.url(),
-            "stack",
-            "create",
-            "f",
-            "-t",
-            &t,
-            "-P",
-            &p,
-        ])
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn flue");
-    wait_until("a to start", WAIT, || {
-        lines(&record).contains(&"start a".to_owned()).then_some(())
-    })
+    kill_driver_once(
+        &env,
+        &["stack", "create", "f", "-t", &t, "-P", &p],
+        &record,
+        "start a",
+    )
     .await;
-    driver.kill().await.expect("kill the driver");
     // --force does not turn an unfinished create into a resume.
     let run = flue(&env, &["stack", "resume", "f", "--force"]).await;
     assert_eq!(run.code, 2, "{run}");
@@ -292,33 +244,10 @@ resources:
     );
 
     // The delete queues its DELETE behind the CREATE still running on s1.
-    let deleting = {
-        let gw = env.gateway.url().to_owned();
-        tokio::spawn(async move {
-            tokio::process::Command::new(flue_tests::bin("flue"))
-                .args(["--gateway", &gw, "stack", "delete", "f", "--force"])
-                .kill_on_drop(true)
-                .output()
-                .await
-                .expect("run flue")
-        })
-    };
-    let nats = env.nats.client().await;
-    let kv = async_nats::jetstream::new(nats)
-        .get_key_value("flue_data")
-        .await
-        .expect("data bucket");
-    kv.put("default.f.go", "now".into()).await.expect("put go");
-    let out = tokio::time::timeout(WAIT * 2, deleting)
-        .await
-        .expect("delete finishes")
-        .expect("join");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let deleting = flue_in_background(&env, &["stack", "delete", "f", "--force"]);
+    put_data(&env, "f", "go", "now").await;
+    let out = deleting.await.expect("join");
+    assert_eq!(out.code, 0, "{out}");
     assert_eq!(lines(&record), ["start a", "DELETE a"]);
     let list = flue(&env, &["stack", "list"]).await;
     assert_eq!(list.stdout, "no stacks\n", "{list}");
@@ -352,35 +281,14 @@ resources:
     .expect("template");
     let t = t.display().to_string();
     let p = format!("record={}", record.display());
-    let mut driver = tokio::process::Command::new(flue_tests::bin("flue"))
-        .args([
-            "--gateway",
-            env.gateway.url(),
-            "stack",
-            "create",
-            "u",
-            "-t",
-            &t,
-            "-P",
-            &p,
-        ])
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn flue");
-    wait_until("a to start", WAIT, || {
-        lines(&record)
-            .contains(&"start CREATE a".to_owned())
-            .then_some(())
-    })
+    kill_driver_once(
+        &env,
+        &["stack", "create", "u", "-t", &t, "-P", &p],
+        &record,
+        "start CREATE a",
+    )
     .await;
-    driver.kill().await.expect("kill the driver");
-    let nats = env.nats.client().await;
-    let kv = async_nats::jetstream::new(nats)
-        .get_key_value("flue_data")
-        .await
-        .expect("data bucket");
-    kv.put("default.u.go", "now".into()).await.expect("put go");
+    put_data(&env, "u", "go", "now").await;
     let run = flue(&env, &["stack", "update", "u", "-t", &t, "--force"]).await;
     assert_eq!(run.code, 0, "{run}");
     assert!(run.stdout.contains("unchanged, not run"), "{run}");
@@ -453,19 +361,7 @@ resources:
     )
     .expect("template");
     let p = format!("record={}", record.display());
-    let run = flue(
-        &env,
-        &[
-            "stack",
-            "create",
-            "g",
-            "-t",
-            &t.display().to_string(),
-            "-P",
-            &p,
-        ],
-    )
-    .await;
+    let run = create_stack(&env, "g", &t.display().to_string(), &[&p]).await;
     assert_eq!(run.code, 1, "{run}");
     assert_eq!(lines(&record), ["a", "b"]);
     assert!(

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use super::{cluster, deployments, example, flue, lines};
+use super::{cluster, create_stack, deployments, example, flue, lines};
 
 #[tokio::test]
 async fn lifecycle_hooks_and_adhoc_actions_run_as_recorded_deployments() {
@@ -10,19 +10,7 @@ async fn lifecycle_hooks_and_adhoc_actions_run_as_recorded_deployments() {
     let data = env.path("data");
     let data_param = format!("data_dir={}", data.display());
     let template = example("two-tier");
-    let run = flue(
-        &env,
-        &[
-            "stack",
-            "create",
-            "shop",
-            "-t",
-            &template,
-            "-P",
-            &data_param,
-        ],
-    )
-    .await;
+    let run = create_stack(&env, "shop", &template, &[&data_param]).await;
     assert_eq!(run.code, 0, "{run}");
     let log = data.join("lifecycle.log");
 

@@ -32,9 +32,24 @@ impl std::fmt::Display for Run {
 
 /// Runs `flue --gateway GW ARGS…` to its end.
 pub async fn flue(flue: &Flue, args: &[&str]) -> Run {
+    let args = args.iter().map(|a| (*a).to_owned()).collect();
+    run_flue(flue.gateway.url().to_owned(), args).await
+}
+
+/// `flue stack create NAME -t TEMPLATE -P PARAM…`.
+pub async fn create_stack(env: &Flue, name: &str, template: &str, params: &[&str]) -> Run {
+    let mut args = vec!["stack", "create", name, "-t", template];
+    for p in params {
+        args.extend(["-P", p]);
+    }
+    flue(env, &args).await
+}
+
+/// [`flue`] with owned arguments, so it can run on its own task while the test acts.
+pub async fn run_flue(gateway: String, args: Vec<String>) -> Run {
     let out = tokio::process::Command::new(flue_tests::bin("flue"))
         .arg("--gateway")
-        .arg(flue.gateway.url())
+        .arg(gateway)
         .args(args)
         .kill_on_drop(true)
         .output();
@@ -47,6 +62,41 @@ pub async fn flue(flue: &Flue, args: &[&str]) -> Run {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// Runs `flue ARGS…` on its own task; await the handle for its [`Run`].
+pub fn flue_in_background(env: &Flue, args: &[&str]) -> tokio::task::JoinHandle<Run> {
+    let args = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::spawn(run_flue(env.gateway.url().to_owned(), args))
+}
+
+/// Starts `flue ARGS…` as a stack driver, waits until `record` holds the line `started`
+/// (a hook of the operation is running), then SIGKILLs the driver.
+pub async fn kill_driver_once(env: &Flue, args: &[&str], record: &Path, started: &str) {
+    let mut driver = tokio::process::Command::new(flue_tests::bin("flue"))
+        .arg("--gateway")
+        .arg(env.gateway.url())
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn flue");
+    flue_tests::wait_until(started, WAIT, || {
+        lines(record).iter().any(|l| l == started).then_some(())
+    })
+    .await;
+    driver.kill().await.expect("kill the driver");
+}
+
+/// Puts `key` in stack `stack`'s data space, as a hook on another server would.
+pub async fn put_data(env: &Flue, stack: &str, key: &str, value: &str) {
+    let kv = async_nats::jetstream::new(env.nats.client().await)
+        .get_key_value(flue_proto::subject::DATA_BUCKET)
+        .await
+        .expect("data bucket");
+    kv.put(format!("default.{stack}.{key}"), value.to_owned().into())
+        .await
+        .expect("put data key");
 }
 
 /// Path of an example template.

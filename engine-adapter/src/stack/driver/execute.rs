@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 use super::plan::{Step, StepKind};
 use super::state::{ApplyContext, Driver};
 use super::{EngineError, Event, STDERR_TAIL_BYTES};
-use crate::stack::resolve::{self, HiddenOutputs, RuntimeResolver};
+use crate::stack::resolve::{self, HiddenOutputs};
 use crate::{Client, ClientError};
 
 /// Added to a deployment's own timeout when waiting for it: the gateway fails it at
@@ -68,14 +68,7 @@ impl Driver<'_> {
                 let ctx = ctx.expect("apply steps come with a template");
                 let want = &ctx.plan.units[&key];
                 self.fetch_completed(&want.depends_on).await?;
-                let resolver = RuntimeResolver {
-                    template: ctx.template,
-                    params: ctx.params,
-                    plan: ctx.plan,
-                    state: &self.stack.state,
-                    deployments: &self.deployments,
-                    hidden_outputs: HiddenOutputs::Refuse,
-                };
+                let resolver = self.resolver(ctx, HiddenOutputs::Refuse);
                 let resolved = resolve::unit_deployment(&resolver, want)
                     .map_err(|e| StartError::Failed(e.to_string()))?;
                 let pending = self

@@ -2,7 +2,8 @@
 //! before it is created, and how the step ended.
 
 use flue_proto::{
-    Action, ActionResult, ConfigId, DeploymentId, DeploymentStatus, OpStatus, Pending, Unit,
+    Action, ActionResult, ConfigId, Deployment, DeploymentId, DeploymentStatus, LIFECYCLE_ACTIONS,
+    OpStatus, Pending, Unit,
 };
 
 use super::execute::{self, Outcome};
@@ -99,18 +100,8 @@ impl Driver<'_> {
         self.save(|s, _| {
             if action_run {
                 if let Some(run) = s.actions.iter_mut().find(|a| a.op_id == op) {
-                    run.results.insert(
-                        key.clone(),
-                        ActionResult {
-                            deployment_id: d.id.clone(),
-                            status: if complete {
-                                OpStatus::Complete
-                            } else {
-                                OpStatus::Failed
-                            },
-                            reason: r.clone(),
-                        },
-                    );
+                    run.results
+                        .insert(key.clone(), action_result(&d, r.clone()));
                 }
                 if let Some(u) = s.units.get_mut(&key) {
                     u.pending = None;
@@ -126,25 +117,9 @@ impl Driver<'_> {
             let Some(u) = s.units.get_mut(&key) else {
                 return;
             };
-            u.pending = None;
+            record_deployment(u, &d);
             u.op_id = Some(op.clone());
-            u.action = d.action.to_string();
-            u.current = Some(d.id.clone());
-            u.status = if complete {
-                OpStatus::Complete
-            } else {
-                OpStatus::Failed
-            };
             u.status_reason = r.clone();
-            let lifecycle_run = matches!(d.action.as_str(), Action::CREATE | Action::UPDATE);
-            if lifecycle_run || u.last.is_none() {
-                u.last = Some(d.id.clone());
-                u.last_config = Some(d.config_id.clone());
-            }
-            if complete && lifecycle_run {
-                u.baseline = Some(d.id.clone());
-                u.baseline_config = Some(d.config_id.clone());
-            }
         })
         .await?;
         if removal && complete {
@@ -208,4 +183,43 @@ pub(super) fn unit_reason(reason: &str) -> String {
         end -= 1;
     }
     format!("{}…", &first[..end])
+}
+
+/// An operation status from how deployment `d` ended.
+pub(super) fn op_status(d: &Deployment) -> OpStatus {
+    if d.status == DeploymentStatus::Complete {
+        OpStatus::Complete
+    } else {
+        OpStatus::Failed
+    }
+}
+
+/// What an ad-hoc action run keeps of its deployment `d` on one unit.
+pub(super) fn action_result(d: &Deployment, reason: Option<String>) -> ActionResult {
+    ActionResult {
+        deployment_id: d.id.clone(),
+        status: op_status(d),
+        reason,
+    }
+}
+
+/// Records deployment `d`, which ran to its end, as unit `u`'s latest: the unit's
+/// action and status (for a lifecycle action), its last deployment, and for a CREATE
+/// or UPDATE that completed, the baseline later updates compare with.
+pub(super) fn record_deployment(u: &mut Unit, d: &Deployment) {
+    let lifecycle_run = matches!(d.action.as_str(), Action::CREATE | Action::UPDATE);
+    u.pending = None;
+    u.current = Some(d.id.clone());
+    if lifecycle_run || u.last.is_none() {
+        u.last = Some(d.id.clone());
+        u.last_config = Some(d.config_id.clone());
+    }
+    if lifecycle_run && d.status == DeploymentStatus::Complete {
+        u.baseline = Some(d.id.clone());
+        u.baseline_config = Some(d.config_id.clone());
+    }
+    if LIFECYCLE_ACTIONS.contains(&d.action.as_str()) {
+        u.action = d.action.to_string();
+        u.status = op_status(d);
+    }
 }

@@ -5,13 +5,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use flue_proto::{
-    ActionResult, Deployment, DeploymentId, DeploymentStatus, LIFECYCLE_ACTIONS, OpStatus,
-    Operation, PutStack, Stack, StackAction, StackId, StackState, StackStatus,
+    Deployment, DeploymentId, DeploymentStatus, OpStatus, Operation, PutStack, Stack, StackAction,
+    StackId, StackState, StackStatus,
 };
 use serde_json::Value;
 use time::OffsetDateTime;
 
 use super::plan::OpKind;
+use super::record::{action_result, record_deployment};
 use super::schedule::HEARTBEAT;
 use super::{EngineError, Event, Options};
 use crate::Client;
@@ -346,48 +347,20 @@ impl<'c> Driver<'c> {
                 if let Some(d) = found
                     && let Some(run) = s.actions.iter_mut().find(|r| &r.op_id == op)
                 {
-                    run.results.insert(
-                        key.clone(),
-                        ActionResult {
-                            deployment_id: d.id.clone(),
-                            status: if d.status == DeploymentStatus::Complete {
-                                OpStatus::Complete
-                            } else {
-                                OpStatus::Failed
-                            },
-                            reason: d.status_reason.clone(),
-                        },
-                    );
+                    run.results
+                        .insert(key.clone(), action_result(d, d.status_reason.clone()));
                 }
                 let Some(unit) = s.units.get_mut(key) else {
                     continue;
                 };
                 unit.pending = None;
                 let Some(d) = found else { continue };
-                let complete = d.status == DeploymentStatus::Complete;
                 // A DELETE that ran to its end took the unit out of the stack.
-                if complete && d.action.as_str() == "DELETE" {
+                if d.status == DeploymentStatus::Complete && d.action.as_str() == "DELETE" {
                     s.units.remove(key);
                     continue;
                 }
-                let lifecycle_run = matches!(d.action.as_str(), "CREATE" | "UPDATE");
-                unit.current = Some(d.id.clone());
-                if lifecycle_run || unit.last.is_none() {
-                    unit.last = Some(d.id.clone());
-                    unit.last_config = Some(d.config_id.clone());
-                }
-                if lifecycle_run && complete {
-                    unit.baseline = Some(d.id.clone());
-                    unit.baseline_config = Some(d.config_id.clone());
-                }
-                if LIFECYCLE_ACTIONS.contains(&d.action.as_str()) {
-                    unit.action = d.action.to_string();
-                    unit.status = if complete {
-                        OpStatus::Complete
-                    } else {
-                        OpStatus::Failed
-                    };
-                }
+                record_deployment(unit, d);
             }
             // An ad-hoc action run whose operation was taken over ends here.
             for run in &mut s.actions {
@@ -429,14 +402,7 @@ impl<'c> Driver<'c> {
     ) -> Result<BTreeMap<String, Value>, EngineError> {
         let all: BTreeSet<String> = ctx.plan.units.keys().cloned().collect();
         self.fetch_completed(&all).await?;
-        let resolver = RuntimeResolver {
-            template: ctx.template,
-            params: ctx.params,
-            plan: ctx.plan,
-            state: &self.stack.state,
-            deployments: &self.deployments,
-            hidden_outputs: HiddenOutputs::Placeholder,
-        };
+        let resolver = self.resolver(ctx, HiddenOutputs::Placeholder);
         let mut out = BTreeMap::new();
         for (name, def) in &ctx.template.outputs {
             let resolved =
@@ -450,6 +416,23 @@ impl<'c> Driver<'c> {
             out.insert(name.clone(), value);
         }
         Ok(out)
+    }
+
+    /// What `get_param`, `get_resource` and `get_attr` read for `ctx`: the stack as
+    /// recorded and the completed deployments fetched so far.
+    pub(super) fn resolver<'a>(
+        &'a self,
+        ctx: &'a ApplyContext<'_>,
+        hidden_outputs: HiddenOutputs,
+    ) -> RuntimeResolver<'a> {
+        RuntimeResolver {
+            template: ctx.template,
+            params: ctx.params,
+            plan: ctx.plan,
+            state: &self.stack.state,
+            deployments: &self.deployments,
+            hidden_outputs,
+        }
     }
 
     /// Ends the operation: COMPLETE, or FAILED naming each failed unit.

@@ -94,6 +94,14 @@ fn refuse_inside(t: &Template, v: &Value, path: &str) -> Result<(), TemplateErro
     }
 }
 
+/// `(resource, output)` when `v` is exactly `{get_attr: [resource, output]}` of a
+/// hidden output of a single deployment: the one use that passes it on whole.
+pub fn hidden_output_ref<'v>(t: &Template, v: &'v Value) -> Option<(&'v str, &'v str)> {
+    let (resource, attr, whole) = hidden_attr(t, v)?;
+    (whole && t.resources[resource].kind == ResourceKind::SoftwareDeployment)
+        .then_some((resource, attr))
+}
+
 /// `(resource, output, whole)` when `v` is a `get_attr` of a hidden output; `whole`
 /// is false when it also names a path into the value.
 fn hidden_attr<'v>(t: &Template, v: &'v Value) -> Option<(&'v str, &'v str, bool)> {
