@@ -95,8 +95,8 @@ pub struct StackApplyArgs {
     /// The HOT template (YAML or JSON); `get_file` paths are relative to it.
     #[arg(short = 't', long, value_name = "FILE")]
     pub template: PathBuf,
-    /// A parameter value (repeatable). On update, parameters not given keep their
-    /// last value, except hidden ones, which are never stored.
+    /// A parameter value (repeatable). On update, parameters given before keep their
+    /// value unless given again; hidden ones are never stored and must be given again.
     #[arg(short = 'P', long = "parameter", value_name = "NAME=VALUE")]
     pub parameters: Vec<String>,
     /// A parameter whose value is a file's contents (repeatable): the way to pass a
