@@ -41,6 +41,15 @@ pub enum BrokerError {
         #[source]
         source: BoxError,
     },
+    /// An event could not be published, or its publish was not acknowledged.
+    #[error("cannot publish event {id}")]
+    Event {
+        /// Event id.
+        id: String,
+        /// Cause.
+        #[source]
+        source: BoxError,
+    },
     /// A request could not be published, or its publish was not acknowledged.
     #[error("cannot publish the request of deployment {deployment}")]
     Publish {

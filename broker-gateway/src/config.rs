@@ -44,6 +44,14 @@ pub struct Config {
     #[arg(long, env = "FLUE_STREAM_MAX_AGE_SECS", default_value_t = 604_800,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub stream_max_age_secs: u64,
+    /// Seconds an event stays in the event stream `FLUE_EVT` (replay window).
+    #[arg(long, env = "FLUE_EVENTS_MAX_AGE_SECS", default_value_t = 604_800,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub events_max_age_secs: u64,
+    /// Largest size of the event stream in bytes; the oldest events go first.
+    #[arg(long, env = "FLUE_EVENTS_MAX_BYTES", default_value_t = 1_073_741_824,
+          value_parser = clap::value_parser!(i64).range(1_048_576..))]
+    pub events_max_bytes: i64,
 }
 
 impl Config {
@@ -58,6 +66,8 @@ impl Config {
             timeout_sweep_ms: 500,
             max_body_bytes: 1_048_576,
             stream_max_age_secs: 604_800,
+            events_max_age_secs: 604_800,
+            events_max_bytes: 1_073_741_824,
         }
     }
 
@@ -73,6 +83,14 @@ impl Config {
     /// Interval between two timeout sweeps.
     pub fn timeout_sweep(&self) -> Duration {
         Duration::from_millis(self.timeout_sweep_ms.max(1))
+    }
+
+    /// Retention of the event stream.
+    pub fn event_retention(&self) -> crate::events::Retention {
+        crate::events::Retention {
+            max_age: Duration::from_secs(self.events_max_age_secs),
+            max_bytes: self.events_max_bytes,
+        }
     }
 
     /// How long messages stay in the streams.
@@ -95,6 +113,8 @@ impl fmt::Debug for Config {
             .field("timeout_sweep_ms", &self.timeout_sweep_ms)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("stream_max_age_secs", &self.stream_max_age_secs)
+            .field("events_max_age_secs", &self.events_max_age_secs)
+            .field("events_max_bytes", &self.events_max_bytes)
             .finish()
     }
 }

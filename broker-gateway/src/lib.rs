@@ -8,6 +8,7 @@
 //! - [`record`]: the stored deployment record and its state transitions;
 //! - [`service`]: shared handles, reliable publishing and start-up recovery;
 //! - [`deferred`]: requests left to the background publisher, in each server's order;
+//! - [`events`]: publishing lifecycle events into the event stream;
 //! - [`responses`]: the consumer applying agents' answers;
 //! - [`timeouts`]: the sweeper failing deployments nobody answered.
 
@@ -16,6 +17,7 @@ pub mod broker;
 pub mod config;
 pub mod deferred;
 pub mod error;
+pub mod events;
 pub mod record;
 pub mod responses;
 pub mod service;
@@ -59,11 +61,12 @@ impl Gateway {
         let js = jetstream::new(client.clone());
         let broker = Broker::new(js.clone());
         broker.ensure_streams(config.stream_max_age()).await?;
+        let events = events::Events::open(js.clone(), config.event_retention()).await?;
         let store = Store::open(&js).await?;
         broker.response_consumer().await?;
 
         let shutdown = CancellationToken::new();
-        let service = Service::new(Arc::new(config), store, broker, shutdown.clone());
+        let service = Service::new(Arc::new(config), store, broker, events, shutdown.clone());
         service.recover().await?;
 
         let listen = service.config.listen;

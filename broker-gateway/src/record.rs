@@ -149,6 +149,18 @@ pub fn apply_published(record: &mut DeploymentRecord) -> bool {
     !std::mem::replace(&mut record.request_published, true)
 }
 
+/// The agent received the request: records when, the first time only.
+pub fn apply_delivered(record: &mut DeploymentRecord, at: OffsetDateTime) -> bool {
+    let d = &mut record.deployment;
+    if d.delivered_at.is_some() {
+        return false;
+    }
+    d.delivered_at = Some(at);
+    // An agent only answers what it pulled from the queue, so the request is out.
+    record.request_published = true;
+    true
+}
+
 /// The agent recorded the deployment as started: QUEUED → IN_PROGRESS, never backwards.
 pub fn apply_started(
     record: &mut DeploymentRecord,
@@ -262,6 +274,7 @@ mod tests {
                 timeout_secs: 60,
                 created_at: now,
                 updated_at: now,
+                delivered_at: None,
                 started_at: None,
                 finished_at: None,
                 expires_at: now + time::Duration::seconds(60),

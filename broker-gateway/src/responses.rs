@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::error::chain;
-use crate::record::{apply_finished, apply_started};
+use crate::record::{apply_delivered, apply_finished, apply_started};
 use crate::service::Service;
 
 /// First pause after the consumer failed; doubled up to [`MAX_BACKOFF`].
@@ -122,13 +122,17 @@ async fn handle(service: &Service, message: Message) {
                 return false;
             }
             match &parsed {
+                AgentMessage::Delivered { at, .. } => apply_delivered(record, *at),
                 AgentMessage::Started { at, .. } => apply_started(record, *at, now),
+                AgentMessage::Progress { .. } => false,
                 AgentMessage::Finished { result, .. } => apply_finished(record, result, now),
             }
         })
         .await;
     let kind = match &parsed {
+        AgentMessage::Delivered { .. } => "delivered",
         AgentMessage::Started { .. } => "started",
+        AgentMessage::Progress { .. } => "progress",
         AgentMessage::Finished { .. } => "finished",
     };
     match updated {

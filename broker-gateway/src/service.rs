@@ -26,6 +26,7 @@ use crate::Config;
 use crate::broker::{Broker, BrokerError};
 use crate::deferred::{Deferred, Entry};
 use crate::error::chain;
+use crate::events::Events;
 use crate::record::{DeploymentRecord, apply_published, timeout_deadline};
 use crate::store::{Store, StoreError};
 use crate::timeouts::TimeoutSet;
@@ -92,6 +93,8 @@ pub struct Service {
     pub store: Store,
     /// Streams and consumers.
     pub broker: Broker,
+    /// The event stream.
+    pub events: Events,
     /// Deployments waiting for an answer.
     pub timeouts: TimeoutSet,
     /// Deployments whose request still has to be published, by server.
@@ -110,12 +113,14 @@ impl Service {
         config: Arc<Config>,
         store: Store,
         broker: Broker,
+        events: Events,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
             config,
             store,
             broker,
+            events,
             timeouts: TimeoutSet::default(),
             deferred: Deferred::default(),
             unread: Arc::default(),

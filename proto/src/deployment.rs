@@ -184,6 +184,25 @@ pub enum AgentMessage {
         #[serde(with = "time::serde::rfc3339")]
         at: OffsetDateTime,
     },
+    /// The agent received the request (before its ledger decides anything).
+    Delivered {
+        /// Protocol version.
+        v: u32,
+        /// Which deployment.
+        deployment_id: DeploymentId,
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+    },
+    /// Lines the running hook printed, in order (`progress.seq` 1, 2, …).
+    Progress {
+        /// Protocol version.
+        v: u32,
+        /// Which deployment.
+        deployment_id: DeploymentId,
+        /// The lines and their sequence number.
+        progress: crate::event::ProgressEventData,
+    },
     /// The deployment's final result.
     Finished {
         /// Protocol version.
@@ -199,9 +218,10 @@ impl AgentMessage {
     /// The deployment the message is about.
     pub fn deployment_id(&self) -> &DeploymentId {
         match self {
-            Self::Started { deployment_id, .. } | Self::Finished { deployment_id, .. } => {
-                deployment_id
-            }
+            Self::Started { deployment_id, .. }
+            | Self::Delivered { deployment_id, .. }
+            | Self::Progress { deployment_id, .. }
+            | Self::Finished { deployment_id, .. } => deployment_id,
         }
     }
 
@@ -211,8 +231,14 @@ impl AgentMessage {
     /// and server too: no other server's message can shadow this one's answer.
     pub fn msg_id(&self, tenant: &TenantId, server: &ServerId) -> String {
         let (id, kind) = match self {
-            Self::Started { deployment_id, .. } => (deployment_id, "started"),
-            Self::Finished { deployment_id, .. } => (deployment_id, "finished"),
+            Self::Started { deployment_id, .. } => (deployment_id, "started".to_owned()),
+            Self::Delivered { deployment_id, .. } => (deployment_id, "delivered".to_owned()),
+            Self::Progress {
+                deployment_id,
+                progress,
+                ..
+            } => (deployment_id, format!("progress-{}", progress.seq)),
+            Self::Finished { deployment_id, .. } => (deployment_id, "finished".to_owned()),
         };
         format!("{tenant}.{server}.{id}.{kind}")
     }
@@ -332,6 +358,9 @@ pub struct Deployment {
     /// Last change.
     #[serde(with = "time::serde::rfc3339")]
     pub updated_at: OffsetDateTime,
+    /// Agent received it at (the first time).
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub delivered_at: Option<OffsetDateTime>,
     /// Agent started it at.
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub started_at: Option<OffsetDateTime>,

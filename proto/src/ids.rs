@@ -115,6 +115,10 @@ id_type!(
     TenantId
 );
 id_type!(
+    /// A webhook subscription.
+    WebhookId
+);
+id_type!(
     /// A server (one agent) inside a tenant.
     ServerId
 );

@@ -3,14 +3,18 @@
 //! - [`ids`]: id types that can only hold a valid NATS subject token;
 //! - [`subject`]: subject, stream and consumer names;
 //! - [`config`], [`deployment`], [`server`], [`stack`]: the JSON bodies of the HTTP API and of
-//!   the messages on the request and response queues.
+//!   the messages on the request and response queues;
+//! - [`event`]: lifecycle events (CloudEvents), their subjects and filters, heartbeats;
+//! - [`webhook`]: webhook subscriptions.
 
 pub mod config;
 pub mod deployment;
+pub mod event;
 pub mod ids;
 pub mod server;
 pub mod stack;
 pub mod subject;
+pub mod webhook;
 
 pub use config::{
     AdhocAction, Config, ConfigError, ConfigSpec, InputDecl, LIFECYCLE_ACTIONS, OutputDecl,
@@ -19,7 +23,13 @@ pub use deployment::{
     Action, AgentMessage, CreateDeployment, Deployment, DeploymentRequest, DeploymentResult,
     DeploymentStatus, OutputRef, PROTOCOL_VERSION,
 };
-pub use ids::{ConfigId, DeploymentId, IdError, MAX_ID_LEN, ServerId, StackId, TenantId};
+pub use event::{
+    CloudEvent, EventFilter, EventKind, EventType, Heartbeat, HeartbeatState, Presence,
+    PresenceStatus,
+};
+pub use ids::{
+    ConfigId, DeploymentId, IdError, MAX_ID_LEN, ServerId, StackId, TenantId, WebhookId,
+};
 pub use server::{AgentBootstrap, ErrorBody, ErrorDetail, RegisterServer, Registration, Server};
 pub use stack::{
     ActionResult, ActionRun, OpStatus, Operation, Pending, PutStack, Stack, StackAction,

@@ -29,6 +29,9 @@ pub struct Server {
     /// Registered at.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
+    /// Presence derived from its agent's heartbeats: filled in by API reads, never stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presence: Option<crate::event::Presence>,
 }
 
 /// Everything an agent needs to start, returned by registration.

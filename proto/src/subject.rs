@@ -4,6 +4,8 @@
 //! |---|---|
 //! | `flue.<tenant>.req.<server>` | [`REQUEST_STREAM`] |
 //! | `flue.<tenant>.resp.<server>` | [`RESPONSE_STREAM`] |
+//! | `flue.<tenant>.evt.<kind>.<stack>.<server>.<name>` | [`crate::event::EVENT_STREAM`] |
+//! | `flue.<tenant>.hb.<server>` | none (core NATS heartbeats) |
 //!
 //! The stack data space is the KV bucket [`DATA_BUCKET`], keys `<tenant>.<stack>.<key>`.
 
@@ -29,6 +31,14 @@ pub fn request(tenant: &TenantId, server: &ServerId) -> String {
 pub fn response(tenant: &TenantId, server: &ServerId) -> String {
     format!("flue.{tenant}.resp.{server}")
 }
+
+/// Subject an agent publishes its heartbeats on (core NATS, no stream).
+pub fn heartbeat(tenant: &TenantId, server: &ServerId) -> String {
+    format!("flue.{tenant}.hb.{server}")
+}
+
+/// Subjects of every agent's heartbeats, which the gateway subscribes to.
+pub const HEARTBEAT_SUBJECTS: &str = "flue.*.hb.*";
 
 /// Name of the durable pull consumer the gateway creates for one server's requests.
 ///
@@ -119,6 +129,7 @@ mod tests {
     fn subjects_have_the_documented_shape() {
         assert_eq!(request(&t("acme"), &s("web1")), "flue.acme.req.web1");
         assert_eq!(response(&t("acme"), &s("web1")), "flue.acme.resp.web1");
+        assert_eq!(heartbeat(&t("acme"), &s("web1")), "flue.acme.hb.web1");
         assert_eq!(
             agent_inbox_prefix(&t("acme"), &s("web1")),
             "_INBOX_flue.acme.web1"

@@ -4,6 +4,7 @@
 //! Binaries come from the same target directory as the test executable
 //! (`cargo build --workspace --bins` first; the test script does that).
 
+mod events;
 mod fixture;
 mod logs;
 mod procs;
@@ -11,6 +12,7 @@ mod procs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use events::EventTap;
 pub use fixture::Flue;
 pub use logs::Logs;
 pub use procs::{Agent, Gateway, Nats};

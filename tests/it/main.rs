@@ -6,6 +6,7 @@ mod cli;
 mod data_space;
 mod delivery;
 mod deploy;
+mod events;
 mod gateway;
 mod ledger_reuse;
 mod resilience;

@@ -154,6 +154,7 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
             timeout_secs,
             created_at: now,
             updated_at: now,
+            delivered_at: None,
             started_at: None,
             finished_at: None,
             expires_at,

@@ -31,6 +31,7 @@ pub async fn register(
         tenant: tenant.clone(),
         name: body.name,
         created_at: OffsetDateTime::now_utc(),
+        presence: None,
     };
     let (status, server) = match service.store.create_server(&server).await? {
         None => {

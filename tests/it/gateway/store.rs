@@ -33,6 +33,7 @@ fn record(id: &str) -> DeploymentRecord {
             timeout_secs: 60,
             created_at: now,
             updated_at: now,
+            delivered_at: None,
             started_at: None,
             finished_at: None,
             expires_at: now,

@@ -1,0 +1,127 @@
+//! Publishing lifecycle events into the event stream `FLUE_EVT`.
+//!
+//! Every event goes to its subject ([`CloudEvent::nats_subject`]) with its id as the
+//! JetStream message id, so publishing the same fact twice (a retry, a redelivered agent
+//! message handled again) leaves one copy in the stream within the duplicate window.
+//! Callers that can retry later (the response consumer: it naks the agent message) use
+//! [`Events::publish`] and treat an error as "not done"; callers that cannot use
+//! [`Events::emit`], which retries a few times and then logs.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream};
+use flue_proto::CloudEvent;
+use flue_proto::event::{EVENT_STREAM, EVENT_SUBJECTS};
+use tracing::{debug, info, warn};
+
+use crate::broker::{BrokerError, DUPLICATE_WINDOW};
+
+/// Attempts [`Events::emit`] makes before giving up.
+const EMIT_ATTEMPTS: u32 = 4;
+/// Pause after the first failed attempt; doubled after each further one.
+const EMIT_BACKOFF: Duration = Duration::from_millis(100);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Retention of the event stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Events older than this are dropped.
+    pub max_age: Duration,
+    /// Past this many bytes, the oldest events are dropped.
+    pub max_bytes: i64,
+}
+
+/// Handle on the event stream; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Events {
+    js: jetstream::Context,
+}
+
+impl Events {
+    /// Creates the event stream if missing and gives it `retention` (an existing stream
+    /// created with other limits is updated).
+    pub async fn open(js: jetstream::Context, retention: Retention) -> Result<Self, BrokerError> {
+        let err = |e: BoxError| BrokerError::Stream {
+            stream: EVENT_STREAM,
+            source: e,
+        };
+        let config = stream::Config {
+            name: EVENT_STREAM.to_owned(),
+            subjects: vec![EVENT_SUBJECTS.to_owned()],
+            retention: stream::RetentionPolicy::Limits,
+            discard: stream::DiscardPolicy::Old,
+            storage: stream::StorageType::File,
+            duplicate_window: DUPLICATE_WINDOW,
+            max_age: retention.max_age,
+            max_bytes: retention.max_bytes,
+            // Listeners (SSE clients, webhooks) each hold a consumer.
+            max_consumers: -1,
+            ..Default::default()
+        };
+        let stream = js
+            .get_or_create_stream(config)
+            .await
+            .map_err(|e| err(e.into()))?;
+        let found = &stream.cached_info().config;
+        if found.max_age != retention.max_age || found.max_bytes != retention.max_bytes {
+            let mut changed = found.clone();
+            changed.max_age = retention.max_age;
+            changed.max_bytes = retention.max_bytes;
+            js.update_stream(&changed)
+                .await
+                .map_err(|e| err(e.into()))?;
+            info!(
+                stream = EVENT_STREAM,
+                max_age_secs = retention.max_age.as_secs(),
+                max_bytes = retention.max_bytes,
+                "event stream retention changed"
+            );
+        }
+        Ok(Self { js })
+    }
+
+    /// The JetStream context (for listeners' consumers).
+    pub fn jetstream(&self) -> &jetstream::Context {
+        &self.js
+    }
+
+    /// Publishes `event` and waits for the broker's acknowledgement.
+    pub async fn publish(&self, event: &CloudEvent) -> Result<(), BrokerError> {
+        let err = |e: BoxError| BrokerError::Event {
+            id: event.id.clone(),
+            source: e,
+        };
+        let payload = serde_json::to_vec(event).expect("an event always serialises");
+        let ack = self
+            .js
+            .send_publish(
+                event.nats_subject(),
+                jetstream::message::PublishMessage::build()
+                    .payload(payload.into())
+                    .message_id(event.msg_id()),
+            )
+            .await
+            .map_err(|e| err(e.into()))?;
+        ack.await.map_err(|e| err(e.into()))?;
+        debug!(event.id = %event.id, event.type = %event.ty, "event published");
+        Ok(())
+    }
+
+    /// Publishes `event`, retrying a few times; logs when it cannot.
+    pub async fn emit(&self, event: &CloudEvent) {
+        let mut pause = EMIT_BACKOFF;
+        for attempt in 1..=EMIT_ATTEMPTS {
+            match self.publish(event).await {
+                Ok(()) => return,
+                Err(e) if attempt == EMIT_ATTEMPTS => {
+                    warn!(error = %crate::error::chain(&e), event.id = %event.id, event.type = %event.ty, "cannot publish an event; dropped");
+                }
+                Err(_) => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+            }
+        }
+    }
+}

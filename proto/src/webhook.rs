@@ -1,0 +1,88 @@
+//! Webhook subscriptions: the bodies of `/v1/webhooks`.
+//!
+//! The gateway POSTs each matching event (the CloudEvent JSON, one per request, in stream
+//! order) to the subscription's URL, signed with HMAC-SHA256 under its secret; see the
+//! README for the headers and how a receiver verifies them.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::event::EventFilter;
+
+/// Header carrying the signature: `v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`.
+pub const SIGNATURE_HEADER: &str = "flue-signature";
+/// Header carrying the signing time, Unix seconds.
+pub const TIMESTAMP_HEADER: &str = "flue-timestamp";
+/// Header carrying the event id (the same on every attempt).
+pub const EVENT_ID_HEADER: &str = "flue-event-id";
+/// Header carrying the attempt number, 1 for the first.
+pub const ATTEMPT_HEADER: &str = "flue-attempt";
+/// Header carrying the subscription id.
+pub const WEBHOOK_ID_HEADER: &str = "flue-webhook-id";
+
+/// `POST /v1/webhooks`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateWebhook {
+    /// Where events are POSTed (`http://` or `https://`).
+    pub url: String,
+    /// Signing secret, at least 16 bytes; never shown again.
+    pub secret: String,
+    /// Which events; all of the tenant's when empty.
+    #[serde(default)]
+    pub filter: EventFilter,
+    /// Where to start: `new` (events from now on, the default) or `all` (everything the
+    /// event stream still keeps).
+    #[serde(default)]
+    pub start: WebhookStart,
+}
+
+/// Where a new subscription starts in the event stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookStart {
+    /// Events published from now on.
+    #[default]
+    New,
+    /// Every event the stream still keeps.
+    All,
+}
+
+/// Delivery state of a subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookStatus {
+    /// Delivering.
+    Active,
+    /// Stopped after the last attempt failed; `POST /v1/webhooks/{id}/resume` restarts
+    /// it at the event that could not be delivered.
+    Parked,
+}
+
+/// A subscription as the API shows it (never with its secret).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Webhook {
+    /// Id (a subject token).
+    pub id: crate::ids::WebhookId,
+    /// Target URL.
+    pub url: String,
+    /// Which events.
+    pub filter: EventFilter,
+    /// Created at.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Active or parked.
+    pub status: WebhookStatus,
+    /// Why it was parked: the event, the number of attempts and the last error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked_reason: Option<String>,
+    /// Events delivered so far.
+    #[serde(default)]
+    pub delivered: u64,
+    /// Id of the last event delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_event_id: Option<String>,
+    /// The last failed attempt's error, if the last attempt failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}

@@ -1,0 +1,11 @@
+//! Lifecycle events end to end: the stream, presence, progress, SSE, webhooks, the CLI
+//! and the dashboard, against a real broker, gateway and agents.
+
+mod cli;
+mod dashboard;
+mod deployments;
+mod presence;
+mod progress;
+mod sse;
+mod stacks;
+mod webhooks;
