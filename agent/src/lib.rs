@@ -69,10 +69,12 @@ pub mod connect;
 pub mod data;
 pub mod deploy;
 pub mod error;
+pub mod heartbeat;
 pub mod hook;
 pub mod item;
 pub mod ledger;
 pub mod process;
+pub mod progress;
 pub mod script;
 pub mod worker;
 

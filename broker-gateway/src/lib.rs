@@ -10,7 +10,9 @@
 //! - [`deferred`]: requests left to the background publisher, in each server's order;
 //! - [`events`]: publishing lifecycle events into the event stream;
 //! - [`responses`]: the consumer applying agents' answers;
-//! - [`timeouts`]: the sweeper failing deployments nobody answered.
+//! - [`timeouts`]: the sweeper failing deployments nobody answered;
+//! - [`presence`]: online / offline from agents' heartbeats;
+//! - [`webhooks`]: webhook subscriptions and their delivery.
 
 pub mod api;
 pub mod broker;
@@ -18,11 +20,13 @@ pub mod config;
 pub mod deferred;
 pub mod error;
 pub mod events;
+pub mod presence;
 pub mod record;
 pub mod responses;
 pub mod service;
 pub mod store;
 pub mod timeouts;
+pub mod webhooks;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -63,10 +67,20 @@ impl Gateway {
         broker.ensure_streams(config.stream_max_age()).await?;
         let events = events::Events::open(js.clone(), config.event_retention()).await?;
         let store = Store::open(&js).await?;
+        let presence = presence::PresenceTracker::open(&js, &config).await?;
+        let webhooks = webhooks::Webhooks::open(&js).await?;
         broker.response_consumer().await?;
 
         let shutdown = CancellationToken::new();
-        let service = Service::new(Arc::new(config), store, broker, events, shutdown.clone());
+        let service = Service::new(
+            Arc::new(config),
+            store,
+            broker,
+            events,
+            presence,
+            webhooks,
+            shutdown.clone(),
+        );
         service.recover().await?;
 
         let listen = service.config.listen;
@@ -86,6 +100,8 @@ impl Gateway {
         tasks.spawn(responses::consume(service.clone(), shutdown.child_token()));
         tasks.spawn(timeouts::sweep(service.clone(), shutdown.child_token()));
         tasks.spawn(service::republish(service.clone(), shutdown.child_token()));
+        tasks.spawn(presence::run(service.clone(), shutdown.child_token()));
+        tasks.spawn(webhooks::run(service.clone(), shutdown.child_token()));
         let server = axum::serve(listener, router.clone())
             .with_graceful_shutdown(shutdown.child_token().cancelled_owned());
         tasks.spawn(async move {

@@ -27,9 +27,11 @@ use crate::broker::{Broker, BrokerError};
 use crate::deferred::{Deferred, Entry};
 use crate::error::chain;
 use crate::events::Events;
+use crate::presence::PresenceTracker;
 use crate::record::{DeploymentRecord, apply_published, timeout_deadline};
 use crate::store::{Store, StoreError};
 use crate::timeouts::TimeoutSet;
+use crate::webhooks::Webhooks;
 
 /// Attempts made by the API before leaving a publish to the background retry.
 const PUBLISH_ATTEMPTS: u32 = 3;
@@ -95,6 +97,10 @@ pub struct Service {
     pub broker: Broker,
     /// The event stream.
     pub events: Events,
+    /// Servers' presence.
+    pub presence: PresenceTracker,
+    /// Webhook subscriptions.
+    pub webhooks: Webhooks,
     /// Deployments waiting for an answer.
     pub timeouts: TimeoutSet,
     /// Deployments whose request still has to be published, by server.
@@ -109,11 +115,14 @@ pub struct Service {
 
 impl Service {
     /// Bundles the handles of a started gateway.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: Arc<Config>,
         store: Store,
         broker: Broker,
         events: Events,
+        presence: PresenceTracker,
+        webhooks: Webhooks,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
@@ -121,6 +130,8 @@ impl Service {
             store,
             broker,
             events,
+            presence,
+            webhooks,
             timeouts: TimeoutSet::default(),
             deferred: Deferred::default(),
             unread: Arc::default(),

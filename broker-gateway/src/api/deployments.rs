@@ -369,3 +369,8 @@ pub async fn get(
     }
     Ok(Json(latest.redacted()))
 }
+
+/// `GET /v1/deployments` (work in progress).
+pub async fn list(State(_service): State<Service>) -> Result<Json<Vec<Deployment>>, ApiError> {
+    Err(ApiError::NotFound("not yet".into()))
+}

@@ -1,11 +1,14 @@
 //! The HTTP API: routes, and the JSON answers for unknown routes and methods.
 
 pub mod configs;
+pub mod dashboard;
 pub mod deployments;
 pub mod error;
+pub mod events;
 pub mod extract;
 pub mod servers;
 pub mod stacks;
+pub mod webhooks;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::Uri;
@@ -22,13 +25,27 @@ use crate::service::Service;
 pub fn router(service: Service) -> Router {
     let body_limit = service.config.max_body_bytes;
     Router::new()
+        .route("/", get(dashboard::page))
         .route("/healthz", get(healthz))
         .route("/v1/configs", post(configs::create))
         .route("/v1/configs/{id}", get(configs::get))
         .route("/v1/servers", post(servers::register).get(servers::list))
-        .route("/v1/servers/{id}", get(servers::get))
+        .route(
+            "/v1/servers/{id}",
+            get(servers::get).delete(servers::deregister),
+        )
         .route("/v1/servers/{id}/deployments", get(servers::deployments))
-        .route("/v1/deployments", post(deployments::create))
+        .route(
+            "/v1/deployments",
+            post(deployments::create).get(deployments::list),
+        )
+        .route("/v1/events", get(events::stream))
+        .route("/v1/webhooks", post(webhooks::create).get(webhooks::list))
+        .route(
+            "/v1/webhooks/{id}",
+            get(webhooks::get).delete(webhooks::delete),
+        )
+        .route("/v1/webhooks/{id}/resume", post(webhooks::resume))
         .route("/v1/deployments/{id}", get(deployments::get))
         .route("/v1/stacks", get(stacks::list))
         .route(

@@ -85,3 +85,11 @@ async fn known_server(service: &Service, id: &ServerId) -> Result<Server, ApiErr
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("server {:?} not found", id.as_str())))
 }
+
+/// `DELETE /v1/servers/{id}` (work in progress).
+pub async fn deregister(
+    State(_service): State<Service>,
+    PathId(_id): PathId<ServerId>,
+) -> Result<StatusCode, ApiError> {
+    Err(ApiError::NotFound("not yet".into()))
+}

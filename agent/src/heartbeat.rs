@@ -1,0 +1,1 @@
+//! Presence heartbeats on `flue.<tenant>.hb.<server>` (work in progress).
