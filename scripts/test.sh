@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
 # README command 2: runs every test against a real nats-server, gateway and agents.
-# Installs the pinned nats-server into .venv/ if it is missing.
+# Installs the pinned nats-server into .venv/ if it is missing, and Debian's chromium
+# (for the dashboard test) when it is missing and this runs as root with apt-get.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 FLUE_NATS_SERVER="$(bash scripts/ensure-nats.sh)"
 export FLUE_NATS_SERVER
+# The dashboard test drives Debian's headless `chromium` (or $FLUE_CHROMIUM).
+if [ -z "${FLUE_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing chromium (for the dashboard test)" >&2
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
+  else
+    echo "warning: chromium is not installed, so the dashboard test will fail;" \
+      "install it with \`sudo apt-get install chromium\` or set FLUE_CHROMIUM" >&2
+  fi
+fi
 # The end-to-end tests start the real binaries, so build them first.
 cargo build --workspace --bins
 if cargo nextest --version >/dev/null 2>&1; then

@@ -1,8 +1,10 @@
-//! Answering on the response queue: publishing `started` / `finished` with JetStream
-//! de-duplication ids, acking the request, and keeping a result within one message.
+//! Answering on the response queue: publishing `delivered` / `started` / `progress` /
+//! `finished` with JetStream de-duplication ids, acking the request, and keeping a result
+//! within one message.
 
 use std::time::Duration;
 
+use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::{self, message::PublishMessage};
 use flue_proto::{
     AgentMessage, DeploymentId, DeploymentResult, DeploymentStatus, PROTOCOL_VERSION, ServerId,
@@ -52,16 +54,21 @@ impl Responder {
 
     /// Publishes `msg` with its de-duplication id and waits for the broker's PubAck.
     pub async fn publish(&self, msg: &AgentMessage) -> Result<(), String> {
+        let ack = self.send(msg).await?;
+        ack.await.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// Queues `msg` with its de-duplication id on the connection (after anything queued
+    /// before, ahead of anything queued later) and returns the broker's PubAck to come.
+    pub async fn send(&self, msg: &AgentMessage) -> Result<PublishAckFuture, String> {
         let payload = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
         let publish = PublishMessage::build()
             .payload(payload.into())
             .message_id(msg.msg_id(&self.tenant, &self.server));
-        let ack = self
-            .js
+        self.js
             .send_publish(self.subject.clone(), publish)
             .await
-            .map_err(|e| e.to_string())?;
-        ack.await.map(|_| ()).map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())
     }
 
     /// Publishes the final answer, retrying with backoff until the broker acknowledges

@@ -15,6 +15,10 @@ pub const DEFAULT_HOOK_DIR: &str = "/var/lib/heat-config/hooks";
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// Default number of days a finished deployment stays in the ledger.
 pub const DEFAULT_LEDGER_RETENTION_DAYS: u64 = 30;
+/// Default interval between two heartbeats.
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
+/// Longest accepted heartbeat interval, in seconds.
+pub const MAX_HEARTBEAT_SECS: u64 = 60;
 /// Seconds in one day of ledger retention.
 const DAY_SECS: u64 = 24 * 3600;
 
@@ -42,6 +46,9 @@ pub struct Config {
     /// therefore be at least the gateway's stream max age. `started` entries are never pruned:
     /// they mean a hook may have been interrupted, which must be reported.
     pub ledger_retention: Duration,
+    /// Interval between two presence heartbeats (1 s to [`MAX_HEARTBEAT_SECS`]); keep it
+    /// well below the gateway's `--presence-timeout-secs` (default 10 s).
+    pub heartbeat_interval: Duration,
 }
 
 impl Config {
@@ -55,6 +62,7 @@ impl Config {
             hook_dirs: vec![PathBuf::from(DEFAULT_HOOK_DIR)],
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             ledger_retention: retention_from_days(DEFAULT_LEDGER_RETENTION_DAYS),
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
         }
     }
 
@@ -122,6 +130,11 @@ pub struct RunArgs {
     #[arg(long, env = "FLUE_LEDGER_RETENTION_DAYS", default_value_t = DEFAULT_LEDGER_RETENTION_DAYS,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub ledger_retention_days: u64,
+    /// Seconds between two presence heartbeats (1 to 60); keep it well below the gateway's
+    /// --presence-timeout-secs.
+    #[arg(long, env = "FLUE_HEARTBEAT_SECS", default_value_t = DEFAULT_HEARTBEAT_INTERVAL.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=MAX_HEARTBEAT_SECS))]
+    pub heartbeat_secs: u64,
 }
 
 /// `days` as a duration, saturating rather than overflowing for absurd values.
@@ -144,6 +157,7 @@ impl From<RunArgs> for Config {
                 .collect(),
             shutdown_grace: Duration::from_secs(a.shutdown_grace_secs),
             ledger_retention: retention_from_days(a.ledger_retention_days),
+            heartbeat_interval: Duration::from_secs(a.heartbeat_secs),
         }
     }
 }
@@ -205,6 +219,19 @@ mod tests {
             let err = parse(&["--server-id", "s", &flag]).expect_err("not a positive number");
             assert!(err.to_string().contains("--ledger-retention-days"), "{err}");
         }
+        for bad in ["0", "61", "x"] {
+            let flag = format!("--heartbeat-secs={bad}");
+            let err = parse(&["--server-id", "s", &flag]).expect_err("out of range");
+            assert!(err.to_string().contains("--heartbeat-secs"), "{err}");
+        }
+    }
+
+    #[test]
+    fn heartbeat_interval_is_given_in_seconds() {
+        let c = parse(&["--server-id", "s"]).expect("parses");
+        assert_eq!(c.heartbeat_interval, Duration::from_secs(3));
+        let c = parse(&["--server-id", "s", "--heartbeat-secs", "60"]).expect("parses");
+        assert_eq!(c.heartbeat_interval, Duration::from_secs(60));
     }
 
     #[test]

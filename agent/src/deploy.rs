@@ -18,11 +18,15 @@ use crate::hook::{self, HookEnv, Outcome};
 use crate::item::HookItem;
 use crate::ledger::{Entry, LedgerKey};
 use crate::process::StopReason;
+use crate::progress::{self, Redactor};
 use crate::worker::Agent;
 
 /// How often a running hook's request is touched (`+WPI`) so the broker, whose ack wait
 /// the gateway sets to 10 s, does not redeliver it.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(3);
+
+/// Longest wait to queue `delivered` on the connection (it is never waited for longer).
+pub const DELIVERED_QUEUE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Handles one pulled request. Errors are ledger failures only: the agent must stop.
 pub async fn handle(agent: &Agent, msg: jetstream::Message) -> Result<(), Error> {
@@ -31,7 +35,47 @@ pub async fn handle(agent: &Agent, msg: jetstream::Message) -> Result<(), Error>
         Err(e) => return unreadable(agent, &msg, &e.to_string()).await,
     };
     let span = info_span!("deployment", deployment.id = %req.deployment_id);
-    handle_request(agent, &msg, &req).instrument(span).await
+    async {
+        announce_delivery(agent, &req.deployment_id).await;
+        handle_request(agent, &msg, &req).await
+    }
+    .instrument(span)
+    .await
+}
+
+/// Publishes `delivered` for every request pulled, redeliveries included (same message id:
+/// the broker drops a duplicate within its window, the gateway ignores a later one).
+///
+/// It costs the deployment no round trip: the message is only queued on the connection,
+/// ahead of anything published later for the request, and its acknowledgement is awaited
+/// by a task of its own. A failure is logged and changes nothing else.
+async fn announce_delivery(agent: &Agent, id: &DeploymentId) {
+    let delivered = AgentMessage::Delivered {
+        v: PROTOCOL_VERSION,
+        deployment_id: id.clone(),
+        at: OffsetDateTime::now_utc(),
+    };
+    let ack = match tokio::time::timeout(DELIVERED_QUEUE_TIMEOUT, agent.responder.send(&delivered))
+        .await
+    {
+        Ok(Ok(ack)) => ack,
+        Ok(Err(e)) => {
+            warn!(error = %e, "publishing delivered failed; carrying on");
+            return;
+        }
+        Err(_) => {
+            warn!("publishing delivered timed out; carrying on");
+            return;
+        }
+    };
+    tokio::spawn(
+        async move {
+            if let Err(e) = ack.await {
+                warn!(error = %e, "delivered not acknowledged by the broker");
+            }
+        }
+        .in_current_span(),
+    );
 }
 
 /// The part of a request every protocol version shares.
@@ -55,6 +99,7 @@ async fn unreadable(agent: &Agent, msg: &jetstream::Message, error: &str) -> Res
     let span = info_span!("deployment", deployment.id = %id);
     let key = LedgerKey::of_unreadable(&agent.config.tenant, &agent.config.server_id, &id);
     async {
+        announce_delivery(agent, &id).await;
         let result = match agent.ledger.get(&key)? {
             Some(Entry::Done { result }) => result,
             _ => {
@@ -194,7 +239,15 @@ async fn apply(
     let space = DataSpace::new(&agent.broker, req.tenant.clone(), req.stack_id.clone());
     let data = DataServer::start(&socket, space);
     let env = HookEnv::for_request(req, &socket);
-    let outcome = run_with_progress(agent, msg, req, &hook, &item, &env).await;
+    let (lines, progress) = progress::start(
+        agent.responder.clone(),
+        req.deployment_id.clone(),
+        agent.config.server_id.clone(),
+        Redactor::for_request(req),
+    );
+    let outcome = run_with_progress(agent, msg, req, &hook, &item, &env, lines).await;
+    // Every progress message goes out before the result (bounded: best effort).
+    progress.finish().await;
     if let Some(data) = data {
         data.stop().await;
     }
@@ -213,7 +266,8 @@ async fn apply(
 }
 
 /// Runs the hook, touching the request every [`PROGRESS_INTERVAL`], and stops it at the
-/// deployment's expiry or once the shutdown grace period is over.
+/// deployment's expiry or once the shutdown grace period is over; its output lines go to
+/// `lines` (live progress, see [`crate::progress`]).
 async fn run_with_progress(
     agent: &Agent,
     msg: &jetstream::Message,
@@ -221,6 +275,7 @@ async fn run_with_progress(
     hook: &hook::Hook,
     item: &HookItem,
     env: &HookEnv,
+    lines: progress::Sink,
 ) -> Outcome {
     let until_expiry =
         Duration::try_from(req.expires_at - OffsetDateTime::now_utc()).unwrap_or(Duration::ZERO);
@@ -241,7 +296,7 @@ async fn run_with_progress(
         }
     };
     let work_root = agent.config.work_root();
-    let run = hook::run(hook, item, env, &work_root, stop);
+    let run = hook::run(hook, item, env, &work_root, stop, Some(lines));
     tokio::pin!(run);
     let start = tokio::time::Instant::now() + PROGRESS_INTERVAL;
     let mut progress = tokio::time::interval_at(start, PROGRESS_INTERVAL);

@@ -6,13 +6,15 @@ use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use flue_proto::event::OutputStream;
 use flue_proto::{DeploymentResult, DeploymentStatus, OutputDecl};
 use serde_json::Value;
 use time::OffsetDateTime;
 use tokio::process::Command;
 
 use crate::item::HookItem;
-use crate::process::{self, Captured, StopReason};
+use crate::process::{self, Captured, StopReason, Tees};
+use crate::progress::Sink;
 
 pub mod env;
 
@@ -153,17 +155,32 @@ pub fn text(c: &Captured) -> String {
 }
 
 /// Runs `hook` for `item` with `env` added to its environment; `stop` resolving kills it
-/// (see [`process::run`]).
+/// (see [`process::run`]). Its output lines go to `progress` as they are printed: the
+/// built-in script's stdout and stderr, an external hook's stderr only (its stdout is
+/// the JSON answer, which may hold hidden outputs).
 pub async fn run(
     hook: &Hook,
     item: &HookItem,
     env: &HookEnv,
     work_root: &Path,
     stop: impl Future<Output = StopReason>,
+    progress: Option<Sink>,
 ) -> Outcome {
     match hook {
-        Hook::External(path) => run_external(path, item, env, stop).await,
-        Hook::Script => crate::script::run(item, env, work_root, stop).await,
+        Hook::External(path) => {
+            let tees = Tees {
+                stdout: None,
+                stderr: progress.map(|p| p.tee(OutputStream::Stderr)),
+            };
+            run_external(path, item, env, stop, tees).await
+        }
+        Hook::Script => {
+            let tees = progress.map_or_else(Tees::default, |p| Tees {
+                stdout: Some(p.tee(OutputStream::Stdout)),
+                stderr: Some(p.tee(OutputStream::Stderr)),
+            });
+            crate::script::run(item, env, work_root, stop, tees).await
+        }
     }
 }
 
@@ -172,6 +189,7 @@ async fn run_external(
     item: &HookItem,
     env: &HookEnv,
     stop: impl Future<Output = StopReason>,
+    tees: Tees,
 ) -> Outcome {
     let stdin = match serde_json::to_vec(item) {
         Ok(b) => b,
@@ -179,7 +197,7 @@ async fn run_external(
     };
     let mut cmd = Command::new(path);
     env.apply(&mut cmd);
-    let f = match process::run(cmd, Some(stdin), MAX_HOOK_RESPONSE_BYTES, stop).await {
+    let f = match process::run(cmd, Some(stdin), MAX_HOOK_RESPONSE_BYTES, stop, tees).await {
         Ok(f) => f,
         Err(e) => return Outcome::failed(format!("cannot run hook {}: {e}", path.display())),
     };

@@ -199,6 +199,7 @@ pub(crate) mod tests {
     pub(crate) fn request(config: Value, values: Value) -> DeploymentRequest {
         let spec: flue_proto::ConfigSpec = serde_json::from_value(config).expect("spec");
         DeploymentRequest {
+            hidden_inputs: Vec::new(),
             v: PROTOCOL_VERSION,
             tenant: TenantId::new("acme").expect("id"),
             server: ServerId::new("web1").expect("id"),

@@ -60,7 +60,14 @@
 //! 5 s later, and the deployment is recorded and reported FAILED
 //! `interrupted: agent shut down`. The answer then gets up to 5 s more to reach the broker
 //! (if it cannot, the request stays unacked and its redelivery is answered from the
-//! ledger). Finally the connection is flushed and drained and the agent exits with status 0.
+//! ledger). Finally the agent sends its last heartbeat, `stopping` (the gateway reports the
+//! server offline at once), flushes and drains the connection, and exits with status 0.
+//!
+//! # Presence
+//!
+//! The agent publishes a heartbeat on `flue.<tenant>.hb.<server>` at start, every
+//! `--heartbeat-secs` (default 3, 1 to 60) and right after every reconnection; heartbeats go
+//! on during the shutdown grace period. See [`heartbeat`].
 
 pub mod answer;
 pub mod backoff;
@@ -105,6 +112,22 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
         nats_url = %config.redacted_nats_url(),
         "agent starting"
     );
+    // Heartbeats go on while a hook finishes during the shutdown grace period, so they have
+    // a token of their own, cancelled once the worker is done.
+    let heartbeats = std::sync::Arc::new(heartbeat::Heartbeats::new(
+        broker.client.clone(),
+        config.tenant.clone(),
+        config.server_id.clone(),
+        config.heartbeat_interval,
+    ));
+    let stop_heartbeats = CancellationToken::new();
+    let heartbeat_task = tokio::spawn({
+        let heartbeats = heartbeats.clone();
+        let connects = broker.connects.clone();
+        let cancel = stop_heartbeats.clone();
+        async move { heartbeat::run(&heartbeats, connects, cancel).await }
+    });
+    let _stop_heartbeats_on_exit = stop_heartbeats.clone().drop_guard();
     let agent = worker::Agent {
         responder: answer::Responder::new(
             broker.js.clone(),
@@ -117,6 +140,12 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
         shutdown,
     };
     let outcome = worker::run(&agent).await;
+    stop_heartbeats.cancel();
+    if let Err(e) = heartbeat_task.await {
+        debug!(error = %e, "heartbeat task ended abnormally");
+    }
+    // The agent is about to exit: the gateway reports it offline at once.
+    heartbeats.stopping(FLUSH_ON_EXIT).await;
     let client = &agent.broker.client;
     if tokio::time::timeout(FLUSH_ON_EXIT, client.flush())
         .await

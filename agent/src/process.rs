@@ -12,6 +12,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
+use crate::progress::LineTee;
+
 /// Time between SIGTERM and SIGKILL when a hook is stopped.
 pub const KILL_AFTER: Duration = Duration::from_secs(5);
 
@@ -103,9 +105,20 @@ impl Drop for GroupGuard {
     }
 }
 
+/// Where, besides the bounded capture, a process's output goes as it is read: live
+/// progress lines (see [`crate::progress`]).
+#[derive(Debug, Default)]
+pub struct Tees {
+    /// Gets every byte of stdout, as read.
+    pub stdout: Option<LineTee>,
+    /// Gets every byte of stderr, as read.
+    pub stderr: Option<LineTee>,
+}
+
 /// Spawns `cmd` in its own process group, feeds it `stdin`, keeps the first `limit` bytes
-/// of stdout and of stderr, and waits for it to exit; when `stop` resolves first, the
-/// whole group gets SIGTERM, then SIGKILL [`KILL_AFTER`] later.
+/// of stdout and of stderr (and hands all of them to `tees` as they are read), and waits
+/// for it to exit; when `stop` resolves first, the whole group gets SIGTERM, then SIGKILL
+/// [`KILL_AFTER`] later.
 ///
 /// Its own process group means a Ctrl-C at the agent's terminal does not reach the hook
 /// (the agent decides what happens to it), and the agent can kill everything it started.
@@ -114,6 +127,7 @@ pub async fn run(
     stdin: Option<Vec<u8>>,
     limit: usize,
     stop: impl Future<Output = StopReason>,
+    tees: Tees,
 ) -> io::Result<Finished> {
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()
@@ -139,8 +153,8 @@ pub async fn run(
             let _ = w.write_all(&bytes).await;
         }
     };
-    let out = read_bounded(child.stdout.take(), limit);
-    let err = read_bounded(child.stderr.take(), limit);
+    let out = read_bounded(child.stdout.take(), limit, tees.stdout);
+    let err = read_bounded(child.stderr.take(), limit, tees.stderr);
     let wait = async {
         let status = child.wait().await;
         reaped.store(true, Ordering::Release);
@@ -205,8 +219,13 @@ async fn spawn(cmd: &mut Command) -> io::Result<tokio::process::Child> {
 }
 
 /// Reads `r` to its end, keeping the first `limit` bytes; the rest is drained and dropped
-/// so that the process never blocks on a full pipe.
-pub async fn read_bounded(r: Option<impl AsyncRead + Unpin>, limit: usize) -> Captured {
+/// so that the process never blocks on a full pipe. Every byte read also goes to `tee`,
+/// which never waits.
+pub async fn read_bounded(
+    r: Option<impl AsyncRead + Unpin>,
+    limit: usize,
+    mut tee: Option<LineTee>,
+) -> Captured {
     let mut captured = Captured::default();
     let Some(mut r) = r else {
         return captured;
@@ -214,11 +233,19 @@ pub async fn read_bounded(r: Option<impl AsyncRead + Unpin>, limit: usize) -> Ca
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match r.read(&mut buf).await {
-            Ok(0) | Err(_) => return captured,
+            Ok(0) | Err(_) => {
+                if let Some(tee) = tee {
+                    tee.finish();
+                }
+                return captured;
+            }
             Ok(n) => {
                 let room = limit.saturating_sub(captured.bytes.len());
                 captured.bytes.extend_from_slice(&buf[..n.min(room)]);
                 captured.truncated |= n > room;
+                if let Some(tee) = &mut tee {
+                    tee.feed(&buf[..n]);
+                }
             }
         }
     }
@@ -241,6 +268,7 @@ mod tests {
             Some(b"in:".to_vec()),
             8,
             std::future::pending(),
+            Tees::default(),
         )
         .await
         .expect("runs");
@@ -250,6 +278,67 @@ mod tests {
         assert!(!f.stderr.truncated);
         assert_eq!(f.status_code(), Some(3));
         assert_eq!(f.stopped, None);
+    }
+
+    #[tokio::test]
+    async fn tees_get_every_line_in_order_beyond_the_capture_limit() {
+        use flue_proto::event::OutputStream;
+        let (sink, mut rx) = crate::progress::Sink::for_test(1000);
+        let tees = Tees {
+            stdout: Some(sink.tee(OutputStream::Stdout)),
+            stderr: Some(sink.tee(OutputStream::Stderr)),
+        };
+        drop(sink);
+        let f = run(
+            sh("i=1; while [ $i -le 300 ]; do echo \"line $i\"; i=$((i+1)); done; echo oops >&2; printf tail"),
+            None,
+            16,
+            std::future::pending(),
+            tees,
+        )
+        .await
+        .expect("runs");
+        assert_eq!(f.stdout.bytes, b"line 1\nline 2\nli");
+        let mut lines = Vec::new();
+        while let Some(l) = rx.recv().await {
+            lines.push((l.stream, l.text));
+        }
+        let stdout: Vec<String> = lines
+            .iter()
+            .filter(|(s, _)| *s == OutputStream::Stdout)
+            .map(|(_, t)| t.clone())
+            .collect();
+        let mut expected: Vec<String> = (1..=300).map(|i| format!("line {i}")).collect();
+        expected.push("tail".to_owned());
+        assert_eq!(stdout, expected);
+        assert!(lines.contains(&(OutputStream::Stderr, "oops".to_owned())));
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_and_counts_lines_without_blocking_the_hook() {
+        use flue_proto::event::OutputStream;
+        let (sink, mut rx) = crate::progress::Sink::for_test(10);
+        let tees = Tees {
+            stdout: Some(sink.tee(OutputStream::Stdout)),
+            stderr: None,
+        };
+        let f = run(
+            sh("seq 1 5000"),
+            None,
+            1 << 20,
+            std::future::pending(),
+            tees,
+        )
+        .await
+        .expect("runs although nobody reads the queue");
+        assert_eq!(f.status_code(), Some(0));
+        let mut queued = 0;
+        while let Ok(l) = rx.try_recv() {
+            queued += 1;
+            assert_eq!(l.text, queued.to_string(), "the first lines, in order");
+        }
+        assert_eq!(queued, 10);
+        assert_eq!(sink.dropped(), 4990);
     }
 
     /// True while `pid` is a live (not zombie) process.
@@ -282,10 +371,13 @@ mod tests {
             }
             StopReason::TimedOut
         };
-        let f = tokio::time::timeout(Duration::from_secs(30), run(sh(&script), None, 1024, stop))
-            .await
-            .expect("bounded")
-            .expect("runs");
+        let f = tokio::time::timeout(
+            Duration::from_secs(30),
+            run(sh(&script), None, 1024, stop, Tees::default()),
+        )
+        .await
+        .expect("bounded")
+        .expect("runs");
         assert_eq!(f.stopped, Some(StopReason::TimedOut));
         assert_eq!(f.status_code(), Some(-i64::from(libc::SIGTERM)));
         let pid = std::fs::read_to_string(&pidfile).expect("pid");

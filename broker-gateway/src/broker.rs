@@ -187,6 +187,48 @@ impl Broker {
         Ok(name)
     }
 
+    /// Removes one server's request queue: purges its requests from the stream, then
+    /// deletes its consumer (a consumer already gone is fine, so a repeated call
+    /// finishes an interrupted one).
+    ///
+    /// The purge comes first because registering the server again creates a consumer
+    /// that delivers the subject from its start: requests left there would run again.
+    pub async fn remove_request_queue(
+        &self,
+        tenant: &TenantId,
+        server: &ServerId,
+    ) -> Result<(), BrokerError> {
+        let name = subject::request_consumer(tenant, server);
+        let err = |e: BoxError| BrokerError::Consumer {
+            stream: subject::REQUEST_STREAM,
+            consumer: name.clone(),
+            source: e,
+        };
+        let stream = self
+            .js
+            .get_stream_no_info(subject::REQUEST_STREAM)
+            .await
+            .map_err(|e| err(e.into()))?;
+        stream
+            .purge()
+            .filter(subject::request(tenant, server))
+            .await
+            .map_err(|e| err(e.into()))?;
+        match stream.delete_consumer(&name).await {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    stream::ConsumerErrorKind::JetStream(j)
+                        if j.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(err(e.into())),
+        }
+    }
+
     /// Publishes a request on its server's queue, with the deployment id as message id,
     /// and waits for the broker's acknowledgement.
     pub async fn publish_request(&self, request: &DeploymentRequest) -> Result<(), BrokerError> {

@@ -9,6 +9,10 @@ use flue_proto::TenantId;
 
 /// Longest deployment timeout accepted: seven days, in seconds.
 pub const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
+/// Default seconds without a heartbeat before a server is reported offline.
+pub const DEFAULT_PRESENCE_TIMEOUT_SECS: u64 = 10;
+/// Longest presence timeout accepted: one day, in seconds.
+pub const MAX_PRESENCE_TIMEOUT_SECS: u64 = 24 * 3600;
 
 /// Everything `flue-gateway` can be told at start.
 ///
@@ -52,6 +56,29 @@ pub struct Config {
     #[arg(long, env = "FLUE_EVENTS_MAX_BYTES", default_value_t = 1_073_741_824,
           value_parser = clap::value_parser!(i64).range(1_048_576..))]
     pub events_max_bytes: i64,
+    /// Seconds without a heartbeat after which a server is reported offline (checked every
+    /// second, so it is reported at most one second later).
+    #[arg(long, env = "FLUE_PRESENCE_TIMEOUT_SECS", default_value_t = DEFAULT_PRESENCE_TIMEOUT_SECS,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_PRESENCE_TIMEOUT_SECS))]
+    pub presence_timeout_secs: u64,
+    /// Milliseconds one webhook delivery attempt may take (connect, send, answer) before
+    /// it counts as failed.
+    #[arg(long, env = "FLUE_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub webhook_timeout_ms: u64,
+    /// Milliseconds before retrying a failed webhook delivery; doubled after each further
+    /// failure of the same event, up to `--webhook-backoff-max-ms`.
+    #[arg(long, env = "FLUE_WEBHOOK_BACKOFF_MS", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub webhook_backoff_ms: u64,
+    /// Longest pause between two attempts to deliver one event to a webhook, in milliseconds.
+    #[arg(long, env = "FLUE_WEBHOOK_BACKOFF_MAX_MS", default_value_t = 300_000,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub webhook_backoff_max_ms: u64,
+    /// Failed attempts to deliver one event after which a webhook is parked.
+    #[arg(long, env = "FLUE_WEBHOOK_MAX_ATTEMPTS", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub webhook_max_attempts: u32,
 }
 
 impl Config {
@@ -68,6 +95,11 @@ impl Config {
             stream_max_age_secs: 604_800,
             events_max_age_secs: 604_800,
             events_max_bytes: 1_073_741_824,
+            presence_timeout_secs: DEFAULT_PRESENCE_TIMEOUT_SECS,
+            webhook_timeout_ms: 10_000,
+            webhook_backoff_ms: 1_000,
+            webhook_backoff_max_ms: 300_000,
+            webhook_max_attempts: 8,
         }
     }
 
@@ -93,6 +125,11 @@ impl Config {
         }
     }
 
+    /// Silence after which a server is reported offline.
+    pub fn presence_timeout(&self) -> Duration {
+        Duration::from_secs(self.presence_timeout_secs.max(1))
+    }
+
     /// How long messages stay in the streams.
     pub fn stream_max_age(&self) -> Duration {
         Duration::from_secs(self.stream_max_age_secs)
@@ -115,6 +152,11 @@ impl fmt::Debug for Config {
             .field("stream_max_age_secs", &self.stream_max_age_secs)
             .field("events_max_age_secs", &self.events_max_age_secs)
             .field("events_max_bytes", &self.events_max_bytes)
+            .field("presence_timeout_secs", &self.presence_timeout_secs)
+            .field("webhook_timeout_ms", &self.webhook_timeout_ms)
+            .field("webhook_backoff_ms", &self.webhook_backoff_ms)
+            .field("webhook_backoff_max_ms", &self.webhook_backoff_max_ms)
+            .field("webhook_max_attempts", &self.webhook_max_attempts)
             .finish()
     }
 }
@@ -200,6 +242,10 @@ mod tests {
             ["flue-gateway", "--default-timeout-secs", "0"],
             ["flue-gateway", "--timeout-sweep-ms", "0"],
             ["flue-gateway", "--listen", "nowhere"],
+            ["flue-gateway", "--presence-timeout-secs", "0"],
+            ["flue-gateway", "--presence-timeout-secs", "86401"],
+            ["flue-gateway", "--webhook-timeout-ms", "0"],
+            ["flue-gateway", "--webhook-max-attempts", "0"],
         ] {
             assert!(Config::try_parse_from(args).is_err(), "{args:?}");
         }

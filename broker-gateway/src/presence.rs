@@ -1,30 +1,436 @@
-//! Presence: online / offline derived from agents' heartbeats (work in progress).
+//! Presence: online / offline derived from agents' heartbeats, emitted as events.
+//!
+//! The gateway follows `flue.<tenant>.hb.*` (core NATS). A registered server goes
+//! **online** on its first heartbeat (or the first after being offline), and **offline**
+//! at once on its agent's `stopping` heartbeat (reason `agent stopped`), when a new agent
+//! instance replaces the one online (`agent restarted`, then online again), or after a
+//! silence (`no heartbeat for N s`). The silence limit is `--presence-timeout-secs`
+//! (default 10), or twice the agent's heartbeat interval when that is longer, and it is
+//! checked every second ([`CHECK_INTERVAL`]): a killed agent is reported offline at most
+//! limit + 1 s after its last heartbeat.
+//!
+//! The state of each server is kept in the KV bucket [`PRESENCE_BUCKET`] (`<tenant>.<server>`,
+//! see [`Record`]), written only on transitions, each one a compare-and-set on the key's
+//! revision, and the event is emitted only by the writer that won it. So a restarted gateway
+//! does not report `online` again for an agent that stayed online, and two gateways seeing
+//! the same heartbeats do not both report a transition (the loser re-reads the record; the
+//! stable event ids also let the event stream drop a copy).
+//!
+//! No flapping on a broker restart: while the gateway's own broker connection is down no
+//! server goes offline, and after it comes back (or after the gateway starts) every server
+//! gets a full silence limit before it can be reported offline; agents send a heartbeat as
+//! soon as they reconnect.
+//!
+//! Heartbeats of unregistered servers (or whose subject and payload disagree) are ignored;
+//! registration is read from the store on a server's first heartbeat and re-read every
+//! minute (every 5 s while unregistered), not on each heartbeat.
 
-use async_nats::jetstream;
-use flue_proto::{ServerId, TenantId};
-use tokio_util::sync::CancellationToken;
+mod bucket;
+mod follow;
+mod state;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use bytes::Bytes;
+use flue_proto::event::ServerEventData;
+use flue_proto::{
+    CloudEvent, Heartbeat, HeartbeatState, Presence, PresenceStatus, ServerId, TenantId,
+};
+use time::OffsetDateTime;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
 
 use crate::config::Config;
+use crate::error::chain;
 use crate::service::Service;
 use crate::store::StoreError;
 
+pub use follow::run;
+pub use state::{Reason, Record, Step};
+
+use bucket::{bucket, key, load, read};
+
+/// Bucket of presence records, `<tenant>.<server>`.
+pub const PRESENCE_BUCKET: &str = "flue_presence";
+/// How often silences are checked.
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a server found registered is trusted before its registration is read again.
+const REGISTERED_RECHECK: Duration = Duration::from_secs(60);
+/// How long a server found unregistered is ignored before its registration is read again.
+const UNREGISTERED_RECHECK: Duration = Duration::from_secs(5);
+/// Transitions one heartbeat may cause, counting re-reads after a lost compare-and-set.
+const MAX_ROUNDS: usize = 4;
+
 /// What the gateway knows of every server's presence; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PresenceTracker {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    kv: kv::Store,
+    client: async_nats::Client,
+    tenant: TenantId,
+    timeout: Duration,
+    servers: Mutex<HashMap<ServerId, Tracked>>,
+}
+
+/// Whether a server is registered, as last read from the store.
 #[derive(Debug, Clone, Default)]
-pub struct PresenceTracker {}
+enum Registered {
+    #[default]
+    Unchecked,
+    Yes {
+        name: String,
+        checked: Instant,
+    },
+    No {
+        checked: Instant,
+    },
+}
 
-impl PresenceTracker {
-    /// Opens the presence state.
-    pub async fn open(_js: &jetstream::Context, _config: &Config) -> Result<Self, StoreError> {
-        Ok(Self {})
-    }
+/// One server, in memory.
+#[derive(Debug)]
+struct Tracked {
+    /// The stored record (`None`: none, or not decodable).
+    record: Option<Record>,
+    /// Revision of the key (0: absent), for compare-and-set.
+    revision: u64,
+    registered: Registered,
+    /// When this gateway last got an `alive` heartbeat of it.
+    last_beat: Option<Instant>,
+    /// The same, as a time for events.
+    last_seen: Option<OffsetDateTime>,
+    /// Current silence limit.
+    limit: Duration,
+    /// A `stopping` whose offline could not be written yet.
+    pending_stop: bool,
+}
 
-    /// The presence of `server`, for API reads.
-    pub fn view(&self, _tenant: &TenantId, _server: &ServerId) -> Option<flue_proto::Presence> {
-        None
+impl Tracked {
+    fn new(timeout: Duration) -> Self {
+        Self {
+            record: None,
+            revision: 0,
+            registered: Registered::Unchecked,
+            last_beat: None,
+            last_seen: None,
+            limit: timeout,
+            pending_stop: false,
+        }
     }
 }
 
-/// Follows heartbeats and emits online / offline until cancelled.
-pub async fn run(_service: Service, cancel: CancellationToken) {
-    cancel.cancelled().await;
+/// Outcome of one compare-and-set write.
+enum Written {
+    /// Written: the record now stored.
+    Done(Record),
+    /// Another writer changed the record; it was read again.
+    Conflict,
+    Failed,
+}
+
+/// The presence of a server never seen.
+pub fn unknown() -> Presence {
+    Presence {
+        status: PresenceStatus::Unknown,
+        since: None,
+        agent_instance: None,
+        reason: None,
+    }
+}
+
+impl PresenceTracker {
+    /// Opens (creating if missing) the presence bucket and loads this tenant's records.
+    pub async fn open(js: &jetstream::Context, config: &Config) -> Result<Self, StoreError> {
+        let kv = bucket(js).await?;
+        let timeout = config.presence_timeout();
+        let tenant = config.tenant.clone();
+        let mut servers = HashMap::new();
+        for (server, record, revision) in load(&kv, &tenant).await? {
+            let mut tracked = Tracked::new(timeout);
+            if let Some(r) = &record {
+                tracked.limit = state::silence_limit(timeout, r.interval_ms);
+            }
+            (tracked.record, tracked.revision) = (record, revision);
+            servers.insert(server, tracked);
+        }
+        info!(
+            servers = servers.len(),
+            timeout_secs = timeout.as_secs(),
+            "presence state loaded"
+        );
+        Ok(Self {
+            inner: Arc::new(Inner {
+                kv,
+                client: js.client(),
+                tenant,
+                timeout,
+                servers: Mutex::new(servers),
+            }),
+        })
+    }
+
+    /// The presence of `server`, for API reads; `None` when it was never seen (show
+    /// [`unknown`]).
+    pub fn view(&self, tenant: &TenantId, server: &ServerId) -> Option<Presence> {
+        if tenant != &self.inner.tenant {
+            return None;
+        }
+        self.lock()
+            .get(server)
+            .and_then(|t| t.record.as_ref().map(Record::view))
+    }
+
+    /// Forgets a deregistered server: it is recorded offline (`server deregistered`, with
+    /// no `offline` event: its `deregistered` event says it) and its heartbeats are ignored
+    /// from now on. Call it after the server's record is deleted.
+    ///
+    /// The record is kept, not deleted, so that the server's epoch, and with it its event
+    /// ids, never repeat if it is registered again.
+    pub async fn forget(&self, tenant: &TenantId, server: &ServerId) {
+        if tenant != &self.inner.tenant {
+            return;
+        }
+        self.with(server, |t| {
+            t.registered = Registered::No {
+                checked: Instant::now(),
+            }
+        });
+        self.retire(server).await;
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<ServerId, Tracked>> {
+        self.inner.servers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on `server`'s entry, creating it if missing.
+    fn with<T>(&self, server: &ServerId, f: impl FnOnce(&mut Tracked) -> T) -> T {
+        let mut servers = self.lock();
+        let tracked = servers
+            .entry(server.clone())
+            .or_insert_with(|| Tracked::new(self.inner.timeout));
+        f(tracked)
+    }
+
+    /// True when `server` is registered, reading the store only when the cached answer is
+    /// missing or old. A failed read keeps a positive answer and otherwise says no.
+    async fn registered(&self, service: &Service, server: &ServerId) -> bool {
+        let cached = self.with(server, |t| t.registered.clone());
+        match &cached {
+            Registered::Yes { checked, .. } if checked.elapsed() < REGISTERED_RECHECK => {
+                return true;
+            }
+            Registered::No { checked } if checked.elapsed() < UNREGISTERED_RECHECK => return false,
+            _ => {}
+        }
+        let now = Instant::now();
+        let found = match service.store.server(&self.inner.tenant, server).await {
+            Ok(Some(s)) => Registered::Yes {
+                name: s.name,
+                checked: now,
+            },
+            Ok(None) => {
+                debug!(server.id = %server, "heartbeat of an unregistered server; ignored");
+                Registered::No { checked: now }
+            }
+            Err(e) => {
+                debug!(error = %chain(&e), server.id = %server, "cannot read the server's registration");
+                return matches!(cached, Registered::Yes { .. });
+            }
+        };
+        let yes = matches!(found, Registered::Yes { .. });
+        self.with(server, |t| t.registered = found);
+        if !yes {
+            self.retire(server).await;
+        }
+        yes
+    }
+
+    /// Records a server no longer registered offline, without an event, if it was online.
+    async fn retire(&self, server: &ServerId) {
+        for _ in 0..MAX_ROUNDS {
+            let online = self.with(server, |t| {
+                t.last_beat = None;
+                t.pending_stop = false;
+                t.record.as_ref().is_some_and(Record::is_online)
+            });
+            if !online {
+                return;
+            }
+            match self
+                .write_record(server, &Step::Offline(Reason::Deregistered))
+                .await
+            {
+                Written::Done(_) => {
+                    info!(server.id = %server, "server no longer registered; presence retired");
+                    return;
+                }
+                Written::Conflict => {}
+                Written::Failed => return,
+            }
+        }
+    }
+
+    /// One heartbeat: makes the transitions it calls for and remembers it.
+    async fn heartbeat(&self, service: &Service, beat: Heartbeat) {
+        let server = beat.server.clone();
+        if !self.registered(service, &server).await {
+            return;
+        }
+        let now = (Instant::now(), OffsetDateTime::now_utc());
+        match beat.state {
+            // The last word of the instance online: the last heartbeat its offline reports.
+            HeartbeatState::Stopping => self.with(&server, |t| t.last_seen = Some(now.1)),
+            // Remembered after the transitions, so that an `agent restarted` offline
+            // reports the old instance's last heartbeat, not the new one's.
+            HeartbeatState::Alive => {}
+        }
+        self.follow(service, &beat).await;
+        if beat.state == HeartbeatState::Alive {
+            let limit = state::silence_limit(self.inner.timeout, beat.interval_ms);
+            self.with(&server, |t| {
+                t.last_beat = Some(now.0);
+                t.last_seen = Some(now.1);
+                t.limit = limit;
+            });
+        }
+    }
+
+    /// Makes the transitions `beat` calls for, one at a time, re-reading the record after a
+    /// lost compare-and-set.
+    async fn follow(&self, service: &Service, beat: &Heartbeat) {
+        let server = &beat.server;
+        for _ in 0..MAX_ROUNDS {
+            let step = self.with(server, |t| state::after_heartbeat(t.record.as_ref(), beat));
+            let Some(step) = step else { return };
+            match self.transition(service, server, &step).await {
+                Written::Done(_) | Written::Conflict => {}
+                Written::Failed => {
+                    if step == Step::Offline(Reason::Stopped) {
+                        self.with(server, |t| t.pending_stop = true);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reports offline every online server silent for longer than its limit, counting from
+    /// `grace_from` at the earliest, and retries `stopping` offlines not written yet.
+    async fn check(&self, service: &Service, grace_from: Instant) {
+        let now = Instant::now();
+        let due: Vec<(ServerId, Step)> = self
+            .lock()
+            .iter()
+            .filter_map(|(server, t)| {
+                let online = t.record.as_ref().is_some_and(Record::is_online);
+                let step = if t.pending_stop && online {
+                    Some(Step::Offline(Reason::Stopped))
+                } else {
+                    state::after_silence(t.record.as_ref(), t.last_beat, grace_from, t.limit, now)
+                };
+                step.map(|s| (server.clone(), s))
+            })
+            .collect();
+        for (server, step) in due {
+            // A server deregistered meanwhile (by another gateway) is dropped, not reported.
+            if self.registered(service, &server).await {
+                self.transition(service, &server, &step).await;
+            }
+        }
+    }
+
+    /// Makes the transition `step`: writes the record and, if this write won, emits the
+    /// event.
+    async fn transition(&self, service: &Service, server: &ServerId, step: &Step) -> Written {
+        let written = self.write_record(server, step).await;
+        let Written::Done(record) = &written else {
+            return written;
+        };
+        let (name, last_seen) = self.with(server, |t| {
+            let name = match &t.registered {
+                Registered::Yes { name, .. } => name.clone(),
+                _ => String::new(),
+            };
+            // An online comes from the heartbeat being handled now.
+            let last_seen = match step {
+                Step::Online { .. } => Some(record.since),
+                // None when no heartbeat reached this gateway process.
+                Step::Offline(_) => t.last_seen,
+            };
+            (name, last_seen)
+        });
+        let ty = step.event_type();
+        info!(
+            server.id = %server,
+            status = ?record.status,
+            epoch = record.epoch,
+            reason = record.reason.as_deref().unwrap_or(""),
+            "server presence changed"
+        );
+        let data = ServerEventData {
+            server_id: server.clone(),
+            name,
+            agent_instance: record.agent_instance.clone(),
+            reason: record.reason.clone(),
+            last_seen,
+        };
+        let event = CloudEvent::new(
+            ty,
+            &self.inner.tenant,
+            state::event_id(server, ty, record),
+            format!("servers/{server}"),
+            &data,
+        )
+        .server(server);
+        service.events.emit(&event).await;
+        written
+    }
+
+    /// Writes the record after `step` with compare-and-set on the key's revision.
+    async fn write_record(&self, server: &ServerId, step: &Step) -> Written {
+        let (record, revision) = self.with(server, |t| {
+            let next = state::next_record(t.record.as_ref(), step, OffsetDateTime::now_utc());
+            (next, t.revision)
+        });
+        let key = key(&self.inner.tenant, server);
+        let value = Bytes::from(serde_json::to_vec(&record).expect("a presence record serialises"));
+        match self.inner.kv.update(&key, value, revision).await {
+            Ok(revision) => {
+                self.with(server, |t| {
+                    t.record = Some(record.clone());
+                    t.revision = revision;
+                    t.pending_stop = false;
+                });
+                Written::Done(record)
+            }
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                debug!(server.id = %server, "presence changed by another gateway; read again");
+                self.reload(server).await;
+                Written::Conflict
+            }
+            Err(e) => {
+                warn!(error = %e, server.id = %server, "cannot record a presence change; retried later");
+                Written::Failed
+            }
+        }
+    }
+
+    /// Reads `server`'s record and revision again.
+    async fn reload(&self, server: &ServerId) {
+        match read(&self.inner.kv, &key(&self.inner.tenant, server)).await {
+            Ok((record, revision)) => self.with(server, |t| {
+                t.record = record;
+                t.revision = revision;
+            }),
+            Err(e) => {
+                debug!(error = %chain(&e), server.id = %server, "cannot read a presence record")
+            }
+        }
+    }
 }

@@ -3,10 +3,12 @@
 //! Every change goes through one of the `apply_*` functions below, which say whether
 //! anything changed; the store runs them inside a compare-and-set loop so that the API,
 //! the response consumer and the timeout sweeper never overwrite each other.
+//! [`DeploymentRecord::event`] turns a record into the lifecycle event reporting it.
 
 use std::collections::BTreeMap;
 
-use flue_proto::{Config, Deployment, DeploymentResult, DeploymentStatus};
+use flue_proto::event::{DeploymentEventData, deployment_event_id};
+use flue_proto::{CloudEvent, Config, Deployment, DeploymentResult, DeploymentStatus, EventType};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -48,6 +50,47 @@ impl DeploymentRecord {
         redact(&mut deployment.input_values, &self.hidden_inputs);
         redact(&mut deployment.outputs, &self.hidden_outputs);
         deployment
+    }
+
+    /// The event of type `ty` about this deployment as it now stands (hidden outputs
+    /// `<hidden>`), with its stable id `deployment:<id>:<name>`.
+    pub fn event(&self, ty: EventType) -> CloudEvent {
+        let d = self.redacted();
+        let data = DeploymentEventData {
+            deployment_id: d.id.clone(),
+            server_id: d.server_id.clone(),
+            config_id: d.config_id.clone(),
+            action: d.action.to_string(),
+            status: d.status,
+            status_reason: d.status_reason.clone(),
+            stack_id: d.stack_id.clone(),
+            resource_name: d.resource_name.clone(),
+            deploy_status_code: d.deploy_status_code,
+            outputs: d.outputs,
+        };
+        CloudEvent::new(
+            ty,
+            &d.tenant,
+            deployment_event_id(&d.id, ty),
+            format!("deployments/{}", d.id),
+            &data,
+        )
+        .server(&d.server_id)
+        .stack(d.stack_id.as_ref())
+        .deployment(&d.id)
+    }
+}
+
+/// The event reporting how `d` ended: `completed`, `timed_out` (FAILED "timed out",
+/// whether the agent or the sweeper said so) or `failed`; `None` while it runs.
+pub fn end_event_type(d: &Deployment) -> Option<EventType> {
+    match d.status {
+        DeploymentStatus::Complete => Some(EventType::DeploymentCompleted),
+        DeploymentStatus::Failed if d.status_reason.as_deref() == Some(TIMED_OUT) => {
+            Some(EventType::DeploymentTimedOut)
+        }
+        DeploymentStatus::Failed => Some(EventType::DeploymentFailed),
+        _ => None,
     }
 }
 
@@ -149,10 +192,11 @@ pub fn apply_published(record: &mut DeploymentRecord) -> bool {
     !std::mem::replace(&mut record.request_published, true)
 }
 
-/// The agent received the request: records when, the first time only.
+/// The agent received the request: records when, the first time only, and not once
+/// the deployment ended (a request that reaches its agent after it timed out).
 pub fn apply_delivered(record: &mut DeploymentRecord, at: OffsetDateTime) -> bool {
     let d = &mut record.deployment;
-    if d.delivered_at.is_some() {
+    if d.delivered_at.is_some() || d.status.is_terminal() {
         return false;
     }
     d.delivered_at = Some(at);
@@ -455,6 +499,71 @@ mod tests {
     fn hidden_names_are_united_without_repeats() {
         let names = hidden_union(vec!["a".into(), "b".into()], &["b".into(), "c".into()]);
         assert_eq!(names, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn events_report_the_record_with_hidden_outputs_redacted() {
+        let now = OffsetDateTime::UNIX_EPOCH;
+        let mut r = record();
+        r.hidden_outputs = vec!["out".into()];
+        assert_eq!(end_event_type(&r.deployment), None);
+        let queued = r.event(EventType::DeploymentQueued);
+        assert_eq!(queued.id, "deployment:d1:queued");
+        assert_eq!(queued.subject, "deployments/d1");
+        assert_eq!(queued.nats_subject(), "flue.t.evt.deployment.~.s1.queued");
+        assert_eq!(queued.data["status"], json!("QUEUED"));
+        assert!(queued.data.get("outputs").is_none());
+
+        assert!(apply_finished(
+            &mut r,
+            &result(DeploymentStatus::Complete),
+            now
+        ));
+        let ty = end_event_type(&r.deployment).expect("terminal");
+        assert_eq!(ty, EventType::DeploymentCompleted);
+        let done = r.event(ty);
+        assert_eq!(done.id, "deployment:d1:completed");
+        assert_eq!(done.data["outputs"]["out"], json!(HIDDEN));
+        assert_eq!(done.data["deploy_status_code"], json!(0));
+        let text = serde_json::to_string(&done).expect("json");
+        assert!(!text.contains("s3cret"), "{text}");
+
+        let mut timed_out = record();
+        assert!(apply_timeout(
+            &mut timed_out,
+            now + time::Duration::seconds(60)
+        ));
+        assert_eq!(
+            end_event_type(&timed_out.deployment),
+            Some(EventType::DeploymentTimedOut)
+        );
+        let mut failed = record();
+        assert!(apply_finished(
+            &mut failed,
+            &result(DeploymentStatus::Failed),
+            now
+        ));
+        assert_eq!(
+            end_event_type(&failed.deployment),
+            Some(EventType::DeploymentFailed)
+        );
+    }
+
+    #[test]
+    fn delivery_is_recorded_once_and_not_after_the_end() {
+        let at = OffsetDateTime::UNIX_EPOCH;
+        let mut r = record();
+        assert!(apply_delivered(&mut r, at));
+        assert!(r.request_published);
+        assert!(!apply_delivered(&mut r, at + time::Duration::seconds(1)));
+        assert_eq!(r.deployment.delivered_at, Some(at));
+        let mut late = record();
+        assert!(apply_timeout(&mut late, at + time::Duration::seconds(60)));
+        assert!(!apply_delivered(
+            &mut late,
+            at + time::Duration::seconds(61)
+        ));
+        assert_eq!(late.deployment.delivered_at, None);
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Shared state of a running gateway, and publishing deployment requests reliably.
 //!
 //! A deployment is recorded (QUEUED, `request_published: false`) before its request is
-//! published, and marked published only after the broker acknowledged it. Whatever
-//! fails in between is retried by [`republish`] and, after a restart, by
-//! [`Service::recover`]; the deployment id doubles as the JetStream message id, so a
+//! published (its `deployment.queued` event just before), and marked published only
+//! after the broker acknowledged both. Whatever fails in between is retried by
+//! [`republish`] and, after a restart, by [`Service::recover`]; the deployment id
+//! doubles as the JetStream message id (and the event's id is derived from it), so a
 //! retry that races a lost acknowledgement is dropped by the broker's de-duplication.
 //!
 //! A server applies its requests in queue order, so retries keep each server's
@@ -14,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flue_proto::{
-    Config as StoredConfig, ConfigId, DeploymentId, DeploymentRequest, PROTOCOL_VERSION, ServerId,
+    Config as StoredConfig, ConfigId, DeploymentId, DeploymentRequest, EventType, PROTOCOL_VERSION,
+    ServerId,
 };
 use futures_util::StreamExt;
 use time::OffsetDateTime;
@@ -182,7 +184,14 @@ impl Service {
         self.deferred.insert(&d.server_id, d.created_at, &d.id);
     }
 
-    /// Indexes, publishes and marks published one recorded deployment.
+    /// Indexes, reports (`deployment.queued`), publishes and marks published one
+    /// recorded deployment.
+    ///
+    /// The event goes out just before the request, so that it always precedes what the
+    /// agent reports (`delivered` may otherwise overtake it), and both before the mark:
+    /// whatever fails or crashes in between, the retry publishes both again and the
+    /// broker drops the copies (same message ids), so the event is neither lost nor
+    /// doubled.
     async fn publish(
         &self,
         record: &DeploymentRecord,
@@ -191,6 +200,9 @@ impl Service {
         let d = &record.deployment;
         self.store
             .index_deployment(&d.tenant, &d.server_id, &d.id)
+            .await?;
+        self.events
+            .publish(&record.event(EventType::DeploymentQueued))
             .await?;
         self.broker
             .publish_request(&request(record, config))
@@ -372,6 +384,7 @@ pub fn request(record: &DeploymentRecord, config: &StoredConfig) -> DeploymentRe
         action: d.action.clone(),
         config: config.clone(),
         input_values: d.input_values.clone(),
+        hidden_inputs: record.hidden_inputs.clone(),
         stack_id: d.stack_id.clone(),
         resource_name: d.resource_name.clone(),
         created_at: d.created_at,

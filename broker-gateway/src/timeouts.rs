@@ -8,7 +8,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use flue_proto::DeploymentId;
+use flue_proto::{DeploymentId, EventType};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -96,7 +96,8 @@ pub async fn sweep(service: Service, cancel: CancellationToken) {
 }
 
 /// One sweep: every due deployment still past its [`timeout_deadline`] becomes FAILED
-/// "timed out"; one started since it was watched is watched again until its later deadline.
+/// "timed out" (reported as `deployment.timed_out`); one started since it was watched
+/// is watched again until its later deadline.
 pub async fn sweep_once(service: &Service) {
     let now = OffsetDateTime::now_utc();
     let tenant = &service.config.tenant;
@@ -108,6 +109,10 @@ pub async fn sweep_once(service: &Service) {
         {
             Ok(Some(u)) if u.changed => {
                 info!(deployment.id = %id, server.id = %u.record.deployment.server_id, "deployment timed out");
+                service
+                    .events
+                    .emit(&u.record.event(EventType::DeploymentTimedOut))
+                    .await;
             }
             Ok(Some(u)) => {
                 if let Some(deadline) = timeout_deadline(&u.record.deployment) {

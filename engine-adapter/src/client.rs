@@ -12,6 +12,8 @@ use serde::de::DeserializeOwned;
 
 use crate::error::ClientError;
 
+pub mod events;
+
 /// Longest single long-poll the gateway accepts (`wait_secs` 0..=60).
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
@@ -97,6 +99,14 @@ impl Client {
     /// `GET /v1/servers`.
     pub async fn list_servers(&self) -> Result<Vec<Server>, ClientError> {
         self.get("v1/servers").await
+    }
+
+    /// `DELETE /v1/servers/{id}`: deregisters the server (refused with 409 while it has
+    /// QUEUED or IN_PROGRESS deployments).
+    pub async fn delete_server(&self, id: &ServerId) -> Result<(), ClientError> {
+        let url = self.url(&format!("v1/servers/{id}"))?;
+        let request = self.http.delete(url.clone()).timeout(REQUEST_TIMEOUT);
+        self.send_bytes(request, &url).await.map(drop)
     }
 
     /// `GET /v1/servers/{id}/deployments`: the server's deployments, oldest first.

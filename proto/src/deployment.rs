@@ -128,6 +128,11 @@ pub struct DeploymentRequest {
     /// Input values by name (declared defaults already applied by the gateway).
     #[serde(default)]
     pub input_values: BTreeMap<String, serde_json::Value>,
+    /// Names of every hidden input, including those hidden because their value came from
+    /// another deployment (`inputs_from`, `input_refs`) while the config does not say so:
+    /// the agent keeps their values out of progress events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden_inputs: Vec<String>,
     /// Stack the deployment belongs to, if an engine said so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack_id: Option<StackId>,
@@ -382,6 +387,7 @@ mod tests {
         let spec: ConfigSpec =
             serde_json::from_value(json!({"group": "script", "config": "echo hi"})).expect("spec");
         DeploymentRequest {
+            hidden_inputs: Vec::new(),
             v: PROTOCOL_VERSION,
             tenant: TenantId::new("acme").expect("id"),
             server: ServerId::new("web1").expect("id"),

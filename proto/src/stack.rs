@@ -1,7 +1,8 @@
 //! Stacks: the state an engine keeps in the gateway while it runs a HOT-style template.
 //!
-//! The gateway stores a stack as one record with a revision and never looks inside
-//! [`StackState`]: the engine owns its meaning and writes it back with
+//! The gateway stores a stack as one record with a revision and never changes
+//! [`StackState`] (it only reads the operation and units to derive lifecycle events):
+//! the engine owns its meaning and writes it back with
 //! compare-and-set ([`PutStack::expected_revision`]), so two engine processes driving
 //! the same stack can never overwrite each other's progress unnoticed.
 

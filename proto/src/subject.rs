@@ -40,6 +40,12 @@ pub fn heartbeat(tenant: &TenantId, server: &ServerId) -> String {
 /// Subjects of every agent's heartbeats, which the gateway subscribes to.
 pub const HEARTBEAT_SUBJECTS: &str = "flue.*.hb.*";
 
+/// Subjects of the heartbeats of every agent of `tenant`: what a gateway of that tenant
+/// follows.
+pub fn tenant_heartbeats(tenant: &TenantId) -> String {
+    format!("flue.{tenant}.hb.*")
+}
+
 /// Name of the durable pull consumer the gateway creates for one server's requests.
 ///
 /// Ids may contain `-` and `_`, so joining tenant and server with a separator could
@@ -130,6 +136,7 @@ mod tests {
         assert_eq!(request(&t("acme"), &s("web1")), "flue.acme.req.web1");
         assert_eq!(response(&t("acme"), &s("web1")), "flue.acme.resp.web1");
         assert_eq!(heartbeat(&t("acme"), &s("web1")), "flue.acme.hb.web1");
+        assert_eq!(tenant_heartbeats(&t("acme")), "flue.acme.hb.*");
         assert_eq!(
             agent_inbox_prefix(&t("acme"), &s("web1")),
             "_INBOX_flue.acme.web1"

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::event::EventFilter;
+use crate::ids::{TenantId, WebhookId};
 
 /// Header carrying the signature: `v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`.
 pub const SIGNATURE_HEADER: &str = "flue-signature";
@@ -19,6 +20,24 @@ pub const EVENT_ID_HEADER: &str = "flue-event-id";
 pub const ATTEMPT_HEADER: &str = "flue-attempt";
 /// Header carrying the subscription id.
 pub const WEBHOOK_ID_HEADER: &str = "flue-webhook-id";
+/// `Content-Type` of every delivery: one CloudEvent in structured mode.
+pub const CONTENT_TYPE: &str = "application/cloudevents+json";
+/// Version prefix of the signature: `v1=<hex>`.
+pub const SIGNATURE_VERSION: &str = "v1";
+/// Shortest secret accepted, in bytes.
+pub const MIN_SECRET_BYTES: usize = 16;
+/// Longest secret accepted, in bytes.
+pub const MAX_SECRET_BYTES: usize = 1024;
+/// Longest target URL accepted, in bytes.
+pub const MAX_URL_BYTES: usize = 2048;
+
+/// Name of the durable pull consumer on the event stream that feeds one subscription.
+///
+/// Like [`crate::subject::request_consumer`], the tenant's length prefix keeps names of
+/// different tenants apart although ids may contain `-`.
+pub fn consumer_name(tenant: &TenantId, id: &WebhookId) -> String {
+    format!("wh-{}-{tenant}-{id}", tenant.as_str().len())
+}
 
 /// `POST /v1/webhooks`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,4 +104,35 @@ pub struct Webhook {
     /// The last failed attempt's error, if the last attempt failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consumer_names_never_collide_across_tenants() {
+        let t = |s: &str| TenantId::new(s).expect("tenant");
+        let w = |s: &str| WebhookId::new(s).expect("webhook");
+        assert_ne!(
+            consumer_name(&t("a-b"), &w("c")),
+            consumer_name(&t("a"), &w("b-c"))
+        );
+        assert_eq!(consumer_name(&t("default"), &w("x1")), "wh-7-default-x1");
+    }
+
+    #[test]
+    fn create_body_defaults_and_refuses_unknown_fields() {
+        let body: CreateWebhook =
+            serde_json::from_str(r#"{"url":"http://h/x","secret":"0123456789abcdef"}"#)
+                .expect("minimal body");
+        assert_eq!(body.start, WebhookStart::New);
+        assert_eq!(body.filter, EventFilter::default());
+        assert!(
+            serde_json::from_str::<CreateWebhook>(
+                r#"{"url":"http://h/x","secret":"0123456789abcdef","sekret":1}"#
+            )
+            .is_err()
+        );
+    }
 }

@@ -4,6 +4,7 @@
 //! Binaries come from the same target directory as the test executable
 //! (`cargo build --workspace --bins` first; the test script does that).
 
+mod browser;
 mod events;
 mod fixture;
 mod logs;
@@ -12,6 +13,7 @@ mod procs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use browser::{Browser, Page, chromium_bin};
 pub use events::EventTap;
 pub use fixture::Flue;
 pub use logs::Logs;

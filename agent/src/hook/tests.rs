@@ -20,7 +20,7 @@ fn item(config: Value, values: Value) -> HookItem {
 }
 
 async fn judge(hook: &Hook, item: &HookItem, work: &Path) -> DeploymentResult {
-    let outcome = run(hook, item, &HookEnv::default(), work, pending()).await;
+    let outcome = run(hook, item, &HookEnv::default(), work, pending(), None).await;
     let decls: Vec<OutputDecl> = item
         .outputs
         .iter()
@@ -219,9 +219,14 @@ async fn a_stopped_script_reports_why() {
         json!({"group": "script", "config": "echo before; exec sleep 60"}),
         json!({}),
     );
-    let outcome = run(&Hook::Script, &it, &HookEnv::default(), tmp.path(), async {
-        StopReason::TimedOut
-    })
+    let outcome = run(
+        &Hook::Script,
+        &it,
+        &HookEnv::default(),
+        tmp.path(),
+        async { StopReason::TimedOut },
+        None,
+    )
     .await;
     assert_eq!(outcome.failure.as_deref(), Some("timed out"));
 }
@@ -272,4 +277,35 @@ async fn a_script_output_file_over_the_limit_fails_the_deployment() {
         r.status_reason.as_deref(),
         Some("output \"endless\" is larger than the limit of 1048576 bytes")
     );
+}
+
+/// Runs `hook` with a progress sink; the lines it queued, as (stream, text).
+async fn progress_of(hook: &Hook, item: &HookItem, work: &Path) -> Vec<(OutputStream, String)> {
+    let (sink, mut rx) = crate::progress::Sink::for_test(100);
+    run(hook, item, &HookEnv::default(), work, pending(), Some(sink)).await;
+    let mut lines = Vec::new();
+    while let Some(l) = rx.recv().await {
+        lines.push((l.stream, l.text));
+    }
+    lines
+}
+
+#[tokio::test]
+async fn progress_gets_both_streams_of_a_script_but_only_stderr_of_an_external_hook() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let it = item(
+        json!({"group": "script", "config": "echo out; echo err >&2"}),
+        json!({}),
+    );
+    let lines = progress_of(&Hook::Script, &it, tmp.path()).await;
+    assert!(lines.contains(&(OutputStream::Stdout, "out".to_owned())));
+    assert!(lines.contains(&(OutputStream::Stderr, "err".to_owned())));
+
+    let hook = tmp.path().join("ext");
+    write_exec(
+        &hook,
+        "#!/bin/sh\ncat >/dev/null\necho working >&2\nprintf '%s' '{\"deploy_stdout\":\"x\",\"secret\":\"s3cret\"}'\n",
+    );
+    let lines = progress_of(&Hook::External(hook), &it, tmp.path()).await;
+    assert_eq!(lines, [(OutputStream::Stderr, "working".to_owned())]);
 }

@@ -1,8 +1,63 @@
-//! The web dashboard (work in progress).
+//! The web dashboard: one page and its script and style, compiled into the binary.
+//!
+//! The page reads the API like any client (`GET /v1/servers`, `GET /v1/deployments`) and
+//! then follows `GET /v1/events` with the browser's `EventSource`, so it needs nothing
+//! but this gateway: no build step, no third-party script, no network beyond it.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
+use crate::service::Service;
 
-/// `GET /`.
-pub async fn page() -> Result<(), ApiError> {
-    Err(ApiError::NotFound("not yet".into()))
+const PAGE: &str = include_str!("../../assets/dashboard.html");
+const SCRIPT: &str = include_str!("../../assets/dashboard.js");
+const STYLE: &str = include_str!("../../assets/dashboard.css");
+
+/// Where the page may load from: this gateway only, and no inline script or style.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
+     frame-ancestors 'none'";
+
+/// `GET /`: the dashboard page, naming this gateway's tenant.
+pub async fn page(State(service): State<Service>) -> Response {
+    // A tenant id is `[A-Za-z0-9_-]`, so it needs no escaping in HTML.
+    let html = PAGE.replace("{{tenant}}", service.config.tenant.as_str());
+    let mut response = ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    harden(response)
+}
+
+/// `GET /assets/{name}`: `dashboard.js` or `dashboard.css`.
+pub async fn asset(Path(name): Path<String>) -> Result<Response, ApiError> {
+    let (content_type, body) = match name.as_str() {
+        "dashboard.js" => ("text/javascript; charset=utf-8", SCRIPT),
+        "dashboard.css" => ("text/css; charset=utf-8", STYLE),
+        _ => return Err(ApiError::NotFound(format!("no asset {name:?}"))),
+    };
+    Ok(harden(
+        ([(header::CONTENT_TYPE, content_type)], body).into_response(),
+    ))
+}
+
+/// Headers every dashboard answer carries: always revalidated (a new gateway serves new
+/// assets at the same path), never sniffed, never framed, never sending a referrer.
+fn harden(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
 }

@@ -6,14 +6,17 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use flue_proto::{Action, Config, CreateDeployment, Deployment, DeploymentId, DeploymentStatus};
-use futures_util::StreamExt;
+use flue_proto::{
+    Action, Config, CreateDeployment, Deployment, DeploymentId, DeploymentStatus, IdError,
+    ServerId, StackId,
+};
+use futures_util::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
 use super::error::ApiError;
-use super::extract::{JsonBody, PathId, inner_text};
+use super::extract::{JsonBody, PathId, PathIdKind, inner_text};
 use crate::config::MAX_TIMEOUT_SECS;
 use crate::error::chain;
 use crate::record::{
@@ -370,7 +373,90 @@ pub async fn get(
     Ok(Json(latest.redacted()))
 }
 
-/// `GET /v1/deployments` (work in progress).
-pub async fn list(State(_service): State<Service>) -> Result<Json<Vec<Deployment>>, ApiError> {
-    Err(ApiError::NotFound("not yet".into()))
+/// Default of `limit` in `GET /v1/deployments`.
+pub const DEFAULT_LIST_LIMIT: usize = 100;
+/// Largest `limit` in `GET /v1/deployments`.
+pub const MAX_LIST_LIMIT: usize = 1000;
+/// Deployment records read at once while listing.
+const LIST_READS_IN_FLIGHT: usize = 16;
+
+/// Query of `GET /v1/deployments`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Only this server's deployments (empty: any server).
+    pub server: Option<String>,
+    /// Only this stack's deployments (empty: any stack).
+    pub stack: Option<String>,
+    /// How many, newest first (1..=1000, default 100).
+    pub limit: Option<String>,
+}
+
+/// `GET /v1/deployments[?server=S&stack=K&limit=N]`: the tenant's most recent
+/// deployments, newest first (by `created_at`, then id), redacted. A bad parameter is
+/// a 400 `invalid_query` naming it.
+///
+/// Every call reads every record it filters (with `server`, only that server's, through
+/// the `flue_server_deployments` index): its cost grows with the deployments kept, which
+/// is fine for a dashboard's first page but not for polling.
+pub async fn list(
+    State(service): State<Service>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<Vec<Deployment>>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(inner_text(&e)))?;
+    let limit = list_limit(query.limit.as_deref())?;
+    let server = query_id::<ServerId>("server", query.server.as_deref())?;
+    let stack = query_id::<StackId>("stack", query.stack.as_deref())?;
+    let tenant = &service.config.tenant;
+    let mut records = match &server {
+        Some(server) => service.store.server_deployments(tenant, server).await?,
+        None => {
+            let ids = service.store.deployment_ids(tenant).await?;
+            let store = &service.store;
+            futures_util::stream::iter(ids)
+                .map(|id| async move { store.deployment(tenant, &id).await })
+                .buffer_unordered(LIST_READS_IN_FLIGHT)
+                // A record deleted since its id was listed is simply not there.
+                .try_filter_map(|record| std::future::ready(Ok(record)))
+                .try_collect::<Vec<_>>()
+                .await?
+        }
+    };
+    if let Some(stack) = &stack {
+        records.retain(|r| r.deployment.stack_id.as_ref() == Some(stack));
+    }
+    records.sort_by(|a, b| {
+        (b.deployment.created_at, &b.deployment.id)
+            .cmp(&(a.deployment.created_at, &a.deployment.id))
+    });
+    records.truncate(limit);
+    Ok(Json(
+        records.iter().map(DeploymentRecord::redacted).collect(),
+    ))
+}
+
+/// The `limit` parameter: absent is [`DEFAULT_LIST_LIMIT`].
+fn list_limit(value: Option<&str>) -> Result<usize, ApiError> {
+    let Some(raw) = value else {
+        return Ok(DEFAULT_LIST_LIMIT);
+    };
+    match raw.parse::<usize>() {
+        Ok(n) if (1..=MAX_LIST_LIMIT).contains(&n) => Ok(n),
+        _ => Err(ApiError::InvalidQuery(format!(
+            "query parameter \"limit\": must be a whole number from 1 to {MAX_LIST_LIMIT}, got {raw:?}"
+        ))),
+    }
+}
+
+/// An id given as query parameter `name`: absent or empty is none.
+fn query_id<T: PathIdKind>(name: &str, value: Option<&str>) -> Result<Option<T>, ApiError> {
+    match value {
+        None | Some("") => Ok(None),
+        Some(raw) => raw.parse().map(Some).map_err(|e: IdError| {
+            ApiError::InvalidQuery(format!(
+                "query parameter {name:?}: invalid {} {raw:?}: {e}",
+                T::WHAT
+            ))
+        }),
+    }
 }

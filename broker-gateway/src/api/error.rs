@@ -41,6 +41,9 @@ pub enum ApiError {
     /// A value in the body or query is out of bounds.
     #[error("{0}")]
     InvalidInput(String),
+    /// A query parameter cannot be read (the message names it).
+    #[error("{0}")]
+    InvalidQuery(String),
     /// The object (or route) does not exist.
     #[error("{0}")]
     NotFound(String),
@@ -81,6 +84,7 @@ impl ApiError {
             Self::BodyTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             Self::InvalidConfig(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_config"),
             Self::InvalidInput(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_input"),
+            Self::InvalidQuery(_) => (StatusCode::BAD_REQUEST, "invalid_query"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Self::RevisionMismatch(_) => (StatusCode::CONFLICT, "revision_mismatch"),

@@ -26,6 +26,7 @@ pub fn router(service: Service) -> Router {
     let body_limit = service.config.max_body_bytes;
     Router::new()
         .route("/", get(dashboard::page))
+        .route("/assets/{name}", get(dashboard::asset))
         .route("/healthz", get(healthz))
         .route("/v1/configs", post(configs::create))
         .route("/v1/configs/{id}", get(configs::get))

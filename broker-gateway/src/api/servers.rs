@@ -1,10 +1,13 @@
-//! `/v1/servers`: registration (which creates the server's request consumer) and reads.
+//! `/v1/servers`: registration (which creates the server's request consumer), reads and
+//! deregistration; registering and deregistering are reported as server events.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use flue_proto::event::ServerEventData;
 use flue_proto::{
-    AgentBootstrap, Deployment, RegisterServer, Registration, Server, ServerId, subject,
+    AgentBootstrap, CloudEvent, Deployment, EventType, RegisterServer, Registration, Server,
+    ServerId, subject,
 };
 use time::OffsetDateTime;
 use tracing::info;
@@ -36,6 +39,10 @@ pub async fn register(
     let (status, server) = match service.store.create_server(&server).await? {
         None => {
             info!(server.id = %server.id, consumer, "server registered");
+            service
+                .events
+                .emit(&server_event(&server, EventType::ServerRegistered))
+                .await;
             (StatusCode::CREATED, server)
         }
         Some(stored) => (StatusCode::OK, stored),
@@ -54,7 +61,13 @@ pub async fn register(
 
 /// `GET /v1/servers`: every server of the tenant, oldest first.
 pub async fn list(State(service): State<Service>) -> Result<Json<Vec<Server>>, ApiError> {
-    Ok(Json(service.store.servers(&service.config.tenant).await?))
+    let tenant = &service.config.tenant;
+    let mut servers = service.store.servers(tenant).await?;
+    for server in &mut servers {
+        let presence = service.presence.view(tenant, &server.id);
+        server.presence = Some(presence.unwrap_or_else(crate::presence::unknown));
+    }
+    Ok(Json(servers))
 }
 
 /// `GET /v1/servers/{id}`.
@@ -62,7 +75,10 @@ pub async fn get(
     State(service): State<Service>,
     PathId(id): PathId<ServerId>,
 ) -> Result<Json<Server>, ApiError> {
-    Ok(Json(known_server(&service, &id).await?))
+    let mut server = known_server(&service, &id).await?;
+    let presence = service.presence.view(&service.config.tenant, &id);
+    server.presence = Some(presence.unwrap_or_else(crate::presence::unknown));
+    Ok(Json(server))
 }
 
 /// `GET /v1/servers/{id}/deployments`: the server's deployments, oldest first.
@@ -86,10 +102,68 @@ async fn known_server(service: &Service, id: &ServerId) -> Result<Server, ApiErr
         .ok_or_else(|| ApiError::NotFound(format!("server {:?} not found", id.as_str())))
 }
 
-/// `DELETE /v1/servers/{id}` (work in progress).
+/// `DELETE /v1/servers/{id}`: removes the server, its request queue and its entries in
+/// the deployment index (its deployment records stay); 204, 404 when it is not
+/// registered, 409 while it has QUEUED or IN_PROGRESS deployments. Registering it again
+/// later starts afresh (a new `created_at`, an empty queue).
+///
+/// The server record goes last, so a removal interrupted half-way can be repeated. The
+/// work runs on its own task, so a client hanging up cannot stop it half-way.
 pub async fn deregister(
-    State(_service): State<Service>,
-    PathId(_id): PathId<ServerId>,
+    State(service): State<Service>,
+    PathId(id): PathId<ServerId>,
 ) -> Result<StatusCode, ApiError> {
-    Err(ApiError::NotFound("not yet".into()))
+    let tasks = service.tasks.clone();
+    tasks.spawn(remove(service, id)).await??;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn remove(service: Service, id: ServerId) -> Result<(), ApiError> {
+    let tenant = &service.config.tenant;
+    let server = known_server(&service, &id).await?;
+    let unfinished = service
+        .store
+        .server_deployments(tenant, &id)
+        .await?
+        .iter()
+        .filter(|r| !r.deployment.status.is_terminal())
+        .count();
+    if unfinished > 0 {
+        return Err(ApiError::Conflict(format!(
+            "server {:?} has {unfinished} QUEUED or IN_PROGRESS deployment{}; wait for {} to finish (or time out) first",
+            id.as_str(),
+            if unfinished == 1 { "" } else { "s" },
+            if unfinished == 1 { "it" } else { "them" },
+        )));
+    }
+    service.broker.remove_request_queue(tenant, &id).await?;
+    service.store.delete_server(tenant, &id).await?;
+    service.presence.forget(tenant, &id).await;
+    info!(server.id = %id, "server deregistered");
+    service
+        .events
+        .emit(&server_event(&server, EventType::ServerDeregistered))
+        .await;
+    Ok(())
+}
+
+/// `server.registered` or `server.deregistered` of one registration of `server`: the
+/// id names its `created_at`, so a later registration of the same id is another fact.
+fn server_event(server: &Server, ty: EventType) -> CloudEvent {
+    let millis = server.created_at.unix_timestamp_nanos() / 1_000_000;
+    let data = ServerEventData {
+        server_id: server.id.clone(),
+        name: server.name.clone(),
+        agent_instance: None,
+        reason: None,
+        last_seen: None,
+    };
+    CloudEvent::new(
+        ty,
+        &server.tenant,
+        format!("server:{}:{}:{millis}", server.id, ty.name()),
+        format!("servers/{}", server.id),
+        &data,
+    )
+    .server(&server.id)
 }

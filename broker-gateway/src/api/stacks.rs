@@ -1,5 +1,6 @@
 //! `/v1/stacks`: the records an engine keeps while it drives a stack, written with
-//! compare-and-set on their revision; deleting one also clears its data space.
+//! compare-and-set on their revision; deleting one also clears its data space. Each
+//! write is reported as stack and group events ([`crate::stack_events`]).
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
@@ -13,6 +14,7 @@ use tracing::info;
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId, inner_text};
 use crate::service::Service;
+use crate::stack_events::{deleted_stack_events, stack_events};
 use crate::store::StackWrite;
 
 /// `GET /v1/stacks`: every stack of the tenant, sorted by id.
@@ -36,14 +38,29 @@ pub async fn get(
 /// `PUT /v1/stacks/{id}`: without `expected_revision`, creates the stack (409
 /// `conflict` when it exists); with it, replaces the stack's status and state if its
 /// revision is still that one (404 when it is gone, 409 `revision_mismatch` when it
-/// moved on). Answers 200 with the stack as stored, new revision included.
+/// moved on). Answers 200 with the stack as stored, new revision included, once the
+/// events reporting the change ([`stack_events`]) are out.
+///
+/// The work runs on its own task, so a client hanging up cannot separate a write from
+/// its events.
 pub async fn put(
     State(service): State<Service>,
     PathId(id): PathId<StackId>,
     JsonBody(body): JsonBody<PutStack>,
 ) -> Result<Json<Stack>, ApiError> {
+    let tasks = service.tasks.clone();
+    let stack = tasks.spawn(store_and_report(service, id, body)).await??;
+    Ok(Json(stack))
+}
+
+async fn store_and_report(
+    service: Service,
+    id: StackId,
+    body: PutStack,
+) -> Result<Stack, ApiError> {
     let tenant = &service.config.tenant;
     let now = OffsetDateTime::now_utc();
+    let mut replaced = None;
     let written = match body.expected_revision {
         None => {
             let stack = Stack {
@@ -61,6 +78,7 @@ pub async fn put(
             service
                 .store
                 .update_stack(tenant, &id, expected, |stack| {
+                    replaced = Some(stack.clone());
                     stack.updated_at = now;
                     stack.status = body.status;
                     stack.state = body.state;
@@ -70,7 +88,10 @@ pub async fn put(
     };
     let stack = written_or_refused(&id, body.expected_revision, written)?;
     info!(stack.id = %id, revision = stack.revision, status = %stack.status, "stack stored");
-    Ok(Json(stack))
+    for event in stack_events(tenant, replaced.as_ref(), &stack) {
+        service.events.emit(&event).await;
+    }
+    Ok(stack)
 }
 
 /// Query of `DELETE /v1/stacks/{id}`.
@@ -81,7 +102,9 @@ pub struct DeleteQuery {
 }
 
 /// `DELETE /v1/stacks/{id}[?expected_revision=N]`: removes the stack and every key of
-/// its data space; 204, 404 when there is no such stack, 409 `revision_mismatch`.
+/// its data space; 204, 404 when there is no such stack, 409 `revision_mismatch`. Its
+/// live group members are reported leaving, and a delete operation in progress
+/// completed.
 ///
 /// The record goes first, then the data. A stack found missing still has its data
 /// purged, so that repeating a delete whose purge failed finishes it. The work runs
@@ -110,8 +133,11 @@ async fn delete_with_data(
         return written_or_refused(&id, expected, written).map(drop);
     }
     let purged = service.store.purge_stack_data(tenant, &id).await?;
-    written_or_refused(&id, expected, written)?;
+    let stack = written_or_refused(&id, expected, written)?;
     info!(stack.id = %id, data_keys_purged = purged, "stack deleted");
+    for event in deleted_stack_events(tenant, &stack) {
+        service.events.emit(&event).await;
+    }
     Ok(())
 }
 

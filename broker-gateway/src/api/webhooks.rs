@@ -1,31 +1,85 @@
-//! `/v1/webhooks`: webhook subscriptions (work in progress).
+//! `/v1/webhooks`: webhook subscriptions (create, list, read, delete, resume).
+//!
+//! No answer ever carries a subscription's secret.
 
+use axum::Json;
 use axum::extract::State;
+use axum::http::StatusCode;
+use flue_proto::WebhookId;
+use flue_proto::webhook::{CreateWebhook, Webhook};
 
 use super::error::ApiError;
+use super::extract::{JsonBody, PathId, PathIdKind};
 use crate::service::Service;
+use crate::webhooks::WebhookError;
 
-/// `POST /v1/webhooks`.
-pub async fn create(State(_service): State<Service>) -> Result<(), ApiError> {
-    Err(ApiError::NotFound("not yet".into()))
+impl PathIdKind for WebhookId {
+    const WHAT: &'static str = "webhook id";
 }
 
-/// `GET /v1/webhooks`.
-pub async fn list(State(_service): State<Service>) -> Result<(), ApiError> {
-    Err(ApiError::NotFound("not yet".into()))
+impl From<WebhookError> for ApiError {
+    fn from(e: WebhookError) -> Self {
+        match e {
+            e @ (WebhookError::Url(_) | WebhookError::Secret(_)) => {
+                ApiError::InvalidInput(e.to_string())
+            }
+            WebhookError::Store(e) => ApiError::Store(e),
+            WebhookError::Broker(e) => ApiError::Broker(e),
+        }
+    }
 }
 
-/// `GET /v1/webhooks/{id}`.
-pub async fn get(State(_service): State<Service>) -> Result<(), ApiError> {
-    Err(ApiError::NotFound("not yet".into()))
+fn not_found(id: &WebhookId) -> ApiError {
+    ApiError::NotFound(format!("webhook {:?} not found", id.as_str()))
 }
 
-/// `DELETE /v1/webhooks/{id}`.
-pub async fn delete(State(_service): State<Service>) -> Result<(), ApiError> {
-    Err(ApiError::NotFound("not yet".into()))
+/// `POST /v1/webhooks`: 201 with the new subscription; 422 naming the field when the
+/// url or the secret is refused.
+pub async fn create(
+    State(service): State<Service>,
+    JsonBody(body): JsonBody<CreateWebhook>,
+) -> Result<(StatusCode, Json<Webhook>), ApiError> {
+    let sub = service.webhooks.create(&service, body).await?;
+    Ok((StatusCode::CREATED, Json(sub.view())))
 }
 
-/// `POST /v1/webhooks/{id}/resume`.
-pub async fn resume(State(_service): State<Service>) -> Result<(), ApiError> {
-    Err(ApiError::NotFound("not yet".into()))
+/// `GET /v1/webhooks`: every subscription, oldest first.
+pub async fn list(State(service): State<Service>) -> Result<Json<Vec<Webhook>>, ApiError> {
+    let subs = service.webhooks.list(&service.config.tenant).await?;
+    Ok(Json(subs.iter().map(|s| s.view()).collect()))
+}
+
+/// `GET /v1/webhooks/{id}`: status, counters and, when parked, why.
+pub async fn get(
+    State(service): State<Service>,
+    PathId(id): PathId<WebhookId>,
+) -> Result<Json<Webhook>, ApiError> {
+    match service.webhooks.get(&service.config.tenant, &id).await? {
+        Some(sub) => Ok(Json(sub.view())),
+        None => Err(not_found(&id)),
+    }
+}
+
+/// `DELETE /v1/webhooks/{id}`: 204; stops its delivery and removes its consumer.
+pub async fn delete(
+    State(service): State<Service>,
+    PathId(id): PathId<WebhookId>,
+) -> Result<StatusCode, ApiError> {
+    if service.webhooks.delete(&service.config.tenant, &id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(not_found(&id))
+    }
+}
+
+/// `POST /v1/webhooks/{id}/resume`: a parked subscription becomes active and delivery
+/// restarts at the event it could not deliver; an active one is left as it is.
+pub async fn resume(
+    State(service): State<Service>,
+    PathId(id): PathId<WebhookId>,
+) -> Result<Json<Webhook>, ApiError> {
+    match service.webhooks.resume(&service, &id).await? {
+        Some(sub) => Ok(Json(sub.view())),
+        None => Err(not_found(&id)),
+    }
 }

@@ -10,7 +10,8 @@
 //! | `flue_data` | `<tenant>.<stack>.<key>` | a hook's value (written by agents) |
 //!
 //! Every bucket keeps one revision per key. Configs, servers and deployments are
-//! created with `create` (refused when the key exists); deployment changes go through
+//! created with `create` (refused when the key exists; a deregistered server's key can
+//! be created again); deployment changes go through
 //! [`Store::update_deployment`], a compare-and-set loop on the key's revision; stack
 //! changes name the revision they replace ([`Store::update_stack`]). The gateway only
 //! creates the data bucket and purges a deleted stack's keys from it.
@@ -130,6 +131,32 @@ impl Store {
             self.server_by_key(k)
         })
         .await
+    }
+
+    /// Removes server `id`'s record and its entries in the deployment index (the
+    /// deployment records stay). The index goes first, so that a removal interrupted
+    /// half-way still finds the server and can be repeated.
+    pub async fn delete_server(&self, tenant: &TenantId, id: &ServerId) -> Result<(), StoreError> {
+        let filter = format!("{}{tenant}.{id}.*", self.index.prefix);
+        self.index
+            .stream
+            .purge()
+            .filter(filter.clone())
+            .await
+            .map_err(|e| StoreError::Purge {
+                bucket: SERVER_DEPLOYMENTS_BUCKET,
+                filter,
+                source: e.into(),
+            })?;
+        let key = key2(tenant, id);
+        self.servers
+            .purge(&key)
+            .await
+            .map_err(|e| StoreError::Write {
+                bucket: SERVERS_BUCKET,
+                key,
+                source: e.into(),
+            })
     }
 
     /// Every server of `tenant`, oldest first.

@@ -1,23 +1,401 @@
-//! Webhook subscriptions and their delivery (work in progress).
+//! Webhook subscriptions and their delivery.
+//!
+//! A subscription is a record in KV `flue_webhooks` ([`record`]) and a durable pull
+//! consumer on the event stream (`wh-<len>-<tenant>-<id>`, max one unacknowledged
+//! message), both made by the gateway at creation. A delivery task per active
+//! subscription ([`deliver`]) pulls one event at a time and POSTs it, signed
+//! ([`sign`]), over [`http`]; it acknowledges the event only after a 2xx, so delivery
+//! is at least once and in stream order.
+//!
+//! Which tasks run follows the bucket: [`run`] watches it (from its current content,
+//! so subscriptions survive a restart) and starts a task for every active subscription
+//! and stops the tasks of parked and deleted ones. The API handlers start and stop
+//! tasks directly as well, so a change is acted on before the watch sees it.
 
-use async_nats::jetstream;
+pub mod deliver;
+pub mod http;
+pub mod record;
+pub mod sign;
+pub mod target;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, kv, stream};
+use flue_proto::event::EVENT_STREAM;
+use flue_proto::webhook::{
+    CreateWebhook, MAX_SECRET_BYTES, MIN_SECRET_BYTES, WebhookStart, WebhookStatus, consumer_name,
+};
+use flue_proto::{TenantId, WebhookId};
+use futures_util::StreamExt;
+use time::OffsetDateTime;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
 
+use crate::broker::BrokerError;
+use crate::error::chain;
 use crate::service::Service;
 use crate::store::StoreError;
+use record::{Records, Secret, Subscription};
+use target::{Target, TargetError};
 
-/// Webhook subscriptions; cheap to clone.
-#[derive(Debug, Clone, Default)]
-pub struct Webhooks {}
+/// How long the broker waits for the acknowledgement of an event handed to a delivery
+/// task before handing it out again; a task busy with it extends that every third of it.
+pub const ACK_WAIT: Duration = Duration::from_secs(30);
+/// Longest wait for a stopped delivery task when its subscription is deleted.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+/// Pauses between attempts to follow the bucket again after losing the watch.
+const WATCH_RETRY_MIN: Duration = Duration::from_millis(250);
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(10);
 
-impl Webhooks {
-    /// Opens the subscriptions' state.
-    pub async fn open(_js: &jetstream::Context) -> Result<Self, StoreError> {
-        Ok(Self {})
+/// Why a subscription could not be created or changed.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// The target URL is refused.
+    #[error("url {0}")]
+    Url(#[from] TargetError),
+    /// The secret is too short or too long.
+    #[error("secret is {0} bytes long; it must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes")]
+    Secret(usize),
+    /// The state store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The broker failed (the subscription's consumer).
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
+
+/// Delivery settings from the gateway's flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// Longest attempt.
+    pub timeout: Duration,
+    /// Pause after the first failed attempt of an event.
+    pub backoff: Duration,
+    /// Longest pause.
+    pub backoff_max: Duration,
+    /// Failed attempts of one event after which the subscription is parked.
+    pub max_attempts: u32,
+}
+
+impl Settings {
+    /// The settings `config` asks for.
+    pub fn from_config(config: &crate::Config) -> Self {
+        let backoff_max = Duration::from_millis(config.webhook_backoff_max_ms.max(1));
+        Self {
+            timeout: Duration::from_millis(config.webhook_timeout_ms.max(1)),
+            backoff: Duration::from_millis(config.webhook_backoff_ms.max(1)).min(backoff_max),
+            backoff_max,
+            max_attempts: config.webhook_max_attempts.max(1),
+        }
     }
 }
 
-/// Delivers events to every subscription until cancelled.
-pub async fn run(_service: Service, cancel: CancellationToken) {
-    cancel.cancelled().await;
+/// A delivery task in the registry.
+#[derive(Debug)]
+struct Running {
+    /// Tells this task apart from a later one of the same subscription.
+    run: u64,
+    cancel: CancellationToken,
+    /// Set right after spawning.
+    handle: Option<JoinHandle<()>>,
+}
+
+/// Webhook subscriptions and the registry of their delivery tasks; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Webhooks {
+    records: Records,
+    js: jetstream::Context,
+    http: http::HttpClient,
+    running: Arc<Mutex<HashMap<String, Running>>>,
+    next_run: Arc<AtomicU64>,
+}
+
+impl Webhooks {
+    /// Opens (creating if missing) the subscriptions' bucket.
+    pub async fn open(js: &jetstream::Context) -> Result<Self, StoreError> {
+        Ok(Self {
+            records: Records::open(js).await?,
+            js: js.clone(),
+            http: http::HttpClient::default(),
+            running: Arc::default(),
+            next_run: Arc::default(),
+        })
+    }
+
+    /// Checks `body`, creates the subscription's consumer and record, and starts
+    /// delivering.
+    pub async fn create(
+        &self,
+        service: &Service,
+        body: CreateWebhook,
+    ) -> Result<Subscription, WebhookError> {
+        Target::parse(&body.url)?;
+        let len = body.secret.len();
+        if !(MIN_SECRET_BYTES..=MAX_SECRET_BYTES).contains(&len) {
+            return Err(WebhookError::Secret(len));
+        }
+        let sub = Subscription {
+            tenant: service.config.tenant.clone(),
+            id: WebhookId::random(),
+            url: body.url,
+            secret: Secret::new(body.secret),
+            filter: body.filter,
+            start: body.start,
+            created_at: OffsetDateTime::now_utc(),
+            status: WebhookStatus::Active,
+            parked_reason: None,
+            delivered: 0,
+            last_event_id: None,
+            last_seq: None,
+            last_error: None,
+        };
+        // The consumer first: with `start: new` it marks where delivery begins.
+        self.consumer(&sub).await?;
+        if let Err(e) = self.records.create(&sub).await {
+            if let Err(e) = self.delete_consumer(&sub.tenant, &sub.id).await {
+                warn!(error = %chain(&e), webhook.id = %sub.id, "cannot remove the consumer of a subscription that was not stored");
+            }
+            return Err(e.into());
+        }
+        info!(webhook.id = %sub.id, url = %sub.url, "webhook created");
+        self.ensure_running(service, &sub);
+        Ok(sub)
+    }
+
+    /// Every subscription of `tenant`, oldest first.
+    pub async fn list(&self, tenant: &TenantId) -> Result<Vec<Subscription>, StoreError> {
+        self.records.list(tenant).await
+    }
+
+    /// Subscription `id` of `tenant`, if it exists.
+    pub async fn get(
+        &self,
+        tenant: &TenantId,
+        id: &WebhookId,
+    ) -> Result<Option<Subscription>, StoreError> {
+        self.records.get(tenant, id).await
+    }
+
+    /// Stops the subscription's task, then deletes its consumer and its record; false
+    /// when there is no such subscription.
+    pub async fn delete(&self, tenant: &TenantId, id: &WebhookId) -> Result<bool, WebhookError> {
+        if self.records.get(tenant, id).await?.is_none() {
+            return Ok(false);
+        }
+        if let Some(handle) = self.stop(&record::key(tenant, id))
+            && tokio::time::timeout(STOP_WAIT, handle).await.is_err()
+        {
+            warn!(webhook.id = %id, "delivery task still running after being stopped");
+        }
+        // Consumer before record: if the record cannot be deleted, the subscription is
+        // still whole (its task makes the consumer again) and the delete can be retried.
+        self.delete_consumer(tenant, id).await?;
+        self.records.delete(tenant, id).await?;
+        info!(webhook.id = %id, "webhook deleted");
+        Ok(true)
+    }
+
+    /// Makes a parked subscription active again and restarts its delivery at the event
+    /// that was not delivered; for an active one, only makes sure it is delivering.
+    pub async fn resume(
+        &self,
+        service: &Service,
+        id: &WebhookId,
+    ) -> Result<Option<Subscription>, StoreError> {
+        let updated = self
+            .records
+            .update(&service.config.tenant, id, |sub| {
+                if sub.status == WebhookStatus::Active {
+                    return false;
+                }
+                sub.status = WebhookStatus::Active;
+                sub.parked_reason = None;
+                sub.last_error = None;
+                true
+            })
+            .await?;
+        if let Some(sub) = &updated {
+            info!(webhook.id = %sub.id, "webhook resumed");
+            self.ensure_running(service, sub);
+        }
+        Ok(updated)
+    }
+
+    /// Starts the delivery task of `sub` unless one is running.
+    fn ensure_running(&self, service: &Service, sub: &Subscription) {
+        let key = sub.key();
+        let run = self.next_run.fetch_add(1, Ordering::Relaxed);
+        let cancel = service.shutdown.child_token();
+        {
+            let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(r) = running.get(&key)
+                && !r.handle.as_ref().is_some_and(JoinHandle::is_finished)
+            {
+                return;
+            }
+            running.insert(
+                key.clone(),
+                Running {
+                    run,
+                    cancel: cancel.clone(),
+                    handle: None,
+                },
+            );
+        }
+        debug!(webhook.id = %sub.id, "delivery task starting");
+        let handle = service
+            .tasks
+            .spawn(deliver::run(service.clone(), sub.clone(), run, cancel));
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = running.get_mut(&key)
+            && r.run == run
+        {
+            r.handle = Some(handle);
+        }
+    }
+
+    /// Cancels the task of subscription `key`, if any; its handle to wait for it.
+    fn stop(&self, key: &str) -> Option<JoinHandle<()>> {
+        let removed = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key)?;
+        removed.cancel.cancel();
+        removed.handle
+    }
+
+    /// Takes task `run` of `key` out of the registry (it is ending by itself).
+    fn finished(&self, key: &str, run: u64) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if running.get(key).is_some_and(|r| r.run == run) {
+            running.remove(key);
+        }
+    }
+
+    /// The subscription's consumer, created if missing: from just after the last event
+    /// it acknowledged if it has one (a consumer lost with a broker's disk), else from
+    /// where the subscription asked to start.
+    async fn consumer(&self, sub: &Subscription) -> Result<consumer::PullConsumer, BrokerError> {
+        let name = consumer_name(&sub.tenant, &sub.id);
+        let err = |e: Box<dyn std::error::Error + Send + Sync>| BrokerError::Consumer {
+            stream: EVENT_STREAM,
+            consumer: name.clone(),
+            source: e,
+        };
+        let deliver_policy = match (sub.last_seq, sub.start) {
+            (Some(seq), _) => consumer::DeliverPolicy::ByStartSequence {
+                start_sequence: seq + 1,
+            },
+            (None, WebhookStart::New) => consumer::DeliverPolicy::New,
+            (None, WebhookStart::All) => consumer::DeliverPolicy::All,
+        };
+        let stream = self.event_stream().await.map_err(err)?;
+        stream
+            .get_or_create_consumer(
+                &name,
+                consumer::pull::Config {
+                    durable_name: Some(name.clone()),
+                    description: Some(format!("webhook {}", sub.id)),
+                    filter_subject: sub.filter.subject_filter(&sub.tenant),
+                    deliver_policy,
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: ACK_WAIT,
+                    max_deliver: -1,
+                    // One event in flight: the next is handed out only after this one
+                    // is acknowledged, which keeps the order.
+                    max_ack_pending: 1,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| err(e.into()))
+    }
+
+    async fn delete_consumer(&self, tenant: &TenantId, id: &WebhookId) -> Result<(), BrokerError> {
+        let name = consumer_name(tenant, id);
+        let err = |e: Box<dyn std::error::Error + Send + Sync>| BrokerError::Consumer {
+            stream: EVENT_STREAM,
+            consumer: name.clone(),
+            source: e,
+        };
+        let stream = self.event_stream().await.map_err(err)?;
+        match stream.delete_consumer(&name).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(err(e.into())),
+        }
+    }
+
+    async fn event_stream(
+        &self,
+    ) -> Result<stream::Stream, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(self.js.get_stream(EVENT_STREAM).await?)
+    }
+
+    /// Acts on one change of the bucket: start active subscriptions, stop the others.
+    fn apply(&self, service: &Service, entry: kv::Entry) {
+        match entry.operation {
+            kv::Operation::Put => match record::decode(&entry.key, &entry.value) {
+                Ok(sub) if sub.status == WebhookStatus::Active => {
+                    self.ensure_running(service, &sub);
+                }
+                Ok(_) => {
+                    self.stop(&entry.key);
+                }
+                Err(e) => {
+                    warn!(error = %chain(&e), key = %entry.key, "webhook record cannot be decoded; not delivered");
+                }
+            },
+            kv::Operation::Delete | kv::Operation::Purge => {
+                self.stop(&entry.key);
+            }
+        }
+    }
+}
+
+fn is_not_found(e: &stream::ConsumerError) -> bool {
+    matches!(e.kind(), stream::ConsumerErrorKind::JetStream(j)
+        if j.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND)
+}
+
+/// Follows the subscriptions' bucket until cancelled, from its current content on, and
+/// keeps one delivery task running per active subscription.
+pub async fn run(service: Service, cancel: CancellationToken) {
+    let webhooks = service.webhooks.clone();
+    let filter = format!("{}.*", service.config.tenant);
+    let mut pause = WATCH_RETRY_MIN;
+    loop {
+        match webhooks.records.kv().watch_with_history(&filter).await {
+            Ok(mut watch) => loop {
+                let next = tokio::select! {
+                    () = cancel.cancelled() => return,
+                    next = watch.next() => next,
+                };
+                match next {
+                    Some(Ok(entry)) => {
+                        pause = WATCH_RETRY_MIN;
+                        webhooks.apply(&service, entry);
+                    }
+                    Some(Err(e)) => {
+                        warn!(error = %chain(&e), "lost the watch on webhook subscriptions; following them again");
+                        break;
+                    }
+                    None => break,
+                }
+            },
+            Err(e) => {
+                warn!(error = %chain(&e), "cannot watch webhook subscriptions; retrying");
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(WATCH_RETRY_MAX);
+    }
 }

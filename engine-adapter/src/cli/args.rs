@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
-use flue_proto::{ConfigId, DeploymentId, ServerId, StackId};
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use flue_proto::{ConfigId, DeploymentId, EventType, ServerId, StackId};
+use time::OffsetDateTime;
 
 /// Default gateway address, the gateway's own default `--listen`.
 pub const DEFAULT_GATEWAY: &str = "http://127.0.0.1:8470";
@@ -43,6 +44,89 @@ pub enum Command {
     /// Run HOT-style templates as stacks: create, update, delete, suspend, resume, actions.
     #[command(subcommand)]
     Stack(StackCommand),
+    /// Print lifecycle events as JSON lines (CloudEvents): replay what the gateway keeps,
+    /// or follow new ones.
+    Events(EventsArgs),
+    /// A live view of a stack's or a server's deployments: state and latest output.
+    Watch(WatchArgs),
+}
+
+/// `flue events`
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("start").args(["after", "since", "all"])))]
+pub struct EventsArgs {
+    /// Only events of this type (repeatable, or comma-separated), e.g.
+    /// `deployment.completed` or `io.flue.deployment.completed`.
+    #[arg(long = "type", value_name = "TYPE", value_delimiter = ',')]
+    pub types: Vec<EventType>,
+    /// Only events about this server.
+    #[arg(long)]
+    pub server: Option<ServerId>,
+    /// Only events about this stack.
+    #[arg(long)]
+    pub stack: Option<StackId>,
+    /// Only events about this deployment.
+    #[arg(long)]
+    pub deployment: Option<DeploymentId>,
+    /// Start after this stream sequence (see --with-seq).
+    #[arg(long, value_name = "SEQ")]
+    pub after: Option<u64>,
+    /// Start at this time: RFC 3339 (`2025-01-31T12:00:00Z`) or a duration ago (`90s`,
+    /// `15m`, `2h`, `1d`).
+    #[arg(long, value_name = "TIME", value_parser = parse_since)]
+    pub since: Option<OffsetDateTime>,
+    /// Start with the oldest event kept (the default without --follow).
+    #[arg(long)]
+    pub all: bool,
+    /// Keep printing new events (from now, unless a start is given); a dropped
+    /// connection is resumed after the last event printed, so none is missed or repeated.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Add each event's stream sequence as a top-level `"seq"` field (resume with --after).
+    #[arg(long)]
+    pub with_seq: bool,
+}
+
+/// `flue watch`
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("target").args(["stack", "server"]).required(true)))]
+pub struct WatchArgs {
+    /// Watch this stack's units.
+    #[arg(long)]
+    pub stack: Option<StackId>,
+    /// Watch this server's deployments.
+    #[arg(long)]
+    pub server: Option<ServerId>,
+    /// Exit when the stack's operation ends (exit code 1 if it FAILED); with --server,
+    /// when none of its deployments is queued or in progress (1 if one watched FAILED).
+    #[arg(long)]
+    pub until_complete: bool,
+}
+
+/// `--since`: an RFC 3339 time, or `<N>s|m|h|d` before now.
+fn parse_since(text: &str) -> Result<OffsetDateTime, String> {
+    if let Ok(at) = OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339) {
+        return Ok(at);
+    }
+    let (number, suffix) = text
+        .split_at_checked(text.len().saturating_sub(1))
+        .unwrap_or((text, ""));
+    let seconds: Option<i64> = match suffix {
+        "s" => Some(1),
+        "m" => Some(60),
+        "h" => Some(3600),
+        "d" => Some(86_400),
+        _ => None,
+    };
+    match (number.parse::<i64>(), seconds) {
+        (Ok(n), Some(unit)) if n >= 0 => n
+            .checked_mul(unit)
+            .map(|s| OffsetDateTime::now_utc() - time::Duration::seconds(s))
+            .ok_or_else(|| format!("{text:?} is too far back")),
+        _ => Err(format!(
+            "{text:?} is neither an RFC 3339 time (2025-01-31T12:00:00Z) nor a duration ago (90s, 15m, 2h, 1d)"
+        )),
+    }
 }
 
 /// `flue stack …`
@@ -290,6 +374,59 @@ mod tests {
         assert!(args.wait);
         assert_eq!(args.wait_timeout_secs, 600);
         assert_eq!(args.action, "CREATE");
+    }
+
+    #[test]
+    fn event_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "flue",
+            "events",
+            "--type",
+            "deployment.completed,io.flue.deployment.failed",
+            "--type",
+            "server.online",
+            "--server",
+            "web1",
+            "--since",
+            "15m",
+            "-f",
+        ])
+        .expect("parses");
+        let Command::Events(args) = cli.command else {
+            panic!("not events")
+        };
+        assert_eq!(
+            args.types,
+            [
+                EventType::DeploymentCompleted,
+                EventType::DeploymentFailed,
+                EventType::ServerOnline
+            ]
+        );
+        let ago = OffsetDateTime::now_utc() - args.since.expect("since");
+        assert!(ago >= time::Duration::minutes(15) && ago < time::Duration::minutes(16));
+        assert!(args.follow);
+        let err = Cli::try_parse_from(["flue", "events", "--all", "--after", "3"])
+            .expect_err("two starts");
+        assert!(err.to_string().contains("cannot be used with"), "{err}");
+        let err =
+            Cli::try_parse_from(["flue", "events", "--type", "deployment.done"]).expect_err("type");
+        assert!(err.to_string().contains("unknown event type"), "{err}");
+        let err =
+            Cli::try_parse_from(["flue", "events", "--since", "yesterday"]).expect_err("time");
+        assert!(err.to_string().contains("RFC 3339"), "{err}");
+    }
+
+    #[test]
+    fn watch_needs_a_stack_or_a_server() {
+        assert!(Cli::try_parse_from(["flue", "watch"]).is_err());
+        assert!(Cli::try_parse_from(["flue", "watch", "--stack", "s", "--server", "w"]).is_err());
+        let cli = Cli::try_parse_from(["flue", "watch", "--server", "w", "--until-complete"])
+            .expect("parses");
+        let Command::Watch(args) = cli.command else {
+            panic!("not watch")
+        };
+        assert!(args.until_complete && args.server.is_some());
     }
 
     #[test]

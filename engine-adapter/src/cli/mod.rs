@@ -2,9 +2,11 @@
 //! the commands, and how their results and errors are shown.
 
 mod args;
+mod events;
 mod inputs;
 mod render;
 mod stack;
+mod watch;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -14,7 +16,7 @@ use flue_proto::{Action, CreateDeployment, DeploymentId, DeploymentStatus, Regis
 
 pub use args::{
     Cli, Command, ConfigCommand, CreateConfigArgs, DEFAULT_GATEWAY, DeployArgs, DeploymentCommand,
-    ServerCommand, StackApplyArgs, StackCommand, StackOpArgs,
+    EventsArgs, ServerCommand, StackApplyArgs, StackCommand, StackOpArgs, WatchArgs,
 };
 pub use render::error_message;
 
@@ -102,6 +104,9 @@ pub enum CliError {
         /// The output.
         name: String,
     },
+    /// The event stream broke and could not be resumed.
+    #[error(transparent)]
+    Events(#[from] crate::client::events::EventStreamError),
     /// Standard output could not be written (a closed pipe, say).
     #[error("cannot write to standard output")]
     Output(#[from] io::Error),
@@ -141,6 +146,16 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<Outcome, CliError> {
         Command::Server(command) => server(&client, command, out).await?,
         Command::Deploy(args) => return deploy(&client, args, out).await,
         Command::Stack(command) => return stack::run(&client, command, out).await,
+        Command::Events(args) => return events::run(&client, args, out).await,
+        Command::Watch(args) => {
+            // Redraw in place only for a person at a terminal; a pipe gets change lines.
+            let screen = if std::io::IsTerminal::is_terminal(&io::stdout()) {
+                watch::Screen::Redraw
+            } else {
+                watch::Screen::Lines
+            };
+            return watch::run(&client, args, screen, out).await;
+        }
         Command::Deployment(DeploymentCommand::Show { id, output }) => {
             let deployment = client.get_deployment(&id).await?;
             let Some(name) = output else {

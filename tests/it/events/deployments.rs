@@ -1,1 +1,428 @@
-//! Events: deployments.
+//! Deployment and server events in the event stream: their order, ids, subjects and
+//! envelope, hidden outputs, answers handled twice, replay after a listener went away,
+//! registration and deregistration.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use async_nats::jetstream;
+use flue_proto::event::EVENT_STREAM;
+use flue_proto::{
+    AgentMessage, CloudEvent, ConfigSpec, Deployment, DeploymentId, DeploymentResult,
+    DeploymentStatus, EventType, PROTOCOL_VERSION, RegisterServer, ServerId, TenantId, subject,
+};
+use flue_tests::{Agent, EventTap, Flue, WAIT, file_lines};
+use serde_json::json;
+
+const SECRET: &str = "S3cr3t-0utput-value";
+
+/// A broker, a gateway, server `web` with its agent, and a tap on the whole stream.
+async fn web() -> (Flue, Agent, EventTap) {
+    let env = Flue::start().await;
+    env.register("web").await;
+    let agent = env.agent("web", &[]).await;
+    let tap = EventTap::from_start(&env.nats.client().await).await;
+    (env, agent, tap)
+}
+
+/// Creates config `id` running `script`, with the given outputs (`(name, hidden)`).
+async fn config(env: &Flue, id: &str, script: &str, outputs: &[(&str, bool)]) {
+    let outputs: Vec<_> = outputs
+        .iter()
+        .map(|(name, hidden)| json!({"name": name, "hidden": hidden}))
+        .collect();
+    let spec: ConfigSpec = serde_json::from_value(json!({
+        "id": id, "group": "script", "config": script,
+        "inputs": [{"name": "tag"}], "outputs": outputs,
+    }))
+    .expect("spec");
+    env.client().create_config(&spec).await.expect("config");
+}
+
+/// The events about `id` other than progress, in stream order.
+fn lifecycle(tap: &EventTap, id: &DeploymentId) -> Vec<CloudEvent> {
+    tap.events()
+        .into_iter()
+        .filter(|e| e.deployment.as_ref() == Some(id) && e.ty != EventType::DeploymentProgress)
+        .collect()
+}
+
+fn types(events: &[CloudEvent]) -> Vec<EventType> {
+    events.iter().map(|e| e.ty).collect()
+}
+
+/// Waits for the event of type `ty` about `id`.
+async fn wait_event(tap: &mut EventTap, id: &DeploymentId, ty: EventType) -> CloudEvent {
+    tap.wait_for(&format!("{} of {id}", ty.short()), WAIT, |e| {
+        e.ty == ty && e.deployment.as_ref() == Some(id)
+    })
+    .await
+}
+
+/// Every event id appears once.
+fn assert_unique_ids(tap: &EventTap) {
+    let mut seen = BTreeMap::new();
+    for (seq, e) in tap.seen() {
+        if let Some(first) = seen.insert(e.id.clone(), *seq) {
+            panic!("event {} twice: at {first} and {seq}", e.id);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_deployment_reports_queued_delivered_started_completed_in_order() {
+    let (env, _agent, mut tap) = web().await;
+    let script = format!(
+        "#!/bin/sh\necho working\nprintf shown > \"$heat_outputs_path.visible\"\nprintf '{SECRET}' > \"$heat_outputs_path.secret\"\n"
+    );
+    config(
+        &env,
+        "out",
+        &script,
+        &[("visible", false), ("secret", true)],
+    )
+    .await;
+    let d = env.deploy("out", "web", &[("tag", "one")]).await;
+    wait_event(&mut tap, &d.id, EventType::DeploymentCompleted).await;
+
+    let events = lifecycle(&tap, &d.id);
+    use EventType::*;
+    assert_eq!(
+        types(&events),
+        [
+            DeploymentQueued,
+            DeploymentDelivered,
+            DeploymentStarted,
+            DeploymentCompleted
+        ]
+    );
+    let statuses: Vec<_> = events.iter().map(|e| e.data["status"].clone()).collect();
+    assert_eq!(
+        statuses,
+        [
+            json!("QUEUED"),
+            json!("QUEUED"),
+            json!("IN_PROGRESS"),
+            json!("COMPLETE")
+        ]
+    );
+    let web = ServerId::new("web").expect("id");
+    for e in &events {
+        assert_eq!(e.id, format!("deployment:{}:{}", d.id, e.ty.name()));
+        assert_eq!(e.specversion, "1.0");
+        assert_eq!(e.source, "/flue/default");
+        assert_eq!(e.subject, format!("deployments/{}", d.id));
+        assert_eq!(e.datacontenttype, "application/json");
+        assert_eq!(e.tenant, TenantId::new("default").expect("id"));
+        assert_eq!(e.server.as_ref(), Some(&web));
+        assert_eq!(e.deployment.as_ref(), Some(&d.id));
+        assert_eq!(e.stack, None);
+        assert!(e.time >= d.created_at - time::Duration::seconds(1), "{e:?}");
+        assert_eq!(e.data["deployment_id"], json!(d.id));
+        assert_eq!(e.data["config_id"], json!("out"));
+        assert_eq!(e.data["action"], json!("CREATE"));
+        let wire = serde_json::to_value(e).expect("json");
+        assert_eq!(
+            wire["type"],
+            json!(format!("io.flue.deployment.{}", e.ty.name()))
+        );
+    }
+    let done = &events[3];
+    assert_eq!(done.data["outputs"]["visible"], json!("shown"));
+    assert_eq!(done.data["outputs"]["secret"], json!("<hidden>"));
+    assert_eq!(done.data["deploy_status_code"], json!(0));
+    // Whatever the hook printed came between its start and its end.
+    let at = |ty| {
+        tap.seen()
+            .iter()
+            .position(|(_, e)| e.ty == ty && e.deployment.as_ref() == Some(&d.id))
+    };
+    for (i, (_, e)) in tap.seen().iter().enumerate() {
+        if e.ty == DeploymentProgress && e.deployment.as_ref() == Some(&d.id) {
+            assert!(at(DeploymentStarted) < Some(i) && Some(i) < at(DeploymentCompleted));
+        }
+    }
+    for (_, e) in tap.seen() {
+        let text = serde_json::to_string(e).expect("json");
+        assert!(!text.contains(SECRET), "hidden output in {text}");
+    }
+    // Published on the documented subject.
+    let stream = jetstream::new(env.nats.client().await)
+        .get_stream(EVENT_STREAM)
+        .await
+        .expect("event stream");
+    for name in ["queued", "completed"] {
+        let message = stream
+            .get_last_raw_message_by_subject(&format!("flue.default.evt.deployment.~.web.{name}"))
+            .await
+            .expect("event on its subject");
+        let e: CloudEvent = serde_json::from_slice(&message.payload).expect("event");
+        assert_eq!(e.id, format!("deployment:{}:{name}", d.id));
+    }
+    assert_unique_ids(&tap);
+}
+
+#[tokio::test]
+async fn failed_and_timed_out_deployments_say_how_they_ended() {
+    let (env, _agent, mut tap) = web().await;
+    env.register("idle").await;
+    config(&env, "fail", "#!/bin/sh\necho oops >&2\nexit 3\n", &[]).await;
+    config(&env, "slow", "#!/bin/sh\nexec sleep 30\n", &[]).await;
+    let failed = env.deploy("fail", "web", &[]).await;
+    let killed = env.deploy_with("slow", "web", &[], Some(2)).await;
+    let unanswered = env.deploy_with("slow", "idle", &[], Some(1)).await;
+
+    let e = wait_event(&mut tap, &failed.id, EventType::DeploymentFailed).await;
+    assert_eq!(e.data["status"], json!("FAILED"));
+    assert_eq!(e.data["deploy_status_code"], json!(3));
+    // The agent stops the hook at the deadline; nobody answers for `idle`: the gateway's
+    // sweeper fails it.
+    for d in [&killed, &unanswered] {
+        let e = wait_event(&mut tap, &d.id, EventType::DeploymentTimedOut).await;
+        assert_eq!(e.data["status"], json!("FAILED"));
+        assert_eq!(e.data["status_reason"], json!("timed out"));
+    }
+    for (d, end) in [
+        (&failed, EventType::DeploymentFailed),
+        (&killed, EventType::DeploymentTimedOut),
+        (&unanswered, EventType::DeploymentTimedOut),
+    ] {
+        let ends: Vec<EventType> = types(&lifecycle(&tap, &d.id))
+            .into_iter()
+            .filter(|t| {
+                matches!(
+                    t,
+                    EventType::DeploymentCompleted
+                        | EventType::DeploymentFailed
+                        | EventType::DeploymentTimedOut
+                )
+            })
+            .collect();
+        assert_eq!(ends, [end], "{}", d.id);
+    }
+    let queued_only = types(&lifecycle(&tap, &unanswered.id));
+    assert_eq!(
+        queued_only,
+        [EventType::DeploymentQueued, EventType::DeploymentTimedOut]
+    );
+}
+
+/// Publishes `message` on `server`'s response subject as if its agent sent it again,
+/// under a message id of its own (so the response stream keeps this copy).
+async fn resend(env: &Flue, server: &str, message: &AgentMessage, msg_id: &str) {
+    let js = jetstream::new(env.nats.client().await);
+    let tenant = TenantId::new("default").expect("id");
+    let subject = subject::response(&tenant, &ServerId::new(server).expect("id"));
+    let payload = serde_json::to_vec(message).expect("json");
+    js.send_publish(
+        subject,
+        jetstream::message::PublishMessage::build()
+            .payload(payload.into())
+            .message_id(msg_id),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("acknowledged");
+}
+
+/// The agent's three answers about finished deployment `d`, as the record shows them.
+fn answers(d: &Deployment) -> Vec<AgentMessage> {
+    let at = |t: Option<time::OffsetDateTime>| t.expect("recorded");
+    vec![
+        AgentMessage::Delivered {
+            v: PROTOCOL_VERSION,
+            deployment_id: d.id.clone(),
+            at: at(d.delivered_at),
+        },
+        AgentMessage::Started {
+            v: PROTOCOL_VERSION,
+            deployment_id: d.id.clone(),
+            at: at(d.started_at),
+        },
+        AgentMessage::Finished {
+            v: PROTOCOL_VERSION,
+            deployment_id: d.id.clone(),
+            result: DeploymentResult {
+                status: d.status,
+                status_reason: d.status_reason.clone(),
+                outputs: d.outputs.clone(),
+                deploy_stdout: d.deploy_stdout.clone(),
+                deploy_stderr: d.deploy_stderr.clone(),
+                deploy_status_code: d.deploy_status_code,
+                started_at: d.started_at,
+                finished_at: at(d.finished_at),
+            },
+        },
+    ]
+}
+
+#[tokio::test]
+async fn answers_handled_twice_and_a_gateway_restart_report_nothing_twice() {
+    let (mut env, _agent, mut tap) = web().await;
+    config(&env, "quick", "#!/bin/sh\necho hi\n", &[]).await;
+    let first = env.deploy("quick", "web", &[]).await;
+    wait_event(&mut tap, &first.id, EventType::DeploymentCompleted).await;
+    let first = env.finished(&first.id).await;
+    for (n, message) in answers(&first).iter().enumerate() {
+        resend(&env, "web", message, &format!("test-copy-{n}")).await;
+    }
+    // A server's answers are handled in order: once the next deployment's `delivered`
+    // (sent after the copies) is reported, the copies were handled.
+    let second = env.deploy("quick", "web", &[]).await;
+    wait_event(&mut tap, &second.id, EventType::DeploymentCompleted).await;
+
+    env.gateway.restart().await;
+    let third = env.deploy("quick", "web", &[]).await;
+    wait_event(&mut tap, &third.id, EventType::DeploymentCompleted).await;
+    for d in [&first.id, &second.id, &third.id] {
+        assert_eq!(
+            lifecycle(&tap, d).len(),
+            4,
+            "{d}: {:?}",
+            types(&lifecycle(&tap, d))
+        );
+    }
+    assert_unique_ids(&tap);
+}
+
+#[tokio::test]
+async fn a_listener_resuming_after_its_last_sequence_misses_nothing() {
+    let (env, _agent, mut tap) = web().await;
+    config(&env, "quick", "#!/bin/sh\necho hi\n", &[]).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let d = env.deploy("quick", "web", &[]).await;
+        wait_event(&mut tap, &d.id, EventType::DeploymentCompleted).await;
+        ids.push(d.id);
+    }
+    let before = tap.seen().to_vec();
+    let last = before.last().expect("events").0;
+    drop(tap);
+    // Nobody listens while these run.
+    for _ in 0..3 {
+        let d = env.deploy("quick", "web", &[]).await;
+        env.finished(&d.id).await;
+        ids.push(d.id);
+    }
+    let mut resumed = EventTap::from_seq(&env.nats.client().await, last + 1).await;
+    let final_id = ids.last().expect("ids").clone();
+    wait_event(&mut resumed, &final_id, EventType::DeploymentCompleted).await;
+    assert_eq!(resumed.seen()[0].0, last + 1);
+
+    let all: Vec<(u64, CloudEvent)> = before.into_iter().chain(resumed.seen().to_vec()).collect();
+    let seqs: Vec<u64> = all.iter().map(|(s, _)| *s).collect();
+    let expected: Vec<u64> = (1..=*seqs.last().expect("seq")).collect();
+    assert_eq!(seqs, expected, "no gap, nothing twice");
+    let got: BTreeSet<&str> = all.iter().map(|(_, e)| e.id.as_str()).collect();
+    assert_eq!(got.len(), all.len(), "ids unique");
+    for id in &ids {
+        for name in ["queued", "delivered", "started", "completed"] {
+            let want = format!("deployment:{id}:{name}");
+            assert!(got.contains(want.as_str()), "{want} missing");
+        }
+    }
+}
+
+#[tokio::test]
+async fn servers_report_registration_and_deregistration() {
+    let env = Flue::start().await;
+    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    let client = env.client();
+    let register = || async {
+        client
+            .register_server(&RegisterServer {
+                id: ServerId::new("box").expect("id"),
+                name: "the box".into(),
+            })
+            .await
+            .expect("register")
+            .server
+    };
+    let millis = |t: time::OffsetDateTime| t.unix_timestamp_nanos() / 1_000_000;
+    let first = register().await;
+    let registered = format!("server:box:registered:{}", millis(first.created_at));
+    let e = tap
+        .wait_for("registered", WAIT, |e| e.id == registered)
+        .await;
+    assert_eq!(e.ty, EventType::ServerRegistered);
+    assert_eq!(e.subject, "servers/box");
+    assert_eq!(e.server, Some(first.id.clone()));
+    assert_eq!(e.data["server_id"], json!("box"));
+    assert_eq!(e.data["name"], json!("the box"));
+    assert_eq!(register().await, first, "registering again changes nothing");
+
+    let unknown = client
+        .delete_server(&ServerId::new("nobody").expect("id"))
+        .await
+        .expect_err("unknown server");
+    assert_eq!(unknown.status(), Some(404), "{unknown}");
+    assert_eq!(unknown.code(), Some("not_found"));
+
+    // One deployment runs; then, with the agent gone, another keeps the server busy
+    // until it times out.
+    let runs = env.path("runs");
+    let script = format!("#!/bin/sh\necho \"$tag\" >> '{}'\n", runs.display());
+    config(&env, "count", &script, &[]).await;
+    let mut agent = env.agent("box", &[]).await;
+    let before = env.deploy("count", "box", &[("tag", "before")]).await;
+    env.finished(&before.id).await;
+    agent.terminate().await;
+    let stale = env
+        .deploy_with("count", "box", &[("tag", "stale")], Some(1))
+        .await;
+    let busy = client
+        .delete_server(&first.id)
+        .await
+        .expect_err("busy server");
+    assert_eq!(busy.status(), Some(409), "{busy}");
+    assert_eq!(busy.code(), Some("conflict"));
+    assert!(
+        busy.to_string().contains("1 QUEUED or IN_PROGRESS"),
+        "{busy}"
+    );
+    wait_event(&mut tap, &stale.id, EventType::DeploymentTimedOut).await;
+
+    client.delete_server(&first.id).await.expect("deregister");
+    let deregistered = format!("server:box:deregistered:{}", millis(first.created_at));
+    let e = tap
+        .wait_for("deregistered", WAIT, |e| e.id == deregistered)
+        .await;
+    assert_eq!(e.ty, EventType::ServerDeregistered);
+    assert_eq!(e.subject, "servers/box");
+    let gone = client.get_server(&first.id).await.expect_err("gone");
+    assert!(gone.is_not_found(), "{gone}");
+    let again = client.delete_server(&first.id).await.expect_err("gone");
+    assert!(again.is_not_found(), "{again}");
+    assert!(
+        client.list_servers().await.expect("list").is_empty(),
+        "not listed"
+    );
+    let kept = client.get_deployment(&stale.id).await.expect("kept");
+    assert_eq!(kept.status, DeploymentStatus::Failed);
+
+    // Registered again: a new registration with its own event, an empty queue.
+    let second = register().await;
+    assert!(second.created_at > first.created_at);
+    let registered = format!("server:box:registered:{}", millis(second.created_at));
+    tap.wait_for("registered again", WAIT, |e| e.id == registered)
+        .await;
+    let listed = client
+        .list_server_deployments(&second.id)
+        .await
+        .expect("deployments");
+    assert!(listed.is_empty(), "{listed:?}");
+    // A new agent (fresh state) gets only what is queued from now on: the requests of
+    // the first registration, done or expired, are gone with it.
+    let _agent = Agent::start(&env.nats.url(), "box", &env.path("agent-box-2"), &[]).await;
+    let fresh = env.deploy("count", "box", &[("tag", "fresh")]).await;
+    assert_eq!(
+        env.finished(&fresh.id).await.status,
+        DeploymentStatus::Complete
+    );
+    assert_eq!(
+        file_lines(&runs),
+        ["before", "fresh"],
+        "nothing old ran again"
+    );
+    assert_unique_ids(&tap);
+}

@@ -1,1 +1,331 @@
-//! Events: presence.
+//! Events: presence. Agents' heartbeats make servers online; a killed agent is reported
+//! offline within the documented bound, a clean stop at once, and neither a broker nor a
+//! gateway restart makes a running agent's server flap.
+
+use std::time::{Duration, Instant};
+
+use flue_proto::event::ServerEventData;
+use flue_proto::{CloudEvent, DeploymentStatus, EventType, Presence, PresenceStatus, ServerId};
+use flue_tests::{Agent, EventTap, Flue, WAIT, wait_until};
+
+/// The documented bound for a SIGKILLed agent with default settings, the 15 s.
+/// The gateway reports it at most 10 s (presence timeout) + 1 s (check interval) after its
+/// last heartbeat, which came at or before the kill.
+const DEFAULT_OFFLINE_BOUND: Duration = Duration::from_secs(15);
+
+/// Short settings for the tests that do not measure the default bound.
+const FAST_GATEWAY: &[&str] = &["--presence-timeout-secs", "3"];
+const FAST_AGENT: &[&str] = &["--heartbeat-secs", "1"];
+/// A presence timeout no test waits for: only a `stopping` heartbeat or a new agent
+/// instance can explain an offline seen before it.
+const SLOW_GATEWAY: &[&str] = &["--presence-timeout-secs", "60"];
+/// Well below [`SLOW_GATEWAY`]'s timeout, generous for a loaded machine.
+const PROMPT: Duration = Duration::from_secs(20);
+
+fn about(ty: EventType, server: &str) -> impl Fn(&CloudEvent) -> bool + '_ {
+    move |e| e.ty == ty && e.server.as_ref().is_some_and(|s| s.as_str() == server)
+}
+
+fn data(e: &CloudEvent) -> ServerEventData {
+    serde_json::from_value(e.data.clone()).expect("server event data")
+}
+
+fn count(tap: &EventTap, ty: EventType, server: &str) -> usize {
+    tap.events().iter().filter(|e| about(ty, server)(e)).count()
+}
+
+async fn tap(flue: &Flue) -> EventTap {
+    EventTap::from_start(&flue.nats.client().await).await
+}
+
+async fn start_agent(flue: &Flue, server: &str, flags: &[&str]) -> Agent {
+    let agent = Agent::spawn_with(
+        &flue.nats.url(),
+        server,
+        &flue.path(&format!("agent-{server}")),
+        &[],
+        flags,
+    );
+    agent.ready().await;
+    agent
+}
+
+async fn presence(flue: &Flue, server: &str) -> Presence {
+    let id = ServerId::new(server).expect("server id");
+    let server = flue.client().get_server(&id).await.expect("get server");
+    server.presence.expect("reads always show presence")
+}
+
+#[tokio::test]
+async fn online_at_start_and_offline_within_the_bound_after_sigkill() {
+    let flue = Flue::start().await;
+    flue.register("s").await;
+    assert_eq!(presence(&flue, "s").await.status, PresenceStatus::Unknown);
+    let mut tap = tap(&flue).await;
+    let mut agent = start_agent(&flue, "s", &[]).await;
+
+    let online = tap
+        .wait_for("server.online", WAIT, about(EventType::ServerOnline, "s"))
+        .await;
+    assert_eq!(online.id, "server:s:online:1");
+    assert_eq!(online.subject, "servers/s");
+    let instance = data(&online).agent_instance.expect("agent instance");
+    let seen = presence(&flue, "s").await;
+    assert_eq!(seen.status, PresenceStatus::Online);
+    assert_eq!(seen.agent_instance.as_deref(), Some(instance.as_str()));
+    let listed = flue.client().list_servers().await.expect("list servers");
+    let listed = listed
+        .iter()
+        .find(|s| s.id.as_str() == "s")
+        .expect("listed");
+    assert_eq!(
+        listed.presence.as_ref().map(|p| p.status),
+        Some(PresenceStatus::Online)
+    );
+
+    agent.kill9().await;
+    let killed = Instant::now();
+    // The one wall-clock assertion: the documented bound.
+    let offline = tap
+        .wait_for(
+            "server.offline within the documented bound",
+            DEFAULT_OFFLINE_BOUND,
+            about(EventType::ServerOffline, "s"),
+        )
+        .await;
+    let latency = killed.elapsed();
+    eprintln!("offline reported {latency:?} after SIGKILL (bound {DEFAULT_OFFLINE_BOUND:?})");
+    assert_eq!(offline.id, "server:s:offline:1");
+    let d = data(&offline);
+    assert_eq!(d.reason.as_deref(), Some("no heartbeat for 10 s"));
+    assert_eq!(d.agent_instance.as_deref(), Some(instance.as_str()));
+    assert!(d.last_seen.is_some(), "{d:?}");
+    let seen = presence(&flue, "s").await;
+    assert_eq!(seen.status, PresenceStatus::Offline);
+    assert_eq!(seen.reason.as_deref(), Some("no heartbeat for 10 s"));
+}
+
+#[tokio::test]
+async fn a_clean_stop_is_reported_at_once_and_a_new_instance_comes_back_online() {
+    let flue = Flue::start_with(SLOW_GATEWAY).await;
+    flue.register("s").await;
+    let mut tap = tap(&flue).await;
+    let mut agent = start_agent(&flue, "s", &[]).await;
+    let online = tap
+        .wait_for("server.online", WAIT, about(EventType::ServerOnline, "s"))
+        .await;
+
+    let stopped = Instant::now();
+    assert!(agent.terminate().await.success());
+    let offline = tap
+        .wait_for(
+            "server.offline",
+            PROMPT,
+            about(EventType::ServerOffline, "s"),
+        )
+        .await;
+    eprintln!("offline reported {:?} after SIGTERM", stopped.elapsed());
+    assert_eq!(offline.id, "server:s:offline:1");
+    let d = data(&offline);
+    assert_eq!(d.reason.as_deref(), Some("agent stopped"));
+    assert_eq!(d.agent_instance, data(&online).agent_instance);
+    let seen = presence(&flue, "s").await;
+    assert_eq!(seen.status, PresenceStatus::Offline);
+    assert_eq!(seen.reason.as_deref(), Some("agent stopped"));
+
+    agent.restart().await;
+    let back = tap
+        .wait_for("server.online again", WAIT, |e| {
+            e.ty == EventType::ServerOnline && e.id == "server:s:online:2"
+        })
+        .await;
+    assert_ne!(data(&back).agent_instance, data(&online).agent_instance);
+}
+
+#[tokio::test]
+async fn an_agent_replaced_while_online_is_reported_restarted() {
+    let flue = Flue::start_with(SLOW_GATEWAY).await;
+    flue.register("s").await;
+    let mut tap = tap(&flue).await;
+    let mut agent = start_agent(&flue, "s", &[]).await;
+    tap.wait_for("server.online", WAIT, about(EventType::ServerOnline, "s"))
+        .await;
+    agent.kill9().await;
+    agent.restart().await;
+    let online = tap
+        .wait_for("the new instance online", WAIT, |e| {
+            e.id == "server:s:online:2"
+        })
+        .await;
+    let offline = tap
+        .wait_for("the old instance offline", WAIT, |e| {
+            e.id == "server:s:offline:1"
+        })
+        .await;
+    assert_eq!(data(&offline).reason.as_deref(), Some("agent restarted"));
+    let order = ids(&tap);
+    let pos = |id: &str| order.iter().position(|x| x == id).expect("seen");
+    assert!(pos(&offline.id) < pos(&online.id), "{order:?}");
+}
+
+#[tokio::test]
+async fn an_agent_started_before_registration_goes_online_once_registered() {
+    let flue = Flue::start_with(FAST_GATEWAY).await;
+    let mut tap = tap(&flue).await;
+    let agent = Agent::spawn_with(
+        &flue.nats.url(),
+        "s",
+        &flue.path("agent-s"),
+        &[],
+        FAST_AGENT,
+    );
+    // Its heartbeats are ignored until then; it waits for its queue meanwhile.
+    agent
+        .logs()
+        .wait_for("request consumer not available", WAIT)
+        .await;
+    flue.register("s").await;
+    let online = tap
+        .wait_for("server.online", WAIT, about(EventType::ServerOnline, "s"))
+        .await;
+    assert_eq!(online.id, "server:s:online:1");
+}
+
+#[tokio::test]
+async fn heartbeats_go_on_while_a_hook_finishes_after_sigterm() {
+    let flue = Flue::start_with(FAST_GATEWAY).await;
+    flue.register("s").await;
+    flue.register("w").await;
+    let (started, release) = (flue.path("started"), flue.path("release"));
+    let script = format!(
+        "#!/bin/sh\ntouch '{}'\nwhile [ ! -e '{}' ]; do sleep 0.05; done\n",
+        started.display(),
+        release.display()
+    );
+    flue.script_config("hold", &script, &[], &[]).await;
+    let mut tap = tap(&flue).await;
+    let flags = ["--heartbeat-secs", "1", "--shutdown-grace-secs", "120"];
+    let mut agent = start_agent(&flue, "s", &flags).await;
+    let mut witness = start_agent(&flue, "w", FAST_AGENT).await;
+    for s in ["s", "w"] {
+        tap.wait_for("server.online", WAIT, about(EventType::ServerOnline, s))
+            .await;
+    }
+    let deployment = flue.deploy("hold", "s", &[]).await;
+    wait_until("the hook to start", WAIT, || started.exists().then_some(())).await;
+
+    agent.sigterm();
+    agent.logs().wait_for("shutting down", WAIT).await;
+    // Still finishing its hook, the agent is still there.
+    barrier(&mut tap, &mut witness).await;
+    assert_eq!(
+        count(&tap, EventType::ServerOffline, "s"),
+        0,
+        "{:#?}",
+        ids(&tap)
+    );
+
+    std::fs::write(&release, "").expect("release the hook");
+    assert!(agent.wait_exit().await.success());
+    let offline = tap
+        .wait_for("server.offline", WAIT, about(EventType::ServerOffline, "s"))
+        .await;
+    assert_eq!(data(&offline).reason.as_deref(), Some("agent stopped"));
+    assert_eq!(
+        flue.finished(&deployment.id).await.status,
+        DeploymentStatus::Complete
+    );
+}
+
+/// Kills `witness` and waits for its offline event: once it is there, the gateway judged
+/// every server's silence a full timeout after whatever restart came before, so a server
+/// whose heartbeats had stopped would have been reported offline first.
+async fn barrier(tap: &mut EventTap, witness: &mut Agent) {
+    witness.kill9().await;
+    tap.wait_for(
+        "the witness offline",
+        WAIT,
+        about(EventType::ServerOffline, &witness.server),
+    )
+    .await;
+}
+
+/// A broker outage longer than the default presence timeout: without the gateway holding
+/// presence while its own connection is down, and counting a full timeout from its
+/// reconnection, every server would go offline.
+const OUTAGE: Duration = Duration::from_secs(12);
+
+#[tokio::test]
+async fn a_broker_restart_does_not_make_presence_flap() {
+    // The default timeout (10 s): above the agents' longest reconnect delay (7.5 s).
+    let mut flue = Flue::start().await;
+    flue.register("s").await;
+    flue.register("w").await;
+    let agent = start_agent(&flue, "s", FAST_AGENT).await;
+    let mut witness = start_agent(&flue, "w", FAST_AGENT).await;
+    {
+        let mut tap = tap(&flue).await;
+        for s in ["s", "w"] {
+            tap.wait_for("server.online", WAIT, about(EventType::ServerOnline, s))
+                .await;
+        }
+    }
+
+    let from = agent.logs().len();
+    flue.nats.kill().await;
+    // The length of the outage is the scenario under test, not a wait for something.
+    tokio::time::sleep(OUTAGE).await;
+    flue.nats.restart().await;
+    agent.logs().wait_for_after(from, "agent ready", WAIT).await;
+    let mut tap = tap(&flue).await;
+    barrier(&mut tap, &mut witness).await;
+    assert_eq!(
+        count(&tap, EventType::ServerOnline, "s"),
+        1,
+        "{:#?}",
+        ids(&tap)
+    );
+    assert_eq!(
+        count(&tap, EventType::ServerOffline, "s"),
+        0,
+        "{:#?}",
+        ids(&tap)
+    );
+    assert_eq!(presence(&flue, "s").await.status, PresenceStatus::Online);
+}
+
+#[tokio::test]
+async fn a_gateway_restart_does_not_report_online_again() {
+    let mut flue = Flue::start_with(FAST_GATEWAY).await;
+    flue.register("s").await;
+    flue.register("w").await;
+    let _running = start_agent(&flue, "s", FAST_AGENT).await;
+    let mut witness = start_agent(&flue, "w", FAST_AGENT).await;
+    let mut tap = tap(&flue).await;
+    for s in ["s", "w"] {
+        tap.wait_for("server.online", WAIT, about(EventType::ServerOnline, s))
+            .await;
+    }
+
+    flue.gateway.restart().await;
+    // Still online from the stored state, before any heartbeat reached the new process.
+    assert_eq!(presence(&flue, "s").await.status, PresenceStatus::Online);
+    barrier(&mut tap, &mut witness).await;
+    assert_eq!(
+        count(&tap, EventType::ServerOnline, "s"),
+        1,
+        "{:#?}",
+        ids(&tap)
+    );
+    assert_eq!(
+        count(&tap, EventType::ServerOffline, "s"),
+        0,
+        "{:#?}",
+        ids(&tap)
+    );
+    assert_eq!(presence(&flue, "s").await.status, PresenceStatus::Online);
+}
+
+fn ids(tap: &EventTap) -> Vec<String> {
+    tap.events().into_iter().map(|e| e.id).collect()
+}

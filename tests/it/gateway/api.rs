@@ -218,10 +218,13 @@ async fn registration_is_idempotent_and_creates_the_consumer() {
     assert_eq!(info.config.max_ack_pending, 1);
     assert_eq!(info.config.ack_wait, Duration::from_secs(10));
 
+    // Reads add the server's presence: unknown, since no agent ever sent a heartbeat.
+    let mut read = first["server"].clone();
+    read["presence"] = json!({"status": "unknown"});
     let (s, list) = fx.call(Method::GET, "/v1/servers", None).await;
-    assert_eq!((s, list), (StatusCode::OK, json!([first["server"]])));
+    assert_eq!((s, list), (StatusCode::OK, json!([read])));
     let (s, one) = fx.call(Method::GET, "/v1/servers/web1", None).await;
-    assert_eq!((s, &one), (StatusCode::OK, &first["server"]));
+    assert_eq!((s, &one), (StatusCode::OK, &read));
     let (s, body) = fx.call(Method::GET, "/v1/servers/web2", None).await;
     assert_eq!((s, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
     let (s, body) = fx

@@ -1,0 +1,535 @@
+// Flue dashboard: servers with presence, deployments with state and live output, and the
+// event feed. It reads GET /v1/servers and GET /v1/deployments once, then follows the
+// gateway's Server-Sent Events (GET /v1/events) to stay current without a reload.
+//
+// Every text that comes from the gateway goes into the page as a text node (textContent,
+// append of a string): nothing here parses HTML.
+'use strict';
+
+(() => {
+  /** Deployments kept on the page (the oldest finished ones go first). */
+  const MAX_DEPLOYMENTS = 200;
+  /** Events kept in the feed. */
+  const MAX_FEED = 200;
+  /** Output lines kept per deployment. */
+  const MAX_OUTPUT_LINES = 2000;
+  /** How far back the first connection replays events, to fill the feed and live output. */
+  const REPLAY_MINUTES = 15;
+  /** Reconnect delay once the browser gave up on a stream (a non-200 answer). */
+  const RETRY_MS = 5000;
+  /** Order of states: an older event never moves a deployment back. */
+  const RANK = { QUEUED: 0, IN_PROGRESS: 1, COMPLETE: 2, FAILED: 2 };
+  const TYPE_PREFIX = 'io.flue.';
+
+  const servers = new Map(); // server id → entry
+  const deployments = new Map(); // deployment id → entry
+  const seenEvents = new Map(); // CloudEvent id → true, bounded, for replays after reconnects
+  let lastSeq = null; // stream sequence of the last event received
+  let source = null;
+
+  const $ = (id) => document.getElementById(id);
+
+  // ---------- small DOM helpers ----------
+
+  /** An element with attributes (`class`, `text` and plain ones) and children (nodes or strings). */
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === undefined || value === null) continue;
+      if (name === 'class') node.className = value;
+      else if (name === 'text') node.textContent = value;
+      else node.setAttribute(name, String(value));
+    }
+    for (const child of children) {
+      if (child !== undefined && child !== null) node.append(child);
+    }
+    return node;
+  }
+
+  function parseTime(iso) {
+    const ms = iso ? Date.parse(iso) : NaN;
+    return Number.isNaN(ms) ? null : ms;
+  }
+
+  /** `14:03:27` today, `2024-05-01 14:03` on another day. */
+  function when(iso) {
+    const ms = parseTime(iso);
+    if (ms === null) return '–';
+    const d = new Date(ms);
+    const pad = (n) => String(n).padStart(2, '0');
+    const hms = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+    if (d.toDateString() === new Date().toDateString()) return hms;
+    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${hms.slice(0, 5)}`;
+  }
+
+  function setTime(node, iso) {
+    node.textContent = when(iso);
+    if (iso) node.title = iso;
+  }
+
+  // ---------- gateway reads ----------
+
+  async function getJson(path) {
+    const res = await fetch(path, { cache: 'no-store', headers: { accept: 'application/json' } });
+    if (!res.ok) {
+      let message = `HTTP ${res.status}`;
+      try {
+        const body = await res.json();
+        if (body && body.error && body.error.message) message = body.error.message;
+      } catch (_) {
+        // Not JSON: keep the status.
+      }
+      throw new Error(`${path}: ${message}`);
+    }
+    return res.json();
+  }
+
+  /** Re-reads servers and deployments; events keep them current afterwards. */
+  async function sync() {
+    try {
+      const [serverList, deploymentList] = await Promise.all([
+        getJson('/v1/servers'),
+        getJson('/v1/deployments?limit=100'),
+      ]);
+      for (const s of serverList) upsertServer(s);
+      for (const id of [...servers.keys()]) {
+        if (!serverList.some((s) => s.id === id)) removeServer(id);
+      }
+      for (const d of deploymentList) upsertDeployment(d, 'record');
+      document.body.dataset.loaded = 'true';
+    } catch (e) {
+      showBanner(`Cannot read the gateway: ${e.message}`);
+    }
+    refreshStats();
+  }
+
+  const fetching = new Map(); // deployment id being read → read it again when done
+
+  /** Reads one deployment; asked again while a read is on its way, reads once more after it. */
+  async function fetchDeployment(id) {
+    if (fetching.has(id)) {
+      fetching.set(id, true);
+      return;
+    }
+    fetching.set(id, false);
+    try {
+      upsertDeployment(await getJson(`/v1/deployments/${encodeURIComponent(id)}`), 'record');
+    } catch (e) {
+      showBanner(`Cannot read deployment ${id}: ${e.message}`);
+    } finally {
+      const again = fetching.get(id);
+      fetching.delete(id);
+      if (again) fetchDeployment(id);
+    }
+  }
+
+  // ---------- servers ----------
+
+  function upsertServer(s) {
+    let entry = servers.get(s.id);
+    if (!entry) {
+      entry = {
+        id: s.id,
+        since: null,
+        status: null,
+        name: el('span', { class: 'sub' }),
+        presence: el('span', { class: 'presence' }, el('span', { class: 'dot' }), el('span', { class: 'label' })),
+        sinceCell: el('td', { class: 'time' }),
+      };
+      entry.row = el('tr', { 'data-server-id': s.id },
+        el('td', { class: 'server' }, el('span', { class: 'id', text: s.id }), entry.name),
+        el('td', { class: 'presence-cell' }, entry.presence),
+        entry.sinceCell);
+      const body = $('servers').tBodies[0];
+      const after = [...body.rows].find((r) => r.dataset.serverId > s.id);
+      body.insertBefore(entry.row, after || null);
+      servers.set(s.id, entry);
+    }
+    entry.name.textContent = s.name && s.name !== s.id ? s.name : '';
+    const p = s.presence || { status: 'unknown' };
+    setPresence(entry, p.status, p.since || null, p.reason || null);
+    $('servers-empty').hidden = servers.size > 0;
+  }
+
+  /** Applies a presence unless a newer one is already shown. */
+  function setPresence(entry, status, since, reason) {
+    const ms = parseTime(since);
+    const shown = parseTime(entry.since);
+    // The newer fact wins; one without a time never replaces one with a time.
+    if (entry.status && shown !== null && (ms === null || ms < shown)) return;
+    entry.status = status || 'unknown';
+    entry.since = since;
+    entry.presence.dataset.status = entry.status;
+    entry.presence.querySelector('.label').textContent = entry.status;
+    entry.presence.title = reason ? `${entry.status}: ${reason}` : entry.status;
+    setTime(entry.sinceCell, since);
+    refreshStats();
+  }
+
+  function removeServer(id) {
+    const entry = servers.get(id);
+    if (!entry) return;
+    entry.row.remove();
+    servers.delete(id);
+    $('servers-empty').hidden = servers.size > 0;
+  }
+
+  // ---------- deployments ----------
+
+  function newDeployment(d) {
+    const cells = {
+      name: el('td', { class: 'name' }),
+      server: el('td', { class: 'server', text: d.server_id }),
+      state: el('td', { class: 'state' }),
+      detail: el('td', { class: 'detail' }, el('span', { class: 'text' })),
+      updated: el('td', { class: 'time' }),
+    };
+    const row = el('tr', { class: 'summary', 'data-deployment-id': d.id, tabindex: 0, 'aria-expanded': 'false' },
+      ...Object.values(cells));
+    const output = el('pre', { class: 'output', 'data-output-for': d.id });
+    const outputRow = el('tr', { class: 'output-row', hidden: '' },
+      el('td', { colspan: 5 }, output));
+    const group = el('tbody', { class: 'deployment' }, row, outputRow);
+    const entry = {
+      id: d.id, data: {}, rank: -1, created: parseTime(d.created_at) ?? Date.now(),
+      group, row, outputRow, output, cells,
+      // Live output: seen from the start, in full, or to be replaced by the final result.
+      outputMode: 'live', liveFromStart: false, lastProgress: -1, liveLines: 0, liveGaps: false,
+      userToggled: false,
+    };
+    const toggle = () => {
+      entry.userToggled = true;
+      setOpen(entry, entry.outputRow.hidden);
+    };
+    row.addEventListener('click', toggle);
+    row.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); toggle(); }
+    });
+    deployments.set(d.id, entry);
+    placeDeployment(entry);
+    trimDeployments();
+    $('deployments-empty').hidden = true;
+    return entry;
+  }
+
+  /** Keeps the groups newest first. */
+  function placeDeployment(entry) {
+    const table = $('deployments');
+    const later = (other) => other.created < entry.created
+      || (other.created === entry.created && other.id < entry.id);
+    const next = [...deployments.values()]
+      .filter((o) => o !== entry && o.group.parentNode === table && later(o))
+      .sort((a, b) => b.created - a.created)[0];
+    table.insertBefore(entry.group, next ? next.group : null);
+  }
+
+  function trimDeployments() {
+    if (deployments.size <= MAX_DEPLOYMENTS) return;
+    const oldest = [...deployments.values()]
+      .filter((e) => e.rank === 2)
+      .sort((a, b) => a.created - b.created);
+    for (const e of oldest.slice(0, deployments.size - MAX_DEPLOYMENTS)) {
+      e.group.remove();
+      deployments.delete(e.id);
+    }
+  }
+
+  function setOpen(entry, open) {
+    entry.outputRow.hidden = !open;
+    entry.row.setAttribute('aria-expanded', String(open));
+    entry.row.classList.toggle('open', open);
+    if (open && entry.outputMode === 'live' && entry.liveLines === 0 && entry.rank === 2) {
+      fetchDeployment(entry.id);
+    }
+  }
+
+  /**
+   * Merges what is known of a deployment: a full record from a read (`record`), or an
+   * event's data with the state it implies (`event`). A state never moves back.
+   */
+  function upsertDeployment(d, origin, detail, time) {
+    const entry = deployments.get(d.id) || newDeployment(d);
+    const status = d.status;
+    const rank = RANK[status] ?? -1;
+    if (origin === 'record') {
+      const created = parseTime(d.created_at);
+      if (created !== null && created !== entry.created) {
+        entry.created = created;
+        placeDeployment(entry);
+      }
+      entry.data = Object.assign({}, entry.data, d);
+      if (entry.rank < 0 && status === 'QUEUED') entry.liveFromStart = true;
+    } else {
+      for (const key of ['server_id', 'config_id', 'action', 'stack_id', 'resource_name']) {
+        if (d[key] !== undefined) entry.data[key] = d[key];
+      }
+    }
+    renderIdentity(entry);
+    if (rank < entry.rank || (rank === 2 && entry.rank === 2 && origin === 'event')) {
+      if (origin === 'record' && rank === 2) finishOutput(entry, d);
+      return entry;
+    }
+    entry.rank = rank;
+    entry.data.status = status;
+    entry.cells.state.replaceChildren(el('span', { class: 'badge', 'data-state': status, text: status }));
+    const text = detail !== undefined ? detail : recordDetail(d);
+    entry.cells.detail.firstChild.textContent = text;
+    entry.cells.detail.title = text;
+    setTime(entry.cells.updated, time || d.updated_at);
+    if (rank === 2) {
+      if (origin === 'record') finishOutput(entry, d);
+      else if (!liveOutputComplete(entry)) fetchDeployment(entry.id);
+    }
+    refreshStats();
+    return entry;
+  }
+
+  /** Name (or id), then id, what it applies, and its stack, as muted lines. */
+  function renderIdentity(entry) {
+    const d = entry.data;
+    const name = d.name && d.name !== entry.id ? d.name : null;
+    const what = [d.action, d.config_id && `config ${d.config_id}`].filter(Boolean).join(' · ');
+    const stack = d.stack_id ? `stack ${d.stack_id}${d.resource_name ? ` · ${d.resource_name}` : ''}` : '';
+    entry.cells.name.replaceChildren(
+      name ? el('span', { class: 'label', text: name }) : '',
+      el('span', { class: name ? 'sub id' : 'label id', text: entry.id }),
+      what ? el('span', { class: 'sub', text: what }) : '',
+      stack ? el('span', { class: 'sub', text: stack }) : '');
+    if (d.server_id) entry.cells.server.textContent = d.server_id;
+  }
+
+  function recordDetail(d) {
+    if (d.status === 'FAILED') return d.status_reason || 'failed';
+    if (d.status === 'COMPLETE') return d.deploy_status_code != null ? `exit ${d.deploy_status_code}` : '';
+    if (d.status === 'IN_PROGRESS') return 'running';
+    if (d.status === 'QUEUED') return d.delivered_at ? 'delivered to the agent' : 'waiting for the agent';
+    return '';
+  }
+
+  function liveOutputComplete(entry) {
+    return entry.liveFromStart && !entry.liveGaps && entry.liveLines > 0;
+  }
+
+  /** A finished deployment's output: the live lines if they are all there, else the result's. */
+  function finishOutput(entry, d) {
+    if (entry.outputMode === 'final' || liveOutputComplete(entry)) return;
+    entry.outputMode = 'final';
+    entry.output.replaceChildren();
+    const lines = [];
+    for (const [stream, text] of [['stdout', d.deploy_stdout], ['stderr', d.deploy_stderr]]) {
+      if (!text) continue;
+      for (const line of text.replace(/\n$/, '').split('\n')) lines.push({ stream, text: line });
+    }
+    if (lines.length === 0) {
+      entry.output.append(el('span', { class: 'line note', text: 'The hook printed nothing.' }));
+      return;
+    }
+    appendLines(entry, lines, 'result');
+  }
+
+  function appendLines(entry, lines, origin) {
+    const out = entry.output;
+    const atBottom = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
+    for (const line of lines) {
+      out.append(el('span', {
+        class: 'line', 'data-stream': line.stream || 'stdout', 'data-source': origin,
+      }, `${String(line.text).replace(/\n$/, '')}\n`));
+    }
+    while (out.childElementCount > MAX_OUTPUT_LINES) {
+      out.firstElementChild.remove();
+      entry.liveGaps = true;
+    }
+    if (atBottom) out.scrollTop = out.scrollHeight;
+  }
+
+  function onProgress(ev, data) {
+    let entry = deployments.get(data.deployment_id);
+    if (!entry) {
+      entry = upsertDeployment(
+        { id: data.deployment_id, server_id: data.server_id, status: 'IN_PROGRESS' }, 'event', 'running', ev.time);
+      fetchDeployment(data.deployment_id);
+    }
+    if (entry.outputMode === 'final') return;
+    if (typeof data.seq === 'number') {
+      if (data.seq <= entry.lastProgress) return; // a replay after a reconnect
+      entry.lastProgress = data.seq;
+    }
+    const lines = Array.isArray(data.lines) ? data.lines : [];
+    appendLines(entry, lines, 'progress');
+    entry.liveLines += lines.length;
+    if (data.dropped_lines > 0 || data.truncated) {
+      entry.liveGaps = true;
+      const note = data.dropped_lines > 0 ? `… ${data.dropped_lines} lines dropped (rate limit)` : '… output truncated (size limit)';
+      entry.output.append(el('span', { class: 'line note', text: note }));
+    }
+    if (!entry.userToggled && entry.outputRow.hidden) setOpen(entry, true);
+  }
+
+  // ---------- events ----------
+
+  const DEPLOYMENT_DETAIL = {
+    queued: () => 'waiting for the agent',
+    delivered: () => 'delivered to the agent',
+    started: () => 'running',
+    completed: (d) => (d.deploy_status_code != null ? `exit ${d.deploy_status_code}` : ''),
+    failed: (d) => d.status_reason || 'failed',
+    timed_out: (d) => d.status_reason || 'timed out',
+  };
+  const DEPLOYMENT_STATE = {
+    queued: 'QUEUED', delivered: 'QUEUED', started: 'IN_PROGRESS',
+    completed: 'COMPLETE', failed: 'FAILED', timed_out: 'FAILED',
+  };
+
+  function handle(ev, seq) {
+    if (!ev || typeof ev.type !== 'string') return;
+    const short = ev.type.startsWith(TYPE_PREFIX) ? ev.type.slice(TYPE_PREFIX.length) : ev.type;
+    const [kind, name] = short.split('.');
+    const data = ev.data || {};
+    addToFeed(ev, short, kind, data, seq);
+    if (kind === 'server') onServerEvent(name, ev, data);
+    else if (kind === 'deployment' && name === 'progress') onProgress(ev, data);
+    else if (kind === 'deployment' && DEPLOYMENT_STATE[name]) {
+      const known = deployments.has(data.deployment_id);
+      const d = Object.assign({}, data, { id: data.deployment_id, status: DEPLOYMENT_STATE[name] });
+      if (!known && name === 'queued') d.created_at = ev.time;
+      const entry = upsertDeployment(d, 'event', DEPLOYMENT_DETAIL[name](data), ev.time);
+      if (!known) {
+        if (name === 'queued') entry.liveFromStart = true;
+        fetchDeployment(data.deployment_id); // name, inputs, exact times
+      }
+    }
+  }
+
+  function onServerEvent(name, ev, data) {
+    const id = data.server_id;
+    if (!id) return;
+    if (name === 'deregistered') { removeServer(id); refreshStats(); return; }
+    if (!servers.has(id)) upsertServer({ id, name: data.name || '', presence: null });
+    const entry = servers.get(id);
+    if (name === 'online' || name === 'offline') setPresence(entry, name, ev.time, data.reason || null);
+  }
+
+  function summary(kind, name, data) {
+    if (kind === 'deployment') {
+      if (name === 'progress') {
+        const n = Array.isArray(data.lines) ? data.lines.length : 0;
+        return `${n} line${n === 1 ? '' : 's'}${data.dropped_lines ? `, ${data.dropped_lines} dropped` : ''}`;
+      }
+      const parts = [data.server_id, data.action].filter(Boolean);
+      if (data.status_reason) parts.push(data.status_reason);
+      return parts.join(' · ');
+    }
+    if (kind === 'server') return data.reason || data.name || '';
+    if (kind === 'stack') return [data.unit, data.unit_status || data.status, data.reason].filter(Boolean).join(' · ');
+    if (kind === 'group') return `${data.group}/${data.member} on ${data.server_id}`;
+    return '';
+  }
+
+  function addToFeed(ev, short, kind, data, seq) {
+    if (ev.id) {
+      if (seenEvents.has(ev.id)) return;
+      seenEvents.set(ev.id, true);
+      if (seenEvents.size > 10000) seenEvents.delete(seenEvents.keys().next().value);
+    }
+    const name = short.split('.').slice(1).join('.');
+    const subject = ev.deployment || ev.stack || ev.server || ev.subject || '';
+    const time = el('time', { class: 'clock', datetime: ev.time });
+    setTime(time, ev.time);
+    const item = el('li', { class: 'event', 'data-kind': kind, 'data-type': short, 'data-seq': seq || undefined },
+      time,
+      el('span', { class: 'type', text: short }),
+      el('span', { class: 'subject', text: subject }),
+      el('span', { class: 'summary', text: summary(kind, name, data) }));
+    if (ev.deployment) {
+      item.classList.add('link');
+      item.addEventListener('click', () => {
+        const entry = deployments.get(ev.deployment);
+        if (!entry) return;
+        entry.userToggled = true;
+        setOpen(entry, true);
+        entry.row.scrollIntoView({ block: 'nearest' });
+        entry.row.focus();
+      });
+    }
+    const feed = $('feed');
+    feed.insertBefore(item, feed.firstChild);
+    while (feed.childElementCount > MAX_FEED) feed.lastElementChild.remove();
+    $('feed-empty').hidden = true;
+    $('events-count').textContent = String(feed.childElementCount);
+  }
+
+  // ---------- header: stats, connection, banner ----------
+
+  function refreshStats() {
+    const all = [...servers.values()];
+    $('stat-online').textContent = `${all.filter((s) => s.status === 'online').length} / ${all.length}`;
+    const shown = [...deployments.values()];
+    $('stat-running').textContent = String(shown.filter((e) => e.data.status === 'IN_PROGRESS').length);
+    $('stat-failed').textContent = String(shown.filter((e) => e.data.status === 'FAILED').length);
+    $('servers-count').textContent = String(servers.size);
+    $('deployments-count').textContent = String(deployments.size);
+  }
+
+  function setConnection(state, label) {
+    const node = $('connection');
+    node.dataset.state = state;
+    node.querySelector('.label').textContent = label || state;
+    node.title = lastSeq ? `Event stream · last event #${lastSeq}` : 'Event stream';
+  }
+
+  function showBanner(text) {
+    const banner = $('banner');
+    banner.querySelector('.message').textContent = text;
+    delete banner.dataset.code;
+    banner.hidden = false;
+  }
+
+  function onStreamError(m) {
+    let info = {};
+    try { info = JSON.parse(m.data); } catch (_) { /* keep the defaults */ }
+    const what = info.message || 'the event stream reported an error';
+    showBanner(`Some events were missed: ${what}. Servers and deployments were re-read; the event feed has a gap.`);
+    $('banner').dataset.code = info.code || 'error';
+    sync();
+  }
+
+  /** Follows GET /v1/events; the browser reconnects with Last-Event-ID by itself. */
+  function connect() {
+    const query = lastSeq !== null
+      ? `after=${encodeURIComponent(lastSeq)}`
+      : `since=${encodeURIComponent(new Date(Date.now() - REPLAY_MINUTES * 60000).toISOString())}`;
+    source = new EventSource(`/v1/events?${query}`);
+    let dropped = false;
+    source.onopen = () => {
+      setConnection('live');
+      if (dropped) sync(); // presence may have changed while nothing arrived
+    };
+    source.onmessage = (m) => {
+      if (m.lastEventId) lastSeq = m.lastEventId;
+      let ev;
+      try { ev = JSON.parse(m.data); } catch (_) { return; }
+      handle(ev, m.lastEventId);
+    };
+    source.addEventListener('flue-error', onStreamError);
+    source.onerror = () => {
+      dropped = true;
+      if (source.readyState === EventSource.CLOSED) {
+        setConnection('offline', 'disconnected');
+        source.close();
+        setTimeout(connect, RETRY_MS);
+      } else {
+        setConnection('reconnecting');
+      }
+    };
+  }
+
+  function start() {
+    $('banner').querySelector('.dismiss').addEventListener('click', () => { $('banner').hidden = true; });
+    refreshStats();
+    connect();
+    sync();
+  }
+
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);
+  else start();
+})();

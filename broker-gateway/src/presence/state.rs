@@ -1,0 +1,315 @@
+//! The rules of presence, free of I/O: what a heartbeat or a silence changes, and the
+//! record of each server kept in the `flue_presence` bucket.
+
+use std::fmt;
+use std::time::Duration;
+
+use flue_proto::{EventType, Heartbeat, HeartbeatState, Presence, PresenceStatus, ServerId};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use tokio::time::Instant;
+
+/// Longest agent heartbeat interval the silence limit follows (the agent's own maximum).
+const MAX_FOLLOWED_INTERVAL: Duration = Duration::from_secs(60);
+
+/// A server's presence as stored under `<tenant>.<server>`; written only on transitions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// `online` or `offline` (never `unknown`: an unknown server has no record).
+    pub status: PresenceStatus,
+    /// Counts the server's online periods: incremented when it goes online, so the events
+    /// of one period share it (`server:<id>:online:<epoch>`, `server:<id>:offline:<epoch>`).
+    pub epoch: u64,
+    /// When the status last changed.
+    #[serde(with = "time::serde::rfc3339")]
+    pub since: OffsetDateTime,
+    /// The agent instance the status is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_instance: Option<String>,
+    /// Why it is offline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The agent's heartbeat interval when it went online, in milliseconds.
+    #[serde(default)]
+    pub interval_ms: u64,
+}
+
+impl Record {
+    /// True when the record says online.
+    pub fn is_online(&self) -> bool {
+        self.status == PresenceStatus::Online
+    }
+
+    /// The API view.
+    pub fn view(&self) -> Presence {
+        Presence {
+            status: self.status,
+            since: Some(self.since),
+            agent_instance: self.agent_instance.clone(),
+            reason: self.reason.clone(),
+        }
+    }
+}
+
+/// Why a server went offline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// Its agent said `stopping`.
+    Stopped,
+    /// A new agent instance replaced the one that was online.
+    Restarted,
+    /// No heartbeat for this long.
+    Silent(Duration),
+    /// The server was deregistered (reported by its `deregistered` event, not an `offline`).
+    Deregistered,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Stopped => f.write_str("agent stopped"),
+            Self::Restarted => f.write_str("agent restarted"),
+            Self::Silent(limit) => write!(f, "no heartbeat for {} s", limit.as_secs()),
+            Self::Deregistered => f.write_str("server deregistered"),
+        }
+    }
+}
+
+/// A transition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Online, for this agent instance with this heartbeat interval.
+    Online {
+        /// The instance whose heartbeat brought it online.
+        instance: String,
+        /// Its heartbeat interval, in milliseconds.
+        interval_ms: u64,
+    },
+    /// Offline.
+    Offline(Reason),
+}
+
+impl Step {
+    /// The event type it is reported with.
+    pub fn event_type(&self) -> EventType {
+        match self {
+            Self::Online { .. } => EventType::ServerOnline,
+            Self::Offline(_) => EventType::ServerOffline,
+        }
+    }
+}
+
+/// The next transition a heartbeat calls for, given the stored record; applied one at a
+/// time and asked again, so a new instance while online gives `Offline(Restarted)`, then
+/// `Online`.
+pub fn after_heartbeat(stored: Option<&Record>, beat: &Heartbeat) -> Option<Step> {
+    let online = stored.filter(|r| r.is_online());
+    let same_instance = online.is_some_and(|r| r.agent_instance.as_deref() == Some(&beat.instance));
+    match beat.state {
+        HeartbeatState::Alive if same_instance => None,
+        HeartbeatState::Alive if online.is_some() => Some(Step::Offline(Reason::Restarted)),
+        HeartbeatState::Alive => Some(Step::Online {
+            instance: beat.instance.clone(),
+            interval_ms: beat.interval_ms,
+        }),
+        // A stopping instance that is not the one online is an old one: its successor lives.
+        HeartbeatState::Stopping if same_instance => Some(Step::Offline(Reason::Stopped)),
+        HeartbeatState::Stopping => None,
+    }
+}
+
+/// How long a server may stay silent: the configured timeout, or two heartbeat intervals of
+/// its agent when that is longer (an agent told to beat rarely does not flap).
+pub fn silence_limit(timeout: Duration, interval_ms: u64) -> Duration {
+    let interval = Duration::from_millis(interval_ms).min(MAX_FOLLOWED_INTERVAL);
+    timeout.max(interval * 2)
+}
+
+/// `Offline(Silent)` when an online server's last sign of life is older than `limit`.
+///
+/// The last sign of life is its last heartbeat, but never earlier than `grace_from`: the
+/// moment this gateway started or last got its broker connection back, since heartbeats
+/// could not reach it before.
+pub fn after_silence(
+    stored: Option<&Record>,
+    last_beat: Option<Instant>,
+    grace_from: Instant,
+    limit: Duration,
+    now: Instant,
+) -> Option<Step> {
+    if !stored.is_some_and(Record::is_online) {
+        return None;
+    }
+    let alive_at = last_beat.map_or(grace_from, |b| b.max(grace_from));
+    (now.saturating_duration_since(alive_at) >= limit)
+        .then_some(Step::Offline(Reason::Silent(limit)))
+}
+
+/// The record after `step`.
+pub fn next_record(stored: Option<&Record>, step: &Step, now: OffsetDateTime) -> Record {
+    let epoch = stored.map_or(0, |r| r.epoch);
+    match step {
+        Step::Online {
+            instance,
+            interval_ms,
+        } => Record {
+            status: PresenceStatus::Online,
+            epoch: epoch + 1,
+            since: now,
+            agent_instance: Some(instance.clone()),
+            reason: None,
+            interval_ms: *interval_ms,
+        },
+        Step::Offline(reason) => Record {
+            status: PresenceStatus::Offline,
+            epoch,
+            since: now,
+            agent_instance: stored.and_then(|r| r.agent_instance.clone()),
+            reason: Some(reason.to_string()),
+            interval_ms: stored.map_or(0, |r| r.interval_ms),
+        },
+    }
+}
+
+/// The event id of a transition that produced `record`: `server:<id>:online:<epoch>` or
+/// `server:<id>:offline:<epoch>` (an offline keeps the epoch of the period it ends).
+pub fn event_id(server: &ServerId, ty: EventType, record: &Record) -> String {
+    format!("server:{server}:{}:{}", ty.name(), record.epoch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flue_proto::PROTOCOL_VERSION;
+
+    fn beat(instance: &str, state: HeartbeatState) -> Heartbeat {
+        Heartbeat {
+            v: PROTOCOL_VERSION,
+            tenant: "t".parse().expect("id"),
+            server: "s".parse().expect("id"),
+            instance: instance.into(),
+            seq: 1,
+            interval_ms: 3000,
+            state,
+        }
+    }
+
+    fn apply(stored: Option<Record>, step: &Step) -> Record {
+        next_record(stored.as_ref(), step, OffsetDateTime::UNIX_EPOCH)
+    }
+
+    #[test]
+    fn first_heartbeat_goes_online_and_the_same_instance_stays() {
+        let step = after_heartbeat(None, &beat("a", HeartbeatState::Alive)).expect("online");
+        let online = apply(None, &step);
+        assert_eq!((online.status, online.epoch), (PresenceStatus::Online, 1));
+        assert_eq!(online.agent_instance.as_deref(), Some("a"));
+        assert_eq!(
+            after_heartbeat(Some(&online), &beat("a", HeartbeatState::Alive)),
+            None
+        );
+        let id = event_id(&"s".parse().expect("id"), step.event_type(), &online);
+        assert_eq!(id, "server:s:online:1");
+    }
+
+    #[test]
+    fn stopping_goes_offline_at_once_and_only_for_the_instance_online() {
+        let online = apply(
+            None,
+            &after_heartbeat(None, &beat("a", HeartbeatState::Alive)).expect("step"),
+        );
+        assert_eq!(
+            after_heartbeat(Some(&online), &beat("old", HeartbeatState::Stopping)),
+            None
+        );
+        let step =
+            after_heartbeat(Some(&online), &beat("a", HeartbeatState::Stopping)).expect("offline");
+        assert_eq!(step, Step::Offline(Reason::Stopped));
+        let offline = apply(Some(online), &step);
+        assert_eq!(
+            (offline.status, offline.epoch),
+            (PresenceStatus::Offline, 1)
+        );
+        assert_eq!(offline.reason.as_deref(), Some("agent stopped"));
+        assert_eq!(
+            after_heartbeat(Some(&offline), &beat("a", HeartbeatState::Stopping)),
+            None
+        );
+        let back =
+            after_heartbeat(Some(&offline), &beat("b", HeartbeatState::Alive)).expect("online");
+        assert_eq!(apply(Some(offline), &back).epoch, 2);
+    }
+
+    #[test]
+    fn a_new_instance_while_online_is_a_restart() {
+        let online = apply(
+            None,
+            &after_heartbeat(None, &beat("a", HeartbeatState::Alive)).expect("step"),
+        );
+        let step =
+            after_heartbeat(Some(&online), &beat("b", HeartbeatState::Alive)).expect("offline");
+        let offline = apply(Some(online), &step);
+        assert_eq!(offline.reason.as_deref(), Some("agent restarted"));
+        let step =
+            after_heartbeat(Some(&offline), &beat("b", HeartbeatState::Alive)).expect("online");
+        let online = apply(Some(offline), &step);
+        assert_eq!(
+            (online.epoch, online.agent_instance.as_deref()),
+            (2, Some("b"))
+        );
+    }
+
+    #[test]
+    fn silence_counts_from_the_last_beat_or_the_grace_start_whichever_is_later() {
+        let online = apply(
+            None,
+            &after_heartbeat(None, &beat("a", HeartbeatState::Alive)).expect("step"),
+        );
+        let t0 = Instant::now();
+        let limit = Duration::from_secs(10);
+        let at = |secs| t0 + Duration::from_secs(secs);
+        assert_eq!(
+            after_silence(Some(&online), Some(t0), t0, limit, at(9)),
+            None
+        );
+        assert_eq!(
+            after_silence(Some(&online), Some(t0), t0, limit, at(10)),
+            Some(Step::Offline(Reason::Silent(limit)))
+        );
+        // The broker connection came back at 5 s: a full limit from there.
+        assert_eq!(
+            after_silence(Some(&online), Some(t0), at(5), limit, at(14)),
+            None
+        );
+        assert!(after_silence(Some(&online), None, at(5), limit, at(15)).is_some());
+        let offline = apply(Some(online), &Step::Offline(Reason::Silent(limit)));
+        assert_eq!(offline.reason.as_deref(), Some("no heartbeat for 10 s"));
+        assert_eq!(
+            after_silence(Some(&offline), Some(t0), t0, limit, at(99)),
+            None
+        );
+    }
+
+    #[test]
+    fn the_limit_follows_a_slow_agent_up_to_a_bound() {
+        let timeout = Duration::from_secs(10);
+        assert_eq!(silence_limit(timeout, 3000), timeout);
+        assert_eq!(silence_limit(timeout, 30_000), Duration::from_secs(60));
+        assert_eq!(silence_limit(timeout, u64::MAX), Duration::from_secs(120));
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let r = apply(
+            None,
+            &Step::Online {
+                instance: "a".into(),
+                interval_ms: 1,
+            },
+        );
+        let json = serde_json::to_string(&r).expect("json");
+        assert!(json.contains(r#""status":"online""#), "{json}");
+        assert_eq!(serde_json::from_str::<Record>(&json).expect("decodes"), r);
+        assert_eq!(r.view().status, PresenceStatus::Online);
+    }
+}

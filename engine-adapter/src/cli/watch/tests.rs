@@ -1,0 +1,175 @@
+//! `flue watch`'s view: events applied to rows, the lines printed, the table drawn.
+
+use flue_proto::event::{DeploymentEventData, ProgressEventData, StackEventData};
+use flue_proto::{
+    CloudEvent, DeploymentId, DeploymentStatus, EventType, ServerId, StackId, TenantId,
+};
+use serde_json::json;
+
+use super::row::{Row, State, Target};
+use super::view::View;
+use super::{Display, Screen, table};
+use crate::cli::Outcome;
+
+fn id(s: &str) -> DeploymentId {
+    DeploymentId::new(s).expect("id")
+}
+
+fn server() -> ServerId {
+    ServerId::new("web1").expect("id")
+}
+
+fn event(ty: EventType, data: &impl serde::Serialize) -> CloudEvent {
+    CloudEvent::new(
+        ty,
+        &TenantId::new("default").expect("t"),
+        "x".into(),
+        "s".into(),
+        data,
+    )
+    .server(&server())
+}
+
+fn deployment_event(ty: EventType, d: &str, resource: Option<&str>) -> CloudEvent {
+    let status = match ty {
+        EventType::DeploymentStarted => DeploymentStatus::InProgress,
+        EventType::DeploymentCompleted => DeploymentStatus::Complete,
+        EventType::DeploymentFailed | EventType::DeploymentTimedOut => DeploymentStatus::Failed,
+        _ => DeploymentStatus::Queued,
+    };
+    event(
+        ty,
+        &DeploymentEventData {
+            deployment_id: id(d),
+            server_id: server(),
+            config_id: "c".parse().expect("config id"),
+            action: "CREATE".into(),
+            status,
+            status_reason: (ty == EventType::DeploymentFailed).then(|| "exit 3\nmore".to_owned()),
+            stack_id: None,
+            resource_name: resource.map(str::to_owned),
+            deploy_status_code: None,
+            outputs: Default::default(),
+        },
+    )
+}
+
+fn progress(d: &str, seq: u64, texts: &[&str]) -> CloudEvent {
+    let data: ProgressEventData = serde_json::from_value(json!({
+        "deployment_id": d, "server_id": "web1", "seq": seq,
+        "lines": texts.iter().map(|t| json!({"stream": "stdout", "text": t})).collect::<Vec<_>>(),
+    }))
+    .expect("progress");
+    event(EventType::DeploymentProgress, &data)
+}
+
+#[test]
+fn a_server_view_follows_a_deployment_to_its_end() {
+    let mut view = View::new(Target::Server(server()));
+    assert_eq!(view.finished(), Some(Outcome::Success), "nothing running");
+    let lines = view.apply(&deployment_event(EventType::DeploymentQueued, "d1", None));
+    assert_eq!(lines, ["deployment d1 on web1: CREATE QUEUED"]);
+    assert_eq!(view.finished(), None);
+    view.apply(&deployment_event(EventType::DeploymentStarted, "d1", None));
+    let lines = view.apply(&progress("d1", 1, &["one", "two"]));
+    assert_eq!(
+        lines,
+        [
+            "deployment d1 on web1 stdout: one",
+            "deployment d1 on web1 stdout: two"
+        ]
+    );
+    assert_eq!(view.rows[0].output.as_deref(), Some("two"));
+    // A late duplicate of an earlier state changes nothing.
+    assert!(
+        view.apply(&deployment_event(EventType::DeploymentQueued, "d1", None))
+            .is_empty()
+    );
+    let lines = view.apply(&deployment_event(
+        EventType::DeploymentCompleted,
+        "d1",
+        None,
+    ));
+    assert_eq!(lines, ["deployment d1 on web1: CREATE COMPLETE"]);
+    assert_eq!(view.finished(), Some(Outcome::Success));
+    view.apply(&deployment_event(EventType::DeploymentQueued, "d2", None));
+    let lines = view.apply(&deployment_event(EventType::DeploymentFailed, "d2", None));
+    assert_eq!(lines, ["deployment d2 on web1: CREATE FAILED: exit 3"]);
+    assert_eq!(view.finished(), Some(Outcome::DeploymentFailed));
+}
+
+#[test]
+fn a_stack_view_maps_deployments_to_units_and_ends_with_the_operation() {
+    let stack = StackId::new("shop").expect("id");
+    let mut view = View::new(Target::Stack(stack.clone()));
+    view.rows.push(Row {
+        key: "workers/w2".into(),
+        deployment: None,
+        resource_name: Some("w2".into()),
+        server: Some(server()),
+        action: "INIT".into(),
+        state: State::Complete,
+        reason: None,
+        output: None,
+    });
+    let started = StackEventData {
+        stack_id: stack.clone(),
+        operation_id: "op".into(),
+        status: "CREATE_IN_PROGRESS".into(),
+        reason: None,
+        unit: None,
+        unit_status: None,
+        deployment_id: None,
+    };
+    let lines = view.apply(&event(EventType::StackOperationStarted, &started));
+    assert_eq!(lines, ["stack shop: CREATE_IN_PROGRESS"]);
+    let lines = view.apply(&deployment_event(
+        EventType::DeploymentStarted,
+        "d9",
+        Some("w2"),
+    ));
+    assert_eq!(lines, ["workers/w2 on web1: CREATE IN_PROGRESS"]);
+    let unit = StackEventData {
+        unit: Some("db".into()),
+        unit_status: Some("CREATE_COMPLETE".into()),
+        deployment_id: Some(id("d8")),
+        ..started.clone()
+    };
+    assert_eq!(
+        view.apply(&event(EventType::StackOperationProgress, &unit)),
+        ["db: CREATE COMPLETE"]
+    );
+    assert_eq!(view.finished(), None);
+    let failed = StackEventData {
+        status: "CREATE_FAILED".into(),
+        reason: Some("workers/w2 failed".into()),
+        ..started
+    };
+    let lines = view.apply(&event(EventType::StackOperationFailed, &failed));
+    assert_eq!(lines, ["stack shop: CREATE_FAILED (workers/w2 failed)"]);
+    assert_eq!(view.finished(), Some(Outcome::Failed));
+}
+
+#[test]
+fn the_terminal_frame_is_a_table_redrawn_in_place() {
+    let mut view = View::new(Target::Server(server()));
+    view.status = Some("online".into());
+    view.apply(&deployment_event(EventType::DeploymentStarted, "d1", None));
+    view.apply(&progress("d1", 1, &["installing"]));
+    let frame = table(&view);
+    assert_eq!(
+        frame,
+        "server web1: online\n\nDEPLOYMENT  SERVER  ACTION  STATE        OUTPUT\n\
+         d1          web1    CREATE  IN_PROGRESS  installing\n"
+    );
+    let mut out = Vec::new();
+    let mut display = Display {
+        screen: Screen::Redraw,
+        drawn: false,
+    };
+    display.show(&view, &[], &mut out).expect("draw");
+    display.show(&view, &[], &mut out).expect("draw");
+    let text = String::from_utf8(out).expect("utf-8");
+    assert_eq!(text.matches("\x1b[2J").count(), 1, "cleared once");
+    assert_eq!(text.matches("\x1b[H").count(), 2, "homed every frame");
+}

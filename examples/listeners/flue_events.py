@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Flue's lifecycle events with a plain NATS client (nats-py), no Flue code involved.
+
+    pip install nats-py==2.16.0
+    python3 flue_events.py nats://127.0.0.1:4222 default                 # live, from now on
+    python3 flue_events.py nats://127.0.0.1:4222 default --seq 1         # replay from sequence 1
+    python3 flue_events.py nats://127.0.0.1:4222 default --since 2026-11-21T10:00:00Z
+    python3 flue_events.py ... --subject 'flue.default.evt.*.*.web1.>'   # one server only
+    python3 flue_events.py ... --seq 1 --idle 2                          # stop after 2 s of quiet
+
+Each line printed: the stream sequence, the CloudEvent type, its subject and id. Events
+live in the JetStream stream FLUE_EVT on subjects
+flue.<tenant>.evt.<kind>.<stack|~>.<server|~>.<name>; an ordered consumer replays them in
+order and goes on live. Keep the last sequence you handled and restart from it + 1 to
+miss nothing after a disconnect.
+"""
+import argparse
+import asyncio
+import json
+from datetime import datetime
+
+import nats
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("url")
+    p.add_argument("tenant")
+    p.add_argument("--subject", help="subject filter (default: every event of the tenant)")
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--seq", type=int, help="replay from this stream sequence")
+    start.add_argument("--since", help="replay from this RFC 3339 time")
+    p.add_argument("--idle", type=float, help="exit after this many seconds without an event")
+    args = p.parse_args()
+
+    if args.seq is not None:
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=args.seq)
+    elif args.since is not None:
+        since = datetime.fromisoformat(args.since.replace("Z", "+00:00"))
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=since.isoformat())
+    else:
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
+
+    nc = await nats.connect(args.url)
+    js = nc.jetstream()
+    subject = args.subject or f"flue.{args.tenant}.evt.>"
+    sub = await js.subscribe(subject, ordered_consumer=True, config=config)
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=args.idle or 3600)
+            except nats.errors.TimeoutError:
+                if args.idle:
+                    break
+                continue
+            event = json.loads(msg.data)
+            print(msg.metadata.sequence.stream, event["type"], event["subject"], event["id"], flush=True)
+    finally:
+        await nc.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
