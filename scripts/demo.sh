@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Flue end-to-end demo: a real nats-server, the gateway and six agents on loopback,
 # then the example stacks: two-tier (create, show, backup action, update, delete),
-# ordering, and the cluster scaled out from 2 to 3 compute members. Everything lives in .flue-demo/
+# ordering, and the cluster scaled out from 2 to 3 compute members, with every lifecycle event
+# recorded by a listener and summarised at the end. Everything lives in .flue-demo/
 # (wiped at start); every process started here is stopped on exit, error or Ctrl-C.
 set -euo pipefail
 
@@ -90,7 +91,11 @@ gateway_listening() { grep -q '^flue-gateway listening on http://' "$demo/gatewa
 wait_for "the gateway's listening line" 30 "${pids[-1]}" flue-gateway "$demo/gateway.log" gateway_listening
 gateway_url="$(sed -n 's/^flue-gateway listening on //p' "$demo/gateway.out" | head -n 1)"
 export FLUE_GATEWAY_URL="$gateway_url"
-echo "gateway at $gateway_url (log: .flue-demo/gateway.log)"
+echo "gateway at $gateway_url (log: .flue-demo/gateway.log); dashboard: $gateway_url/"
+
+section "listening to every lifecycle event: flue events --all --follow --with-seq > .flue-demo/events.jsonl"
+"$flue" events --all --follow --with-seq >"$demo/events.jsonl" 2>"$demo/events.err" &
+pids+=($!)
 
 servers=(db web head compute1 compute2 compute3)
 section "registering servers ${servers[*]}, starting their agents"
@@ -144,10 +149,30 @@ section "scale out to 3 members: c3 CREATE, c1 and c2 re-run (UPDATE) with the n
 echo "compute1 now knows the members: $(cat "$demo/hpc/compute1/members.json")"
 echo "the head now knows: $(cat "$demo/hpc/head/computes.json")"
 
+section "the group's membership as a PaaS layer sees it: flue events --stack hpc --type group.member_joined"
+"$flue" events --stack hpc --type group.member_joined | python3 -c '
+import json, sys
+for line in sys.stdin:
+    e = json.loads(line)
+    d = e["data"]
+    print("    %s: %s/%s on %s, members now %s" % (e["type"], d["group"], d["member"], d["server_id"], d["members"]))'
+
 section "flue stack delete shop: delete hooks in reverse dependency order (web, then db)"
 "$flue" stack delete shop || die "the delete of shop did not complete"
 echo "lifecycle record of shop ($demo/shop/lifecycle.log):"
 sed 's/^/    /' "$demo/shop/lifecycle.log"
+
+section "presence: stopping compute3's agent (SIGTERM) is reported offline at once"
+compute3_pid=${pids[-1]}
+kill -TERM "$compute3_pid"
+offline_seen() { "$flue" events --server compute3 --type server.offline | grep -q '"type":"io.flue.server.offline"'; }
+wait_for "compute3's offline event" 20 "${pids[0]}" nats-server "$demo/nats.log" offline_seen
+"$flue" events --server compute3 --type server.online,server.offline | python3 -c '
+import json, sys
+for line in sys.stdin:
+    e = json.loads(line)
+    d = e["data"]
+    print("    %s %s %s %s" % (e["time"], e["type"], d["server_id"], d.get("reason", "")))'
 
 section "flue stack list"
 "$flue" stack list
@@ -157,5 +182,16 @@ for server in db head compute1; do
   echo "$server:"
   "$flue" server deployments "$server" | sed 's/^/    /'
 done
+
+section "what the listener recorded (.flue-demo/events.jsonl), by type"
+events_listed() { [ "$(grep -c '"type":"io.flue.server.offline"' "$demo/events.jsonl" || true)" -ge 1 ]; }
+wait_for "the listener to catch up" 20 "${pids[0]}" nats-server "$demo/nats.log" events_listed
+python3 -c '
+import collections, json, sys
+events = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+seqs = [e["seq"] for e in events]
+print(f"    {len(events)} events, stream sequences {seqs[0]}..{seqs[-1]}, none missing: {seqs == list(range(seqs[0], seqs[-1] + 1))}")
+for ty, n in sorted(collections.Counter(e["type"] for e in events).items()):
+    print(f"    {n:5d}  {ty}")' "$demo/events.jsonl"
 
 section "done: every stack operation COMPLETE (files under .flue-demo/, logs alongside)"

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # README command 2: runs every test against a real nats-server, gateway and agents.
-# Installs the pinned nats-server into .venv/ if it is missing, and Debian's chromium
+# Installs the pinned nats-server and nats-py into .venv/ if they are missing, and Debian's chromium
 # (for the dashboard test) when it is missing and this runs as root with apt-get.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 FLUE_NATS_SERVER="$(bash scripts/ensure-nats.sh)"
 export FLUE_NATS_SERVER
+# The README's non-Rust listener (examples/listeners/flue_events.py) is tested with nats-py.
+NATS_PY_PIN=2.16.0
+if ! .venv/bin/python -c "import nats" 2>/dev/null; then
+  echo "installing nats-py ${NATS_PY_PIN} into .venv (for the Python listener test)" >&2
+  .venv/bin/pip install --quiet --disable-pip-version-check "nats-py==${NATS_PY_PIN}" >&2
+fi
 # The dashboard test drives Debian's headless `chromium` (or $FLUE_CHROMIUM).
 if [ -z "${FLUE_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -46,6 +46,17 @@
 //! gets `FLUE_DATA_SOCKET`, `FLUE_STACK_ID`, `FLUE_SERVER_ID`, `FLUE_DEPLOYMENT_ID`,
 //! `FLUE_AGENT` and the agent's directory appended to `PATH` ([`hook::env`]).
 //!
+//! # Live progress
+//!
+//! Every request pulled is announced at once with a `delivered` message (redeliveries
+//! too). While a hook runs, its output lines go to the gateway as `progress` messages
+//! (`deployment.progress` events): both streams of the built-in `script` hook, only stderr
+//! of an external hook (its stdout is the JSON result, which may hold hidden outputs).
+//! Lines are cut at 4 KiB (`…[truncated]`), batched at most every 200 ms or at 64 KiB, at
+//! most 256 KiB per deployment (the last message then says `truncated`), with every hidden
+//! input's value replaced by `<hidden>`; all of them are published before the result, which
+//! keeps the full output up to 1 MiB per stream. See [`progress`].
+//!
 //! # Data space
 //!
 //! While a hook runs, the agent serves `<state-dir>/data.sock` (a 0600 unix socket) so that

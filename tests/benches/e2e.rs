@@ -1,5 +1,6 @@
 //! Benchmark (not a test): Flue's end-to-end cost against a raw JetStream round trip on
-//! the same broker, deployment throughput with 1 and 50 agents, and an idle agent's RSS.
+//! the same broker, how soon a listener hears of a finished deployment, deployment
+//! throughput with 1 and 50 agents, and an idle agent's RSS.
 //!
 //! Run with `bash scripts/bench.sh` (builds the release binaries first).
 //! `FLUE_BENCH_N` sets the number of latency samples (default 300).
@@ -56,6 +57,16 @@ async fn main() {
         "ratio Flue stored / raw round trip: p50 {:.1}x, p99 {:.1}x\n",
         pct(&stored, 50) / pct(&raw, 50),
         pct(&stored, 99) / pct(&raw, 99)
+    );
+
+    let heard = event_latency(&flue, samples).await;
+    print_latency(
+        "Flue no-op deployment, POST sent → NATS listener gets deployment.completed",
+        &heard,
+    );
+    println!(
+        "ratio event / long poll: p50 {:.2}x\n",
+        pct(&heard, 50) / pct(&observed, 50)
     );
 
     stack_chain(&flue, 20, pct(&observed, 50)).await;
@@ -275,6 +286,41 @@ async fn flue_latency(flue: &Flue, n: usize) -> (Vec<Duration>, Vec<Duration>) {
     stored.sort();
     observed.sort();
     (stored, observed)
+}
+
+/// POST → the `deployment.completed` event on a core NATS subscription (what any listener
+/// on the event subjects sees), one deployment at a time.
+async fn event_latency(flue: &Flue, n: usize) -> Vec<Duration> {
+    let client = flue.client();
+    let nats = flue.nats.client().await;
+    let mut completed = nats
+        .subscribe("flue.default.evt.deployment.~.b0.completed")
+        .await
+        .expect("subscribe");
+    nats.flush().await.expect("flush");
+    let mut heard = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let d = client
+            .create_deployment(&create("b0"))
+            .await
+            .expect("create");
+        let id = format!("deployment:{}:completed", d.id);
+        loop {
+            let msg = tokio::time::timeout(Duration::from_secs(60), completed.next())
+                .await
+                .expect("the completed event within 60 s")
+                .expect("subscription open");
+            let event: flue_proto::CloudEvent =
+                serde_json::from_slice(&msg.payload).expect("a CloudEvent");
+            if event.id == id {
+                break;
+            }
+        }
+        heard.push(t.elapsed());
+    }
+    heard.sort();
+    heard
 }
 
 /// Creates `n` deployments spread over `servers` (32 requests in flight) and returns

@@ -6,6 +6,7 @@ mod dashboard;
 mod deployments;
 mod presence;
 mod progress;
+mod python;
 mod sse;
 mod stacks;
 mod webhooks;
