@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use async_nats::{ConnectOptions, Event};
+use flue_proto::nats_url::Credentials;
 use flue_proto::subject;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -57,8 +58,16 @@ pub async fn connect(config: &Config) -> Result<Broker, Error> {
                 }
             }
         });
+    let (urls, credentials) = flue_proto::nats_url::split_credentials(&config.nats_url);
+    let options = match credentials {
+        Some(Credentials::UserPassword(user, password)) => {
+            options.user_and_password(user, password)
+        }
+        Some(Credentials::Token(token)) => options.token(token),
+        None => options,
+    };
     let client = options
-        .connect(config.nats_url.as_str())
+        .connect(urls)
         .await
         .map_err(|source| Error::Connect {
             url: config.redacted_nats_url(),

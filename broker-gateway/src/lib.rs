@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
+use flue_proto::nats_url::Credentials;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -187,12 +188,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
 }
 
 async fn connect(url: &str) -> Result<async_nats::Client, Error> {
-    let servers: Vec<&str> = url
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
-    async_nats::ConnectOptions::new()
+    let (servers, credentials) = flue_proto::nats_url::split_credentials(url);
+    let options = match credentials {
+        Some(Credentials::UserPassword(user, password)) => {
+            async_nats::ConnectOptions::with_user_and_password(user, password)
+        }
+        Some(Credentials::Token(token)) => async_nats::ConnectOptions::with_token(token),
+        None => async_nats::ConnectOptions::new(),
+    };
+    options
         .name("flue-gateway")
         .event_callback(|event| async move {
             match event {

@@ -11,6 +11,7 @@ pub mod config;
 pub mod deployment;
 pub mod event;
 pub mod ids;
+pub mod nats_url;
 pub mod server;
 pub mod stack;
 pub mod subject;

@@ -56,8 +56,10 @@ impl HookEnv {
         Self { vars }
     }
 
-    /// Sets the variables on `cmd`.
+    /// Sets the variables on `cmd`, and removes the agent's own broker URL, which may hold
+    /// its credentials: a hook talks to the broker only through the agent.
     pub fn apply(&self, cmd: &mut Command) {
+        cmd.env_remove(NATS_URL_ENV);
         for (name, value) in &self.vars {
             cmd.env(name, value);
         }
@@ -69,6 +71,8 @@ impl HookEnv {
     }
 }
 
+/// The agent's broker URL variable (its `--nats-url`), never handed to hooks.
+const NATS_URL_ENV: &str = "FLUE_NATS_URL";
 /// `path` (or a default when unset) with `dir` appended, unless it is already there;
 /// `None` when `dir` cannot be part of a search path (it holds a `:`).
 fn path_with(path: Option<OsString>, dir: &Path) -> Option<OsString> {
@@ -129,5 +133,20 @@ mod tests {
         req.stack_id = Some("st1".parse().expect("id"));
         let env = HookEnv::for_request(&req, Path::new("/s"));
         assert_eq!(get(&env, STACK_ENV).as_deref(), Some("st1"));
+    }
+
+    #[test]
+    fn the_agent_broker_url_is_not_handed_to_hooks() {
+        let req = request(json!({"group": "script"}), json!({}));
+        let env = HookEnv::for_request(&req, Path::new("/s"));
+        let mut cmd = Command::new("true");
+        cmd.env(NATS_URL_ENV, "nats://agent:secret@h:1");
+        env.apply(&mut cmd);
+        let removed = cmd
+            .as_std()
+            .get_envs()
+            .find(|(name, _)| *name == NATS_URL_ENV)
+            .map(|(_, value)| value);
+        assert_eq!(removed, Some(None), "FLUE_NATS_URL is removed");
     }
 }
