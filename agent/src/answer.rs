@@ -185,7 +185,7 @@ fn json_char_len(c: char) -> usize {
 }
 
 /// Bytes `s` takes inside a JSON string, quotes excluded.
-fn json_len(s: &str) -> usize {
+pub(crate) fn json_len(s: &str) -> usize {
     s.chars().map(json_char_len).sum()
 }
 

@@ -239,11 +239,13 @@ async fn apply(
     let space = DataSpace::new(&agent.broker, req.tenant.clone(), req.stack_id.clone());
     let data = DataServer::start(&socket, space);
     let env = HookEnv::for_request(req, &socket);
+    let broker_credentials = progress::url_credentials(&agent.config.nats_url);
+    let redactor = Redactor::for_request(req).and(broker_credentials);
     let (lines, progress) = progress::start(
         agent.responder.clone(),
         req.deployment_id.clone(),
         agent.config.server_id.clone(),
-        Redactor::for_request(req),
+        redactor.clone(),
     );
     let outcome = run_with_progress(agent, msg, req, &hook, &item, &env, lines).await;
     // Every progress message goes out before the result (bounded: best effort).
@@ -251,7 +253,7 @@ async fn apply(
     if let Some(data) = data {
         data.stop().await;
     }
-    let result = outcome.into_result(
+    let result = outcome.hiding(redactor, &req.config.outputs).into_result(
         &req.config.outputs,
         Some(started_at),
         OffsetDateTime::now_utc(),

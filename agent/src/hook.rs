@@ -14,7 +14,7 @@ use tokio::process::Command;
 
 use crate::item::HookItem;
 use crate::process::{self, Captured, StopReason, Tees};
-use crate::progress::Sink;
+use crate::progress::{Redactor, Sink, as_text};
 
 pub mod env;
 
@@ -84,6 +84,26 @@ impl Outcome {
             failure: Some(reason.into()),
             ..Self::default()
         }
+    }
+
+    /// The outcome with every value `redactor` hides, and every hidden output's value
+    /// (`decls` says which are hidden), replaced by `<hidden>` in its output streams: they
+    /// reach API reads, events and a stack's failure reason, which must never show one.
+    /// A stream cut at [`MAX_STREAM_BYTES`] does not end with part of a value either.
+    pub fn hiding(mut self, redactor: Redactor, decls: &[OutputDecl]) -> Self {
+        let outputs = decls
+            .iter()
+            .filter(|d| d.hidden)
+            .filter_map(|d| self.outputs.get(&d.name))
+            .map(as_text);
+        let redactor = redactor.and(outputs);
+        let hide = |s: &str| match s.strip_suffix(TRUNCATED_MARKER) {
+            Some(cut) => format!("{}{TRUNCATED_MARKER}", redactor.hide_cut(cut)),
+            None => redactor.hide(s),
+        };
+        self.stdout = hide(&self.stdout);
+        self.stderr = hide(&self.stderr);
+        self
     }
 
     /// Judges the outcome: COMPLETE iff it ran, its status code is 0 (or missing) and no

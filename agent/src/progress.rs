@@ -14,12 +14,15 @@
 //!
 //! - A line longer than [`MAX_LINE_BYTES`] (4 KiB) is cut and ends with
 //!   [`LINE_TRUNCATED_MARKER`] (`…[truncated]`).
+//! - A line counts the bytes it takes in a message ([`encoded_size`]): its text as a
+//!   JSON string plus 30 bytes for `{"stream":"stdout","text":""},`, so that empty lines
+//!   or control characters (`\u0001`) cannot make a deployment send more than its budget.
 //! - Lines go out in batches, one message each, at most every [`BATCH_INTERVAL`]
-//!   (200 ms), or as soon as a batch holds [`MAX_BATCH_BYTES`] (64 KiB) of text or
+//!   (200 ms), or as soon as a batch holds [`MAX_BATCH_BYTES`] (64 KiB) of lines or
 //!   [`MAX_BATCH_LINES`] lines.
-//! - At most [`MAX_PROGRESS_BYTES`] (256 KiB) of line text per deployment (a line counts
-//!   its bytes plus one for its newline). The batch that would go past it is sent
-//!   without the line that does, marked `truncated: true`, and nothing follows.
+//! - At most [`MAX_PROGRESS_BYTES`] (256 KiB) of lines per deployment. The batch that
+//!   would go past it is sent without the line that does, marked `truncated: true`, and
+//!   nothing follows. Each message adds its envelope (about 0.5 KiB as an event).
 //! - Lines wait for the sender in a queue of at most [`QUEUE_BYTES`] (320 KiB: a burst
 //!   past the budget loses nothing the budget would have sent) and [`QUEUE_LINES`]
 //!   lines. Reading the hook's output never waits for the broker: when the queue is
@@ -27,7 +30,13 @@
 //! - A hidden value is replaced before the line is cut, so one straddling the cut is
 //!   never shown in part.
 //! - Every hidden input's value (of at least [`MIN_HIDDEN_BYTES`] bytes; a non-string
-//!   value as its JSON text; a multi-line value also line by line) reads [`HIDDEN`].
+//!   value as its JSON text; a multi-line value also line by line) reads [`HIDDEN`], as
+//!   do the credentials in the agent's broker URL ([`url_credentials`]: hooks inherit
+//!   the agent's environment, `FLUE_NATS_URL` included).
+//! - So they do in the result's `deploy_stdout` / `deploy_stderr`, with the values of
+//!   the hidden outputs the hook produced too
+//!   ([`Outcome::hiding`](crate::hook::Outcome::hiding)). Those are only known once the
+//!   hook has ended: a hook printing a hidden output it generates shows it in progress.
 //!
 //! # Delivery
 //!
@@ -42,6 +51,7 @@
 
 mod batch;
 mod lines;
+mod redact;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -55,8 +65,9 @@ use tracing::{debug, warn};
 
 use crate::answer::Responder;
 
-pub use batch::{Batch, Batcher};
-pub use lines::{LineSplitter, RawLine, Redactor};
+pub use batch::{Batch, Batcher, encoded_size};
+pub use lines::{LineSplitter, RawLine};
+pub use redact::{Redactor, as_text, url_credentials};
 
 /// Longest line sent; the rest of it is replaced by [`LINE_TRUNCATED_MARKER`].
 pub const MAX_LINE_BYTES: usize = 4 * 1024;
@@ -64,15 +75,15 @@ pub const MAX_LINE_BYTES: usize = 4 * 1024;
 pub const LINE_TRUNCATED_MARKER: &str = "…[truncated]";
 /// Shortest time between two progress messages of a deployment (unless one is full).
 pub const BATCH_INTERVAL: Duration = Duration::from_millis(200);
-/// Line text that makes a batch due at once.
+/// Lines ([`encoded_size`]) that make a batch due at once.
 pub const MAX_BATCH_BYTES: usize = 64 * 1024;
 /// Lines that make a batch due at once (keeps a message of many short lines small).
 pub const MAX_BATCH_LINES: usize = 1024;
-/// Line text sent per deployment at most.
+/// Lines ([`encoded_size`]) sent per deployment at most.
 pub const MAX_PROGRESS_BYTES: usize = 256 * 1024;
 /// Line text waiting to be sent at most (each line counts one more byte); more is dropped
-/// and counted. More than the budget, so that a burst always reaches it and is marked
-/// `truncated`.
+/// and counted. More than the budget (a line's text is shorter than its
+/// [`encoded_size`]), so that a burst always reaches it and is marked `truncated`.
 pub const QUEUE_BYTES: usize = MAX_PROGRESS_BYTES + MAX_BATCH_BYTES;
 /// Lines waiting to be sent at most; more are dropped and counted.
 pub const QUEUE_LINES: usize = 16 * 1024;

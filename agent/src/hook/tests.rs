@@ -309,3 +309,44 @@ async fn progress_gets_both_streams_of_a_script_but_only_stderr_of_an_external_h
     let lines = progress_of(&Hook::External(hook), &it, tmp.path()).await;
     assert_eq!(lines, [(OutputStream::Stderr, "working".to_owned())]);
 }
+
+#[test]
+fn hidden_inputs_and_outputs_are_hidden_in_the_streams_even_where_one_was_cut() {
+    let decls: Vec<OutputDecl> = serde_json::from_value(json!([
+        {"name": "password", "hidden": true},
+        {"name": "address"}
+    ]))
+    .expect("decls");
+    let cut = bound(
+        format!("{}pw=input-Secret", "x".repeat(MAX_STREAM_BYTES - 9)),
+        false,
+    );
+    assert!(cut.ends_with(&format!("pw=input-{TRUNCATED_MARKER}")));
+    let outcome = Outcome {
+        stdout: "using input-Secret\ngenerated output-Secret at 10.0.0.1\n".to_owned(),
+        stderr: cut,
+        outputs: [
+            ("password".to_owned(), json!("output-Secret")),
+            ("address".to_owned(), json!("10.0.0.1")),
+        ]
+        .into(),
+        ..Outcome::default()
+    };
+    let hidden = outcome.hiding(Redactor::new(["input-Secret".to_owned()]), &decls);
+    assert_eq!(
+        hidden.stdout,
+        "using <hidden>\ngenerated <hidden> at 10.0.0.1\n"
+    );
+    assert!(
+        hidden
+            .stderr
+            .ends_with(&format!("pw=<hidden>{TRUNCATED_MARKER}")),
+        "{}",
+        &hidden.stderr[hidden.stderr.len() - 40..]
+    );
+    assert_eq!(
+        hidden.outputs["password"],
+        json!("output-Secret"),
+        "outputs stay"
+    );
+}

@@ -17,13 +17,24 @@ pub struct Batch {
     pub truncated: bool,
 }
 
+/// What a line takes in a progress message: its text as a JSON string and the
+/// `{"stream":"stdout","text":""},` around it. Counting this rather than the text keeps
+/// what a deployment sends within the budget whatever it prints: ten thousand empty lines
+/// are 300 KB of messages, and a control character takes six bytes as `\u0001`.
+pub fn encoded_size(line: &ProgressLine) -> usize {
+    LINE_FRAMING + crate::answer::json_len(&line.text)
+}
+
+/// The bytes around a line's text in a message (see [`encoded_size`]).
+const LINE_FRAMING: usize = r#"{"stream":"stdout","text":""},"#.len();
+
 /// Collects lines into batches: a batch is due when it holds [`MAX_BATCH_BYTES`] or
 /// [`MAX_BATCH_LINES`], or when the caller flushes (every
 /// [`BATCH_INTERVAL`](super::BATCH_INTERVAL) and at the end). Once a line would take
 /// the deployment past [`MAX_PROGRESS_BYTES`], the lines before it go out as the last
 /// batch, marked `truncated`, and everything after is ignored.
 ///
-/// A line counts its text's bytes plus one for its newline.
+/// A line counts its [`encoded_size`].
 #[derive(Debug)]
 pub struct Batcher {
     next_seq: u64,
@@ -74,7 +85,7 @@ impl Batcher {
         if self.done {
             return None;
         }
-        let size = line.text.len() + 1;
+        let size = encoded_size(&line);
         if self.spent + size > self.budget {
             self.done = true;
             return Some(self.take(true));
@@ -147,9 +158,9 @@ mod tests {
 
     #[test]
     fn a_batch_is_due_at_its_size_or_line_limit() {
-        let mut b = Batcher::with_limits(1000, 10, 3);
+        let mut b = Batcher::with_limits(1000, 2 * 34, 3);
         assert_eq!(b.push(line("1234")), None);
-        let full = b.push(line("5678")).expect("10 bytes with newlines");
+        let full = b.push(line("5678")).expect("two lines of 34 bytes");
         assert_eq!(texts(&full), ["1234", "5678"]);
         b.push(line(""));
         b.push(line(""));
@@ -172,7 +183,7 @@ mod tests {
 
     #[test]
     fn the_budget_ends_with_one_truncated_batch_then_nothing() {
-        let mut b = Batcher::with_limits(10, 1000, 1000);
+        let mut b = Batcher::with_limits(2 * 34, 1000, 1000);
         assert_eq!(b.push(line("1234")), None);
         assert_eq!(b.push(line("abcd")), None);
         b.dropped(1);
@@ -187,23 +198,45 @@ mod tests {
     }
 
     #[test]
-    fn the_default_budget_holds_at_most_the_documented_text() {
-        let mut b = Batcher::default();
-        let mut sent = Vec::new();
-        let text = "y".repeat(99);
-        while !b.is_done() {
-            sent.extend(b.push(line(&text)));
+    fn the_default_budget_bounds_the_lines_as_sent_even_empty_ones() {
+        for text in ["y".repeat(99), String::new(), "\u{1}".repeat(50)] {
+            let mut b = Batcher::default();
+            let mut sent = Vec::new();
+            while !b.is_done() {
+                sent.extend(b.push(line(&text)));
+            }
+            let lines = sent.iter().flat_map(|b| &b.lines);
+            let total: usize = lines
+                .map(|l| serde_json::to_string(l).expect("json").len() + 1)
+                .sum();
+            let one = serde_json::to_string(&line(&text)).expect("json").len() + 1;
+            assert!(total <= MAX_PROGRESS_BYTES && total > MAX_PROGRESS_BYTES - one);
+            assert_batches(&sent);
         }
-        let total: usize = sent
-            .iter()
-            .flat_map(|b| &b.lines)
-            .map(|l| l.text.len() + 1)
-            .sum();
-        assert!(total <= MAX_PROGRESS_BYTES && total > MAX_PROGRESS_BYTES - 100);
+    }
+
+    /// Numbered 1, 2, …, only the last one truncated, none with too many lines.
+    fn assert_batches(sent: &[Batch]) {
         let seqs: Vec<u64> = sent.iter().map(|b| b.seq).collect();
         assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
         assert!(sent.last().expect("some").truncated);
         assert!(sent.iter().rev().skip(1).all(|b| !b.truncated));
         assert!(sent.iter().all(|b| b.lines.len() <= MAX_BATCH_LINES));
+    }
+
+    #[test]
+    fn a_line_counts_what_it_takes_in_a_message() {
+        for (stream, text) in [
+            (OutputStream::Stdout, ""),
+            (OutputStream::Stderr, "plain"),
+            (OutputStream::Stdout, "tab\t \"quoted\" \\ é \u{1} \u{7f}"),
+        ] {
+            let l = ProgressLine {
+                stream,
+                text: text.to_owned(),
+            };
+            let json = serde_json::to_string(&l).expect("json");
+            assert_eq!(encoded_size(&l), json.len() + 1, "{json}");
+        }
     }
 }

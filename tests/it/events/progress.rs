@@ -209,6 +209,34 @@ async fn a_deployment_s_progress_is_bounded_and_its_result_keeps_everything() {
 }
 
 #[tokio::test]
+async fn the_budget_bounds_what_is_sent_even_for_empty_lines() {
+    let flue = Flue::start().await;
+    // 20000 empty lines and 2000 of control characters: 22 KB of text, about 700 KB of
+    // JSON if every line were sent.
+    let script = "yes '' | head -n 20000\n\
+                  i=0; while [ $i -lt 2000 ]; do printf '\\001\\002\\003\\n'; i=$((i+1)); done\n";
+    let (done, seen) = run_script(&flue, script, json!([]), json!({})).await;
+    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+    assert_eq!(
+        done.deploy_stdout.len(),
+        20000 + 2000 * 4,
+        "the result has it all"
+    );
+    assert_numbered(&seen);
+    assert!(
+        seen.progress.last().expect("some").truncated,
+        "budget spent"
+    );
+    let sent: usize = seen
+        .progress
+        .iter()
+        .flat_map(|p| &p.lines)
+        .map(|l| serde_json::to_string(l).expect("json").len() + 1)
+        .sum();
+    assert!(sent <= MAX_PROGRESS_BYTES, "{sent} bytes of lines sent");
+}
+
+#[tokio::test]
 async fn a_very_long_line_is_cut_and_marked() {
     let flue = Flue::start().await;
     let script = "head -c 10000 /dev/zero | tr '\\0' a\necho\necho after\n";
@@ -254,5 +282,130 @@ async fn a_hidden_input_never_appears_in_progress() {
     assert!(lines.contains(&(OutputStream::Stdout, "user admin".to_owned())));
     for event in &seen.raw {
         assert!(!event.contains(secret), "secret in an event: {event}");
+    }
+}
+
+/// Two tiers: `db` generates a hidden output (written to `<dir>/password` too, for the
+/// test), which the gateway hands to `web` as a hidden input; `web` prints it on both
+/// streams and fails, so the stack's failure reason quotes its stderr.
+const LEAKY_TWO_TIER: &str = r#"
+heat_template_version: 2018-08-31
+parameters:
+  dir: {type: string}
+  db_server: {type: string, default: db}
+  web_server: {type: string, default: web}
+resources:
+  db_host:
+    type: OS::Flue::Server
+    properties: {server_id: {get_param: db_server}}
+  web_host:
+    type: OS::Flue::Server
+    properties: {server_id: {get_param: web_server}}
+  db_config:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      inputs: [{name: dir}]
+      outputs: [{name: password, hidden: true}]
+      config: |
+        #!/bin/sh
+        pw="gen-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+        printf '%s' "$pw" > "$dir/password"
+        printf '%s' "$pw" > "${heat_outputs_path}.password"
+  db_deploy:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: db_config}
+      server: {get_resource: db_host}
+      input_values: {dir: {get_param: dir}}
+  web_config:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      inputs: [{name: db_password, hidden: true}]
+      config: |
+        #!/bin/sh
+        echo "connecting with $db_password"
+        echo "authentication failed for $db_password" >&2
+        exit 7
+  web_deploy:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: web_config}
+      server: {get_resource: web_host}
+      input_values: {db_password: {get_attr: [db_deploy, password]}}
+"#;
+
+#[tokio::test]
+async fn a_hidden_value_a_failing_hook_prints_is_in_no_event_read_or_log() {
+    use crate::stack::{cluster, create_stack};
+
+    let (flue, agents) = cluster(&["db", "web"]).await;
+    let mut tap = EventTap::from_start(&flue.nats.client().await).await;
+    let template = flue.path("leaky.yaml");
+    std::fs::write(&template, LEAKY_TWO_TIER).expect("template");
+    let dir = flue.path("db");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let dir_param = format!("dir={}", dir.display());
+    let run = create_stack(
+        &flue,
+        "leaky",
+        &template.display().to_string(),
+        &[&dir_param],
+    )
+    .await;
+    assert_ne!(run.code, 0, "web fails: {run}");
+    let failed = tap
+        .wait_for("the stack operation failed", WAIT, |e| {
+            e.ty == EventType::StackOperationFailed
+        })
+        .await;
+    let secret = std::fs::read_to_string(dir.join("password")).expect("db wrote it");
+    assert!(secret.len() > 10, "{secret:?}");
+    let reason = failed.data["reason"].as_str().expect("reason");
+    assert!(
+        reason.contains("authentication failed for <hidden>"),
+        "the reason still quotes stderr: {reason}"
+    );
+
+    let web = tap
+        .events()
+        .into_iter()
+        .find(|e| e.ty == EventType::DeploymentFailed)
+        .and_then(|e| e.deployment)
+        .expect("web's deployment failed");
+    let done = flue.finished(&web).await;
+    assert_eq!(done.deploy_stdout, "connecting with <hidden>\n");
+    assert_eq!(done.deploy_stderr, "authentication failed for <hidden>\n");
+
+    let base = flue.gateway.url();
+    let mut reads = vec![
+        "/v1/stacks/leaky".to_owned(),
+        "/v1/servers/db/deployments".to_owned(),
+        "/v1/servers/web/deployments".to_owned(),
+        "/v1/deployments".to_owned(),
+    ];
+    reads.push(format!("/v1/deployments/{web}"));
+    for path in reads {
+        let body = reqwest::get(format!("{base}{path}"))
+            .await
+            .expect("get")
+            .text()
+            .await
+            .expect("body");
+        assert!(!body.contains(&secret), "{path}: {body}");
+    }
+    for event in tap.events() {
+        let text = serde_json::to_string(&event).expect("json");
+        assert!(!text.contains(&secret), "secret in an event: {text}");
+    }
+    assert!(
+        !run.stdout.contains(&secret) && !run.stderr.contains(&secret),
+        "{run}"
+    );
+    let logs = flue.gateway.logs().lines();
+    let agent_logs = agents.iter().flat_map(|a| a.logs().lines());
+    for line in logs.into_iter().chain(agent_logs) {
+        assert!(!line.contains(&secret), "secret logged: {line}");
     }
 }
