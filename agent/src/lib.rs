@@ -53,9 +53,10 @@
 //! (`deployment.progress` events): both streams of the built-in `script` hook, only stderr
 //! of an external hook (its stdout is the JSON result, which may hold hidden outputs).
 //! Lines are cut at 4 KiB (`…[truncated]`), batched at most every 200 ms or at 64 KiB, at
-//! most 256 KiB per deployment (the last message then says `truncated`), with every hidden
-//! input's value replaced by `<hidden>`; all of them are published before the result, which
-//! keeps the full output up to 1 MiB per stream. See [`progress`].
+//! most 256 KiB per deployment as sent (the last message then says `truncated`), with every
+//! hidden input's value and the broker URL's credentials replaced by `<hidden>`; all of them
+//! are published before the result, which keeps the full output up to 1 MiB per stream, with
+//! the same values and the hook's hidden outputs replaced too. See [`progress`].
 //!
 //! # Data space
 //!
