@@ -15,6 +15,14 @@
   const MAX_OUTPUT_LINES = 2000;
   /** How far back the first connection replays events, to fill the feed and live output. */
   const REPLAY_MINUTES = 15;
+  /** Deployments seen in events but never read, read together after this pause. */
+  const READ_DELAY_MS = 200;
+  /** From this many unread deployments on, one list read replaces reading each. */
+  const BATCH_READ_MIN = 8;
+  /** Largest `limit` of GET /v1/deployments. */
+  const MAX_LIST_LIMIT = 1000;
+  /** Output panels opened by themselves (live output) at once; the oldest closes first. */
+  const MAX_AUTO_OPEN = 3;
   /** Reconnect delay once the browser gave up on a stream (a non-200 answer). */
   const RETRY_MS = 5000;
   /** Order of states: an older event never moves a deployment back. */
@@ -104,6 +112,39 @@
   }
 
   const fetching = new Map(); // deployment id being read → read it again when done
+  const unread = new Set(); // deployments first seen in events, to be read
+  let readTimer = null;
+
+  /**
+   * Reads a deployment first seen in an event (its name, exact times) soon. A page that
+   * opens on a busy system replays many such events at once: read them with one list
+   * rather than one request each.
+   */
+  function readSoon(id) {
+    unread.add(id);
+    if (readTimer === null) readTimer = setTimeout(readUnread, READ_DELAY_MS);
+  }
+
+  async function readUnread() {
+    readTimer = null;
+    const ids = [...unread];
+    unread.clear();
+    if (ids.length < BATCH_READ_MIN) {
+      for (const id of ids) fetchDeployment(id);
+      return;
+    }
+    try {
+      // Newest first: those just seen are near the top. Older ones stay as their events
+      // showed them (a finished one's output is read when it is opened).
+      const limit = Math.min(MAX_LIST_LIMIT, ids.length + 100);
+      const wanted = new Set(ids);
+      for (const d of await getJson(`/v1/deployments?limit=${limit}`)) {
+        if (wanted.has(d.id)) upsertDeployment(d, 'record');
+      }
+    } catch (e) {
+      showBanner(`Cannot read deployments: ${e.message}`);
+    }
+  }
 
   /** Reads one deployment; asked again while a read is on its way, reads once more after it. */
   async function fetchDeployment(id) {
@@ -212,14 +253,21 @@
     return entry;
   }
 
-  /** Keeps the groups newest first. */
+  /** True when `a` goes above `b`: created later, or at the same time with a larger id. */
+  const newer = (a, b) => a.created > b.created || (a.created === b.created && a.id > b.id);
+
+  /**
+   * Keeps the groups newest first: before the newest of those older than it. Ties of
+   * `created` (milliseconds) are common, so the id decides there, the same way as in
+   * the table's order.
+   */
   function placeDeployment(entry) {
     const table = $('deployments');
-    const later = (other) => other.created < entry.created
-      || (other.created === entry.created && other.id < entry.id);
-    const next = [...deployments.values()]
-      .filter((o) => o !== entry && o.group.parentNode === table && later(o))
-      .sort((a, b) => b.created - a.created)[0];
+    let next = null;
+    for (const other of deployments.values()) {
+      if (other === entry || other.group.parentNode !== table || !newer(entry, other)) continue;
+      if (next === null || newer(other, next)) next = other;
+    }
     table.insertBefore(entry.group, next ? next.group : null);
   }
 
@@ -234,12 +282,26 @@
     }
   }
 
+  const autoOpened = []; // entries whose output opened by itself, oldest first
+
   function setOpen(entry, open) {
     entry.outputRow.hidden = !open;
     entry.row.setAttribute('aria-expanded', String(open));
     entry.row.classList.toggle('open', open);
-    if (open && entry.outputMode === 'live' && entry.liveLines === 0 && entry.rank === 2) {
+    // A finished deployment's result is read when its output is shown, not before.
+    if (open && entry.outputMode === 'live' && entry.rank === 2 && !liveOutputComplete(entry)) {
       fetchDeployment(entry.id);
+    }
+  }
+
+  /** Shows live output as it comes, with at most MAX_AUTO_OPEN panels open by themselves. */
+  function autoOpen(entry) {
+    if (entry.userToggled || !entry.outputRow.hidden) return;
+    setOpen(entry, true);
+    autoOpened.push(entry);
+    while (autoOpened.length > MAX_AUTO_OPEN) {
+      const oldest = autoOpened.shift();
+      if (!oldest.userToggled && deployments.get(oldest.id) === oldest) setOpen(oldest, false);
     }
   }
 
@@ -278,7 +340,7 @@
     setTime(entry.cells.updated, time || d.updated_at);
     if (rank === 2) {
       if (origin === 'record') finishOutput(entry, d);
-      else if (!liveOutputComplete(entry)) fetchDeployment(entry.id);
+      else if (!liveOutputComplete(entry) && !entry.outputRow.hidden) fetchDeployment(entry.id);
     }
     refreshStats();
     return entry;
@@ -347,7 +409,7 @@
     if (!entry) {
       entry = upsertDeployment(
         { id: data.deployment_id, server_id: data.server_id, status: 'IN_PROGRESS' }, 'event', 'running', ev.time);
-      fetchDeployment(data.deployment_id);
+      readSoon(data.deployment_id);
     }
     if (entry.outputMode === 'final') return;
     if (typeof data.seq === 'number') {
@@ -362,7 +424,7 @@
       const note = data.dropped_lines > 0 ? `… ${data.dropped_lines} lines dropped (rate limit)` : '… output truncated (size limit)';
       entry.output.append(el('span', { class: 'line note', text: note }));
     }
-    if (!entry.userToggled && entry.outputRow.hidden) setOpen(entry, true);
+    autoOpen(entry);
   }
 
   // ---------- events ----------
@@ -395,7 +457,7 @@
       const entry = upsertDeployment(d, 'event', DEPLOYMENT_DETAIL[name](data), ev.time);
       if (!known) {
         if (name === 'queued') entry.liveFromStart = true;
-        fetchDeployment(data.deployment_id); // name, inputs, exact times
+        readSoon(data.deployment_id); // name, inputs, exact times
       }
     }
   }

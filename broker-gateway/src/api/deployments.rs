@@ -398,7 +398,8 @@ pub struct ListQuery {
 ///
 /// Every call reads every record it filters (with `server`, only that server's, through
 /// the `flue_server_deployments` index): its cost grows with the deployments kept, which
-/// is fine for a dashboard's first page but not for polling.
+/// is fine for a dashboard's first page but not for polling. Without `server`, at most
+/// twice `limit` records are held at a time (a record may carry megabytes of output).
 pub async fn list(
     State(service): State<Service>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -408,31 +409,50 @@ pub async fn list(
     let server = query_id::<ServerId>("server", query.server.as_deref())?;
     let stack = query_id::<StackId>("stack", query.stack.as_deref())?;
     let tenant = &service.config.tenant;
+    let wanted = |r: &DeploymentRecord| {
+        stack
+            .as_ref()
+            .is_none_or(|s| r.deployment.stack_id.as_ref() == Some(s))
+    };
     let mut records = match &server {
-        Some(server) => service.store.server_deployments(tenant, server).await?,
+        Some(server) => {
+            let mut records = service.store.server_deployments(tenant, server).await?;
+            records.retain(wanted);
+            records
+        }
         None => {
             let ids = service.store.deployment_ids(tenant).await?;
             let store = &service.store;
             futures_util::stream::iter(ids)
                 .map(|id| async move { store.deployment(tenant, &id).await })
                 .buffer_unordered(LIST_READS_IN_FLIGHT)
-                // A record deleted since its id was listed is simply not there.
-                .try_filter_map(|record| std::future::ready(Ok(record)))
-                .try_collect::<Vec<_>>()
+                .try_fold(Vec::new(), |mut kept, record| {
+                    // A record deleted since its id was listed is simply not there.
+                    if let Some(record) = record.filter(wanted) {
+                        kept.push(record);
+                        if kept.len() >= 2 * limit {
+                            newest_first(&mut kept);
+                            kept.truncate(limit);
+                        }
+                    }
+                    std::future::ready(Ok(kept))
+                })
                 .await?
         }
     };
-    if let Some(stack) = &stack {
-        records.retain(|r| r.deployment.stack_id.as_ref() == Some(stack));
-    }
-    records.sort_by(|a, b| {
-        (b.deployment.created_at, &b.deployment.id)
-            .cmp(&(a.deployment.created_at, &a.deployment.id))
-    });
+    newest_first(&mut records);
     records.truncate(limit);
     Ok(Json(
         records.iter().map(DeploymentRecord::redacted).collect(),
     ))
+}
+
+/// Sorts by `created_at`, newest first, then by id.
+fn newest_first(records: &mut [DeploymentRecord]) {
+    records.sort_by(|a, b| {
+        (b.deployment.created_at, &b.deployment.id)
+            .cmp(&(a.deployment.created_at, &a.deployment.id))
+    });
 }
 
 /// The `limit` parameter: absent is [`DEFAULT_LIST_LIMIT`].

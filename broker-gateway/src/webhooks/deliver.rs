@@ -134,8 +134,9 @@ impl Task {
             if current.status == WebhookStatus::Parked {
                 return Exit::Parked;
             }
-            let consumer = match self.service.webhooks.consumer(&current).await {
-                Ok(c) => c,
+            let consumer = match self.service.webhooks.open_consumer(&current).await {
+                Ok(Some(c)) => c,
+                Ok(None) => return Exit::Deleted,
                 Err(e) => {
                     warn!(error = %chain(&e), webhook.id = %self.sub.id, "cannot open the webhook's consumer; retrying");
                     continue;

@@ -180,23 +180,30 @@ impl Webhooks {
         self.records.get(tenant, id).await
     }
 
-    /// Stops the subscription's task, then deletes its consumer and its record; false
+    /// Stops the subscription's task, then deletes its record and its consumer; false
     /// when there is no such subscription.
+    ///
+    /// The record goes first: a delivery task (of this gateway, restarted by the watch
+    /// from a write the stopped task made last, or of another gateway) makes the
+    /// consumer only for a record it has just read, and reads it again afterwards
+    /// ([`Webhooks::open_consumer`]), so once the record is gone no task can leave a
+    /// consumer behind. The consumer is deleted even when the record is missing, so a
+    /// delete that failed between the two is finished by a retry (which answers 404).
     pub async fn delete(&self, tenant: &TenantId, id: &WebhookId) -> Result<bool, WebhookError> {
-        if self.records.get(tenant, id).await?.is_none() {
-            return Ok(false);
+        let exists = self.records.get(tenant, id).await?.is_some();
+        if exists {
+            if let Some(handle) = self.stop(&record::key(tenant, id))
+                && tokio::time::timeout(STOP_WAIT, handle).await.is_err()
+            {
+                warn!(webhook.id = %id, "delivery task still running after being stopped");
+            }
+            self.records.delete(tenant, id).await?;
         }
-        if let Some(handle) = self.stop(&record::key(tenant, id))
-            && tokio::time::timeout(STOP_WAIT, handle).await.is_err()
-        {
-            warn!(webhook.id = %id, "delivery task still running after being stopped");
-        }
-        // Consumer before record: if the record cannot be deleted, the subscription is
-        // still whole (its task makes the consumer again) and the delete can be retried.
         self.delete_consumer(tenant, id).await?;
-        self.records.delete(tenant, id).await?;
-        info!(webhook.id = %id, "webhook deleted");
-        Ok(true)
+        if exists {
+            info!(webhook.id = %id, "webhook deleted");
+        }
+        Ok(exists)
     }
 
     /// Makes a parked subscription active again and restarts its delivery at the event
@@ -314,6 +321,21 @@ impl Webhooks {
             )
             .await
             .map_err(|e| err(e.into()))
+    }
+
+    /// The consumer of `sub` for its delivery task: made if missing, then checked
+    /// against the record, which a delete removes before the consumer. `None` when the
+    /// subscription is gone; a consumer made for it meanwhile is deleted again.
+    async fn open_consumer(
+        &self,
+        sub: &Subscription,
+    ) -> Result<Option<consumer::PullConsumer>, WebhookError> {
+        let consumer = self.consumer(sub).await?;
+        if self.records.get(&sub.tenant, &sub.id).await?.is_some() {
+            return Ok(Some(consumer));
+        }
+        self.delete_consumer(&sub.tenant, &sub.id).await?;
+        Ok(None)
     }
 
     async fn delete_consumer(&self, tenant: &TenantId, id: &WebhookId) -> Result<(), BrokerError> {

@@ -78,8 +78,9 @@ pub struct Subscription {
     /// Id of the last event delivered.
     #[serde(default)]
     pub last_event_id: Option<String>,
-    /// Stream sequence of the last event acknowledged (delivered or skipped): where a
-    /// lost consumer is created again.
+    /// Stream sequence of the last event delivered (skipped ones are not written, to
+    /// spare a write per event): a lost consumer is created again just after it, and
+    /// skips again what it skipped before.
     #[serde(default)]
     pub last_seq: Option<u64>,
     /// Error of the last failed attempt, cleared by a delivery.

@@ -19,6 +19,9 @@ pub enum TargetError {
     /// No host.
     #[error("has no host")]
     NoHost,
+    /// A port that is not a number from 1 to 65535.
+    #[error("has an invalid port {0:?} (1 to 65535)")]
+    Port(String),
     /// `user:password@` in the URL: it would be shown by every read of the subscription.
     #[error(
         "must not contain credentials (user:password@); receivers authenticate deliveries by their signature"
@@ -67,7 +70,23 @@ impl Target {
         if host.is_empty() {
             return Err(TargetError::NoHost);
         }
-        let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        // After the host comes nothing or `:<port>` (no userinfo: refused above).
+        // `port_u16` is `None` for a port that does not fit, which must not quietly
+        // become the scheme's default.
+        let after_host = &authority.as_str()[authority.host().len()..];
+        let port = match after_host.strip_prefix(':') {
+            None | Some("") => {
+                if tls {
+                    443
+                } else {
+                    80
+                }
+            }
+            Some(p) => match p.parse::<u16>() {
+                Ok(n) if n > 0 => n,
+                _ => return Err(TargetError::Port(p.to_owned())),
+            },
+        };
         let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
         let path_and_query = if path_and_query.starts_with('/') {
             path_and_query
@@ -114,6 +133,8 @@ mod tests {
             ("ftp://h/x", TargetError::Scheme),
             ("/relative", TargetError::Scheme),
             ("http://u:p@h/x", TargetError::Credentials),
+            ("http://127.0.0.1:99999/", TargetError::Port("99999".into())),
+            ("http://127.0.0.1:0/", TargetError::Port("0".into())),
         ] {
             assert_eq!(Target::parse(url), Err(want), "{url}");
         }

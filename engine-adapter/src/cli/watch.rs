@@ -162,7 +162,7 @@ impl Display {
         match self.screen {
             Screen::Lines => {
                 for line in changes {
-                    writeln!(out, "{line}")?;
+                    writeln!(out, "{}", printable(line))?;
                 }
             }
             Screen::Redraw => {
@@ -233,7 +233,23 @@ fn table(view: &View) -> String {
         text.push_str(line.trim_end());
         text.push('\n');
     }
-    text
+    printable(&text)
+}
+
+/// `text` safe to print on a terminal: a hook's output or a failure reason may hold
+/// escape sequences (colours, a window title, cursor moves) or tabs and carriage
+/// returns, which would garble the table or take over the terminal. Tabs and carriage
+/// returns become spaces, other control characters `�`, one for one (so the columns
+/// stay aligned); newlines are kept.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\n' => c,
+            '\t' | '\r' => ' ',
+            c if c.is_control() => '\u{fffd}',
+            c => c,
+        })
+        .collect()
 }
 
 /// The first `max` characters of one line of `text`, marked when cut.

@@ -132,11 +132,18 @@ async fn dashboard_shows_a_new_deployment_complete_live_and_is_not_blank() {
         .eval("document.querySelector('tr[data-deployment-id]').dataset.deploymentId")
         .await;
     assert_eq!(first, Value::from(d.id.to_string()));
+    // The name is not in the events: it comes from reading the deployment, which the
+    // page does shortly after first seeing it (possibly after it completed).
     let name_cell = page
-        .eval(&format!(
-            "[{r}.querySelector('td.name .label').textContent, {r}.querySelector('td.name i') === null]",
-            r = row(&d.id)
-        ))
+        .wait_for(
+            "the deployment's name, read after its events",
+            WAIT,
+            &format!(
+                "{r}.querySelector('td.name .label.id') === null \
+                 && [{r}.querySelector('td.name .label').textContent, {r}.querySelector('td.name i') === null]",
+                r = row(&d.id)
+            ),
+        )
         .await;
     assert_eq!(name_cell, serde_json::json!([name, true]));
 
@@ -452,4 +459,57 @@ async fn dashboard_assets_are_served_with_their_types() {
         .await
         .expect("GET");
     assert_eq!(missing.status(), 404);
+}
+
+#[tokio::test]
+async fn a_busy_page_reads_deployments_it_did_not_list_together_and_in_order() {
+    use futures_util::StreamExt as _;
+    chromium_bin();
+    let flue = Flue::start().await;
+    // No agent: they stay queued. More than the page's first read (100) lists, created
+    // in parallel, so that many share a millisecond.
+    flue.register("db1").await;
+    flue.script_config("noop", "#!/bin/sh\n", &[], &[]).await;
+    let created: Vec<Deployment> = futures_util::stream::iter(0..150)
+        .map(|_| flue.deploy("noop", "db1", &[]))
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert_eq!(created.len(), 150);
+
+    let mut browser = Browser::launch().await;
+    let mut page = browser.open(flue.gateway.url()).await;
+    page.wait_for(
+        "every deployment on the page",
+        WAIT,
+        "document.body.dataset.loaded === 'true' \
+         && document.querySelectorAll('tr.summary').length === 150",
+    )
+    .await;
+    // Newest first by creation (to the millisecond, then by id), as the records say,
+    // once the page has read them.
+    page.wait_for(
+        "the rows in creation order",
+        WAIT,
+        "(async () => { \
+           const list = await (await fetch('/v1/deployments?limit=1000')).json(); \
+           const key = (d) => [Date.parse(d.created_at), d.id]; \
+           const want = list.map(key).sort((a, b) => b[0] - a[0] || (b[1] > a[1] ? 1 : -1)) \
+             .map((k) => k[1]); \
+           const got = [...document.querySelectorAll('tr.summary')].map((r) => r.dataset.deploymentId); \
+           return JSON.stringify(got) === JSON.stringify(want); })()",
+    )
+    .await;
+    let single_reads = page
+        .eval(
+            "performance.getEntriesByType('resource') \
+               .filter((e) => new URL(e.name).pathname.startsWith('/v1/deployments/')).length",
+        )
+        .await;
+    let single_reads = single_reads.as_u64().expect("a count");
+    assert!(
+        single_reads < 10,
+        "{single_reads} reads of single deployments: the ones the first read did not list \
+         should be read with one list"
+    );
 }

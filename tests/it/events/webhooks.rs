@@ -3,6 +3,7 @@
 //! a subscription is parked after the last attempt and resumed at the event it missed;
 //! subscriptions survive a gateway restart; bad bodies get 4xx JSON; no secret leaks.
 
+mod delete;
 mod receiver;
 
 use std::time::Duration;

@@ -173,3 +173,72 @@ fn the_terminal_frame_is_a_table_redrawn_in_place() {
     assert_eq!(text.matches("\x1b[2J").count(), 1, "cleared once");
     assert_eq!(text.matches("\x1b[H").count(), 2, "homed every frame");
 }
+
+#[test]
+fn a_hooks_escape_sequences_never_reach_the_terminal() {
+    let mut view = View::new(Target::Server(server()));
+    view.apply(&deployment_event(EventType::DeploymentStarted, "d1", None));
+    let hostile = "\x1b]0;pwned\x07\x1b[31mred\x1b[0m\ttab\r100%";
+    let lines = view.apply(&progress("d1", 1, &[hostile]));
+    let frame = table(&view);
+    assert!(
+        frame.contains("\u{fffd}]0;pwned\u{fffd}\u{fffd}[31mred\u{fffd}[0m tab 100%"),
+        "{frame:?}"
+    );
+    for screen in [Screen::Lines, Screen::Redraw] {
+        let mut out = Vec::new();
+        let mut display = Display {
+            screen,
+            drawn: false,
+        };
+        display.show(&view, &lines, &mut out).expect("draw");
+        let text = String::from_utf8(out).expect("utf-8");
+        // Only the view's own sequences: clear, home, erase (all `ESC [` then a letter).
+        let own = ["\x1b[2J", "\x1b[H", "\x1b[K", "\x1b[J"];
+        let rest = own.iter().fold(text.clone(), |t, s| t.replace(s, ""));
+        assert!(
+            !rest.contains(['\x1b', '\x07', '\t', '\r']),
+            "{screen:?}: {text:?}"
+        );
+    }
+}
+
+#[test]
+fn planned_units_are_pending_and_a_known_state_is_not_repeated() {
+    let stack = StackId::new("shop").expect("id");
+    let mut view = View::new(Target::Stack(stack.clone()));
+    let planned = StackEventData {
+        stack_id: stack,
+        operation_id: "op".into(),
+        status: "CREATE_IN_PROGRESS".into(),
+        reason: None,
+        unit: Some("web".into()),
+        unit_status: Some("INIT_COMPLETE".into()),
+        deployment_id: None,
+    };
+    let lines = view.apply(&event(EventType::StackOperationProgress, &planned));
+    assert_eq!(lines, ["web: INIT PENDING"]);
+    assert_eq!(view.rows[0].state, State::Pending);
+    let running = StackEventData {
+        unit_status: Some("CREATE_IN_PROGRESS".into()),
+        deployment_id: Some(id("d1")),
+        ..planned
+    };
+    let lines = view.apply(&event(EventType::StackOperationProgress, &running));
+    assert_eq!(lines, ["web: CREATE IN_PROGRESS"]);
+    // The deployment's own events: queued and started trail the unit's state.
+    for ty in [EventType::DeploymentQueued, EventType::DeploymentStarted] {
+        let lines = view.apply(&deployment_event(ty, "d1", Some("web")));
+        assert!(lines.is_empty(), "{ty:?}: {lines:?}");
+    }
+    let lines = view.apply(&deployment_event(
+        EventType::DeploymentCompleted,
+        "d1",
+        Some("web"),
+    ));
+    assert_eq!(
+        lines,
+        ["web on web1: CREATE COMPLETE"],
+        "the server from its events"
+    );
+}

@@ -131,9 +131,14 @@ impl View {
         };
         let i = self.row_of(&d.deployment_id, d.resource_name.as_deref(), &d.server_id);
         let row = &mut self.rows[i];
+        // A unit first seen in a stack event does not know its server yet.
+        row.server.get_or_insert_with(|| d.server_id.clone());
         let same = row.deployment.as_ref() == Some(&d.deployment_id);
-        // Events can trail the records read at start: a deployment never goes back.
-        if same && (row.state.is_terminal() || state.rank() < row.state.rank()) {
+        // Events can trail the records read at start: a deployment never goes back. The
+        // stack's own unit events may have told the state already (`IN_PROGRESS`).
+        if same
+            && (row.state.is_terminal() || state.rank() < row.state.rank() || state == row.state)
+        {
             return Vec::new();
         }
         if state == State::Failed {
@@ -200,7 +205,11 @@ impl View {
         let (Some(unit), Some(unit_status)) = (&d.unit, &d.unit_status) else {
             return Vec::new();
         };
-        let (action, state) = split_status(unit_status);
+        let (action, state) = match split_status(unit_status) {
+            // A unit planned but not run yet (`INIT_COMPLETE`): pending, as when loaded.
+            (action, _) if action == crate::stack::driver::INIT => (action, State::Pending),
+            split => split,
+        };
         let i = match self.rows.iter().position(|r| &r.key == unit) {
             Some(i) => i,
             None => {
@@ -283,7 +292,8 @@ impl View {
             resource_name: resource.map(str::to_owned),
             server: Some(server.clone()),
             action: String::new(),
-            state: State::Queued,
+            // Nothing known yet: the event that made the row sets its state.
+            state: State::Pending,
             reason: None,
             output: None,
         });
