@@ -161,7 +161,11 @@ impl Webhooks {
             }
             return Err(e.into());
         }
-        info!(webhook.id = %sub.id, url = %sub.url, "webhook created");
+        // Only where it goes: a path or query may carry a token (Slack-style URLs).
+        let target = target::Target::parse(&sub.url)
+            .map(|t| format!("{}://{}", if t.tls { "https" } else { "http" }, t.authority))
+            .unwrap_or_default();
+        info!(webhook.id = %sub.id, target = %target, "webhook created");
         self.ensure_running(service, &sub);
         Ok(sub)
     }

@@ -121,7 +121,7 @@ fn parse_since(text: &str) -> Result<OffsetDateTime, String> {
     match (number.parse::<i64>(), seconds) {
         (Ok(n), Some(unit)) if n >= 0 => n
             .checked_mul(unit)
-            .map(|s| OffsetDateTime::now_utc() - time::Duration::seconds(s))
+            .and_then(|s| OffsetDateTime::now_utc().checked_sub(time::Duration::seconds(s)))
             .ok_or_else(|| format!("{text:?} is too far back")),
         _ => Err(format!(
             "{text:?} is neither an RFC 3339 time (2025-01-31T12:00:00Z) nor a duration ago (90s, 15m, 2h, 1d)"
@@ -342,6 +342,15 @@ pub enum DeploymentCommand {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn since_takes_times_and_durations_and_never_panics() {
+        assert!(parse_since("2026-01-31T12:00:00Z").is_ok());
+        assert!(parse_since("15m").is_ok());
+        for bad in ["99999999999d", "9223372036854775807s", "-1h", "soon", ""] {
+            assert!(parse_since(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn the_command_line_is_consistent() {

@@ -44,8 +44,16 @@ pub(crate) async fn run(
     loop {
         match events.next().await? {
             Followed::Event { seq, event } => {
-                writeln!(out, "{}", json_line(seq, &event, args.with_seq))?;
-                out.flush()?;
+                let written = writeln!(out, "{}", json_line(seq, &event, args.with_seq))
+                    .and_then(|()| out.flush());
+                match written {
+                    Ok(()) => {}
+                    // The reader went away (`flue events -f | head -1`): nothing left to do.
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                        return Ok(Outcome::Success);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             Followed::Notice(notice) => warn_notice(&notice),
             Followed::Lost(why) => eprintln!("warning: {why}; reconnecting"),
