@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use super::error::{BoxError, StoreError};
 
 /// Opens bucket `name`, creating it (one revision per key, file storage) if missing.
-pub(super) async fn bucket(
+pub(crate) async fn bucket(
     js: &jetstream::Context,
     name: &'static str,
 ) -> Result<kv::Store, StoreError> {

@@ -25,6 +25,7 @@ use bytes::Bytes;
 use flue_proto::{Config, ConfigId, DeploymentId, Server, ServerId, TenantId, subject};
 use futures_util::{Stream, StreamExt};
 
+pub(crate) use bucket::bucket as open_bucket;
 pub use error::StoreError;
 pub use stacks::StackWrite;
 

@@ -124,30 +124,9 @@ pub struct Records {
 impl Records {
     /// Creates the bucket if it does not exist yet and opens it.
     pub async fn open(js: &jetstream::Context) -> Result<Self, StoreError> {
-        let open_err = |e: Box<dyn std::error::Error + Send + Sync>| StoreError::Open {
-            bucket: WEBHOOKS_BUCKET,
-            source: e,
-        };
-        if let Ok(kv) = js.get_key_value(WEBHOOKS_BUCKET).await {
-            return Ok(Self { kv });
-        }
-        let created = js
-            .create_key_value(kv::Config {
-                bucket: WEBHOOKS_BUCKET.to_owned(),
-                history: 1,
-                storage: jetstream::stream::StorageType::File,
-                ..Default::default()
-            })
-            .await;
-        match created {
-            Ok(kv) => Ok(Self { kv }),
-            // Another gateway may have created it in between.
-            Err(e) => js
-                .get_key_value(WEBHOOKS_BUCKET)
-                .await
-                .map(|kv| Self { kv })
-                .map_err(|_| open_err(e.into())),
-        }
+        Ok(Self {
+            kv: crate::store::open_bucket(js, WEBHOOKS_BUCKET).await?,
+        })
     }
 
     /// The underlying bucket (for watching it).
