@@ -21,6 +21,10 @@
 //! gets a full silence limit before it can be reported offline; agents send a heartbeat as
 //! soon as they reconnect.
 //!
+//! Two agents running with the same server id do not flap it: the first replaced is
+//! remembered in the record ([`Record::replaced`]), and its heartbeats are then ignored
+//! (logged once a minute) while the other is online.
+//!
 //! Heartbeats of unregistered servers (or whose subject and payload disagree) are ignored;
 //! registration is read from the store on a server's first heartbeat and re-read every
 //! minute (every 5 s while unregistered), not on each heartbeat.
@@ -63,6 +67,8 @@ const REGISTERED_RECHECK: Duration = Duration::from_secs(60);
 const UNREGISTERED_RECHECK: Duration = Duration::from_secs(5);
 /// Transitions one heartbeat may cause, counting re-reads after a lost compare-and-set.
 const MAX_ROUNDS: usize = 4;
+/// Least time between two logs of a server's rival agent.
+const RIVAL_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// What the gateway knows of every server's presence; cheap to clone.
 #[derive(Debug, Clone)]
@@ -109,6 +115,8 @@ struct Tracked {
     limit: Duration,
     /// A `stopping` whose offline could not be written yet.
     pending_stop: bool,
+    /// When a rival agent of this server was last logged.
+    rival_logged: Option<Instant>,
 }
 
 impl Tracked {
@@ -121,6 +129,7 @@ impl Tracked {
             last_seen: None,
             limit: timeout,
             pending_stop: false,
+            rival_logged: None,
         }
     }
 }
@@ -291,7 +300,7 @@ impl PresenceTracker {
             HeartbeatState::Alive => {}
         }
         self.follow(service, &beat).await;
-        if beat.state == HeartbeatState::Alive {
+        if beat.state == HeartbeatState::Alive && !self.rival(&beat) {
             let limit = state::silence_limit(self.inner.timeout, beat.interval_ms);
             self.with(&server, |t| {
                 t.last_beat = Some(now.0);
@@ -299,6 +308,28 @@ impl PresenceTracker {
                 t.limit = limit;
             });
         }
+    }
+
+    /// True when `beat` is a [`state::rival`]'s: it neither changes the presence nor keeps
+    /// the instance online alive. Logged at most once per [`RIVAL_LOG_EVERY`] and server.
+    fn rival(&self, beat: &Heartbeat) -> bool {
+        self.with(&beat.server, |t| {
+            let Some(record) = t.record.as_ref().filter(|r| state::rival(Some(r), beat)) else {
+                return false;
+            };
+            if t.rival_logged
+                .is_none_or(|at| at.elapsed() >= RIVAL_LOG_EVERY)
+            {
+                t.rival_logged = Some(Instant::now());
+                warn!(
+                    server.id = %beat.server,
+                    instance = %beat.instance,
+                    online_instance = record.agent_instance.as_deref().unwrap_or(""),
+                    "two agents run with the same server id; the one replaced is ignored"
+                );
+            }
+            true
+        })
     }
 
     /// Makes the transitions `beat` calls for, one at a time, re-reading the record after a

@@ -6,11 +6,20 @@
 //! so a crash or a broker restart at any point means a redelivery, which the idempotent
 //! transitions and the events' stable ids absorb. A redelivered message whose effect
 //! the record already shows is reported again: the first report may be what was lost.
+//! A *new* message whose effect the record already shows (the agent sent it again,
+//! say answering from its ledger) is not: the copy that had the effect is reported,
+//! now or when it is redelivered, so no event is doubled even past the event stream's
+//! duplicate window.
 //!
 //! Messages of one server (one subject) are handled one after the other in stream
 //! order, different servers' side by side, so a deployment's events come out in the
 //! order its agent reported them: `delivered`, `started`, its progress, then how it
-//! ended.
+//! ended. A message that comes back after later ones were reported (it was held by a
+//! gateway that died, and is redelivered once the consumer's ack wait is over) is not
+//! reported when that would put it out of order: a `delivered` once the deployment
+//! started, a `started` or a progress batch once it ended, a progress batch behind a
+//! later one. That event is lost rather than reported late; the record, and the final
+//! result's full output, are not.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -136,30 +145,49 @@ struct Owners {
     known: Mutex<HashMap<(TenantId, DeploymentId), Owner>>,
 }
 
-/// Who a deployment belongs to; never changes.
+/// Who a deployment belongs to (never changes), and how far its reports went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Owner {
     server: ServerId,
     stack: Option<StackId>,
+    /// The deployment ended: its final event is out, progress would come after it.
+    ended: bool,
+    /// The highest progress `seq` reported (0: none).
+    last_progress: u64,
 }
 
 impl Owners {
-    fn get(&self, tenant: &TenantId, id: &DeploymentId) -> Option<Owner> {
-        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-        known.get(&(tenant.clone(), id.clone())).cloned()
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(TenantId, DeploymentId), Owner>> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn get(&self, tenant: &TenantId, id: &DeploymentId) -> Option<Owner> {
+        self.lock().get(&(tenant.clone(), id.clone())).cloned()
+    }
+
+    /// Remembers `d` as it now stands, keeping what is known of its progress.
     fn remember(&self, d: &Deployment) -> Owner {
-        let owner = Owner {
-            server: d.server_id.clone(),
-            stack: d.stack_id.clone(),
-        };
-        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = self.lock();
         if known.len() >= MAX_OWNERS {
             known.clear();
         }
-        known.insert((d.tenant.clone(), d.id.clone()), owner.clone());
-        owner
+        let owner = known
+            .entry((d.tenant.clone(), d.id.clone()))
+            .or_insert_with(|| Owner {
+                server: d.server_id.clone(),
+                stack: d.stack_id.clone(),
+                ended: false,
+                last_progress: 0,
+            });
+        owner.ended |= d.status.is_terminal();
+        owner.clone()
+    }
+
+    /// Progress batch `seq` of `id` was reported.
+    fn progressed(&self, tenant: &TenantId, id: &DeploymentId, seq: u64) {
+        if let Some(owner) = self.lock().get_mut(&(tenant.clone(), id.clone())) {
+            owner.last_progress = owner.last_progress.max(seq);
+        }
     }
 }
 
@@ -194,12 +222,16 @@ async fn handle(service: &Service, owners: &Owners, message: Message) -> String 
             return subject;
         }
     };
-    let from = Sender {
-        tenant: &tenant,
-        server: &server,
-    };
+    // A message handled before (by a gateway that died, or handed back) may have had its
+    // effect without its event being published.
+    let redelivered = message.info().map_or(true, |info| info.delivered > 1);
     let mut pause = ATTEMPT_BACKOFF;
     for attempt in 1..=ATTEMPTS {
+        let from = Sender {
+            tenant: &tenant,
+            server: &server,
+            handled_before: redelivered || attempt > 1,
+        };
         let applied = match &parsed {
             AgentMessage::Progress { .. } => progress(service, owners, from, &parsed).await,
             _ => apply(service, owners, from, &parsed).await,
@@ -223,11 +255,14 @@ async fn handle(service: &Service, owners: &Owners, message: Message) -> String 
     subject
 }
 
-/// Where a message came from, by its subject.
+/// Where a message came from, by its subject, and whether it was handled before.
 #[derive(Debug, Clone, Copy)]
 struct Sender<'a> {
     tenant: &'a TenantId,
     server: &'a ServerId,
+    /// This very message was handled before (a redelivery, or a retry in place), so its
+    /// effect may be recorded without its event being out.
+    handled_before: bool,
 }
 
 /// Applies `delivered`, `started` or `finished` to the record, then reports what the
@@ -278,7 +313,7 @@ async fn apply(
     if u.changed {
         info!(deployment.id = %id, server.id = %server, status = %d.status, kind, "deployment status changed");
     }
-    match reported(parsed, d) {
+    match reported(parsed, d, u.changed || from.handled_before) {
         Some(ty) => service.events.publish(&u.record.event(ty)).await?,
         None => {
             debug!(deployment.id = %id, status = %d.status, kind, "agent message changes nothing; ignored")
@@ -287,17 +322,25 @@ async fn apply(
     Ok(())
 }
 
-/// The event reporting `message` when the record `d` shows its effect, whether this
-/// copy of the message or an earlier one had it (the times tell); `None` when the record
-/// shows something else: a `finished` after the gateway timed the deployment out, a
-/// late `started`, a `delivered` the agent sent again for a redelivered request.
-fn reported(message: &AgentMessage, d: &Deployment) -> Option<EventType> {
+/// The event reporting `message` when the record `d` shows its effect (the times tell)
+/// and `mine`: this message had the effect now, or may have had it when it was handled
+/// before. `None` when the record shows something else (a `finished` after the gateway
+/// timed the deployment out, a `delivered` the agent sent again for a redelivered
+/// request), when another copy of the message had the effect (that copy is reported),
+/// and when the deployment went past the step (a `delivered` once it started, a `started`
+/// once it ended): reporting it now would put it after the later events.
+fn reported(message: &AgentMessage, d: &Deployment, mine: bool) -> Option<EventType> {
+    if !mine {
+        return None;
+    }
+    let ended = d.status.is_terminal();
     match message {
         AgentMessage::Delivered { at, .. } => {
-            (d.delivered_at == Some(*at)).then_some(EventType::DeploymentDelivered)
+            (d.delivered_at == Some(*at) && d.started_at.is_none() && !ended)
+                .then_some(EventType::DeploymentDelivered)
         }
         AgentMessage::Started { at, .. } => {
-            (d.started_at == Some(*at)).then_some(EventType::DeploymentStarted)
+            (d.started_at == Some(*at) && !ended).then_some(EventType::DeploymentStarted)
         }
         AgentMessage::Progress { .. } => None,
         AgentMessage::Finished { result, .. } => {
@@ -342,6 +385,12 @@ async fn progress(
         warn!(deployment.id = %id, server.id = %server, owner = %owner.server, "progress from a server that does not own the deployment; ignored");
         return Ok(());
     }
+    if owner.ended || progress.seq <= owner.last_progress {
+        // Late (redelivered after later messages of the deployment were reported) or
+        // reported already: now it would come out of order.
+        debug!(deployment.id = %id, seq = progress.seq, last = owner.last_progress, ended = owner.ended, "late progress not reported");
+        return Ok(());
+    }
     let event = CloudEvent::new(
         EventType::DeploymentProgress,
         tenant,
@@ -353,6 +402,7 @@ async fn progress(
     .stack(owner.stack.as_ref())
     .deployment(id);
     service.events.publish(&event).await?;
+    owners.progressed(tenant, id, progress.seq);
     Ok(())
 }
 
@@ -374,82 +424,4 @@ async fn settle(message: &Message, kind: AckKind) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_only_response_subjects() {
-        let (t, s) = parse_subject("flue.acme.resp.web-1").expect("valid");
-        assert_eq!((t.as_str(), s.as_str()), ("acme", "web-1"));
-        for bad in [
-            "flue.acme.req.web1",
-            "flue.acme.resp",
-            "flue.acme.resp.a.b",
-            "x.acme.resp.w",
-        ] {
-            assert!(parse_subject(bad).is_none(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_message_is_reported_when_the_record_shows_this_copy_of_it() {
-        use flue_proto::{DeploymentResult, DeploymentStatus, PROTOCOL_VERSION};
-        let t0 = OffsetDateTime::UNIX_EPOCH;
-        let at = |s: i64| t0 + time::Duration::seconds(s);
-        let mut d: Deployment = serde_json::from_value(serde_json::json!({
-            "id": "d1", "tenant": "t", "server_id": "s1", "config_id": "c1", "group": "script",
-            "name": "d1", "action": "CREATE", "status": "QUEUED", "timeout_secs": 60,
-            "created_at": "1970-01-01T00:00:00Z", "updated_at": "1970-01-01T00:00:00Z",
-            "expires_at": "1970-01-01T00:01:00Z"
-        }))
-        .expect("deployment");
-        let id = d.id.clone();
-        let delivered = |s| AgentMessage::Delivered {
-            v: PROTOCOL_VERSION,
-            deployment_id: id.clone(),
-            at: at(s),
-        };
-        let started = AgentMessage::Started {
-            v: PROTOCOL_VERSION,
-            deployment_id: id.clone(),
-            at: at(2),
-        };
-        let result = DeploymentResult {
-            status: DeploymentStatus::Complete,
-            status_reason: None,
-            outputs: Default::default(),
-            deploy_stdout: String::new(),
-            deploy_stderr: String::new(),
-            deploy_status_code: Some(0),
-            started_at: Some(at(2)),
-            finished_at: at(3),
-        };
-        let finished = AgentMessage::Finished {
-            v: PROTOCOL_VERSION,
-            deployment_id: id.clone(),
-            result: result.clone(),
-        };
-        assert_eq!(reported(&delivered(1), &d), None);
-        d.delivered_at = Some(at(1));
-        assert_eq!(
-            reported(&delivered(1), &d),
-            Some(EventType::DeploymentDelivered)
-        );
-        assert_eq!(reported(&delivered(9), &d), None, "sent again later");
-        assert_eq!(reported(&started, &d), None);
-        d.started_at = Some(at(2));
-        assert_eq!(reported(&started, &d), Some(EventType::DeploymentStarted));
-        assert_eq!(reported(&finished, &d), None);
-        d.status = DeploymentStatus::Failed;
-        d.status_reason = Some(crate::record::TIMED_OUT.into());
-        d.finished_at = Some(at(4));
-        assert_eq!(reported(&finished, &d), None, "the gateway timed it out");
-        d.status = DeploymentStatus::Complete;
-        d.status_reason = None;
-        d.finished_at = Some(at(3));
-        assert_eq!(
-            reported(&finished, &d),
-            Some(EventType::DeploymentCompleted)
-        );
-    }
-}
+mod tests;

@@ -11,6 +11,8 @@ use tokio::time::Instant;
 
 /// Longest agent heartbeat interval the silence limit follows (the agent's own maximum).
 const MAX_FOLLOWED_INTERVAL: Duration = Duration::from_secs(60);
+/// Replaced agent instances a record remembers (the most recent ones).
+const MAX_REPLACED: usize = 8;
 
 /// A server's presence as stored under `<tenant>.<server>`; written only on transitions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,6 +34,11 @@ pub struct Record {
     /// The agent's heartbeat interval when it went online, in milliseconds.
     #[serde(default)]
     pub interval_ms: u64,
+    /// Instances a newer one replaced while online (`agent restarted`), most recent last.
+    /// A restarted agent's old instance is gone; one that still sends heartbeats is a
+    /// second agent claiming the same server id, and must not take it back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaced: Vec<String>,
 }
 
 impl Record {
@@ -102,11 +109,15 @@ impl Step {
 /// The next transition a heartbeat calls for, given the stored record; applied one at a
 /// time and asked again, so a new instance while online gives `Offline(Restarted)`, then
 /// `Online`.
+///
+/// An `alive` heartbeat of a [`rival`] changes nothing: two agents running with the same
+/// server id would otherwise replace each other on every heartbeat, endlessly.
 pub fn after_heartbeat(stored: Option<&Record>, beat: &Heartbeat) -> Option<Step> {
     let online = stored.filter(|r| r.is_online());
     let same_instance = online.is_some_and(|r| r.agent_instance.as_deref() == Some(&beat.instance));
     match beat.state {
         HeartbeatState::Alive if same_instance => None,
+        HeartbeatState::Alive if rival(stored, beat) => None,
         HeartbeatState::Alive if online.is_some() => Some(Step::Offline(Reason::Restarted)),
         HeartbeatState::Alive => Some(Step::Online {
             instance: beat.instance.clone(),
@@ -116,6 +127,17 @@ pub fn after_heartbeat(stored: Option<&Record>, beat: &Heartbeat) -> Option<Step
         HeartbeatState::Stopping if same_instance => Some(Step::Offline(Reason::Stopped)),
         HeartbeatState::Stopping => None,
     }
+}
+
+/// True when `beat` comes from an instance that was replaced by the one now online, and
+/// so still runs beside it: another agent claims the same server id. It is ignored while
+/// the instance online lives; once that one is offline, it may come online again.
+pub fn rival(stored: Option<&Record>, beat: &Heartbeat) -> bool {
+    stored.is_some_and(|r| {
+        r.is_online()
+            && r.agent_instance.as_deref() != Some(&beat.instance)
+            && r.replaced.iter().any(|i| i == &beat.instance)
+    })
 }
 
 /// How long a server may stay silent: the configured timeout, or two heartbeat intervals of
@@ -148,26 +170,41 @@ pub fn after_silence(
 /// The record after `step`.
 pub fn next_record(stored: Option<&Record>, step: &Step, now: OffsetDateTime) -> Record {
     let epoch = stored.map_or(0, |r| r.epoch);
+    let mut replaced = stored.map_or_else(Vec::new, |r| r.replaced.clone());
     match step {
         Step::Online {
             instance,
             interval_ms,
-        } => Record {
-            status: PresenceStatus::Online,
-            epoch: epoch + 1,
-            since: now,
-            agent_instance: Some(instance.clone()),
-            reason: None,
-            interval_ms: *interval_ms,
-        },
-        Step::Offline(reason) => Record {
-            status: PresenceStatus::Offline,
-            epoch,
-            since: now,
-            agent_instance: stored.and_then(|r| r.agent_instance.clone()),
-            reason: Some(reason.to_string()),
-            interval_ms: stored.map_or(0, |r| r.interval_ms),
-        },
+        } => {
+            replaced.retain(|i| i != instance);
+            Record {
+                status: PresenceStatus::Online,
+                epoch: epoch + 1,
+                since: now,
+                agent_instance: Some(instance.clone()),
+                reason: None,
+                interval_ms: *interval_ms,
+                replaced,
+            }
+        }
+        Step::Offline(reason) => {
+            let agent_instance = stored.and_then(|r| r.agent_instance.clone());
+            if let (Reason::Restarted, Some(old)) = (reason, &agent_instance) {
+                replaced.retain(|i| i != old);
+                replaced.push(old.clone());
+                let excess = replaced.len().saturating_sub(MAX_REPLACED);
+                replaced.drain(..excess);
+            }
+            Record {
+                status: PresenceStatus::Offline,
+                epoch,
+                since: now,
+                agent_instance,
+                reason: Some(reason.to_string()),
+                interval_ms: stored.map_or(0, |r| r.interval_ms),
+                replaced,
+            }
+        }
     }
 }
 
@@ -257,6 +294,52 @@ mod tests {
             (online.epoch, online.agent_instance.as_deref()),
             (2, Some("b"))
         );
+    }
+
+    #[test]
+    fn a_replaced_instance_still_beating_is_a_rival_and_takes_nothing_back() {
+        let a = beat("a", HeartbeatState::Alive);
+        let b = beat("b", HeartbeatState::Alive);
+        let online_a = apply(None, &after_heartbeat(None, &a).expect("online"));
+        // b appears: a is taken to have restarted as b.
+        let step = after_heartbeat(Some(&online_a), &b).expect("offline");
+        let offline = apply(Some(online_a), &step);
+        assert_eq!(offline.replaced, ["a"]);
+        let online_b = apply(Some(offline), &after_heartbeat(None, &b).expect("online"));
+        assert_eq!((online_b.epoch, online_b.replaced.len()), (2, 1));
+        // a beats on: a second agent with the same server id, not a new restart.
+        assert!(rival(Some(&online_b), &a));
+        assert_eq!(after_heartbeat(Some(&online_b), &a), None);
+        assert!(!rival(Some(&online_b), &b));
+        // A third instance still replaces b, and neither old one flips it back.
+        let c = beat("c", HeartbeatState::Alive);
+        let step = after_heartbeat(Some(&online_b), &c).expect("offline");
+        let online_c = apply(
+            Some(apply(Some(online_b), &step)),
+            &after_heartbeat(None, &c).expect("online"),
+        );
+        assert_eq!(online_c.replaced, ["a", "b"]);
+        assert_eq!(after_heartbeat(Some(&online_c), &a), None);
+        assert_eq!(after_heartbeat(Some(&online_c), &b), None);
+        // Once c is gone, a rival may come online: it is the agent left.
+        let gone = apply(Some(online_c), &Step::Offline(Reason::Stopped));
+        let step = after_heartbeat(Some(&gone), &a).expect("online");
+        let online_a = apply(Some(gone), &step);
+        assert_eq!(online_a.replaced, ["b"]);
+        // The memory is bounded.
+        let mut r = online_a;
+        for n in 0..20 {
+            r = apply(Some(r), &Step::Offline(Reason::Restarted));
+            r = apply(
+                Some(r),
+                &Step::Online {
+                    instance: format!("i{n}"),
+                    interval_ms: 1,
+                },
+            );
+        }
+        assert_eq!(r.replaced.len(), MAX_REPLACED);
+        assert_eq!(r.replaced.last().map(String::as_str), Some("i18"));
     }
 
     #[test]

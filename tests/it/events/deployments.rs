@@ -3,14 +3,16 @@
 //! registration and deregistration.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
-use async_nats::jetstream;
+use async_nats::jetstream::{self, consumer};
 use flue_proto::event::EVENT_STREAM;
 use flue_proto::{
     AgentMessage, CloudEvent, ConfigSpec, Deployment, DeploymentId, DeploymentResult,
     DeploymentStatus, EventType, PROTOCOL_VERSION, RegisterServer, ServerId, TenantId, subject,
 };
 use flue_tests::{Agent, EventTap, Flue, WAIT, file_lines};
+use futures_util::StreamExt;
 use serde_json::json;
 
 const SECRET: &str = "S3cr3t-0utput-value";
@@ -256,6 +258,48 @@ fn answers(d: &Deployment) -> Vec<AgentMessage> {
     ]
 }
 
+/// Shrinks the event stream's duplicate window and waits until it is over for every event
+/// so far, so that the broker no longer drops a copy of them: only the gateway can.
+async fn outlive_duplicate_window(env: &Flue) {
+    let js = jetstream::new(env.nats.client().await);
+    let mut stream = js.get_stream(EVENT_STREAM).await.expect("event stream");
+    let mut config = stream.info().await.expect("stream info").config.clone();
+    config.duplicate_window = Duration::from_millis(200);
+    js.update_stream(&config).await.expect("shorter window");
+    // A probe published again and again under one message id is kept again once the
+    // window is over (each copy has its own event id, so the stream stays unique by id).
+    let probe = async {
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        for n in 0.. {
+            tick.tick().await;
+            let event = CloudEvent::new(
+                EventType::ServerOnline,
+                &TenantId::new("probe").expect("id"),
+                format!("probe:{n}"),
+                "servers/probe".to_owned(),
+                &json!({}),
+            );
+            let ack = js
+                .send_publish(
+                    event.nats_subject(),
+                    jetstream::message::PublishMessage::build()
+                        .payload(serde_json::to_vec(&event).expect("json").into())
+                        .message_id("probe"),
+                )
+                .await
+                .expect("publish")
+                .await
+                .expect("acknowledged");
+            if n > 0 && !ack.duplicate {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, probe)
+        .await
+        .expect("the duplicate window ends");
+}
+
 #[tokio::test]
 async fn answers_handled_twice_and_a_gateway_restart_report_nothing_twice() {
     let (mut env, _agent, mut tap) = web().await;
@@ -263,6 +307,8 @@ async fn answers_handled_twice_and_a_gateway_restart_report_nothing_twice() {
     let first = env.deploy("quick", "web", &[]).await;
     wait_event(&mut tap, &first.id, EventType::DeploymentCompleted).await;
     let first = env.finished(&first.id).await;
+    // The agent answering again from its ledger may come long after the first answers.
+    outlive_duplicate_window(&env).await;
     for (n, message) in answers(&first).iter().enumerate() {
         resend(&env, "web", message, &format!("test-copy-{n}")).await;
     }
@@ -282,6 +328,112 @@ async fn answers_handled_twice_and_a_gateway_restart_report_nothing_twice() {
             types(&lifecycle(&tap, d))
         );
     }
+    assert_unique_ids(&tap);
+}
+
+/// The pending messages of the gateway's response consumer and those delivered but not
+/// acknowledged.
+async fn response_backlog(env: &Flue) -> (u64, usize) {
+    let js = jetstream::new(env.nats.client().await);
+    let mut consumer: consumer::PullConsumer = js
+        .get_stream(subject::RESPONSE_STREAM)
+        .await
+        .expect("response stream")
+        .get_consumer(subject::GATEWAY_RESPONSE_CONSUMER)
+        .await
+        .expect("response consumer");
+    let info = consumer.info().await.expect("consumer info");
+    (info.num_pending, info.num_ack_pending)
+}
+
+#[tokio::test]
+async fn answers_held_by_a_gateway_that_died_never_come_out_of_order() {
+    let mut env = Flue::start().await;
+    env.register("web").await;
+    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    config(&env, "quick", "#!/bin/sh\necho hi\n", &[]).await;
+    let d = env.deploy("quick", "web", &[]).await;
+    wait_event(&mut tap, &d.id, EventType::DeploymentQueued).await;
+    env.gateway.kill().await;
+    let _agent = env.agent("web", &[]).await;
+    let client = env.nats.client().await;
+    let js = jetstream::new(client.clone());
+    let stream = js
+        .get_stream(subject::RESPONSE_STREAM)
+        .await
+        .expect("response stream");
+    let answers = subject::response(
+        &TenantId::new("default").expect("id"),
+        &ServerId::new("web").expect("id"),
+    );
+    let finished = async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            tick.tick().await;
+            if let Ok(last) = stream.get_last_raw_message_by_subject(&answers).await {
+                let message: AgentMessage = serde_json::from_slice(&last.payload).expect("answer");
+                if matches!(message, AgentMessage::Finished { .. }) {
+                    return;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, finished)
+        .await
+        .expect("the agent answered");
+    // Play a gateway that took `delivered` and `started` and died before acknowledging
+    // them: they come back only after the consumer's ack wait, behind the result.
+    let consumer: consumer::PullConsumer = stream
+        .get_consumer(subject::GATEWAY_RESPONSE_CONSUMER)
+        .await
+        .expect("response consumer");
+    let mut batch = consumer
+        .fetch()
+        .max_messages(2)
+        .messages()
+        .await
+        .expect("fetch");
+    let mut held = Vec::new();
+    while let Some(message) = batch.next().await {
+        held.push(message.expect("message"));
+    }
+    let kinds: Vec<&str> = held
+        .iter()
+        .map(
+            |m| match serde_json::from_slice(&m.payload).expect("answer") {
+                AgentMessage::Delivered { .. } => "delivered",
+                AgentMessage::Started { .. } => "started",
+                _ => "other",
+            },
+        )
+        .collect();
+    assert_eq!(kinds, ["delivered", "started"]);
+
+    env.gateway.restart().await;
+    wait_event(&mut tap, &d.id, EventType::DeploymentCompleted).await;
+    let drained = async {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            if response_backlog(&env).await == (0, 0) {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(40), drained)
+        .await
+        .expect("the held answers came back and were handled");
+    // Events are in stream order: once this one is read, every event about `d` is.
+    let after = env.deploy("quick", "web", &[]).await;
+    wait_event(&mut tap, &after.id, EventType::DeploymentCompleted).await;
+    let events = lifecycle(&tap, &d.id);
+    assert_eq!(
+        events.last().map(|e| e.ty),
+        Some(EventType::DeploymentCompleted),
+        "nothing after the end: {:?}",
+        types(&events)
+    );
+    drop(held);
     assert_unique_ids(&tap);
 }
 

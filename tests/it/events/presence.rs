@@ -1,6 +1,7 @@
 //! Events: presence. Agents' heartbeats make servers online; a killed agent is reported
 //! offline within the documented bound, a clean stop at once, and neither a broker nor a
-//! gateway restart makes a running agent's server flap.
+//! gateway restart makes a running agent's server flap, nor do two agents claiming one
+//! server id.
 
 use std::time::{Duration, Instant};
 
@@ -324,6 +325,69 @@ async fn a_gateway_restart_does_not_report_online_again() {
         ids(&tap)
     );
     assert_eq!(presence(&flue, "s").await.status, PresenceStatus::Online);
+}
+
+#[tokio::test]
+async fn two_agents_with_one_server_id_do_not_make_it_flap() {
+    let flue = Flue::start_with(FAST_GATEWAY).await;
+    flue.register("s").await;
+    flue.register("w").await;
+    let mut tap = tap(&flue).await;
+    let _first = start_agent(&flue, "s", FAST_AGENT).await;
+    let first = tap
+        .wait_for("the first agent online", WAIT, |e| {
+            e.id == "server:s:online:1"
+        })
+        .await;
+    // A second agent, with its own state dir, configured with the same server id.
+    let mut second = Agent::spawn_with(
+        &flue.nats.url(),
+        "s",
+        &flue.path("agent-s-twin"),
+        &[],
+        FAST_AGENT,
+    );
+    second.ready().await;
+    let taken = tap
+        .wait_for("the second agent online", WAIT, |e| {
+            e.id == "server:s:online:2"
+        })
+        .await;
+    let mut witness = start_agent(&flue, "w", FAST_AGENT).await;
+    tap.wait_for("server.online", WAIT, about(EventType::ServerOnline, "w"))
+        .await;
+    // Both agents beat every second during the witness's 3 s of silence.
+    barrier(&mut tap, &mut witness).await;
+    assert_eq!(
+        count(&tap, EventType::ServerOnline, "s"),
+        2,
+        "{:#?}",
+        ids(&tap)
+    );
+    assert_eq!(
+        count(&tap, EventType::ServerOffline, "s"),
+        1,
+        "{:#?}",
+        ids(&tap)
+    );
+    let now = presence(&flue, "s").await;
+    assert_eq!(now.status, PresenceStatus::Online);
+    assert_eq!(now.agent_instance, data(&taken).agent_instance);
+
+    // Once the agent online is gone, the one left takes the server back.
+    second.kill9().await;
+    let back = tap
+        .wait_for("the first agent online again", WAIT, |e| {
+            e.id == "server:s:online:3"
+        })
+        .await;
+    assert_eq!(data(&back).agent_instance, data(&first).agent_instance);
+    let gone = tap
+        .wait_for("the second agent offline", WAIT, |e| {
+            e.id == "server:s:offline:2"
+        })
+        .await;
+    assert_eq!(data(&gone).reason.as_deref(), Some("no heartbeat for 3 s"));
 }
 
 fn ids(tap: &EventTap) -> Vec<String> {
