@@ -10,7 +10,8 @@
 //! after, when known, so a browser that reconnects before any event misses nothing);
 //! then, for a start before the oldest kept event, an `event: flue-error` block; then
 //! one block per event: `id: <stream sequence>` and `data: <CloudEvent JSON>`. A
-//! `: keep-alive` comment goes out every 15 s.
+//! `: keep-alive` comment goes out every 15 s. A replay (`follow=false`) that caught up
+//! ends with `event: flue-end` / `data: {"code":"caught_up"}`.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -38,6 +39,9 @@ pub const RETRY: Duration = Duration::from_millis(2000);
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// SSE event name of errors told to the client in the stream.
 pub const ERROR_EVENT: &str = "flue-error";
+/// SSE event name of the last block of a replay (`follow=false`) that caught up; a
+/// response that ends without it was cut short.
+pub const END_EVENT: &str = "flue-end";
 
 /// What a request asks for, read from its query and headers.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,15 +83,22 @@ pub async fn stream(
         head = head.id(position.to_string());
     }
     let notice = opened.notice.map(|n| notice_event(tenant, n));
-    let events = stream::unfold(opened.listener, |mut listener| async move {
+    let events = stream::unfold(Some(opened.listener), |listener| async move {
+        let mut listener = listener?;
         match listener.next().await {
             Ok(Some(delivered)) => {
                 let data =
                     serde_json::to_string(&delivered.event).expect("an event always serialises");
                 let event = Event::default().id(delivered.seq.to_string()).data(data);
-                Some((Ok(event), listener))
+                Some((Ok(event), Some(listener)))
             }
-            Ok(None) => None,
+            // A replay caught up: say so, so that a client can tell it from a cut connection.
+            Ok(None) => {
+                let end = Event::default()
+                    .event(END_EVENT)
+                    .data(json!({"code": "caught_up"}).to_string());
+                Some((Ok(end), None))
+            }
             Err(e) => {
                 // The client reconnects with its Last-Event-ID and misses nothing.
                 warn!(error = %chain(&e), "event listener stopped");

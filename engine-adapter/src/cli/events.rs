@@ -156,8 +156,20 @@ impl<'a> Follower<'a> {
                 }
                 Ok(Some(StreamItem::Position(seq))) => self.last = Some(seq),
                 Ok(Some(StreamItem::Notice(notice))) => return Ok(Followed::Notice(notice)),
-                Ok(None) if !self.query.follow => return Ok(Followed::End),
-                Ok(None) => return Ok(self.drop_stream("the gateway closed the event stream")),
+                Ok(Some(StreamItem::End)) => return Ok(Followed::End),
+                // Without `flue-end`, a replay was cut short (the gateway stopping, say):
+                // resume after the last event like a followed stream does.
+                Ok(None) => {
+                    if !self.query.follow {
+                        self.failures += 1;
+                        if self.failures > REPLAY_RECONNECTS {
+                            return Err(CliError::Usage(
+                                "the gateway kept ending the replay before it caught up".into(),
+                            ));
+                        }
+                    }
+                    return Ok(self.drop_stream("the gateway closed the event stream"));
+                }
                 Err(e) => {
                     let why = super::error_message(&e);
                     let why = why.strip_prefix("error: ").unwrap_or(&why).to_owned();

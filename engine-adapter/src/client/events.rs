@@ -59,6 +59,8 @@ pub enum StreamItem {
     Notice(StreamNotice),
     /// The sequence the stream starts after (an `id:` block without data).
     Position(u64),
+    /// A replay (`follow=false`) caught up: the gateway's `flue-end` block.
+    End,
 }
 
 /// A `flue-error` block.
@@ -244,6 +246,7 @@ impl EventStream {
                     data: data.clone(),
                 })))
             }
+            Some("flue-end") => Ok(Some(StreamItem::End)),
             // A block of a kind this client does not know: newer gateways may add some.
             Some(_) => Ok(None),
         }

@@ -26,6 +26,8 @@ struct Sse {
     buf: String,
     /// Everything read so far, as text.
     raw: String,
+    /// The gateway said a replay caught up (`event: flue-end`).
+    caught_up: bool,
 }
 
 impl Sse {
@@ -46,6 +48,7 @@ impl Sse {
             response,
             buf: String::new(),
             raw: String::new(),
+            caught_up: false,
         }
     }
 
@@ -95,6 +98,13 @@ impl Sse {
         loop {
             let block = self.block().await?;
             let Some(data) = block.data else { continue };
+            if block.event.as_deref() == Some("flue-end") {
+                assert!(!self.caught_up, "one flue-end");
+                assert_eq!(data, r#"{"code":"caught_up"}"#);
+                // The body ends right after it.
+                self.caught_up = true;
+                continue;
+            }
             assert_eq!(block.event, None, "events have no `event:` field");
             let seq = block
                 .id
@@ -111,6 +121,7 @@ impl Sse {
         while let Some(e) = self.event().await {
             events.push(e);
         }
+        assert!(self.caught_up, "a replay that caught up ends with flue-end");
         events
     }
 }
