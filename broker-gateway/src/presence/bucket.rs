@@ -66,29 +66,5 @@ pub(super) async fn read(kv: &kv::Store, key: &str) -> Result<(Option<Record>, u
 
 /// Opens the presence bucket, creating it (one revision per key) if missing.
 pub(super) async fn bucket(js: &jetstream::Context) -> Result<kv::Store, StoreError> {
-    let open_err = |e: BoxError| StoreError::Open {
-        bucket: PRESENCE_BUCKET,
-        source: e,
-    };
-    match js.get_key_value(PRESENCE_BUCKET).await {
-        Ok(store) => return Ok(store),
-        Err(e) if e.kind() == jetstream::context::KeyValueErrorKind::GetBucket => {}
-        Err(e) => return Err(open_err(e.into())),
-    }
-    let created = js
-        .create_key_value(kv::Config {
-            bucket: PRESENCE_BUCKET.to_owned(),
-            history: 1,
-            storage: jetstream::stream::StorageType::File,
-            ..Default::default()
-        })
-        .await;
-    match created {
-        Ok(store) => Ok(store),
-        // Another gateway may have created it in between.
-        Err(create_err) => js
-            .get_key_value(PRESENCE_BUCKET)
-            .await
-            .map_err(|_| open_err(create_err.into())),
-    }
+    crate::store::open_bucket(js, PRESENCE_BUCKET).await
 }
