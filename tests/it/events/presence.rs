@@ -280,19 +280,7 @@ async fn a_broker_restart_does_not_make_presence_flap() {
     agent.logs().wait_for_after(from, "agent ready", WAIT).await;
     let mut tap = tap(&flue).await;
     barrier(&mut tap, &mut witness).await;
-    assert_eq!(
-        count(&tap, EventType::ServerOnline, "s"),
-        1,
-        "{:#?}",
-        ids(&tap)
-    );
-    assert_eq!(
-        count(&tap, EventType::ServerOffline, "s"),
-        0,
-        "{:#?}",
-        ids(&tap)
-    );
-    assert_eq!(presence(&flue, "s").await.status, PresenceStatus::Online);
+    online_once_never_offline(&flue, &tap, "s").await;
 }
 
 #[tokio::test]
@@ -312,19 +300,7 @@ async fn a_gateway_restart_does_not_report_online_again() {
     // Still online from the stored state, before any heartbeat reached the new process.
     assert_eq!(presence(&flue, "s").await.status, PresenceStatus::Online);
     barrier(&mut tap, &mut witness).await;
-    assert_eq!(
-        count(&tap, EventType::ServerOnline, "s"),
-        1,
-        "{:#?}",
-        ids(&tap)
-    );
-    assert_eq!(
-        count(&tap, EventType::ServerOffline, "s"),
-        0,
-        "{:#?}",
-        ids(&tap)
-    );
-    assert_eq!(presence(&flue, "s").await.status, PresenceStatus::Online);
+    online_once_never_offline(&flue, &tap, "s").await;
 }
 
 #[tokio::test]
@@ -392,4 +368,21 @@ async fn two_agents_with_one_server_id_do_not_make_it_flap() {
 
 fn ids(tap: &EventTap) -> Vec<String> {
     tap.events().into_iter().map(|e| e.id).collect()
+}
+
+/// `server` went online exactly once, never offline, and reads online.
+async fn online_once_never_offline(flue: &Flue, tap: &EventTap, server: &str) {
+    assert_eq!(
+        count(tap, EventType::ServerOnline, server),
+        1,
+        "{:#?}",
+        ids(tap)
+    );
+    assert_eq!(
+        count(tap, EventType::ServerOffline, server),
+        0,
+        "{:#?}",
+        ids(tap)
+    );
+    assert_eq!(presence(flue, server).await.status, PresenceStatus::Online);
 }
