@@ -137,3 +137,52 @@ async fn cli_reports_failures_and_bad_arguments() {
         text(&out.stderr)
     );
 }
+
+#[tokio::test]
+async fn server_list_shows_presence_and_deregister_removes_the_server() {
+    let env = Flue::start().await;
+    let gw = env.gateway.url().to_owned();
+    env.register("web1").await;
+    env.register("idle").await;
+    let _agent = env.agent("web1", &[]).await;
+    let online = |stdout: &str| {
+        stdout
+            .lines()
+            .any(|l| l.starts_with("web1") && l.contains("online"))
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let out = flue(&gw, &["server", "list"]).await;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert!(stdout.starts_with("ID"), "{stdout}");
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with("idle") && l.contains("unknown")),
+            "{stdout}"
+        );
+        if online(&stdout) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "web1 never shown online: {stdout}"
+        );
+        // Polling a read-only listing until the agent's first heartbeat is recorded.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    let out = flue(&gw, &["server", "deregister", "idle"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "server idle deregistered\n");
+    let out = flue(&gw, &["server", "list"]).await;
+    assert!(!text(&out.stdout).contains("idle"), "{}", text(&out.stdout));
+    let out = flue(&gw, &["server", "deregister", "idle"]).await;
+    assert_eq!(out.status.code(), Some(2), "unknown server: exit 2");
+    assert!(
+        text(&out.stderr).contains("not found"),
+        "{}",
+        text(&out.stderr)
+    );
+}

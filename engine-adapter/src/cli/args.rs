@@ -285,6 +285,12 @@ pub enum ServerCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Remove a server: its queue and consumer go, its deployment records stay
+    /// (refused while it has queued or running deployments).
+    Deregister {
+        /// Server id.
+        id: ServerId,
+    },
 }
 
 /// `flue deploy`

@@ -217,6 +217,10 @@ async fn server(
                 render::deployments_table(&deployments)
             }
         }
+        ServerCommand::Deregister { id } => {
+            client.delete_server(&id).await?;
+            format!("server {id} deregistered\n")
+        }
     };
     out.write_all(text.as_bytes())?;
     Ok(())

@@ -84,11 +84,24 @@ pub(crate) fn deployments_table(deployments: &[Deployment]) -> String {
 
 /// `id name created_at` table of servers.
 pub(crate) fn servers_table(servers: &[Server]) -> String {
-    let rows: Vec<[String; 3]> = servers
+    let rows: Vec<[String; 4]> = servers
         .iter()
-        .map(|s| [s.id.to_string(), s.name.clone(), timestamp(s.created_at)])
+        .map(|s| {
+            let presence = s.presence.as_ref().map_or("unknown".to_owned(), |p| {
+                serde_json::to_value(p.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            });
+            [
+                s.id.to_string(),
+                s.name.clone(),
+                presence,
+                timestamp(s.created_at),
+            ]
+        })
         .collect();
-    table(["ID", "NAME", "CREATED_AT"], &rows)
+    table(["ID", "NAME", "PRESENCE", "CREATED_AT"], &rows)
 }
 
 pub(crate) fn timestamp(at: OffsetDateTime) -> String {
