@@ -61,6 +61,16 @@ pub enum BrokerError {
     },
 }
 
+/// The error of an operation on one server's request consumer `name`.
+fn request_consumer_error(name: &str) -> impl Fn(BoxError) -> BrokerError + use<> {
+    let name = name.to_owned();
+    move |source| BrokerError::Consumer {
+        stream: subject::REQUEST_STREAM,
+        consumer: name.clone(),
+        source,
+    }
+}
+
 /// Handle on the broker's JetStream; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Broker {
@@ -158,11 +168,7 @@ impl Broker {
         server: &ServerId,
     ) -> Result<String, BrokerError> {
         let name = subject::request_consumer(tenant, server);
-        let err = |e: BoxError| BrokerError::Consumer {
-            stream: subject::REQUEST_STREAM,
-            consumer: name.clone(),
-            source: e,
-        };
+        let err = request_consumer_error(&name);
         let stream = self
             .js
             .get_stream_no_info(subject::REQUEST_STREAM)
@@ -199,11 +205,7 @@ impl Broker {
         server: &ServerId,
     ) -> Result<(), BrokerError> {
         let name = subject::request_consumer(tenant, server);
-        let err = |e: BoxError| BrokerError::Consumer {
-            stream: subject::REQUEST_STREAM,
-            consumer: name.clone(),
-            source: e,
-        };
+        let err = request_consumer_error(&name);
         let stream = self
             .js
             .get_stream_no_info(subject::REQUEST_STREAM)

@@ -302,6 +302,27 @@ pub struct CreateDeployment {
     pub skip_if_unchanged_from: Option<DeploymentId>,
 }
 
+impl CreateDeployment {
+    /// A CREATE of `config_id` on `server_id` with no inputs and every option left out;
+    /// set the rest with struct update syntax (`CreateDeployment { name, ..new(c, s) }`).
+    pub fn new(config_id: ConfigId, server_id: ServerId) -> Self {
+        Self {
+            id: None,
+            config_id,
+            server_id,
+            action: Action::default(),
+            input_values: BTreeMap::new(),
+            name: None,
+            timeout_secs: None,
+            stack_id: None,
+            resource_name: None,
+            inputs_from: None,
+            input_refs: BTreeMap::new(),
+            skip_if_unchanged_from: None,
+        }
+    }
+}
+
 /// One output of one deployment, used as another deployment's input.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use flue_engine::Client;
 use flue_proto::{
-    Action, Config, ConfigSpec, CreateDeployment, Deployment, DeploymentId, DeploymentStatus,
+    Config, ConfigSpec, CreateDeployment, Deployment, DeploymentId, DeploymentStatus,
     RegisterServer, ServerId,
 };
 use tempfile::TempDir;
@@ -123,18 +123,12 @@ impl Flue {
             .collect();
         self.client()
             .create_deployment(&CreateDeployment {
-                id: None,
-                config_id: config.parse().expect("config id"),
-                server_id: server.parse().expect("server id"),
-                action: Action::create(),
                 input_values,
-                name: None,
                 timeout_secs,
-                stack_id: None,
-                resource_name: None,
-                inputs_from: None,
-                skip_if_unchanged_from: None,
-                input_refs: Default::default(),
+                ..CreateDeployment::new(
+                    config.parse().expect("config id"),
+                    server.parse().expect("server id"),
+                )
             })
             .await
             .expect("create deployment")

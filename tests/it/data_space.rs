@@ -24,18 +24,13 @@ async fn deploy(
         .collect();
     flue.client()
         .create_deployment(&CreateDeployment {
-            id: None,
-            config_id: config.parse().expect("config id"),
-            server_id: server.parse().expect("server id"),
             action: Action::new(action).expect("action"),
             input_values,
-            name: None,
-            timeout_secs: None,
             stack_id: stack.map(|s| s.parse().expect("stack id")),
-            resource_name: None,
-            inputs_from: None,
-            skip_if_unchanged_from: None,
-            input_refs: Default::default(),
+            ..CreateDeployment::new(
+                config.parse().expect("config id"),
+                server.parse().expect("server id"),
+            )
         })
         .await
         .expect("create deployment")

@@ -1,10 +1,10 @@
 //! Events: the web dashboard in headless Chromium, live from the SSE stream, and
 //! `GET /v1/deployments`, which it reads first.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Instant;
 
-use flue_proto::{Action, CreateDeployment, Deployment, DeploymentId};
+use flue_proto::{CreateDeployment, Deployment, DeploymentId};
 use flue_tests::{Browser, Flue, WAIT, chromium_bin, wait_until};
 use serde_json::Value;
 
@@ -15,18 +15,11 @@ const MARKUP: &str = "<img src=x onerror=\"window.__xss=1\"><b>not bold</b>";
 async fn deploy_named(flue: &Flue, config: &str, server: &str, name: &str) -> Deployment {
     flue.client()
         .create_deployment(&CreateDeployment {
-            id: None,
-            config_id: config.parse().expect("config id"),
-            server_id: server.parse().expect("server id"),
-            action: Action::create(),
-            input_values: BTreeMap::new(),
             name: Some(name.to_owned()),
-            timeout_secs: None,
-            stack_id: None,
-            resource_name: None,
-            inputs_from: None,
-            skip_if_unchanged_from: None,
-            input_refs: Default::default(),
+            ..CreateDeployment::new(
+                config.parse().expect("config id"),
+                server.parse().expect("server id"),
+            )
         })
         .await
         .expect("create deployment")

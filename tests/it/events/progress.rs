@@ -102,18 +102,8 @@ async fn run_script(
     let d = flue
         .client()
         .create_deployment(&CreateDeployment {
-            id: None,
-            config_id: "live".parse().expect("id"),
-            server_id: "web1".parse().expect("id"),
-            action: flue_proto::Action::create(),
             input_values: serde_json::from_value(values).expect("values"),
-            name: None,
-            timeout_secs: None,
-            stack_id: None,
-            resource_name: None,
-            inputs_from: None,
-            skip_if_unchanged_from: None,
-            input_refs: Default::default(),
+            ..CreateDeployment::new("live".parse().expect("id"), "web1".parse().expect("id"))
         })
         .await
         .expect("create deployment");
