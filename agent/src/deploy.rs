@@ -1,6 +1,7 @@
 //! One request message, exactly once: the ledger decides whether the hook runs, and the
 //! answer is recorded before it is published and published before the request is acked.
 
+use std::future::Future;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
@@ -8,16 +9,18 @@ use flue_proto::{
     AgentMessage, DeploymentId, DeploymentRequest, DeploymentResult, PROTOCOL_VERSION,
 };
 use time::OffsetDateTime;
+use tokio::sync::oneshot;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::answer;
 use crate::data::server::DataServer;
 use crate::data::space::DataSpace;
 use crate::error::Error;
+use crate::guard::Guard;
 use crate::hook::{self, HookEnv, Outcome};
 use crate::item::HookItem;
 use crate::ledger::{Entry, LedgerKey};
-use crate::process::StopReason;
+use crate::process::{HookProcess, Launch, StopReason};
 use crate::progress::{self, Redactor};
 use crate::worker::Agent;
 
@@ -128,7 +131,7 @@ async fn handle_request(
             info!("already finished, answering from the ledger");
             result
         }
-        Some(Entry::Started { at }) => {
+        Some(Entry::Started { at, .. }) => {
             warn!(
                 "found started but never finished (agent stopped mid-hook), reporting it interrupted"
             );
@@ -247,12 +250,25 @@ async fn apply(
         agent.config.server_id.clone(),
         redactor.clone(),
     );
-    let outcome = run_with_progress(agent, msg, req, &hook, &item, &env, lines).await;
+    let (launch, spawned) = launch();
+    let work_root = agent.config.work_root();
+    let stop = stop_signal(agent, req);
+    let run = hook::run(&hook, &item, &env, &work_root, stop, Some(lines), launch);
+    // The hook's process group goes into the ledger as soon as it runs, so that the next
+    // agent can kill what is left of it should this one die (see `crate::orphans`).
+    let record_group = async {
+        match spawned.await {
+            Ok(group) => agent.ledger.record_hook(key, started_at, group).await,
+            Err(_) => Ok(()),
+        }
+    };
+    let (outcome, recorded) = tokio::join!(touching(msg, run), record_group);
     // Every progress message goes out before the result (bounded: best effort).
     progress.finish().await;
     if let Some(data) = data {
         data.stop().await;
     }
+    recorded?;
     let result = outcome.hiding(redactor, &req.config.outputs).into_result(
         &req.config.outputs,
         Some(started_at),
@@ -267,23 +283,32 @@ async fn apply(
     record(agent, key, result).await
 }
 
-/// Runs the hook, touching the request every [`PROGRESS_INTERVAL`], and stops it at the
-/// deployment's expiry or once the shutdown grace period is over; its output lines go to
-/// `lines` (live progress, see [`crate::progress`]).
-async fn run_with_progress(
-    agent: &Agent,
-    msg: &jetstream::Message,
-    req: &DeploymentRequest,
-    hook: &hook::Hook,
-    item: &HookItem,
-    env: &HookEnv,
-    lines: progress::Sink,
-) -> Outcome {
+/// How hooks are started: under the guard (this executable), which kills the hook's
+/// group if the agent dies, and telling the receiver which group that is.
+fn launch() -> (Launch, oneshot::Receiver<HookProcess>) {
+    let (tx, rx) = oneshot::channel();
+    let guard = match Guard::current() {
+        Ok(guard) => Some(guard),
+        Err(e) => {
+            error!(error = %e, "cannot tell where the agent executable is; running the hook without its guard");
+            None
+        }
+    };
+    let launch = Launch {
+        guard,
+        started: Some(tx),
+    };
+    (launch, rx)
+}
+
+/// Resolves when a running hook must be stopped: at the deployment's expiry, or once the
+/// shutdown grace period is over.
+fn stop_signal(agent: &Agent, req: &DeploymentRequest) -> impl Future<Output = StopReason> {
     let until_expiry =
         Duration::try_from(req.expires_at - OffsetDateTime::now_utc()).unwrap_or(Duration::ZERO);
     let grace = agent.config.shutdown_grace;
-    let shutdown = &agent.shutdown;
-    let stop = async move {
+    let shutdown = agent.shutdown.clone();
+    async move {
         tokio::select! {
             _ = tokio::time::sleep(until_expiry) => {
                 warn!("deployment expired while its hook was running, stopping it");
@@ -296,9 +321,12 @@ async fn run_with_progress(
                 warn!("shutdown grace period over, stopping the hook");
             } => StopReason::ShutDown,
         }
-    };
-    let work_root = agent.config.work_root();
-    let run = hook::run(hook, item, env, &work_root, stop, Some(lines));
+    }
+}
+
+/// Drives the running hook `run` to its end, touching the request every
+/// [`PROGRESS_INTERVAL`] so that the broker does not redeliver it meanwhile.
+async fn touching(msg: &jetstream::Message, run: impl Future<Output = Outcome>) -> Outcome {
     tokio::pin!(run);
     let start = tokio::time::Instant::now() + PROGRESS_INTERVAL;
     let mut progress = tokio::time::interval_at(start, PROGRESS_INTERVAL);

@@ -13,7 +13,7 @@ use time::OffsetDateTime;
 use tokio::process::Command;
 
 use crate::item::HookItem;
-use crate::process::{self, Captured, StopReason, Tees};
+use crate::process::{self, Captured, Launch, StopReason, Tees};
 use crate::progress::{Redactor, Sink, as_text};
 
 pub mod env;
@@ -174,8 +174,8 @@ pub fn text(c: &Captured) -> String {
     bound(String::from_utf8_lossy(&c.bytes).into_owned(), c.truncated)
 }
 
-/// Runs `hook` for `item` with `env` added to its environment; `stop` resolving kills it
-/// (see [`process::run`]). Its output lines go to `progress` as they are printed: the
+/// Runs `hook` for `item` with `env` added to its environment, started as `launch` says;
+/// `stop` resolving kills it (see [`process::run`]). Its output lines go to `progress` as they are printed: the
 /// built-in script's stdout and stderr, an external hook's stderr only (its stdout is
 /// the JSON answer, which may hold hidden outputs).
 pub async fn run(
@@ -185,6 +185,7 @@ pub async fn run(
     work_root: &Path,
     stop: impl Future<Output = StopReason>,
     progress: Option<Sink>,
+    launch: Launch,
 ) -> Outcome {
     match hook {
         Hook::External(path) => {
@@ -192,14 +193,14 @@ pub async fn run(
                 stdout: None,
                 stderr: progress.map(|p| p.tee(OutputStream::Stderr)),
             };
-            run_external(path, item, env, stop, tees).await
+            run_external(path, item, env, stop, tees, launch).await
         }
         Hook::Script => {
             let tees = progress.map_or_else(Tees::default, |p| Tees {
                 stdout: Some(p.tee(OutputStream::Stdout)),
                 stderr: Some(p.tee(OutputStream::Stderr)),
             });
-            crate::script::run(item, env, work_root, stop, tees).await
+            crate::script::run(item, env, work_root, stop, tees, launch).await
         }
     }
 }
@@ -210,6 +211,7 @@ async fn run_external(
     env: &HookEnv,
     stop: impl Future<Output = StopReason>,
     tees: Tees,
+    launch: Launch,
 ) -> Outcome {
     let stdin = match serde_json::to_vec(item) {
         Ok(b) => b,
@@ -217,7 +219,16 @@ async fn run_external(
     };
     let mut cmd = Command::new(path);
     env.apply(&mut cmd);
-    let f = match process::run(cmd, Some(stdin), MAX_HOOK_RESPONSE_BYTES, stop, tees).await {
+    let f = match process::run(
+        cmd,
+        Some(stdin),
+        MAX_HOOK_RESPONSE_BYTES,
+        stop,
+        tees,
+        launch,
+    )
+    .await
+    {
         Ok(f) => f,
         Err(e) => return Outcome::failed(format!("cannot run hook {}: {e}", path.display())),
     };

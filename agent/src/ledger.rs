@@ -3,7 +3,9 @@
 //! One sled tree keyed by request ([`LedgerKey`]: tenant, server, deployment id and the time
 //! the gateway accepted the request), not by deployment id alone, since an id can come back
 //! for a new request once the broker has lost its state. A value is JSON, either
-//! `{"state":"started","at":…}` (written and flushed *before* a hook runs) or
+//! `{"state":"started","at":…}` (written and flushed *before* a hook runs, and again with
+//! `"hook":{"pid":…,"start_time":…,"boot_id":…}` right after its process started, so that
+//! the next agent can kill what is left of it, see [`crate::orphans`]) or
 //! `{"state":"done","result":…}` (written and flushed *before* the answer is published).
 //! A redelivered request is therefore answered from the ledger and never runs twice.
 //!
@@ -25,6 +27,8 @@ mod key;
 use std::path::{Path, PathBuf};
 
 use flue_proto::DeploymentResult;
+
+use crate::process::HookProcess;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -43,6 +47,10 @@ pub enum Entry {
         /// When it was started; absent only for an entry that could not be read back.
         #[serde(default, with = "time::serde::rfc3339::option")]
         at: Option<OffsetDateTime>,
+        /// The hook's process group once it runs; absent before that, and in entries
+        /// written by agents that did not record it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hook: Option<HookProcess>,
     },
     /// The final result, exactly as published.
     Done {
@@ -77,6 +85,12 @@ pub enum LedgerError {
     Prune {
         /// `scan`, `remove` or `flush`.
         op: &'static str,
+        /// What sled said.
+        source: sled::Error,
+    },
+    /// Scanning the ledger for unfinished hooks failed.
+    #[error("ledger scan for unfinished hooks failed")]
+    Scan {
         /// What sled said.
         source: sled::Error,
     },
@@ -146,7 +160,41 @@ impl Ledger {
         key: &LedgerKey,
         at: OffsetDateTime,
     ) -> Result<(), LedgerError> {
-        self.put(key, &Entry::Started { at: Some(at) }).await
+        let entry = Entry::Started {
+            at: Some(at),
+            hook: None,
+        };
+        self.put(key, &entry).await
+    }
+
+    /// Durably records that the hook of the request `key`, started at `at`, runs as `hook`.
+    pub async fn record_hook(
+        &self,
+        key: &LedgerKey,
+        at: OffsetDateTime,
+        hook: HookProcess,
+    ) -> Result<(), LedgerError> {
+        let entry = Entry::Started {
+            at: Some(at),
+            hook: Some(hook),
+        };
+        self.put(key, &entry).await
+    }
+
+    /// The hook processes of every request that was started and never finished, with the
+    /// raw key of its entry: what a dead agent may have left running.
+    pub fn unfinished_hooks(&self) -> Result<Vec<(String, HookProcess)>, LedgerError> {
+        let mut found = Vec::new();
+        for item in self.db.iter() {
+            let (key, value) = item.map_err(|source| LedgerError::Scan { source })?;
+            if let Ok(Entry::Started {
+                hook: Some(hook), ..
+            }) = serde_json::from_slice::<Entry>(&value)
+            {
+                found.push((String::from_utf8_lossy(&key).into_owned(), hook));
+            }
+        }
+        Ok(found)
     }
 
     /// Durably records the final result of the request `key`.
@@ -198,7 +246,7 @@ impl Ledger {
         Ok(raw.map(|bytes| {
             serde_json::from_slice(&bytes).unwrap_or_else(|e| {
                 tracing::error!(ledger.key = %raw_key, error = %e, "unreadable ledger entry, treating it as interrupted");
-                Entry::Started { at: None }
+                Entry::Started { at: None, hook: None }
             })
         }))
     }

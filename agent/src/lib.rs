@@ -16,7 +16,9 @@
 //! - `done` in the ledger: the recorded answer is published again (same JetStream message
 //!   id, so the broker drops the duplicate) and the request is acked; nothing runs.
 //! - `started` without a result: the agent died mid-hook; it reports FAILED `interrupted`
-//!   and never runs the hook again.
+//!   and never runs the hook again. Nothing of that hook runs by then: its guard killed
+//!   its process group when the agent died, and at start the agent kills any group the
+//!   ledger says was still running ([`orphans`]).
 //! - unknown: refused with FAILED when it is for another tenant/server, of another
 //!   protocol version, or already past `expires_at` (`expired before it was applied`);
 //!   otherwise `started` is recorded and announced, the hook runs (the request is touched
@@ -40,7 +42,9 @@
 //! `deploy_stderr` keep their first 1 MiB each ([`hook::MAX_STREAM_BYTES`]), and are
 //! shortened further if the whole answer would not fit in one broker message. Every hook
 //! runs in its own process group, so a Ctrl-C at the agent's terminal does not reach it and
-//! the agent can stop everything it started.
+//! the agent can stop everything it started. The group is led by a guard, `flue-agent
+//! hook-guard` (hidden), which kills it when the agent dies, however it dies ([`guard`]):
+//! a hook never outlives its agent.
 //!
 //! The item's `config` is the body for the deployment's action ([`item`]), and every hook
 //! gets `FLUE_DATA_SOCKET`, `FLUE_STACK_ID`, `FLUE_SERVER_ID`, `FLUE_DEPLOYMENT_ID`,
@@ -88,13 +92,16 @@ pub mod connect;
 pub mod data;
 pub mod deploy;
 pub mod error;
+pub mod guard;
 pub mod heartbeat;
 pub mod hook;
 pub mod item;
 pub mod ledger;
+pub mod orphans;
 pub mod process;
 pub mod progress;
 pub mod script;
+mod sys;
 pub mod worker;
 
 use std::time::Duration;
@@ -117,6 +124,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
         source,
     })?;
     let ledger = ledger::Ledger::open(&config.ledger_path())?;
+    // Before anything is pulled: a request found `started` is reported interrupted only
+    // once nothing of its hook runs any more.
+    orphans::kill_unfinished_hooks(&ledger).await?;
     let broker = connect::connect(&config).await?;
     info!(
         tenant = %config.tenant,

@@ -1,5 +1,6 @@
 //! `flue-agent`: parses flags, sets up logging and signals, and runs [`flue_agent::run`];
-//! `flue-agent data …` instead runs the data-space command a hook uses.
+//! `flue-agent data …` instead runs the data-space command a hook uses, and the hidden
+//! `flue-agent hook-guard …` the guard every hook runs under.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -28,6 +29,9 @@ enum Command {
     /// deployment's stack data space. Exits 0 on success, 1 when `get` finds no value,
     /// 2 on any other error.
     Data(flue_agent::data::cli::DataArgs),
+    /// Internal: leads a hook's process group and kills it when the agent dies.
+    #[command(name = flue_agent::guard::SUBCOMMAND, hide = true)]
+    HookGuard(flue_agent::guard::GuardArgs),
 }
 
 // One thing at a time: a single-threaded runtime keeps the idle agent small.
@@ -37,6 +41,8 @@ async fn main() -> ExitCode {
     let args = match cli.command {
         // A hook's helper: its only output is the value or the error, no logs.
         Command::Data(args) => return flue_agent::data::cli::run(args).await,
+        // Between the agent and a hook: prints nothing of its own.
+        Command::HookGuard(args) => return flue_agent::guard::run(args).await,
         Command::Run(args) => args,
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));

@@ -1,5 +1,6 @@
-//! Running one hook process: its own process group, bounded output, and a stop signal
-//! that kills the whole group (SIGTERM, then SIGKILL).
+//! Running one hook process: its own process group (led by the [guard](crate::guard) in the
+//! agent), bounded output, and a stop signal that kills the whole group (SIGTERM, then
+//! SIGKILL).
 
 use std::future::Future;
 use std::io;
@@ -12,7 +13,13 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
+use crate::guard::Guard;
 use crate::progress::LineTee;
+use crate::sys;
+
+pub mod group;
+
+pub use group::HookProcess;
 
 /// Time between SIGTERM and SIGKILL when a hook is stopped.
 pub const KILL_AFTER: Duration = Duration::from_secs(5);
@@ -68,26 +75,6 @@ impl Finished {
     }
 }
 
-/// Sends `signal` to process group `pgid`.
-///
-/// `libc::killpg` is one plain syscall on an integer, with no memory involved, so the
-/// `unsafe` here cannot break memory safety; spawning `kill(1)` instead would fork a
-/// process at exactly the moment the agent wants to stop things, and would depend on `PATH`.
-/// Callers only pass the group of a child that has not been reaped yet, so the id cannot
-/// have been reused by an unrelated group.
-#[allow(unsafe_code)]
-fn signal_group(pgid: u32, signal: libc::c_int) {
-    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
-        return;
-    };
-    // SAFETY: killpg takes two integers and touches no memory of this process.
-    let rc = unsafe { libc::killpg(pgid, signal) };
-    if rc != 0 {
-        let e = io::Error::last_os_error();
-        tracing::debug!(pgid, signal, error = %e, "killpg failed");
-    }
-}
-
 /// Kills the group with SIGKILL if the hook future is dropped before its child is reaped
 /// (`kill_on_drop` alone would only reach the group leader, not what it started).
 struct GroupGuard {
@@ -100,7 +87,7 @@ impl Drop for GroupGuard {
         if let Some(pgid) = self.pgid
             && !self.reaped.load(Ordering::Acquire)
         {
-            signal_group(pgid, libc::SIGKILL);
+            sys::signal_group(pgid, libc::SIGKILL);
         }
     }
 }
@@ -115,7 +102,18 @@ pub struct Tees {
     pub stderr: Option<LineTee>,
 }
 
-/// Spawns `cmd` in its own process group, feeds it `stdin`, keeps the first `limit` bytes
+/// How [`run`] starts a process, and who learns which process group it got.
+#[derive(Debug, Default)]
+pub struct Launch {
+    /// Runs the process under this guard, which then leads the group; `None` runs it
+    /// directly (nothing then kills the group if the agent dies: for tests of the hook
+    /// protocol only).
+    pub guard: Option<Guard>,
+    /// Gets the group leader's identity as soon as it runs, to be recorded in the ledger.
+    pub started: Option<tokio::sync::oneshot::Sender<HookProcess>>,
+}
+
+/// Spawns `cmd` in its own process group (under `launch`'s guard), feeds it `stdin`, keeps the first `limit` bytes
 /// of stdout and of stderr (and hands all of them to `tees` as they are read), and waits
 /// for it to exit; when `stop` resolves first, the whole group gets SIGTERM, then SIGKILL
 /// [`KILL_AFTER`] later.
@@ -128,7 +126,11 @@ pub async fn run(
     limit: usize,
     stop: impl Future<Output = StopReason>,
     tees: Tees,
+    launch: Launch,
 ) -> io::Result<Finished> {
+    if let Some(guard) = &launch.guard {
+        cmd = guard.wrap(&cmd);
+    }
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()
     } else {
@@ -145,6 +147,12 @@ pub async fn run(
         reaped: reaped.clone(),
     };
     let pgid = child.id();
+    // Not reaped yet, so its /proc entry is there; a receiver that went away is no loss.
+    if let (Some(tx), Some(pid)) = (launch.started, pgid)
+        && let Some(hook) = HookProcess::of(pid)
+    {
+        let _ = tx.send(hook);
+    }
 
     let input = child.stdin.take();
     let feed = async move {
@@ -181,14 +189,14 @@ pub async fn run(
             ..Finished::default()
         });
     };
-    signal_group(pgid, libc::SIGTERM);
+    sys::signal_group(pgid, libc::SIGTERM);
     if let Ok(done) = tokio::time::timeout(KILL_AFTER, &mut work).await {
         return done.map(|f| Finished {
             stopped: Some(reason),
             ..f
         });
     }
-    signal_group(pgid, libc::SIGKILL);
+    sys::signal_group(pgid, libc::SIGKILL);
     // Something outside the group may still hold the pipes open; do not wait for it forever.
     match tokio::time::timeout(KILL_AFTER, &mut work).await {
         Ok(done) => done.map(|f| Finished {
@@ -269,6 +277,7 @@ mod tests {
             8,
             std::future::pending(),
             Tees::default(),
+            Launch::default(),
         )
         .await
         .expect("runs");
@@ -295,6 +304,7 @@ mod tests {
             16,
             std::future::pending(),
             tees,
+            Launch::default(),
         )
         .await
         .expect("runs");
@@ -328,6 +338,7 @@ mod tests {
             1 << 20,
             std::future::pending(),
             tees,
+            Launch::default(),
         )
         .await
         .expect("runs although nobody reads the queue");
@@ -373,7 +384,14 @@ mod tests {
         };
         let f = tokio::time::timeout(
             Duration::from_secs(30),
-            run(sh(&script), None, 1024, stop, Tees::default()),
+            run(
+                sh(&script),
+                None,
+                1024,
+                stop,
+                Tees::default(),
+                Launch::default(),
+            ),
         )
         .await
         .expect("bounded")

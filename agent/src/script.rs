@@ -17,25 +17,26 @@ use tokio::process::Command;
 
 use crate::hook::{HookEnv, MAX_STREAM_BYTES, Outcome, text};
 use crate::item::HookItem;
-use crate::process::{self, StopReason, Tees};
+use crate::process::{self, Launch, StopReason, Tees};
 
 /// Largest output file read back, the same 1 MiB as `deploy_stdout` and `deploy_stderr`: a
 /// result travels in one broker message, and a script must not be able to make the agent
 /// read gigabytes into memory.
 pub const MAX_OUTPUT_FILE_BYTES: usize = MAX_STREAM_BYTES;
 
-/// Runs `item`'s config as a script in `<work_root>/<deployment id>/`, removed afterwards;
-/// its stdout and stderr also go to `tees` as they are read.
+/// Runs `item`'s config as a script in `<work_root>/<deployment id>/`, removed afterwards,
+/// started as `launch` says; its stdout and stderr also go to `tees` as they are read.
 pub async fn run(
     item: &HookItem,
     env: &HookEnv,
     work_root: &Path,
     stop: impl Future<Output = StopReason>,
     tees: Tees,
+    launch: Launch,
 ) -> Outcome {
     let dir = work_root.join(&item.id);
     let outcome = match prepare(&dir, item).await {
-        Ok(script) => run_in(&dir, &script, item, env, stop, tees).await,
+        Ok(script) => run_in(&dir, &script, item, env, stop, tees, launch).await,
         Err(e) => Outcome::failed(format!("cannot prepare work dir {}: {e}", dir.display())),
     };
     if let Err(e) = tokio::fs::remove_dir_all(&dir).await
@@ -67,6 +68,7 @@ async fn run_in(
     env: &HookEnv,
     stop: impl Future<Output = StopReason>,
     tees: Tees,
+    launch: Launch,
 ) -> Outcome {
     let outputs_path = dir.join("outputs");
     let mut cmd = if item.config_text().starts_with("#!") {
@@ -93,7 +95,7 @@ async fn run_in(
     env.apply(&mut cmd);
     cmd.env("heat_outputs_path", &outputs_path);
 
-    let f = match process::run(cmd, None, MAX_STREAM_BYTES, stop, tees).await {
+    let f = match process::run(cmd, None, MAX_STREAM_BYTES, stop, tees, launch).await {
         Ok(f) => f,
         Err(e) => return Outcome::failed(format!("cannot run the script: {e}")),
     };

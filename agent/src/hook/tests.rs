@@ -20,7 +20,16 @@ fn item(config: Value, values: Value) -> HookItem {
 }
 
 async fn judge(hook: &Hook, item: &HookItem, work: &Path) -> DeploymentResult {
-    let outcome = run(hook, item, &HookEnv::default(), work, pending(), None).await;
+    let outcome = run(
+        hook,
+        item,
+        &HookEnv::default(),
+        work,
+        pending(),
+        None,
+        Launch::default(),
+    )
+    .await;
     let decls: Vec<OutputDecl> = item
         .outputs
         .iter()
@@ -226,6 +235,7 @@ async fn a_stopped_script_reports_why() {
         tmp.path(),
         async { StopReason::TimedOut },
         None,
+        Launch::default(),
     )
     .await;
     assert_eq!(outcome.failure.as_deref(), Some("timed out"));
@@ -282,7 +292,16 @@ async fn a_script_output_file_over_the_limit_fails_the_deployment() {
 /// Runs `hook` with a progress sink; the lines it queued, as (stream, text).
 async fn progress_of(hook: &Hook, item: &HookItem, work: &Path) -> Vec<(OutputStream, String)> {
     let (sink, mut rx) = crate::progress::Sink::for_test(100);
-    run(hook, item, &HookEnv::default(), work, pending(), Some(sink)).await;
+    run(
+        hook,
+        item,
+        &HookEnv::default(),
+        work,
+        pending(),
+        Some(sink),
+        Launch::default(),
+    )
+    .await;
     let mut lines = Vec::new();
     while let Some(l) = rx.recv().await {
         lines.push((l.stream, l.text));

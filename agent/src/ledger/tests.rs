@@ -59,7 +59,10 @@ async fn transitions_survive_reopening_the_database() {
     let ledger = Ledger::open(&path).expect("reopen");
     assert_eq!(
         ledger.get(&key("d1")).expect("get"),
-        Some(Entry::Started { at: Some(at) })
+        Some(Entry::Started {
+            at: Some(at),
+            hook: None
+        })
     );
     assert_eq!(
         ledger.get(&key("d2")).expect("get"),
@@ -215,15 +218,24 @@ async fn started_and_unreadable_entries_are_kept_however_old() {
     assert_eq!(ledger.prune_done_before(CUTOFF).await.expect("prune"), 1);
     assert_eq!(
         ledger.get(&key("s_old")).expect("get"),
-        Some(Entry::Started { at: Some(long_ago) })
+        Some(Entry::Started {
+            at: Some(long_ago),
+            hook: None
+        })
     );
     assert_eq!(
         ledger.get(&key("s_recent")).expect("get"),
-        Some(Entry::Started { at: Some(AFTER) })
+        Some(Entry::Started {
+            at: Some(AFTER),
+            hook: None
+        })
     );
     assert_eq!(
         ledger.get(&key("unreadable")).expect("get"),
-        Some(Entry::Started { at: None })
+        Some(Entry::Started {
+            at: None,
+            hook: None
+        })
     );
     assert_eq!(ledger.get(&key("done_old")).expect("get"), None);
 }
@@ -246,6 +258,60 @@ async fn an_unreadable_entry_counts_as_interrupted() {
         .expect("insert");
     assert_eq!(
         ledger.get(&key("d1")).expect("get"),
-        Some(Entry::Started { at: None })
+        Some(Entry::Started {
+            at: None,
+            hook: None
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_started_entry_keeps_its_hook_process_and_old_entries_still_decode() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
+    let hook = HookProcess {
+        pid: 4242,
+        start_time: 987_654,
+        boot_id: "b00t".into(),
+    };
+    ledger
+        .record_started(&key("d1"), CREATED)
+        .await
+        .expect("started");
+    assert_eq!(ledger.unfinished_hooks().expect("scan"), []);
+    ledger
+        .record_hook(&key("d1"), CREATED, hook.clone())
+        .await
+        .expect("hook");
+    ledger
+        .record_started(&key("d2"), CREATED)
+        .await
+        .expect("started");
+    assert_eq!(
+        ledger.get(&key("d1")).expect("get"),
+        Some(Entry::Started {
+            at: Some(CREATED),
+            hook: Some(hook.clone())
+        })
+    );
+    assert_eq!(
+        ledger.unfinished_hooks().expect("scan"),
+        [(key("d1").to_string(), hook)]
+    );
+    ledger
+        .record_done(&key("d1"), &result())
+        .await
+        .expect("done");
+    assert_eq!(ledger.unfinished_hooks().expect("scan"), []);
+
+    // An entry written before hooks were recorded.
+    let old: Entry =
+        serde_json::from_str(r#"{"state":"started","at":"1970-01-02T00:00:00Z"}"#).expect("old");
+    assert_eq!(
+        old,
+        Entry::Started {
+            at: Some(CREATED),
+            hook: None
+        }
     );
 }

@@ -1,0 +1,67 @@
+//! The few system calls the standard library does not offer, each one plain call on
+//! integers: signalling a process group, the parent-death signal, and dying of a signal.
+//!
+//! They are the only `unsafe` in the agent. None of them touches memory of this process;
+//! the `unsafe` is only there because they are foreign functions.
+
+use std::io;
+
+/// Sends `signal` to process group `pgid`; an error (the group is gone) is only logged.
+///
+/// `killpg` is one plain syscall on an integer, with no memory involved, so the `unsafe`
+/// here cannot break memory safety; spawning `kill(1)` instead would fork a process at
+/// exactly the moment the agent wants to stop things, and would depend on `PATH`. Callers
+/// make sure the group is the one they mean (a child not reaped yet, or a leader whose
+/// start time they checked), so the id cannot have been reused by an unrelated group.
+#[allow(unsafe_code)]
+pub fn signal_group(pgid: u32, signal: libc::c_int) {
+    // 0 and 1 would be "my own group" and init's: never a hook's group.
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+        return;
+    };
+    if pgid <= 1 {
+        return;
+    }
+    // SAFETY: killpg takes two integers and touches no memory of this process.
+    let rc = unsafe { libc::killpg(pgid, signal) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        tracing::debug!(pgid, signal, error = %e, "killpg failed");
+    }
+}
+
+/// Asks the kernel to send `signal` to this process when its parent (strictly: the parent
+/// thread that forked it) exits; see [`crate::guard`] for how that is made reliable.
+#[allow(unsafe_code)]
+pub fn set_parent_death_signal(signal: libc::c_int) -> io::Result<()> {
+    let signal = libc::c_ulong::try_from(signal).map_err(|_| io::ErrorKind::InvalidInput)?;
+    // SAFETY: PR_SET_PDEATHSIG takes the signal number by value; the unused arguments are
+    // zero as prctl(2) asks, and no pointer is passed.
+    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Ends this process the way a child of it ended: killed by `signal`, so that whoever
+/// waits for it sees the same status. Without a core dump (the core would be this
+/// process's, not the child's). Falls back to exit status `128 + signal` for a signal
+/// whose default action does not end a process.
+#[allow(unsafe_code)]
+pub fn die_of(signal: libc::c_int) -> ! {
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: setrlimit reads the struct passed by reference, which lives on this stack
+    // frame for the whole call.
+    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) };
+    // SAFETY: resetting a disposition to SIG_DFL installs no handler (no code of ours
+    // runs in signal context), and raise only sends a signal to this thread.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
+    std::process::exit(128 + signal)
+}

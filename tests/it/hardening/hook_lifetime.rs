@@ -1,0 +1,215 @@
+//! A dead agent's hook dies with it: SIGKILL the agent mid-hook and nothing of the hook
+//! (its grandchildren included) runs on, the deployment is reported `interrupted`, and
+//! the next deployment starts only after the old hook is gone. Also the second line: at
+//! start, the agent kills a group the ledger says was running before it reports anything.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream;
+use flue_agent::ledger::{Ledger, LedgerKey};
+use flue_agent::process::HookProcess;
+use flue_proto::{DeploymentRequest, DeploymentStatus, ServerId, TenantId, subject};
+use flue_tests::{Agent, Flue, WAIT, file_lines, wait_until};
+
+/// How long a killed group may take to disappear from `/proc`: far below the hook's 25 s.
+const GONE_WITHIN: Duration = Duration::from_secs(10);
+
+/// `(pgrp, zombie)` of a process, read from `/proc/<pid>/stat` (fields 5 and 3), counted
+/// from the last `)` since the command name may hold spaces.
+fn stat(pid: u32) -> Option<(u32, bool)> {
+    let line = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = line[line.rfind(')')? + 1..].split_whitespace().collect();
+    Some((fields.get(2)?.parse().ok()?, fields.first()? == &"Z"))
+}
+
+/// The live processes of process group `pgid`.
+fn group_members(pgid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| stat(pid).is_some_and(|(pgrp, zombie)| pgrp == pgid && !zombie))
+        .collect()
+}
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos()
+}
+
+/// A script hook that starts a 25 s grandchild, then says (atomically) `<its pid>
+/// <grandchild pid>` in `marker`, and waits for the grandchild.
+fn long_hook(marker: &Path) -> String {
+    format!(
+        "#!/bin/sh\nsleep 25 &\necho \"$$ $!\" > '{0}.tmp'\nmv '{0}.tmp' '{0}'\nwait\n",
+        marker.display()
+    )
+}
+
+/// A script hook that appends the time it started, in nanoseconds, to `starts`.
+fn stamping_hook(starts: &Path) -> String {
+    format!("#!/bin/sh\ndate +%s%N >> '{}'\n", starts.display())
+}
+
+#[tokio::test]
+async fn a_hook_and_its_grandchildren_die_with_a_killed_agent_and_the_next_deployment_starts_after_them()
+ {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let marker = flue.path("long-started");
+    let starts = flue.path("next-starts");
+    flue.script_config("long", &long_hook(&marker), &[], &[])
+        .await;
+    flue.script_config("next", &stamping_hook(&starts), &[], &[])
+        .await;
+    let mut agent = flue.agent("s1", &[]).await;
+
+    let d = flue.deploy("long", "s1", &[]).await;
+    let pids = wait_until("the hook's marker", WAIT, || {
+        std::fs::read_to_string(&marker).ok()
+    })
+    .await;
+    let pids: Vec<u32> = pids
+        .split_whitespace()
+        .map(|p| p.parse().expect("pid"))
+        .collect();
+    let (hook, grandchild) = (pids[0], pids[1]);
+    let (pgid, _) = stat(hook).expect("the hook runs");
+    assert_eq!(stat(grandchild).map(|s| s.0), Some(pgid), "one group");
+    assert_ne!(
+        Some(pgid),
+        agent.pid(),
+        "the hook is not in the agent's group"
+    );
+    let members = group_members(pgid);
+    assert!(
+        members.contains(&hook) && members.contains(&grandchild),
+        "{members:?}"
+    );
+
+    agent.kill9().await;
+    wait_until(
+        "no process of the hook's group left after its agent was killed",
+        GONE_WITHIN,
+        || group_members(pgid).is_empty().then_some(()),
+    )
+    .await;
+    let gone_at = now_nanos();
+
+    agent.restart().await;
+    let done = flue.finished(&d.id).await;
+    assert_eq!(done.status, DeploymentStatus::Failed, "{done:?}");
+    assert_eq!(done.status_reason.as_deref(), Some("interrupted"));
+
+    let next = flue.deploy("next", "s1", &[]).await;
+    assert_eq!(
+        flue.finished(&next.id).await.status,
+        DeploymentStatus::Complete
+    );
+    let started: Vec<u128> = file_lines(&starts)
+        .iter()
+        .map(|l| l.parse().expect("nanoseconds"))
+        .collect();
+    assert_eq!(started.len(), 1);
+    assert!(
+        started[0] > gone_at,
+        "the next hook started only after the killed one was gone"
+    );
+}
+
+#[tokio::test]
+async fn at_start_the_agent_kills_a_hook_group_its_ledger_says_was_running_before_reporting_it_interrupted()
+ {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let starts = flue.path("starts");
+    flue.script_config("c", &stamping_hook(&starts), &[], &[])
+        .await;
+    // Queued while no agent runs: the request sits in the server's queue.
+    let d = flue.deploy("c", "s1", &[]).await;
+    let js = jetstream::new(flue.nats.client().await);
+    let tenant = TenantId::new("default").expect("tenant");
+    let server = ServerId::new("s1").expect("server");
+    let raw = js
+        .get_stream(subject::REQUEST_STREAM)
+        .await
+        .expect("request stream")
+        .get_last_raw_message_by_subject(&subject::request(&tenant, &server))
+        .await
+        .expect("the queued request");
+    let req: DeploymentRequest = serde_json::from_slice(&raw.payload).expect("request");
+    assert_eq!(req.deployment_id, d.id);
+
+    // A survivor of some earlier agent: a process group (leader and a grandchild) this
+    // test starts itself, recorded the way the agent records a running hook.
+    let mut survivor = tokio::process::Command::new("/bin/sh")
+        .args(["-c", "sleep 60 & wait"])
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the survivor");
+    let pgid = survivor.id().expect("pid");
+    wait_until("the survivor's grandchild", WAIT, || {
+        (group_members(pgid).len() == 2).then_some(())
+    })
+    .await;
+    let state_dir = flue.path("agent-s1");
+    std::fs::create_dir_all(&state_dir).expect("state dir");
+    {
+        let ledger = Ledger::open(&state_dir.join("ledger")).expect("ledger");
+        let key = LedgerKey::of_request(&req);
+        let at = time::OffsetDateTime::now_utc();
+        ledger.record_started(&key, at).await.expect("started");
+        let hook = HookProcess::of(pgid).expect("the survivor runs");
+        ledger.record_hook(&key, at, hook).await.expect("hook");
+    }
+
+    let _agent = Agent::start(&flue.nats.url(), "s1", &state_dir, &[]).await;
+    let done = flue.finished(&d.id).await;
+    assert_eq!(done.status, DeploymentStatus::Failed, "{done:?}");
+    assert_eq!(done.status_reason.as_deref(), Some("interrupted"));
+    // Checked at once, not waited for: the group was gone before the report.
+    assert_eq!(
+        group_members(pgid),
+        Vec::<u32>::new(),
+        "survivor killed first"
+    );
+    let status = tokio::time::timeout(WAIT, survivor.wait())
+        .await
+        .expect("reaped")
+        .expect("status");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    assert!(
+        file_lines(&starts).is_empty(),
+        "the interrupted hook never ran"
+    );
+
+    let next = flue.deploy("c", "s1", &[]).await;
+    assert_eq!(
+        flue.finished(&next.id).await.status,
+        DeploymentStatus::Complete
+    );
+    assert_eq!(file_lines(&starts).len(), 1);
+}
+
+#[tokio::test]
+async fn a_hook_killed_by_a_signal_is_reported_as_minus_that_signal_through_its_guard() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    flue.script_config(
+        "sig",
+        "#!/bin/sh\necho before\nkill -USR1 $$\necho after\n",
+        &[],
+        &[],
+    )
+    .await;
+    let _agent = flue.agent("s1", &[]).await;
+    let d = flue.deploy("sig", "s1", &[]).await;
+    let done = flue.finished(&d.id).await;
+    assert_eq!(done.status, DeploymentStatus::Failed, "{done:?}");
+    assert_eq!(done.deploy_status_code, Some(-i64::from(libc::SIGUSR1)));
+    assert_eq!(done.deploy_stdout, "before\n");
+}
