@@ -25,7 +25,8 @@ const DAY_SECS: u64 = 24 * 3600;
 /// Everything [`crate::run`] needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Broker URL(s), comma separated.
+    /// Broker URL(s), comma separated; credentials in them are parsed, and shown
+    /// redacted, by [`flue_proto::nats_url`].
     pub nats_url: String,
     /// Tenant of this server.
     pub tenant: TenantId,
@@ -69,21 +70,6 @@ impl Config {
     /// Where the sled ledger lives.
     pub fn ledger_path(&self) -> PathBuf {
         self.state_dir.join("ledger")
-    }
-
-    /// The broker URL(s) with any `user:password@` replaced, fit for logs and errors.
-    pub fn redacted_nats_url(&self) -> String {
-        self.nats_url
-            .split(',')
-            .map(|url| match (url.find("://"), url.rfind('@')) {
-                (Some(scheme), Some(at)) if at > scheme => {
-                    format!("{}***{}", &url[..scheme + 3], &url[at..])
-                }
-                (None, Some(at)) => format!("***{}", &url[at..]),
-                _ => url.to_owned(),
-            })
-            .collect::<Vec<_>>()
-            .join(",")
     }
 
     /// Where the data socket is served while a hook runs, as an absolute path (a hook's
@@ -198,13 +184,6 @@ mod tests {
         ])
         .expect("parses");
         assert_eq!(c.hook_dirs, ["/a", "/b", "/c"].map(PathBuf::from));
-    }
-
-    #[test]
-    fn credentials_in_the_url_are_redacted() {
-        let mut c = parse(&["--server-id", "s"]).expect("parses");
-        c.nats_url = "nats://u:p@h1:4222,h2:4222,tok@h3".into();
-        assert_eq!(c.redacted_nats_url(), "nats://***@h1:4222,h2:4222,***@h3");
     }
 
     #[test]

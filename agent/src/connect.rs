@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use async_nats::{ConnectOptions, Event};
-use flue_proto::nats_url::Credentials;
+use flue_proto::nats_url::NatsUrls;
 use flue_proto::subject;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -32,7 +32,9 @@ pub struct Broker {
 pub async fn connect(config: &Config) -> Result<Broker, Error> {
     let (tx, connects) = watch::channel(0u64);
     let tx = Arc::new(tx);
-    let options = ConnectOptions::new()
+    let urls = NatsUrls::parse(&config.nats_url);
+    let options = urls
+        .with_credentials(ConnectOptions::new())
         .name(format!("flue-agent {}/{}", config.tenant, config.server_id))
         .custom_inbox_prefix(subject::agent_inbox_prefix(
             &config.tenant,
@@ -58,19 +60,11 @@ pub async fn connect(config: &Config) -> Result<Broker, Error> {
                 }
             }
         });
-    let (urls, credentials) = flue_proto::nats_url::split_credentials(&config.nats_url);
-    let options = match credentials {
-        Some(Credentials::UserPassword(user, password)) => {
-            options.user_and_password(user, password)
-        }
-        Some(Credentials::Token(token)) => options.token(token),
-        None => options,
-    };
     let client = options
-        .connect(urls)
+        .connect(urls.servers())
         .await
         .map_err(|source| Error::Connect {
-            url: config.redacted_nats_url(),
+            url: urls.redacted(),
             source,
         })?;
     let js = jetstream::new(client.clone());

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
+use flue_proto::nats_url::NatsUrls;
 use flue_proto::{
     AgentMessage, DeploymentId, DeploymentRequest, DeploymentResult, PROTOCOL_VERSION,
 };
@@ -242,7 +243,7 @@ async fn apply(
     let space = DataSpace::new(&agent.broker, req.tenant.clone(), req.stack_id.clone());
     let data = DataServer::start(&socket, space);
     let env = HookEnv::for_request(req, &socket);
-    let broker_credentials = progress::url_credentials(&agent.config.nats_url);
+    let broker_credentials = NatsUrls::parse(&agent.config.nats_url).secrets();
     let redactor = Redactor::for_request(req).and(broker_credentials);
     let (lines, progress) = progress::start(
         agent.responder.clone(),

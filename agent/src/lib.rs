@@ -131,7 +131,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     info!(
         tenant = %config.tenant,
         server = %config.server_id,
-        nats_url = %config.redacted_nats_url(),
+        nats_url = %flue_proto::nats_url::redact(&config.nats_url),
         "agent starting"
     );
     // Heartbeats go on while a hook finishes during the shutdown grace period, so they have

@@ -31,8 +31,9 @@
 //!   never shown in part.
 //! - Every hidden input's value (of at least [`MIN_HIDDEN_BYTES`] bytes; a non-string
 //!   value as its JSON text; a multi-line value also line by line) reads [`HIDDEN`], as
-//!   do the credentials in the agent's broker URL ([`url_credentials`]: hooks inherit
-//!   the agent's environment, `FLUE_NATS_URL` included).
+//!   do the credentials in the agent's broker URL
+//!   ([`NatsUrls::secrets`](flue_proto::nats_url::NatsUrls::secrets), as written and
+//!   decoded: a hook could find them in the agent's files or environment).
 //! - So they do in the result's `deploy_stdout` / `deploy_stderr`, with the values of
 //!   the hidden outputs the hook produced too
 //!   ([`Outcome::hiding`](crate::hook::Outcome::hiding)). Those are only known once the
@@ -67,7 +68,7 @@ use crate::answer::Responder;
 
 pub use batch::{Batch, Batcher, encoded_size};
 pub use lines::{LineSplitter, RawLine};
-pub use redact::{Redactor, as_text, url_credentials};
+pub use redact::{Redactor, as_text};
 
 /// Longest line sent; the rest of it is replaced by [`LINE_TRUNCATED_MARKER`].
 pub const MAX_LINE_BYTES: usize = 4 * 1024;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use flue_proto::TenantId;
+use flue_proto::nats_url::{NatsUrls, redact};
 
 /// Longest deployment timeout accepted: seven days, in seconds.
 pub const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
@@ -108,7 +109,7 @@ impl Config {
     pub fn agent_nats_url(&self) -> String {
         match &self.agent_nats_url {
             Some(url) => url.clone(),
-            None => strip_userinfo(&self.nats_url),
+            None => NatsUrls::parse(&self.nats_url).without_credentials(),
         }
     }
 
@@ -140,10 +141,10 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
             .field("listen", &self.listen)
-            .field("nats_url", &redact_urls(&self.nats_url))
+            .field("nats_url", &redact(&self.nats_url))
             .field(
                 "agent_nats_url",
-                &self.agent_nats_url.as_deref().map(redact_urls),
+                &self.agent_nats_url.as_deref().map(redact),
             )
             .field("tenant", &self.tenant)
             .field("default_timeout_secs", &self.default_timeout_secs)
@@ -159,39 +160,6 @@ impl fmt::Debug for Config {
             .field("webhook_max_attempts", &self.webhook_max_attempts)
             .finish()
     }
-}
-
-/// Comma-separated NATS URLs as they may be shown in logs and errors: `user:pass@` becomes
-/// `user:***@`, and a lone token (`token@`) becomes `***@`.
-pub fn redact_urls(urls: &str) -> String {
-    map_userinfo(urls, |userinfo| match userinfo.split_once(':') {
-        Some((user, _)) => format!("{user}:***@"),
-        None => "***@".to_owned(),
-    })
-}
-
-/// Comma-separated NATS URLs without their credentials (`user:pass@`, `token@`).
-pub fn strip_userinfo(urls: &str) -> String {
-    map_userinfo(urls, |_| String::new())
-}
-
-/// Rewrites the userinfo of each comma-separated URL with `replace` (given it without its `@`).
-///
-/// Everything before the last `@` after the scheme counts as userinfo, so that even a
-/// password with an unescaped `/` or `?` in it is never shown.
-fn map_userinfo(urls: &str, replace: impl Fn(&str) -> String) -> String {
-    urls.split(',')
-        .map(|url| {
-            let url = url.trim();
-            let start = url.find("://").map_or(0, |i| i + 3);
-            let (scheme, rest) = url.split_at(start);
-            match rest.rsplit_once('@') {
-                Some((userinfo, host)) => format!("{scheme}{}{host}", replace(userinfo)),
-                None => url.to_owned(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 #[cfg(test)]
@@ -220,19 +188,6 @@ mod tests {
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cret") && !shown.contains("tok3n") && !shown.contains("pw@"));
         assert!(shown.contains("nats://gw:***@a:4222"), "{shown}");
-    }
-
-    #[test]
-    fn urls_are_redacted_for_logs() {
-        assert_eq!(
-            redact_urls("nats://u:p@h:1,nats://t@h:2,h:3,u:p/?@x@h:4"),
-            "nats://u:***@h:1,nats://***@h:2,h:3,u:***@h:4"
-        );
-        assert_eq!(
-            redact_urls("nats://127.0.0.1:4222"),
-            "nats://127.0.0.1:4222"
-        );
-        assert_eq!(strip_userinfo("ws://u:p@h:1/path"), "ws://h:1/path");
     }
 
     #[test]

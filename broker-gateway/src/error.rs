@@ -11,7 +11,7 @@ pub enum Error {
     /// The broker could not be reached.
     #[error("cannot connect to the broker at {url}")]
     Connect {
-        /// The URL as configured, passwords replaced by `***` ([`crate::config::redact_urls`]).
+        /// The URL as configured, passwords replaced by `***` ([`flue_proto::nats_url::redact`]).
         url: String,
         /// Cause.
         #[source]

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use flue_proto::nats_url::Credentials;
+use flue_proto::nats_url::NatsUrls;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -188,15 +188,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
 }
 
 async fn connect(url: &str) -> Result<async_nats::Client, Error> {
-    let (servers, credentials) = flue_proto::nats_url::split_credentials(url);
-    let options = match credentials {
-        Some(Credentials::UserPassword(user, password)) => {
-            async_nats::ConnectOptions::with_user_and_password(user, password)
-        }
-        Some(Credentials::Token(token)) => async_nats::ConnectOptions::with_token(token),
-        None => async_nats::ConnectOptions::new(),
-    };
-    options
+    let urls = NatsUrls::parse(url);
+    urls.with_credentials(async_nats::ConnectOptions::new())
         .name("flue-gateway")
         .event_callback(|event| async move {
             match event {
@@ -205,10 +198,10 @@ async fn connect(url: &str) -> Result<async_nats::Client, Error> {
                 other => warn!(event = %other, "broker event"),
             }
         })
-        .connect(servers)
+        .connect(urls.servers())
         .await
         .map_err(|source| Error::Connect {
-            url: config::redact_urls(url),
+            url: urls.redacted(),
             source,
         })
 }

@@ -163,24 +163,6 @@ impl Redactor {
     }
 }
 
-/// The credentials in broker URLs (`nats://user:password@host`, `nats://token@host`,
-/// comma separated): the user info and the password alone. Hooks inherit the agent's
-/// environment, where `FLUE_NATS_URL` may hold them, so they are hidden like inputs.
-pub fn url_credentials(urls: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for url in urls.split(',').map(str::trim) {
-        let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-        let Some((userinfo, _)) = rest.rsplit_once('@') else {
-            continue;
-        };
-        if let Some((_, password)) = userinfo.split_once(':') {
-            found.push(password.to_owned());
-        }
-        found.push(userinfo.to_owned());
-    }
-    found
-}
-
 /// Where the longest end of `text` that is a proper beginning of `pattern` starts.
 fn partial_at_end(text: &str, pattern: &str) -> Option<usize> {
     let first = text.len().saturating_sub(pattern.len() - 1);
@@ -350,14 +332,17 @@ mod tests {
     }
 
     #[test]
-    fn broker_credentials_are_found_in_every_url() {
-        let found = url_credentials("nats://gw:pa55word@h1:4222, tls://t0ken-xyz@h2,h3:4222");
-        assert_eq!(found, ["pa55word", "gw:pa55word", "t0ken-xyz"]);
-        assert!(url_credentials("nats://127.0.0.1:4222").is_empty());
-        let r = Redactor::new(found);
+    fn broker_credentials_are_hidden_as_written_and_decoded() {
+        let urls = flue_proto::nats_url::NatsUrls::parse(
+            "nats://gw:pa55%40word@h1:4222, tls://t0ken-xyz@h2,h3:4222",
+        );
+        let r = Redactor::new(urls.secrets());
         assert_eq!(
-            r.hide("FLUE_NATS_URL=nats://gw:pa55word@h1:4222"),
+            r.hide("FLUE_NATS_URL=nats://gw:pa55%40word@h1:4222"),
             "FLUE_NATS_URL=nats://<hidden>@h1:4222"
         );
+        assert_eq!(r.hide("password: pa55@word"), "password: <hidden>");
+        assert_eq!(r.hide("token t0ken-xyz"), "token <hidden>");
+        assert_eq!(r.hide("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
     }
 }
