@@ -288,15 +288,8 @@ async fn apply(
 /// group if the agent dies, and telling the receiver which group that is.
 fn launch() -> (Launch, oneshot::Receiver<HookProcess>) {
     let (tx, rx) = oneshot::channel();
-    let guard = match Guard::current() {
-        Ok(guard) => Some(guard),
-        Err(e) => {
-            error!(error = %e, "cannot tell where the agent executable is; running the hook without its guard");
-            None
-        }
-    };
     let launch = Launch {
-        guard,
+        guard: Some(Guard::current()),
         started: Some(tx),
     };
     (launch, rx)

@@ -67,16 +67,13 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// The guard is this very executable (`flue-agent`).
-    pub fn current() -> io::Result<Self> {
-        Ok(Self {
-            exe: std::env::current_exe()?,
-        })
-    }
-
-    /// The guard at `exe` (a `flue-agent` binary).
-    pub fn at(exe: PathBuf) -> Self {
-        Self { exe }
+    /// The guard is this very executable, reached through `/proc/self/exe` (in the child
+    /// about to exec, that is the agent's binary): it still works after a package upgrade
+    /// replaced the file the agent was started from.
+    pub fn current() -> Self {
+        Self {
+            exe: PathBuf::from("/proc/self/exe"),
+        }
     }
 
     /// `cmd` wrapped in the guard: the same program, arguments, environment changes and
@@ -85,6 +82,7 @@ impl Guard {
         let inner = cmd.as_std();
         let mut guarded = Command::new(&self.exe);
         guarded
+            .arg0("flue-agent")
             .arg(SUBCOMMAND)
             .arg("--agent-pid")
             .arg(std::process::id().to_string())
