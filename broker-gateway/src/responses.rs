@@ -241,6 +241,15 @@ async fn handle(service: &Service, owners: &Owners, message: Message) -> String 
                 settle(&message, AckKind::Ack).await;
                 return subject;
             }
+            Err(HandleError::Store(StoreError::Decode { key, source, .. })) => {
+                // No retry can decode it: terminate the message, so that it is never
+                // offered again and the server's lane moves on. It stays in the stream
+                // (parked) until its max age; the broker reports the termination as an
+                // advisory.
+                warn!(key, error = %source, deployment.id = %parsed.deployment_id(), server.id = %server, kind = kind(&parsed), "agent message for an undecodable deployment record; parked");
+                settle(&message, AckKind::Term).await;
+                return subject;
+            }
             Err(e) if attempt == ATTEMPTS => {
                 warn!(error = %chain(&e), deployment.id = %parsed.deployment_id(), kind = kind(&parsed), "cannot store or report an agent message; will retry");
             }

@@ -9,5 +9,6 @@ mod deploy;
 mod events;
 mod gateway;
 mod ledger_reuse;
+mod limits;
 mod resilience;
 mod stack;
