@@ -126,9 +126,15 @@ impl Broker {
         self.max_payload
     }
 
+    /// The most bytes of JSON the gateway stores or publishes in one message: the max
+    /// payload less [`HEADROOM`].
+    pub fn payload_limit(&self) -> usize {
+        self.max_payload.saturating_sub(HEADROOM)
+    }
+
     /// Refuses `what`, of `size` bytes as JSON, when it would not fit in one message.
     pub fn fits(&self, what: &'static str, size: usize) -> Result<(), TooLarge> {
-        let limit = self.max_payload.saturating_sub(HEADROOM);
+        let limit = self.payload_limit();
         if size <= limit {
             return Ok(());
         }

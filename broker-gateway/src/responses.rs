@@ -38,6 +38,7 @@ use tracing::{debug, info, warn};
 
 use crate::broker::BrokerError;
 use crate::error::chain;
+use crate::fit::fit_record;
 use crate::record::{apply_delivered, apply_finished, apply_started, end_event_type};
 use crate::service::Service;
 use crate::store::StoreError;
@@ -299,7 +300,13 @@ async fn apply(
                 AgentMessage::Delivered { at, .. } => apply_delivered(record, *at),
                 AgentMessage::Started { at, .. } => apply_started(record, *at, now),
                 AgentMessage::Progress { .. } => false,
-                AgentMessage::Finished { result, .. } => apply_finished(record, result, now),
+                AgentMessage::Finished { result, .. } => {
+                    let changed = apply_finished(record, result, now);
+                    if changed {
+                        fit_record(record, service.broker.payload_limit());
+                    }
+                    changed
+                }
             }
         })
         .await?;

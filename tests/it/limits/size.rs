@@ -153,3 +153,50 @@ async fn a_request_the_broker_refuses_fails_that_deployment_and_the_server_queue
         "{reason}"
     );
 }
+
+#[tokio::test]
+async fn a_result_that_would_overflow_its_record_is_shortened_and_the_deployment_completes() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let _agent = flue.agent("s1", &[]).await;
+    // 480 KB of inputs, then 900 KB of stdout: each fits one message, not both together.
+    flue.script_config(
+        "loud",
+        "#!/bin/sh\nhead -c 900000 /dev/zero | tr '\\000' o\nprintf done > \"$heat_outputs_path.r\"\n",
+        &["a", "b", "c", "d"],
+        &["r"],
+    )
+    .await;
+    let value = "x".repeat(120_000);
+    let inputs: Vec<(&str, &str)> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| (*n, value.as_str()))
+        .collect();
+    let d = flue.deploy("loud", "s1", &inputs).await;
+
+    let done = flue.finished_within(&d.id, Duration::from_secs(30)).await;
+    assert_eq!(
+        done.status,
+        DeploymentStatus::Complete,
+        "{:?}",
+        done.status_reason
+    );
+    assert_eq!(done.outputs["r"], json!("done"));
+    assert_eq!(
+        done.input_values["d"],
+        json!(value),
+        "inputs are kept whole"
+    );
+    assert!(done.deploy_stdout.ends_with("\n[truncated]"));
+    assert!(
+        done.deploy_stdout.len() < 900_000 && done.deploy_stdout.len() > 400_000,
+        "{}",
+        done.deploy_stdout.len()
+    );
+    let listed = flue
+        .client()
+        .list_server_deployments(&ServerId::new("s1").expect("id"))
+        .await
+        .expect("list");
+    assert_eq!(listed.len(), 1);
+}
