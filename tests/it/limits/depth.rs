@@ -153,3 +153,40 @@ async fn values_nested_exactly_at_the_limit_run_to_complete_and_read_back_everyw
     assert_eq!(all.status(), StatusCode::OK);
     assert_eq!(all.json::<Vec<Value>>().await.expect("list").len(), 1);
 }
+
+#[tokio::test]
+async fn a_hook_output_nested_past_the_limit_fails_its_deployment_naming_the_output() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let hooks = flue.path("hooks");
+    std::fs::create_dir_all(&hooks).expect("hook dir");
+    // 126 levels: the agent can read the hook's answer, but no reader of an answer
+    // (which wraps outputs three levels deeper) could read it back.
+    write_executable(
+        &hooks.join("deep-out"),
+        "#!/bin/sh\no=''; c=''; i=0\nwhile [ $i -lt 126 ]; do o=\"$o[\"; c=\"$c]\"; i=$((i+1)); done\n\
+         printf '{\"deploy_status_code\":0,\"deep\":%s1%s,\"flat\":\"ok\"}' \"$o\" \"$c\"\n",
+    );
+    let _agent = flue.agent("s1", std::slice::from_ref(&hooks)).await;
+    let http = reqwest::Client::new();
+    let created = http
+        .post(format!("{}/v1/configs", flue.gateway.url()))
+        .json(&json!({"id": "d", "group": "deep-out", "outputs": [{"name": "deep"}, {"name": "flat"}]}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(created.status(), StatusCode::CREATED);
+
+    let d = flue.deploy("d", "s1", &[]).await;
+    let done = flue
+        .finished_within(&d.id, std::time::Duration::from_secs(30))
+        .await;
+    assert_eq!(done.status, DeploymentStatus::Failed);
+    let reason = done.status_reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("output deep") && reason.contains("limit is 64"),
+        "{reason}"
+    );
+    assert!(!done.outputs.contains_key("deep"), "{:?}", done.outputs);
+    assert_eq!(done.outputs.get("flat"), Some(&json!("ok")));
+}
