@@ -124,3 +124,36 @@ async fn an_undecodable_deployment_record_is_skipped_by_listings_and_its_answers
         .count();
     assert_eq!(count, 1, "reported once");
 }
+
+#[tokio::test]
+async fn a_watched_deployment_whose_record_turns_undecodable_is_dropped_by_the_timeout_sweeper_once()
+ {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    flue.script_config("c", "#!/bin/sh\necho ok\n", &[], &[])
+        .await;
+    // No agent: the deployment stays QUEUED until its deadline.
+    let d = flue.deploy_with("c", "s1", &[], Some(1)).await;
+    let js = jetstream::new(flue.nats.client().await);
+    js.get_key_value("flue_deployments")
+        .await
+        .expect("bucket")
+        .put(format!("default.{}", d.id), Bytes::from_static(b"garbage"))
+        .await
+        .expect("put garbage");
+
+    let logs = flue.gateway.logs();
+    let dropped = logs
+        .wait_for("cannot be decoded; no longer watched", WAIT)
+        .await;
+    assert!(dropped.contains(d.id.as_str()), "{dropped}");
+    let retried = logs
+        .lines()
+        .iter()
+        .filter(|l| l.contains("cannot record a timeout"))
+        .count();
+    assert_eq!(
+        retried, 0,
+        "an undecodable record is not retried every sweep"
+    );
+}
