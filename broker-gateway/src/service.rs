@@ -173,7 +173,11 @@ impl Service {
             match self.publish(record, config).await {
                 Ok(()) => return,
                 Err(e) if e.permanent().is_some() => {
-                    self.fail_unpublishable(&d.id, &e).await;
+                    // Not recorded as failed (the store failed): the background retry
+                    // meets the same refusal and tries again.
+                    if !self.fail_unpublishable(&d.id, &e).await {
+                        self.defer(record);
+                    }
                     return;
                 }
                 Err(e) => {
