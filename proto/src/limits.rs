@@ -67,12 +67,10 @@ pub const MAX_SCRIPT_ENV_BYTES: usize = 1024 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LimitError {
     /// A value nests containers deeper than its limit.
-    #[error("{field} is nested {depth} levels deep; the limit is {limit}")]
+    #[error("{field} is nested too deeply: the limit is {limit} levels")]
     TooDeep {
         /// Where the value is in the body (`input_values.foo`, `inputs[2].default`, …).
         field: String,
-        /// Its depth, at least `limit + 1` (counting stops there).
-        depth: usize,
         /// The limit.
         limit: usize,
     },
@@ -141,13 +139,12 @@ pub fn check_depth_within(
     value: &Value,
     limit: usize,
 ) -> Result<(), LimitError> {
-    let depth = depth(value, limit);
-    if depth <= limit {
+    // Counting stops one past the limit, so the value's full depth is not known.
+    if depth(value, limit) <= limit {
         return Ok(());
     }
     Err(LimitError::TooDeep {
         field: field(),
-        depth,
         limit,
     })
 }
@@ -234,7 +231,7 @@ mod tests {
         let err = check_depth(|| "config".into(), &nested(MAX_VALUE_DEPTH + 1)).expect_err("deep");
         assert_eq!(
             err.to_string(),
-            "config is nested 65 levels deep; the limit is 64"
+            "config is nested too deeply: the limit is 64 levels"
         );
     }
 
