@@ -7,6 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use flue_proto::event::OutputStream;
+use flue_proto::limits;
 use flue_proto::{DeploymentResult, DeploymentStatus, OutputDecl};
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -290,17 +291,29 @@ fn from_response(mut r: serde_json::Map<String, Value>, item: &HookItem) -> Outc
         Some(Value::String(s)) => s.trim().parse().ok(),
         _ => None,
     };
-    let outputs = item
-        .outputs
-        .iter()
-        .filter_map(|o| r.remove(&o.name).map(|v| (o.name.clone(), v)))
-        .collect();
+    let mut outputs = BTreeMap::new();
+    let mut failure = None;
+    for o in &item.outputs {
+        let Some(value) = r.remove(&o.name) else {
+            continue;
+        };
+        // An output nested past the API's limit could not be read back from the answer
+        // (nor be another deployment's input): left out, and the deployment fails.
+        match limits::check_depth(|| format!("output {}", o.name), &value) {
+            Ok(()) => {
+                outputs.insert(o.name.clone(), value);
+            }
+            Err(e) => {
+                failure.get_or_insert(e.to_string());
+            }
+        }
+    }
     Outcome {
         stdout,
         stderr,
         status_code,
         outputs,
-        failure: None,
+        failure,
     }
 }
 

@@ -16,7 +16,30 @@ pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// a hook runs, so a long hook is never redelivered.
 pub const ACK_WAIT: Duration = Duration::from_secs(10);
 
+/// Room kept in every message for headers and framing (a message id, KV's expected
+/// revision): what the gateway stores or publishes must fit in the max payload less this.
+pub const HEADROOM: usize = 4096;
+
+/// The max payload assumed when the broker does not tell its own (NATS's default, 1 MiB).
+const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
+
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Something the gateway would store or publish is larger than the broker takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{what} takes {size} bytes; the broker's max payload ({max_payload} bytes, less {HEADROOM} for headers) allows {limit}"
+)]
+pub struct TooLarge {
+    /// What (`config`, `deployment request`, `deployment record`, `stack record`).
+    pub what: &'static str,
+    /// Its size in bytes, as JSON.
+    pub size: usize,
+    /// The broker's max payload.
+    pub max_payload: usize,
+    /// The most it may take: `max_payload` less [`HEADROOM`].
+    pub limit: usize,
+}
 
 /// Why a broker operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +73,15 @@ pub enum BrokerError {
         #[source]
         source: BoxError,
     },
+    /// A request is larger than the broker takes: publishing it again cannot help.
+    #[error("cannot publish the request of deployment {deployment}")]
+    RequestTooLarge {
+        /// Deployment id.
+        deployment: String,
+        /// Sizes.
+        #[source]
+        source: TooLarge,
+    },
     /// A request could not be published, or its publish was not acknowledged.
     #[error("cannot publish the request of deployment {deployment}")]
     Publish {
@@ -75,12 +107,54 @@ fn request_consumer_error(name: &str) -> impl Fn(BoxError) -> BrokerError + use<
 #[derive(Debug, Clone)]
 pub struct Broker {
     js: jetstream::Context,
+    /// The broker's max payload, as it told at connection.
+    max_payload: usize,
 }
 
 impl Broker {
-    /// Wraps a JetStream context.
+    /// Wraps a JetStream context, reading the broker's max payload from its connection.
     pub fn new(js: jetstream::Context) -> Self {
-        Self { js }
+        let max_payload = match js.client().server_info().max_payload {
+            0 => DEFAULT_MAX_PAYLOAD,
+            n => n,
+        };
+        Self { js, max_payload }
+    }
+
+    /// The broker's max payload in bytes.
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    /// The most bytes of JSON the gateway stores or publishes in one message: the max
+    /// payload less [`HEADROOM`].
+    pub fn payload_limit(&self) -> usize {
+        self.max_payload.saturating_sub(HEADROOM)
+    }
+
+    /// Refuses `what`, of `size` bytes as JSON, when it would not fit in one message.
+    pub fn fits(&self, what: &'static str, size: usize) -> Result<(), TooLarge> {
+        let limit = self.payload_limit();
+        if size <= limit {
+            return Ok(());
+        }
+        Err(TooLarge {
+            what,
+            size,
+            limit,
+            max_payload: self.max_payload,
+        })
+    }
+
+    /// Refuses `value` when its JSON would not fit in one message (see [`Broker::fits`]).
+    pub fn fits_json(
+        &self,
+        what: &'static str,
+        value: &impl serde::Serialize,
+    ) -> Result<(), TooLarge> {
+        // What the gateway stores always serialises; a failure has no size to refuse.
+        let size = serde_json::to_vec(value).map_or(0, |bytes| bytes.len());
+        self.fits(what, size)
     }
 
     /// Creates the request and response streams if they do not exist yet, and gives
@@ -239,6 +313,11 @@ impl Broker {
             source: e,
         };
         let payload = serde_json::to_vec(request).expect("a request always serialises");
+        self.fits("deployment request", payload.len())
+            .map_err(|source| BrokerError::RequestTooLarge {
+                deployment: request.deployment_id.to_string(),
+                source,
+            })?;
         let ack = self
             .js
             .send_publish(

@@ -20,6 +20,7 @@ pub mod config;
 pub mod deferred;
 pub mod error;
 pub mod events;
+pub mod fit;
 pub mod listen;
 pub mod presence;
 pub mod record;

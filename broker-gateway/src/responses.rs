@@ -38,6 +38,7 @@ use tracing::{debug, info, warn};
 
 use crate::broker::BrokerError;
 use crate::error::chain;
+use crate::fit::fit_record;
 use crate::record::{apply_delivered, apply_finished, apply_started, end_event_type};
 use crate::service::Service;
 use crate::store::StoreError;
@@ -241,6 +242,15 @@ async fn handle(service: &Service, owners: &Owners, message: Message) -> String 
                 settle(&message, AckKind::Ack).await;
                 return subject;
             }
+            Err(HandleError::Store(StoreError::Decode { key, source, .. })) => {
+                // No retry can decode it: terminate the message, so that it is never
+                // offered again and the server's lane moves on. It stays in the stream
+                // (parked) until its max age; the broker reports the termination as an
+                // advisory.
+                warn!(key, error = %source, deployment.id = %parsed.deployment_id(), server.id = %server, kind = kind(&parsed), "agent message for an undecodable deployment record; parked");
+                settle(&message, AckKind::Term).await;
+                return subject;
+            }
             Err(e) if attempt == ATTEMPTS => {
                 warn!(error = %chain(&e), deployment.id = %parsed.deployment_id(), kind = kind(&parsed), "cannot store or report an agent message; will retry");
             }
@@ -290,7 +300,13 @@ async fn apply(
                 AgentMessage::Delivered { at, .. } => apply_delivered(record, *at),
                 AgentMessage::Started { at, .. } => apply_started(record, *at, now),
                 AgentMessage::Progress { .. } => false,
-                AgentMessage::Finished { result, .. } => apply_finished(record, result, now),
+                AgentMessage::Finished { result, .. } => {
+                    let changed = apply_finished(record, result, now);
+                    if changed {
+                        fit_record(record, service.broker.payload_limit());
+                    }
+                    changed
+                }
             }
         })
         .await?;

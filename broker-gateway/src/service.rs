@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flue_proto::{
-    Config as StoredConfig, ConfigId, DeploymentId, DeploymentRequest, EventType, PROTOCOL_VERSION,
-    ServerId,
+    Config as StoredConfig, ConfigId, DeploymentId, DeploymentRequest, DeploymentStatus, EventType,
+    PROTOCOL_VERSION, ServerId,
 };
 use futures_util::StreamExt;
 use time::OffsetDateTime;
@@ -25,7 +25,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::Config;
-use crate::broker::{Broker, BrokerError};
+use crate::broker::{Broker, BrokerError, TooLarge};
 use crate::deferred::{Deferred, Entry};
 use crate::error::chain;
 use crate::events::Events;
@@ -62,6 +62,17 @@ pub enum PublishError {
     /// The deployment's config is gone (configs are never deleted by the gateway).
     #[error("config {0} of the deployment is missing")]
     MissingConfig(ConfigId),
+}
+
+impl PublishError {
+    /// Why publishing again can never succeed (the request is larger than the broker
+    /// takes), if that is the case.
+    fn permanent(&self) -> Option<&TooLarge> {
+        match self {
+            Self::Broker(BrokerError::RequestTooLarge { source, .. }) => Some(source),
+            _ => None,
+        }
+    }
 }
 
 /// What [`Service::publish_stored`] found to do.
@@ -143,7 +154,8 @@ impl Service {
     }
 
     /// Publishes a recorded deployment's request, retrying a few times; on failure the
-    /// background task takes over, so an accepted deployment is never lost.
+    /// background task takes over, so an accepted deployment is never lost. A request
+    /// larger than the broker takes is not retried: its deployment fails at once.
     ///
     /// When an earlier deployment of the same server is still deferred, this one is
     /// deferred behind it at once, so that it cannot overtake it.
@@ -160,6 +172,14 @@ impl Service {
         for attempt in 1..=PUBLISH_ATTEMPTS {
             match self.publish(record, config).await {
                 Ok(()) => return,
+                Err(e) if e.permanent().is_some() => {
+                    // Not recorded as failed (the store failed): the background retry
+                    // meets the same refusal and tries again.
+                    if !self.fail_unpublishable(&d.id, &e).await {
+                        self.defer(record);
+                    }
+                    return;
+                }
                 Err(e) => {
                     warn!(error = %chain(&e), deployment.id = %d.id, attempt, "cannot publish deployment request")
                 }
@@ -214,6 +234,48 @@ impl Service {
         Ok(())
     }
 
+    /// Fails a deployment whose request the broker can never take (FAILED with the sizes
+    /// as reason, `deployment.failed`), so that its server's later requests go out;
+    /// false when that could not be recorded (tried again with the deferred queue).
+    async fn fail_unpublishable(&self, id: &DeploymentId, error: &PublishError) -> bool {
+        let Some(too_large) = error.permanent() else {
+            return false;
+        };
+        let reason = too_large.to_string();
+        let now = OffsetDateTime::now_utc();
+        let failed = self
+            .store
+            .update_deployment(&self.config.tenant, id, |record| {
+                let d = &mut record.deployment;
+                if record.request_published || d.status.is_terminal() {
+                    return false;
+                }
+                d.status = DeploymentStatus::Failed;
+                d.status_reason = Some(reason.clone());
+                d.finished_at = Some(now);
+                d.updated_at = now;
+                true
+            })
+            .await;
+        match failed {
+            Ok(Some(u)) => {
+                self.timeouts.remove(id);
+                if u.changed {
+                    warn!(deployment.id = %id, server.id = %u.record.deployment.server_id, reason, "deployment request too large for the broker; deployment failed");
+                    self.events
+                        .emit(&u.record.event(EventType::DeploymentFailed))
+                        .await;
+                }
+                true
+            }
+            Ok(None) => true,
+            Err(e) => {
+                warn!(error = %chain(&e), deployment.id = %id, "cannot record that a deployment request is too large; retrying");
+                false
+            }
+        }
+    }
+
     /// Reads a deployment and publishes its request if that is still to do.
     async fn publish_stored(&self, id: &DeploymentId) -> Result<Stored, PublishError> {
         let tenant = &self.config.tenant;
@@ -266,6 +328,12 @@ impl Service {
                 }
                 Err(PublishError::Store(StoreError::Decode { key, source, .. })) => {
                     warn!(key, error = %source, "deferred deployment record cannot be decoded; dropped");
+                }
+                Err(e) if e.permanent().is_some() => {
+                    // Later requests of the server must not wait for one that never goes out.
+                    if !self.fail_unpublishable(id, &e).await {
+                        return published;
+                    }
                 }
                 Err(e) => {
                     debug!(error = %chain(&e), deployment.id = %id, server.id = %server, "deferred publish failed again");

@@ -120,6 +120,10 @@ pub async fn sweep_once(service: &Service) {
                 }
             }
             Ok(None) => {}
+            Err(crate::store::StoreError::Decode { key, source, .. }) => {
+                // No sweep can decode it: watching it again would only log this forever.
+                warn!(key, error = %source, deployment.id = %id, "deployment record cannot be decoded; no longer watched");
+            }
             Err(e) => {
                 warn!(error = %crate::error::chain(&e), deployment.id = %id, "cannot record a timeout; retrying at the next sweep");
                 service.timeouts.insert(id, at);

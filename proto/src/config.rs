@@ -7,6 +7,7 @@ use time::OffsetDateTime;
 
 use crate::deployment::Action;
 use crate::ids::ConfigId;
+use crate::limits::{self, LimitError, check_depth};
 
 /// Lifecycle actions a config may carry a dedicated hook body for, in [`ConfigSpec::hooks`].
 pub const LIFECYCLE_ACTIONS: [&str; 5] = [
@@ -223,6 +224,9 @@ pub enum ConfigError {
         /// Why.
         reason: String,
     },
+    /// A body, default or `options` that could not be read back or run ([`crate::limits`]).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
 }
 
 /// True for names usable as an environment variable and as an output file suffix.
@@ -268,6 +272,31 @@ impl ConfigSpec {
                     name: name.clone(),
                     reason,
                 });
+            }
+        }
+        self.check_limits()?;
+        Ok(())
+    }
+
+    /// Every value of the spec within [`limits::MAX_VALUE_DEPTH`], and for the `script`
+    /// group every default usable as an environment variable.
+    fn check_limits(&self) -> Result<(), LimitError> {
+        check_depth(|| "config".to_owned(), &self.config)?;
+        check_depth(|| "options".to_owned(), &self.options)?;
+        for (action, body) in &self.hooks {
+            check_depth(|| format!("hooks.{action}"), body)?;
+        }
+        for (name, action) in &self.actions {
+            check_depth(|| format!("actions.{name}.config"), &action.config)?;
+        }
+        for (i, input) in self.inputs.iter().enumerate() {
+            let Some(default) = &input.default else {
+                continue;
+            };
+            let field = || format!("inputs[{i}].default");
+            check_depth(field, default)?;
+            if self.group == limits::SCRIPT_GROUP {
+                limits::check_env_var(field, &input.name, default)?;
             }
         }
         Ok(())

@@ -10,6 +10,11 @@ use time::OffsetDateTime;
 use crate::config::Config;
 use crate::ids::{ConfigId, DeploymentId, ServerId, StackId, TenantId};
 
+/// HTTP response header of the listings (`GET /v1/deployments`,
+/// `GET /v1/servers/{id}/deployments`, `GET /v1/stacks`): how many stored records were
+/// left out because they cannot be decoded (absent when none was).
+pub const SKIPPED_RECORDS_HEADER: &str = "flue-skipped-records";
+
 /// Version of the gateway↔agent messages; an agent refuses a request of another version.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -303,6 +308,17 @@ pub struct CreateDeployment {
 }
 
 impl CreateDeployment {
+    /// Checks what needs no gateway state: every given input value within
+    /// [`crate::limits::MAX_VALUE_DEPTH`]. The values a deployment finally runs with
+    /// (defaults, `inputs_from`, `input_refs` added) are checked by the gateway with
+    /// [`crate::limits::check_input_values`].
+    pub fn validate(&self) -> Result<(), crate::limits::LimitError> {
+        for (name, value) in &self.input_values {
+            crate::limits::check_depth(|| format!("input_values.{name}"), value)?;
+        }
+        Ok(())
+    }
+
     /// A CREATE of `config_id` on `server_id` with no inputs and every option left out;
     /// set the rest with struct update syntax (`CreateDeployment { name, ..new(c, s) }`).
     pub fn new(config_id: ConfigId, server_id: ServerId) -> Self {

@@ -5,12 +5,14 @@
 //! - [`config`], [`deployment`], [`server`], [`stack`]: the JSON bodies of the HTTP API and of
 //!   the messages on the request and response queues;
 //! - [`event`]: lifecycle events (CloudEvents), their subjects and filters, heartbeats;
-//! - [`webhook`]: webhook subscriptions.
+//! - [`webhook`]: webhook subscriptions;
+//! - [`limits`]: nesting depth and `script` environment limits on what the API accepts.
 
 pub mod config;
 pub mod deployment;
 pub mod event;
 pub mod ids;
+pub mod limits;
 pub mod nats_url;
 pub mod server;
 pub mod stack;
@@ -22,7 +24,7 @@ pub use config::{
 };
 pub use deployment::{
     Action, AgentMessage, CreateDeployment, Deployment, DeploymentRequest, DeploymentResult,
-    DeploymentStatus, OutputRef, PROTOCOL_VERSION,
+    DeploymentStatus, OutputRef, PROTOCOL_VERSION, SKIPPED_RECORDS_HEADER,
 };
 pub use event::{
     CloudEvent, EventFilter, EventKind, EventType, Heartbeat, HeartbeatState, Presence,

@@ -120,6 +120,22 @@ pub struct PutStack {
     pub state: StackState,
 }
 
+impl PutStack {
+    /// Checks that the stack can be read back: `state` within
+    /// [`crate::limits::MAX_STATE_DEPTH`].
+    pub fn validate(&self) -> Result<(), crate::limits::LimitError> {
+        // A state that does not serialise has nothing to be deep with.
+        let Ok(state) = serde_json::to_value(&self.state) else {
+            return Ok(());
+        };
+        crate::limits::check_depth_within(
+            || "state".to_owned(),
+            &state,
+            crate::limits::MAX_STATE_DEPTH,
+        )
+    }
+}
+
 /// Everything the engine needs to resume, update or delete a stack. Never holds the
 /// value of a hidden parameter or input.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

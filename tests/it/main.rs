@@ -10,5 +10,6 @@ mod events;
 mod gateway;
 mod hardening;
 mod ledger_reuse;
+mod limits;
 mod resilience;
 mod stack;

@@ -13,7 +13,8 @@ use crate::record::redacted_config;
 use crate::service::Service;
 
 /// `POST /v1/configs`: 201 with the new config; 200 with the stored one when the same
-/// body was already accepted under that id; 409 when the id holds another config.
+/// body was already accepted under that id; 409 when the id holds another config; 413
+/// `too_large` when the stored config would not fit in one broker message.
 ///
 /// A stored config with a hidden default always answers 409: comparing bodies would let
 /// anyone confirm a guessed secret by the 200.
@@ -24,6 +25,7 @@ pub async fn create(
     spec.validate()?;
     let id = spec.id.clone().unwrap_or_else(ConfigId::random);
     let config = spec.into_config(id, OffsetDateTime::now_utc());
+    service.broker.fits_json("config", &config)?;
     let tenant = &service.config.tenant;
     let Some(stored) = service.store.create_config(tenant, &config).await? else {
         info!(config.id = %config.id, group = %config.group, "config created");

@@ -1,29 +1,33 @@
 //! `/v1/deployments`: create (queue for the agent) and read, with an optional long poll.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
+use flue_proto::limits::check_input_values;
 use flue_proto::{
     Action, Config, CreateDeployment, Deployment, DeploymentId, DeploymentStatus, IdError,
     ServerId, StackId,
 };
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::StreamExt;
 use serde::Deserialize;
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId, PathIdKind, inner_text};
+use super::listing::Listed;
 use crate::config::MAX_TIMEOUT_SECS;
 use crate::error::chain;
 use crate::record::{
     DeploymentRecord, hidden_inputs, hidden_outputs, hidden_union, same_config_content,
     same_request, timeout_deadline, with_defaults,
 };
-use crate::service::Service;
+use crate::service::{Service, request};
+use crate::store::{Listing, StoreError};
 
 /// Longest long poll, in seconds.
 pub const MAX_WAIT_SECS: u64 = 60;
@@ -37,6 +41,11 @@ pub const MAX_WAIT_SECS: u64 = 60;
 /// included. With `skip_if_unchanged_from`, a deployment that would apply the same
 /// config content with the same input values to the same server as that one is not
 /// created: the answer is 200 with that deployment.
+///
+/// Every input value (given, inherited, referenced or defaulted) must be within the
+/// nesting limit and, for the `script` group, passable as an environment variable
+/// (422 `invalid_input` naming it, [`flue_proto::limits`]); the record and the request
+/// must each fit in one broker message (413 `too_large`).
 ///
 /// An id already used answers 202 with the recorded deployment when the request is the
 /// same ([`same_request`]), so a client can retry safely; 409 when it is not. When the
@@ -63,6 +72,7 @@ enum Created {
 }
 
 async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<Created, ApiError> {
+    body.validate()?;
     let tenant = &service.config.tenant;
     let timeout_secs = body
         .timeout_secs
@@ -99,9 +109,13 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
         Some(id) => Some(referenced(&service, "skip_if_unchanged_from", id).await?),
         None => None,
     };
+    // Where each input value came from, to name it when it breaks a limit.
+    let given: BTreeSet<String> = body.input_values.keys().cloned().collect();
+    let mut inherited = BTreeSet::new();
     let (mut values, mut hidden) = match inputs_from {
         Some(from) => {
             let mut values = from.deployment.input_values;
+            inherited.extend(values.keys().cloned());
             values.extend(body.input_values);
             (
                 values,
@@ -132,6 +146,19 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
             hidden.push(name.clone());
         }
     }
+    let input_values = with_defaults(&config, values);
+    check_input_values(&config.group, &input_values, |name| {
+        if body.input_refs.contains_key(name) {
+            format!("input_refs.{name}")
+        } else if given.contains(name) {
+            format!("input_values.{name}")
+        } else if inherited.contains(name) {
+            format!("inputs_from.{name}")
+        } else {
+            let i = config.inputs.iter().position(|i| i.name == name);
+            format!("inputs[{}].default", i.unwrap_or_default())
+        }
+    })?;
     let id_given = body.id.is_some();
     let id = body.id.unwrap_or_else(DeploymentId::random);
     let now = OffsetDateTime::now_utc();
@@ -145,7 +172,7 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
             config_id: config.id.clone(),
             group: config.group.clone(),
             action: body.action,
-            input_values: with_defaults(&config, values),
+            input_values,
             stack_id: body.stack_id,
             resource_name: body.resource_name,
             status: DeploymentStatus::Queued,
@@ -166,6 +193,10 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
         hidden_inputs: hidden,
         hidden_outputs: hidden_outputs(&config),
     };
+    service.broker.fits_json("deployment record", &record)?;
+    service
+        .broker
+        .fits_json("deployment request", &request(&record, &config))?;
     let d = &record.deployment;
     if let Some(from) = skip_from {
         // A retry of a request that did create its deployment is answered like any retry.
@@ -400,10 +431,12 @@ pub struct ListQuery {
 /// the `flue_server_deployments` index): its cost grows with the deployments kept, which
 /// is fine for a dashboard's first page but not for polling. Without `server`, at most
 /// twice `limit` records are held at a time (a record may carry megabytes of output).
+/// A record that cannot be decoded is left out (logged), and the number left out is in
+/// the `flue-skipped-records` header.
 pub async fn list(
     State(service): State<Service>,
     query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<Vec<Deployment>>, ApiError> {
+) -> Result<Listed<Deployment>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::InvalidQuery(inner_text(&e)))?;
     let limit = list_limit(query.limit.as_deref())?;
     let server = query_id::<ServerId>("server", query.server.as_deref())?;
@@ -414,11 +447,14 @@ pub async fn list(
             .as_ref()
             .is_none_or(|s| r.deployment.stack_id.as_ref() == Some(s))
     };
-    let mut records = match &server {
+    let mut listing = match &server {
         Some(server) => {
-            let mut records = service.store.server_deployments(tenant, server).await?;
-            records.retain(wanted);
-            records
+            let mut listing = service
+                .store
+                .server_deployments_listing(tenant, server)
+                .await?;
+            listing.items.retain(wanted);
+            listing
         }
         None => {
             let ids = service.store.deployment_ids(tenant).await?;
@@ -426,25 +462,36 @@ pub async fn list(
             futures_util::stream::iter(ids)
                 .map(|id| async move { store.deployment(tenant, &id).await })
                 .buffer_unordered(LIST_READS_IN_FLIGHT)
-                .try_fold(Vec::new(), |mut kept, record| {
-                    // A record deleted since its id was listed is simply not there.
-                    if let Some(record) = record.filter(wanted) {
-                        kept.push(record);
-                        if kept.len() >= 2 * limit {
-                            newest_first(&mut kept);
-                            kept.truncate(limit);
-                        }
-                    }
-                    std::future::ready(Ok(kept))
-                })
+                .fold(
+                    Ok(Listing::default()),
+                    |kept: Result<_, StoreError>, read| {
+                        let kept = kept.and_then(|mut kept: Listing<DeploymentRecord>| {
+                            // A record deleted since its id was listed is simply not there.
+                            if let Some(record) = kept.skip_undecodable(read)?.filter(wanted) {
+                                kept.items.push(record);
+                                if kept.items.len() >= 2 * limit {
+                                    newest_first(&mut kept.items);
+                                    kept.items.truncate(limit);
+                                }
+                            }
+                            Ok(kept)
+                        });
+                        std::future::ready(kept)
+                    },
+                )
                 .await?
         }
     };
-    newest_first(&mut records);
-    records.truncate(limit);
-    Ok(Json(
-        records.iter().map(DeploymentRecord::redacted).collect(),
-    ))
+    newest_first(&mut listing.items);
+    listing.items.truncate(limit);
+    Ok(Listed {
+        items: listing
+            .items
+            .iter()
+            .map(DeploymentRecord::redacted)
+            .collect(),
+        skipped: listing.skipped,
+    })
 }
 
 /// Sorts by `created_at`, newest first, then by id.

@@ -3,10 +3,11 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use flue_proto::limits::LimitError;
 use flue_proto::{ConfigError, ErrorBody, ErrorDetail};
 use tracing::error;
 
-use crate::broker::BrokerError;
+use crate::broker::{BrokerError, TooLarge};
 use crate::error::chain;
 use crate::store::StoreError;
 
@@ -38,6 +39,12 @@ pub enum ApiError {
     /// A config spec failed validation.
     #[error(transparent)]
     InvalidConfig(#[from] ConfigError),
+    /// A value is nested too deeply, or cannot be passed to its hook ([`flue_proto::limits`]).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// What would be stored or published is larger than the broker's max payload.
+    #[error(transparent)]
+    TooLarge(#[from] TooLarge),
     /// A value in the body or query is out of bounds.
     #[error("{0}")]
     InvalidInput(String),
@@ -83,7 +90,10 @@ impl ApiError {
             }
             Self::BodyTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             Self::InvalidConfig(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_config"),
-            Self::InvalidInput(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_input"),
+            Self::InvalidInput(_) | Self::Limit(_) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "invalid_input")
+            }
+            Self::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
             Self::InvalidQuery(_) => (StatusCode::BAD_REQUEST, "invalid_query"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),

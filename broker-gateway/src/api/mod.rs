@@ -6,6 +6,7 @@ pub mod deployments;
 pub mod error;
 pub mod events;
 pub mod extract;
+pub mod listing;
 pub mod servers;
 pub mod stacks;
 pub mod webhooks;

@@ -14,6 +14,7 @@ use tracing::info;
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId};
+use super::listing::Listed;
 use crate::service::Service;
 
 /// `POST /v1/servers`: 201 on first registration, 200 with the same registration after.
@@ -81,17 +82,21 @@ pub async fn get(
     Ok(Json(server))
 }
 
-/// `GET /v1/servers/{id}/deployments`: the server's deployments, oldest first.
+/// `GET /v1/servers/{id}/deployments`: the server's deployments, oldest first
+/// (undecodable records left out and counted in the `flue-skipped-records` header).
 pub async fn deployments(
     State(service): State<Service>,
     PathId(id): PathId<ServerId>,
-) -> Result<Json<Vec<Deployment>>, ApiError> {
+) -> Result<Listed<Deployment>, ApiError> {
     known_server(&service, &id).await?;
-    let records = service
+    let listing = service
         .store
-        .server_deployments(&service.config.tenant, &id)
+        .server_deployments_listing(&service.config.tenant, &id)
         .await?;
-    Ok(Json(records.iter().map(|r| r.redacted()).collect()))
+    Ok(Listed {
+        items: listing.items.iter().map(|r| r.redacted()).collect(),
+        skipped: listing.skipped,
+    })
 }
 
 async fn known_server(service: &Service, id: &ServerId) -> Result<Server, ApiError> {

@@ -13,13 +13,19 @@ use tracing::info;
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId, inner_text};
+use super::listing::Listed;
 use crate::service::Service;
 use crate::stack_events::{deleted_stack_events, stack_events};
 use crate::store::StackWrite;
 
-/// `GET /v1/stacks`: every stack of the tenant, sorted by id.
-pub async fn list(State(service): State<Service>) -> Result<Json<Vec<Stack>>, ApiError> {
-    Ok(Json(service.store.stacks(&service.config.tenant).await?))
+/// `GET /v1/stacks`: every stack of the tenant, sorted by id (undecodable records left
+/// out and counted in the `flue-skipped-records` header).
+pub async fn list(State(service): State<Service>) -> Result<Listed<Stack>, ApiError> {
+    let listing = service.store.stacks(&service.config.tenant).await?;
+    Ok(Listed {
+        items: listing.items,
+        skipped: listing.skipped,
+    })
 }
 
 /// `GET /v1/stacks/{id}`.
@@ -38,7 +44,9 @@ pub async fn get(
 /// `PUT /v1/stacks/{id}`: without `expected_revision`, creates the stack (409
 /// `conflict` when it exists); with it, replaces the stack's status and state if its
 /// revision is still that one (404 when it is gone, 409 `revision_mismatch` when it
-/// moved on). Answers 200 with the stack as stored, new revision included, once the
+/// moved on). A `state` nested deeper than [`flue_proto::limits::MAX_STATE_DEPTH`] is a
+/// 422 `invalid_input`; a record that would not fit in one broker message a 413
+/// `too_large`. Answers 200 with the stack as stored, new revision included, once the
 /// events reporting the change ([`stack_events`]) are out.
 ///
 /// The work runs on its own task, so a client hanging up cannot separate a write from
@@ -58,8 +66,26 @@ async fn store_and_report(
     id: StackId,
     body: PutStack,
 ) -> Result<Stack, ApiError> {
+    body.validate()?;
     let tenant = &service.config.tenant;
     let now = OffsetDateTime::now_utc();
+    // The record as it will be stored, the widest revision standing in for the real one.
+    let measured = Stack {
+        id: id.clone(),
+        tenant: tenant.clone(),
+        revision: u64::MAX,
+        created_at: now,
+        updated_at: now,
+        status: body.status,
+        state: body.state,
+    };
+    service.broker.fits_json("stack record", &measured)?;
+    let Stack { status, state, .. } = measured;
+    let body = PutStack {
+        status,
+        state,
+        ..body
+    };
     let mut replaced = None;
     let written = match body.expected_revision {
         None => {

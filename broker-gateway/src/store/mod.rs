@@ -264,13 +264,23 @@ impl Store {
         }
     }
 
-    /// Every deployment of `server`, oldest first.
+    /// Every deployment of `server`, oldest first; undecodable records left out.
     pub async fn server_deployments(
         &self,
         tenant: &TenantId,
         server: &ServerId,
     ) -> Result<Vec<DeploymentRecord>, StoreError> {
-        let mut records = Vec::new();
+        Ok(self.server_deployments_listing(tenant, server).await?.items)
+    }
+
+    /// Every deployment of `server`, oldest first, and how many records could not be
+    /// decoded: those are logged and left out, so that one bad record never hides the rest.
+    pub async fn server_deployments_listing(
+        &self,
+        tenant: &TenantId,
+        server: &ServerId,
+    ) -> Result<Listing<DeploymentRecord>, StoreError> {
+        let mut listing = Listing::default();
         for key in keys(
             &self.index,
             SERVER_DEPLOYMENTS_BUCKET,
@@ -285,16 +295,16 @@ impl Store {
             else {
                 continue;
             };
-            match self.deployment(tenant, &id).await? {
-                Some(r) if &r.deployment.server_id == server => records.push(r),
+            match listing.skip_undecodable(self.deployment(tenant, &id).await)? {
+                Some(r) if &r.deployment.server_id == server => listing.items.push(r),
                 _ => {}
             }
         }
-        records.sort_by(|a, b| {
+        listing.items.sort_by(|a, b| {
             (a.deployment.created_at, &a.deployment.id)
                 .cmp(&(b.deployment.created_at, &b.deployment.id))
         });
-        Ok(records)
+        Ok(listing)
     }
 
     /// Ids of every deployment of `tenant`, in no particular order.
@@ -350,6 +360,47 @@ impl Store {
                 }
             })
             .boxed())
+    }
+}
+
+/// What a listing read: the records, and how many it left out because they cannot be
+/// decoded (each logged once per listing).
+#[derive(Debug, Clone)]
+pub struct Listing<T> {
+    /// The records read.
+    pub items: Vec<T>,
+    /// Records left out as undecodable.
+    pub skipped: usize,
+}
+
+impl<T> Default for Listing<T> {
+    fn default() -> Self {
+        Self {
+            items: Vec::new(),
+            skipped: 0,
+        }
+    }
+}
+
+impl<T> Listing<T> {
+    /// The value of a read; `None` (counted and logged) when the stored value cannot be
+    /// decoded; any other failure is the listing's.
+    pub fn skip_undecodable<R>(
+        &mut self,
+        read: Result<Option<R>, StoreError>,
+    ) -> Result<Option<R>, StoreError> {
+        match read {
+            Err(StoreError::Decode {
+                bucket,
+                key,
+                source,
+            }) => {
+                tracing::warn!(bucket, key, error = %source, "stored record cannot be decoded; left out of the listing");
+                self.skipped += 1;
+                Ok(None)
+            }
+            other => other,
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use async_nats::jetstream::kv;
 use flue_proto::{Stack, StackId, TenantId, subject};
 
 use super::bucket::{encode, get, keys};
-use super::{STACKS_BUCKET, Store, StoreError, key2};
+use super::{Listing, STACKS_BUCKET, Store, StoreError, key2};
 
 /// Outcome of a conditional write of a stack record.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,17 +46,18 @@ impl Store {
             }))
     }
 
-    /// Every stack of `tenant`, sorted by id.
-    pub async fn stacks(&self, tenant: &TenantId) -> Result<Vec<Stack>, StoreError> {
-        let mut stacks = Vec::new();
+    /// Every stack of `tenant`, sorted by id, undecodable records counted and left out.
+    pub async fn stacks(&self, tenant: &TenantId) -> Result<Listing<Stack>, StoreError> {
+        let mut listing = Listing::default();
         for key in keys(&self.stacks, STACKS_BUCKET, &format!("{tenant}.*")).await? {
-            // A deleted stack leaves a marker, listed but read as absent.
-            if let Some(stack) = self.stack_by_key(key).await? {
-                stacks.push(stack);
+            // A deleted stack leaves a marker, listed but read as absent; an undecodable
+            // record is counted and left out.
+            if let Some(stack) = listing.skip_undecodable(self.stack_by_key(key).await)? {
+                listing.items.push(stack);
             }
         }
-        stacks.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(stacks)
+        listing.items.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(listing)
     }
 
     /// Stores a new stack: [`StackWrite::Written`] with its revision, or
