@@ -1,0 +1,104 @@
+//! Middleware every request passes through: the whole body read within a bound and a
+//! limit, a deadline for the answer to start, a broker check, and panics caught.
+//!
+//! The body is read here, before any handler, because every route that takes a body
+//! takes JSON and reads it whole anyway: reading it up front lets a declared
+//! `Content-Length` over the limit be refused before a byte of it is read, and a body
+//! that trickles or stalls be answered 408 after `--body-timeout-ms` however slowly it
+//! comes, with the API's JSON error bodies.
+
+use std::any::Any;
+use std::time::Duration;
+
+use axum::body::{Body, HttpBody};
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+
+use super::error::ApiError;
+use crate::link::BrokerLink;
+
+/// How request bodies are read.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyRules {
+    /// Largest body, in bytes.
+    pub max_bytes: usize,
+    /// Longest time to read a whole body.
+    pub timeout: Duration,
+}
+
+/// Refuses a declared length over the limit at once (413), reads the whole body within
+/// the timeout (408 if it does not come), and hands the handler the body in memory.
+pub async fn read_body(
+    State(rules): State<BodyRules>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if request.body().size_hint().exact() == Some(0) {
+        return Ok(next.run(request).await);
+    }
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > rules.max_bytes as u64) {
+        return Err(ApiError::BodyTooLarge(rules.max_bytes));
+    }
+    let (parts, body) = request.into_parts();
+    let limited = Limited::new(body, rules.max_bytes);
+    let bytes = match tokio::time::timeout(rules.timeout, limited.collect()).await {
+        Err(_) => return Err(ApiError::BodyTimeout(millis(rules.timeout))),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => {
+            return Err(ApiError::BodyTooLarge(rules.max_bytes));
+        }
+        // The client went away or sent a broken chunked body; it gets what it can.
+        Ok(Err(e)) => {
+            return Err(ApiError::MalformedJson(format!(
+                "cannot read the request body: {e}"
+            )));
+        }
+        Ok(Ok(collected)) => collected.to_bytes(),
+    };
+    Ok(next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await)
+}
+
+/// Answers 503 when the answer has not started within `limit`: a handler stuck on
+/// something that never comes. Long polls (at most 60 s) fit under it; an event stream
+/// starts at once, and what it streams after is not limited.
+pub async fn deadline(
+    State(limit): State<Duration>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    tokio::time::timeout(limit, next.run(request))
+        .await
+        .map_err(|_| ApiError::TookTooLong(limit.as_secs()))
+}
+
+/// Answers 503 at once while the broker connection is down, before the handler does
+/// anything, so that an outage costs a client no wait and leaves nothing half done.
+pub async fn require_broker(
+    State(link): State<BrokerLink>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if !link.is_connected() {
+        return Err(ApiError::BrokerDown);
+    }
+    Ok(next.run(request).await)
+}
+
+/// The answer to a handler that panicked: a generic JSON 500 (the panic is logged by
+/// the runtime's panic hook, not put in the body).
+pub fn panic_response(_panic: Box<dyn Any + Send + 'static>) -> Response {
+    ApiError::Panic.into_response()
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,114 @@
+//! Long polls share one broker watch: 2,000 clients waiting at once cost the broker no
+//! consumer each, and every one of them gets the right answer.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use flue_proto::{Deployment, DeploymentId, DeploymentStatus};
+use flue_tests::{Flue, WAIT};
+use futures_util::future::join_all;
+
+use super::health_until;
+
+const POLLS: usize = 2_000;
+const DEPLOYMENTS: usize = 250;
+
+async fn deployments_consumers(flue: &Flue) -> usize {
+    let js = async_nats::jetstream::new(flue.nats.client().await);
+    let mut stream = js
+        .get_stream(format!("KV_{}", flue_gateway::store::DEPLOYMENTS_BUCKET))
+        .await
+        .expect("deployments stream");
+    stream
+        .info()
+        .await
+        .expect("stream info")
+        .state
+        .consumer_count
+}
+
+#[tokio::test]
+async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_each() {
+    let flue = Flue::start().await;
+    flue.script_config("c", "#!/bin/sh\necho done\n", &[], &[])
+        .await;
+    // Deployments of "runs" complete during the wait (its agent starts once every poll
+    // waits); those of "idle" stay QUEUED, so their polls end with the unchanged record.
+    flue.register("runs").await;
+    flue.register("idle").await;
+    let mut expected: BTreeMap<DeploymentId, DeploymentStatus> = BTreeMap::new();
+    for i in 0..DEPLOYMENTS {
+        let (server, status) = if i % 2 == 0 {
+            ("runs", DeploymentStatus::Complete)
+        } else {
+            ("idle", DeploymentStatus::Queued)
+        };
+        expected.insert(flue.deploy("c", server, &[]).await.id, status);
+    }
+    let ids: Vec<DeploymentId> = expected.keys().cloned().collect();
+    let base = flue.gateway.url().to_owned();
+    let before = deployments_consumers(&flue).await;
+
+    // One connection per poll (HTTP/1.1 holds one request at a time).
+    let http = reqwest::Client::builder()
+        .http1_only()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("http client");
+    let polls = (0..POLLS).map(|i| {
+        let id = ids[i % ids.len()].clone();
+        let wait = if expected[&id] == DeploymentStatus::Complete {
+            60
+        } else {
+            15
+        };
+        let url = format!("{base}/v1/deployments/{id}?wait_secs={wait}");
+        let http = http.clone();
+        tokio::spawn(async move {
+            let resp = http.get(url).send().await.expect("long poll sent");
+            let status = resp.status();
+            let text = resp.text().await.expect("long poll body");
+            assert!(status.is_success(), "long poll of {id}: {status} {text}");
+            let d: Deployment = serde_json::from_str(&text).expect("a deployment");
+            (id, d)
+        })
+    });
+    let polls: Vec<_> = polls.collect();
+
+    let health_client = reqwest::Client::new();
+    health_until(
+        &health_client,
+        &base,
+        "/readyz",
+        "every long poll to wait",
+        WAIT,
+        |_, h| h.long_polls == POLLS,
+    )
+    .await;
+    let during = deployments_consumers(&flue).await;
+    assert!(
+        during <= before.max(1) + 1,
+        "{during} consumers on the deployments stream while {POLLS} clients wait ({before} before)"
+    );
+
+    let _agent = flue.agent("runs", &[]).await;
+    let answers = tokio::time::timeout(WAIT + Duration::from_secs(30), join_all(polls))
+        .await
+        .expect("every long poll answers");
+    for answer in answers {
+        let (id, d) = answer.expect("poll task");
+        assert_eq!(d.id, id);
+        assert_eq!(d.status, expected[&id], "{d:?}");
+    }
+    let after = health_until(
+        &health_client,
+        &base,
+        "/readyz",
+        "no waiter left",
+        WAIT,
+        |_, h| h.long_polls == 0,
+    )
+    .await;
+    assert_eq!(after.long_polls, 0);
+    assert!(deployments_consumers(&flue).await <= before.max(1) + 1);
+}
