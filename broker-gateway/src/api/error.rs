@@ -152,3 +152,63 @@ impl IntoResponse for ApiError {
         (status, Json(body)).into_response()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::body::to_bytes;
+
+    use super::*;
+
+    /// The status, `Retry-After` and body of an error's answer.
+    async fn answer(e: ApiError) -> (StatusCode, Option<String>, ErrorBody) {
+        let resp = e.into_response();
+        let status = resp.status();
+        let retry = resp
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|v| v.to_str().expect("ascii").to_owned());
+        let bytes = to_bytes(resp.into_body(), usize::MAX).await.expect("body");
+        (
+            status,
+            retry,
+            serde_json::from_slice(&bytes).expect("an ErrorBody"),
+        )
+    }
+
+    fn read_failure() -> StoreError {
+        StoreError::Read {
+            bucket: "flue_deployments",
+            key: "default.secret-key".to_owned(),
+            source: "nats: timed out at 127.0.0.1:4222".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn broker_failures_answer_503_with_retry_after_and_no_cause() {
+        for e in [ApiError::Store(read_failure()), ApiError::BrokerDown] {
+            let (status, retry, body) = answer(e).await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(retry.as_deref(), Some("2"));
+            assert_eq!(body.error.code, "unavailable");
+            for inside in ["flue_deployments", "secret-key", "127.0.0.1", "timed out"] {
+                assert!(!body.error.message.contains(inside), "{body:?}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn internal_failures_answer_500_with_a_generic_message() {
+        let undecodable = StoreError::Decode {
+            bucket: "flue_deployments",
+            key: "default.secret-key".to_owned(),
+            source: serde_json::from_str::<u8>("\"x\"").expect_err("not a number"),
+        };
+        for e in [ApiError::Store(undecodable), ApiError::Panic] {
+            let (status, retry, body) = answer(e).await;
+            assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+            assert_eq!(retry, None);
+            assert_eq!(body.error.code, "internal");
+            assert_eq!(body.error.message, "internal error; see the gateway log");
+        }
+    }
+}

@@ -102,3 +102,37 @@ pub fn panic_response(_panic: Box<dyn Any + Send + 'static>) -> Response {
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::Router;
+    use axum::body::to_bytes;
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    use flue_proto::ErrorBody;
+    use tower::ServiceExt;
+    use tower_http::catch_panic::CatchPanicLayer;
+
+    use super::*;
+
+    async fn explode() -> &'static str {
+        panic!("secret internals in a panic message")
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_a_generic_json_500() {
+        let app = Router::new()
+            .route("/boom", get(explode))
+            .layer(CatchPanicLayer::custom(panic_response));
+        let request = Request::builder()
+            .uri("/boom")
+            .body(Body::empty())
+            .expect("request");
+        let resp = app.oneshot(request).await.expect("infallible");
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let bytes = to_bytes(resp.into_body(), usize::MAX).await.expect("body");
+        let body: ErrorBody = serde_json::from_slice(&bytes).expect("an ErrorBody");
+        assert_eq!(body.error.code, "internal");
+        assert!(!body.error.message.contains("secret"), "{body:?}");
+    }
+}

@@ -124,3 +124,57 @@ async fn with_the_broker_down_every_call_answers_503_with_retry_after_and_nothin
     let d = flue.finished(&"d-outage".parse().expect("id")).await;
     assert_eq!(d.status, DeploymentStatus::Complete, "{d:?}");
 }
+
+#[tokio::test]
+async fn with_a_hung_broker_calls_answer_503_once_the_broker_deadline_passes() {
+    let flue = Flue::start_with(&["--broker-timeout-ms", "1000"]).await;
+    flue.script_config("c", "#!/bin/sh\necho after\n", &[], &[])
+        .await;
+    flue.register("s1").await;
+    let accepted = flue.deploy("c", "s1", &[]).await;
+    let base = flue.gateway.url().to_owned();
+    let http = reqwest::Client::new();
+    let url = |path: &str| format!("{base}{path}");
+
+    // The connection stays up, so only the deadline on each broker call can end a wait.
+    flue.nats.pause();
+    let one = url(&format!("/v1/deployments/{}", accepted.id));
+    expect_unavailable("get deployment", http.get(&one)).await;
+    expect_unavailable("long poll", http.get(format!("{one}?wait_secs=30"))).await;
+    let deployment = json!({"config_id": "c", "server_id": "s1", "id": "d-hung"});
+    expect_unavailable(
+        "create deployment",
+        http.post(url("/v1/deployments")).json(&deployment),
+    )
+    .await;
+    flue.nats.resume();
+
+    let _agent = flue.agent("s1", &[]).await;
+    let done = flue.finished(&accepted.id).await;
+    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+    // The create the broker never answered is found or made by a retry with its id.
+    let retried = tokio::time::timeout(WAIT, async {
+        loop {
+            let resp = http
+                .post(url("/v1/deployments"))
+                .json(&deployment)
+                .send()
+                .await
+                .expect("retry the create");
+            if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
+                return resp.status();
+            }
+            let pause = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(1);
+            tokio::time::sleep(Duration::from_secs(pause)).await; // as the client is told
+        }
+    })
+    .await
+    .expect("the create is accepted once the broker is back");
+    assert_eq!(retried, StatusCode::ACCEPTED);
+    let d = flue.finished(&"d-hung".parse().expect("id")).await;
+    assert_eq!(d.status, DeploymentStatus::Complete, "{d:?}");
+}
