@@ -115,6 +115,26 @@ mod tests {
 
     use super::*;
 
+    #[tokio::test]
+    async fn a_handler_that_never_answers_gets_503_at_the_deadline() {
+        let app = Router::new()
+            .route("/stuck", get(std::future::pending::<&'static str>))
+            .layer(axum::middleware::from_fn_with_state(
+                Duration::from_millis(50),
+                deadline,
+            ));
+        let request = Request::builder()
+            .uri("/stuck")
+            .body(Body::empty())
+            .expect("request");
+        let resp = tokio::time::timeout(Duration::from_secs(30), app.oneshot(request))
+            .await
+            .expect("answered at the deadline")
+            .expect("infallible");
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(resp.headers().contains_key(header::RETRY_AFTER));
+    }
+
     async fn explode() -> &'static str {
         panic!("secret internals in a panic message")
     }

@@ -73,6 +73,7 @@ async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_ea
             (id, d)
         })
     });
+    let started = std::time::Instant::now();
     let polls: Vec<_> = polls.collect();
 
     let health_client = reqwest::Client::new();
@@ -86,6 +87,10 @@ async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_ea
     )
     .await;
     let during = deployments_consumers(&flue).await;
+    eprintln!(
+        "{POLLS} long polls waiting after {:?}; consumers on the deployments stream: {before} before, {during} during",
+        started.elapsed()
+    );
     assert!(
         during <= before.max(1) + 1,
         "{during} consumers on the deployments stream while {POLLS} clients wait ({before} before)"
@@ -111,4 +116,42 @@ async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_ea
     .await;
     assert_eq!(after.long_polls, 0);
     assert!(deployments_consumers(&flue).await <= before.max(1) + 1);
+}
+
+#[tokio::test]
+async fn a_long_poll_waiting_across_a_broker_restart_still_sees_the_deployment_finish() {
+    let mut flue = Flue::start().await;
+    flue.script_config("c", "#!/bin/sh\necho done\n", &[], &[])
+        .await;
+    flue.register("s1").await;
+    let d = flue.deploy("c", "s1", &[]).await;
+    let base = flue.gateway.url().to_owned();
+    let url = format!("{base}/v1/deployments/{}?wait_secs=60", d.id);
+    let poll = tokio::spawn(async move {
+        let resp = reqwest::get(url).await.expect("long poll sent");
+        assert!(resp.status().is_success(), "{}", resp.status());
+        resp.json::<Deployment>().await.expect("a deployment")
+    });
+    let http = reqwest::Client::new();
+    health_until(&http, &base, "/readyz", "the poll to wait", WAIT, |_, h| {
+        h.long_polls == 1
+    })
+    .await;
+
+    flue.nats.restart().await;
+    health_until(
+        &http,
+        &base,
+        "/readyz",
+        "the broker to be back",
+        WAIT,
+        |s, _| s == 200,
+    )
+    .await;
+    let _agent = flue.agent("s1", &[]).await;
+    let answered = tokio::time::timeout(WAIT, poll)
+        .await
+        .expect("the long poll answers")
+        .expect("poll task");
+    assert_eq!(answered.status, DeploymentStatus::Complete, "{answered:?}");
 }
