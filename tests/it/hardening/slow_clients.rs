@@ -32,6 +32,10 @@ async fn a_declared_body_over_the_limit_is_refused_413_before_it_is_sent() {
             .is_some_and(|m| m.contains("1048576")),
         "{a:?}"
     );
+    assert!(
+        closed_within(&mut s, WAIT).await,
+        "the connection stays open for the refused body"
+    );
 }
 
 #[tokio::test]
