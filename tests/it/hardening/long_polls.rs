@@ -27,8 +27,29 @@ async fn deployments_consumers(flue: &Flue) -> usize {
         .consumer_count
 }
 
+/// Raises this process's soft open-file limit to `wanted` (at most the hard limit): the
+/// test holds 2,000 sockets, and so does the gateway, which inherits the limit.
+#[allow(unsafe_code)]
+fn raise_open_file_limit(wanted: libc::rlim_t) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: both calls only read or write the one `rlimit` owned here.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    assert_eq!(read, 0, "getrlimit(RLIMIT_NOFILE)");
+    if limit.rlim_cur >= wanted {
+        return;
+    }
+    limit.rlim_cur = wanted.min(limit.rlim_max);
+    // SAFETY: as above.
+    let written = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    assert_eq!(written, 0, "setrlimit(RLIMIT_NOFILE)");
+}
+
 #[tokio::test]
 async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_each() {
+    raise_open_file_limit(8192);
     let flue = Flue::start().await;
     flue.script_config("c", "#!/bin/sh\necho done\n", &[], &[])
         .await;
@@ -57,10 +78,11 @@ async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_ea
         .expect("http client");
     let polls = (0..POLLS).map(|i| {
         let id = ids[i % ids.len()].clone();
+        // Long enough for all 2,000 to be waiting at once on a busy machine.
         let wait = if expected[&id] == DeploymentStatus::Complete {
             60
         } else {
-            15
+            25
         };
         let url = format!("{base}/v1/deployments/{id}?wait_secs={wait}");
         let http = http.clone();
