@@ -15,6 +15,11 @@ pub const DEFAULT_PRESENCE_TIMEOUT_SECS: u64 = 10;
 /// Longest presence timeout accepted: one day, in seconds.
 pub const MAX_PRESENCE_TIMEOUT_SECS: u64 = 24 * 3600;
 
+/// Default of `--broker-timeout-ms`.
+pub const DEFAULT_BROKER_TIMEOUT_MS: u64 = 2_000;
+/// Smallest `--request-timeout-secs`: it must leave room for the longest long poll.
+pub const MIN_REQUEST_TIMEOUT_SECS: u64 = crate::api::deployments::MAX_WAIT_SECS + 5;
+
 /// Everything `flue-gateway` can be told at start.
 ///
 /// Its `Debug` form hides the passwords in the broker URLs.
@@ -80,6 +85,32 @@ pub struct Config {
     #[arg(long, env = "FLUE_WEBHOOK_MAX_ATTEMPTS", default_value_t = 8,
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub webhook_max_attempts: u32,
+    /// Milliseconds one broker call (a JetStream API request, KV read or write, publish
+    /// acknowledgement) may take; an API call whose broker call runs out answers 503
+    /// `unavailable` with `Retry-After`.
+    #[arg(long, env = "FLUE_BROKER_TIMEOUT_MS", default_value_t = DEFAULT_BROKER_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub broker_timeout_ms: u64,
+    /// Milliseconds a client has to send a request's headers, counted from when the gateway
+    /// starts waiting for them (so also the longest idle keep-alive); then the connection closes.
+    #[arg(long, env = "FLUE_HEADER_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub header_timeout_ms: u64,
+    /// Milliseconds a client has to send a whole request body once its headers are in;
+    /// a slower or stalled body is answered 408 `request_timeout`.
+    #[arg(long, env = "FLUE_BODY_TIMEOUT_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub body_timeout_ms: u64,
+    /// Seconds a request may take until its answer starts (longer than the longest long
+    /// poll, 60 s); the event stream after its start is not limited. Over it: 503 `unavailable`.
+    #[arg(long, env = "FLUE_REQUEST_TIMEOUT_SECS", default_value_t = 90,
+          value_parser = clap::value_parser!(u64).range(MIN_REQUEST_TIMEOUT_SECS..=3600))]
+    pub request_timeout_secs: u64,
+    /// Most HTTP connections open at once; a connection beyond it is closed as soon as it is
+    /// accepted. The process's open-file limit must leave room for it.
+    #[arg(long, env = "FLUE_MAX_CONNECTIONS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
 }
 
 impl Config {
@@ -101,6 +132,11 @@ impl Config {
             webhook_backoff_ms: 1_000,
             webhook_backoff_max_ms: 300_000,
             webhook_max_attempts: 8,
+            broker_timeout_ms: DEFAULT_BROKER_TIMEOUT_MS,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            request_timeout_secs: 90,
+            max_connections: 10_000,
         }
     }
 
@@ -131,6 +167,11 @@ impl Config {
         Duration::from_secs(self.presence_timeout_secs.max(1))
     }
 
+    /// The longest one broker call may take.
+    pub fn broker_timeout(&self) -> Duration {
+        Duration::from_millis(self.broker_timeout_ms)
+    }
+
     /// How long messages stay in the streams.
     pub fn stream_max_age(&self) -> Duration {
         Duration::from_secs(self.stream_max_age_secs)
@@ -158,6 +199,11 @@ impl fmt::Debug for Config {
             .field("webhook_backoff_ms", &self.webhook_backoff_ms)
             .field("webhook_backoff_max_ms", &self.webhook_backoff_max_ms)
             .field("webhook_max_attempts", &self.webhook_max_attempts)
+            .field("broker_timeout_ms", &self.broker_timeout_ms)
+            .field("header_timeout_ms", &self.header_timeout_ms)
+            .field("body_timeout_ms", &self.body_timeout_ms)
+            .field("request_timeout_secs", &self.request_timeout_secs)
+            .field("max_connections", &self.max_connections)
             .finish()
     }
 }
@@ -201,6 +247,11 @@ mod tests {
             ["flue-gateway", "--presence-timeout-secs", "86401"],
             ["flue-gateway", "--webhook-timeout-ms", "0"],
             ["flue-gateway", "--webhook-max-attempts", "0"],
+            ["flue-gateway", "--broker-timeout-ms", "0"],
+            ["flue-gateway", "--header-timeout-ms", "10"],
+            ["flue-gateway", "--body-timeout-ms", "x"],
+            ["flue-gateway", "--request-timeout-secs", "60"],
+            ["flue-gateway", "--max-connections", "0"],
         ] {
             assert!(Config::try_parse_from(args).is_err(), "{args:?}");
         }

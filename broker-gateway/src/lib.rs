@@ -12,7 +12,10 @@
 //! - [`responses`]: the consumer applying agents' answers;
 //! - [`timeouts`]: the sweeper failing deployments nobody answered;
 //! - [`presence`]: online / offline from agents' heartbeats;
-//! - [`webhooks`]: webhook subscriptions and their delivery.
+//! - [`webhooks`]: webhook subscriptions and their delivery;
+//! - [`waiters`]: long polls sharing one watch of the deployments;
+//! - [`serve`]: HTTP connections (bound, header timeout, graceful stop);
+//! - [`link`]: whether the broker connection is up.
 
 pub mod api;
 pub mod broker;
@@ -21,14 +24,17 @@ pub mod deferred;
 pub mod error;
 pub mod events;
 pub mod fit;
+pub mod link;
 pub mod listen;
 pub mod presence;
 pub mod record;
 pub mod responses;
+pub mod serve;
 pub mod service;
 pub mod stack_events;
 pub mod store;
 pub mod timeouts;
+pub mod waiters;
 pub mod webhooks;
 
 use std::io::Write as _;
@@ -38,8 +44,9 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use flue_proto::nats_url::NatsUrls;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 pub use api::ApiError;
 pub use config::Config;
@@ -65,8 +72,12 @@ impl Gateway {
     /// Connects to the broker, sets up streams, buckets and the response consumer,
     /// recovers pending deployments, binds the listener and starts serving.
     pub async fn start(config: Config) -> Result<Self, Error> {
-        let client = connect(&config.nats_url).await?;
-        let js = jetstream::new(client.clone());
+        let (client, reconnected) = connect(&config.nats_url).await?;
+        // Every JetStream call (KV reads and writes, API requests, publish acks) of the
+        // gateway is bounded by this, so that an API call waits at most that long on it.
+        let js = jetstream::ContextBuilder::new()
+            .timeout(config.broker_timeout())
+            .build(client.clone());
         let broker = Broker::new(js.clone());
         broker.ensure_streams(config.stream_max_age()).await?;
         let events = events::Events::open(js.clone(), config.event_retention()).await?;
@@ -98,7 +109,13 @@ impl Gateway {
             addr: listen,
             source,
         })?;
-        let router = api::router(service.clone());
+        let link = link::BrokerLink::new(client.clone(), reconnected);
+        let waiters = waiters::Waiters::default();
+        let router = api::router(service.clone(), link.clone(), waiters.clone());
+        let rules = serve::ConnectionRules {
+            max_connections: usize::try_from(service.config.max_connections).unwrap_or(usize::MAX),
+            header_timeout: Duration::from_millis(service.config.header_timeout_ms),
+        };
 
         let tasks = &service.tasks;
         tasks.spawn(responses::consume(service.clone(), shutdown.child_token()));
@@ -106,15 +123,18 @@ impl Gateway {
         tasks.spawn(service::republish(service.clone(), shutdown.child_token()));
         tasks.spawn(presence::run(service.clone(), shutdown.child_token()));
         tasks.spawn(webhooks::run(service.clone(), shutdown.child_token()));
-        let server = axum::serve(listener, router.clone())
-            .with_graceful_shutdown(shutdown.child_token().cancelled_owned());
-        tasks.spawn(async move {
-            if let Err(e) = server.await {
-                error!(error = %e, "http server failed");
-            }
-            // Without its API the gateway is of no use: stop the rest too.
-            shutdown.cancel();
-        });
+        tasks.spawn(waiters::run(
+            service.store.clone(),
+            waiters,
+            link.reconnected(),
+            shutdown.child_token(),
+        ));
+        tasks.spawn(serve::serve(
+            listener,
+            router.clone(),
+            rules,
+            shutdown.child_token(),
+        ));
         info!(addr = %local_addr, "gateway started");
         Ok(Self {
             local_addr,
@@ -188,15 +208,27 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     Ok(())
 }
 
-async fn connect(url: &str) -> Result<async_nats::Client, Error> {
+/// Connects to the broker; the receiver changes each time the connection is made again.
+async fn connect(url: &str) -> Result<(async_nats::Client, watch::Receiver<u64>), Error> {
     let urls = NatsUrls::parse(url);
-    urls.with_credentials(async_nats::ConnectOptions::new())
+    let (connected, reconnected) = watch::channel(0_u64);
+    let connected = Arc::new(connected);
+    let client = urls
+        .with_credentials(async_nats::ConnectOptions::new())
         .name("flue-gateway")
-        .event_callback(|event| async move {
-            match event {
-                async_nats::Event::Connected => info!("broker connected"),
-                async_nats::Event::Disconnected => warn!("broker connection lost; reconnecting"),
-                other => warn!(event = %other, "broker event"),
+        .event_callback(move |event| {
+            let connected = connected.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => {
+                        info!("broker connected");
+                        connected.send_modify(|n| *n += 1);
+                    }
+                    async_nats::Event::Disconnected => {
+                        warn!("broker connection lost; reconnecting")
+                    }
+                    other => warn!(event = %other, "broker event"),
+                }
             }
         })
         .connect(urls.servers())
@@ -204,7 +236,8 @@ async fn connect(url: &str) -> Result<async_nats::Client, Error> {
         .map_err(|source| Error::Connect {
             url: urls.redacted(),
             source,
-        })
+        })?;
+    Ok((client, reconnected))
 }
 
 #[cfg(test)]

@@ -33,7 +33,10 @@ pub use event::{
 pub use ids::{
     ConfigId, DeploymentId, IdError, MAX_ID_LEN, ServerId, StackId, TenantId, WebhookId,
 };
-pub use server::{AgentBootstrap, ErrorBody, ErrorDetail, RegisterServer, Registration, Server};
+pub use server::{
+    AgentBootstrap, BrokerState, ErrorBody, ErrorDetail, Health, HealthStatus, RegisterServer,
+    Registration, Server,
+};
 pub use stack::{
     ActionResult, ActionRun, OpStatus, Operation, Pending, PutStack, Stack, StackAction,
     StackState, StackStatus, Unit,

@@ -77,3 +77,34 @@ pub struct ErrorDetail {
     /// What was wrong, for a human.
     pub message: String,
 }
+
+/// Body of `GET /livez`, `/healthz` and `/readyz`: how the gateway and its broker link are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    /// `ok` when the endpoint answers 200, `unavailable` when it answers 503.
+    pub status: HealthStatus,
+    /// Whether the gateway's broker connection is up right now.
+    pub broker: BrokerState,
+    /// Long polls (`GET /v1/deployments/{id}?wait_secs=N`) waiting right now.
+    pub long_polls: usize,
+}
+
+/// `Health::status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthStatus {
+    /// Serving.
+    Ok,
+    /// Not ready: calls that need the broker answer 503.
+    Unavailable,
+}
+
+/// `Health::broker`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BrokerState {
+    /// Connected.
+    Connected,
+    /// Not connected (reconnecting in the background).
+    Disconnected,
+}

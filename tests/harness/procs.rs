@@ -121,6 +121,17 @@ impl Nats {
         self.spawn().await;
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open but nothing is answered, as
+    /// with a hung broker. [`Nats::resume`] thaws it.
+    pub fn pause(&self) {
+        signal(self.child.as_ref().expect("nats-server running"), "-STOP");
+    }
+
+    /// Thaws a server frozen by [`Nats::pause`] (SIGCONT).
+    pub fn resume(&self) {
+        signal(self.child.as_ref().expect("nats-server running"), "-CONT");
+    }
+
     /// A plain client connection (for tests that look at the broker directly).
     pub async fn client(&self) -> async_nats::Client {
         async_nats::connect(self.url())

@@ -1,13 +1,14 @@
 //! `/v1/deployments`: create (queue for the agent) and read, with an optional long poll.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use flue_proto::limits::check_input_values;
+use axum::{Extension, Json};
 use flue_proto::{
     Action, Config, CreateDeployment, Deployment, DeploymentId, DeploymentStatus, IdError,
     ServerId, StackId,
@@ -28,6 +29,8 @@ use crate::record::{
 };
 use crate::service::{Service, request};
 use crate::store::{Listing, StoreError};
+use crate::store::deployment_key;
+use crate::waiters::{Waiters, Wake};
 
 /// Longest long poll, in seconds.
 pub const MAX_WAIT_SECS: u64 = 60;
@@ -336,9 +339,12 @@ pub struct WaitQuery {
 ///
 /// With `wait_secs`, answers as soon as the status differs from `after_status` (or,
 /// without it, is terminal), or when the time is up, with the record as it then is.
-/// Waiting follows a KV watch started before the first read, so no change is missed.
+/// Waiting shares the gateway's one watch of the deployments bucket ([`Waiters`]): the
+/// waiter is registered before the first read, so no change is missed, and a long poll
+/// costs the broker nothing while it waits.
 pub async fn get(
     State(service): State<Service>,
+    Extension(waiters): Extension<Waiters>,
     PathId(id): PathId<DeploymentId>,
     query: Result<Query<WaitQuery>, QueryRejection>,
 ) -> Result<Json<Deployment>, ApiError> {
@@ -364,42 +370,40 @@ pub async fn get(
         return Ok(Json(record.redacted()));
     }
 
-    let mut watch = service.store.watch_deployment(tenant, &id).await?;
-    let mut latest = service
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
+    let mut waiter = waiters.wait_for(deployment_key(tenant, &id));
+    let (record, mut revision) = service
         .store
-        .deployment(tenant, &id)
+        .deployment_at(tenant, &id)
         .await?
         .ok_or_else(not_found)?;
-    if done(latest.deployment.status) {
-        return Ok(Json(latest.redacted()));
-    }
-    let waited = tokio::time::timeout(Duration::from_secs(wait), async {
-        loop {
-            let next = tokio::select! {
-                () = service.shutdown.cancelled() => return Ok(()),
-                next = watch.next() => next,
-            };
-            match next {
-                Some(Ok(record)) => {
-                    let finished = done(record.deployment.status);
-                    latest = record;
-                    if finished {
-                        return Ok(());
-                    }
-                }
-                Some(Err(e)) => return Err(e),
-                None => return Ok(()),
+    let mut latest = Arc::new(record);
+    while !done(latest.deployment.status) {
+        let wake = tokio::select! {
+            () = service.shutdown.cancelled() => break,
+            () = tokio::time::sleep_until(deadline) => break,
+            wake = waiter.next() => wake,
+        };
+        match wake {
+            // Writes can reach a waiter out of order with its own read: keep the newest.
+            Wake::Changed(seen) if seen.revision > revision => {
+                latest = seen.record;
+                revision = seen.revision;
             }
+            Wake::Changed(_) => {}
+            Wake::Reread => match service.store.deployment_at(tenant, &id).await {
+                Ok(Some((record, at))) if at > revision => {
+                    latest = Arc::new(record);
+                    revision = at;
+                }
+                Ok(_) => {}
+                // The broker is away: keep waiting on what is known; the watch asks again
+                // once it is back.
+                Err(e) => {
+                    warn!(error = %chain(&e), deployment.id = %id, "cannot read the deployment again while waiting")
+                }
+            },
         }
-    })
-    .await;
-    if let Ok(Err(e)) = waited {
-        warn!(error = %chain(&e), deployment.id = %id, "deployment watch failed; answering with the current record");
-        latest = service
-            .store
-            .deployment(tenant, &id)
-            .await?
-            .ok_or_else(not_found)?;
     }
     Ok(Json(latest.redacted()))
 }

@@ -1,11 +1,11 @@
 //! `ApiError`: every way a request can fail, mapped to a status and an [`ErrorBody`].
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flue_proto::limits::LimitError;
 use flue_proto::{ConfigError, ErrorBody, ErrorDetail};
-use tracing::error;
+use tracing::{error, warn};
 
 use crate::broker::{BrokerError, TooLarge};
 use crate::error::chain;
@@ -64,19 +64,36 @@ pub enum ApiError {
     #[error("method not allowed")]
     MethodNotAllowed,
     /// The state store failed in a way the client should know about and retry; the
-    /// message says what to retry (the cause is logged where it happened).
+    /// message, written for the client, says what to retry (the cause is logged where it
+    /// happened, never put here).
     #[error("{0}")]
     Unavailable(String),
-    /// The state store failed.
+    /// The broker connection is down: nothing was done, retry later.
+    #[error("the broker is not reachable; retry later")]
+    BrokerDown,
+    /// The request took longer than the request timeout (the work may go on).
+    #[error("the request took longer than {0} s; retry later")]
+    TookTooLong(u64),
+    /// The client did not send the whole body within the body timeout.
+    #[error("the request body did not arrive within {0} ms")]
+    BodyTimeout(u64),
+    /// The state store failed: 503 (a broker call failed or ran out of time) unless the
+    /// stored value cannot be decoded (500).
     #[error("state store failure")]
     Store(#[from] StoreError),
-    /// The broker failed.
+    /// The broker failed: 503, retry later.
     #[error("broker failure")]
     Broker(#[from] BrokerError),
     /// A task doing the work panicked or was aborted.
     #[error("background task failed")]
     Task(#[from] tokio::task::JoinError),
+    /// A handler panicked (caught by the router's panic layer).
+    #[error("handler panicked")]
+    Panic,
 }
+
+/// Seconds a client is told to wait (`Retry-After`) before retrying a 503.
+pub const RETRY_AFTER_SECS: u64 = 2;
 
 impl ApiError {
     /// The HTTP status and stable code of this error.
@@ -99,10 +116,32 @@ impl ApiError {
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Self::RevisionMismatch(_) => (StatusCode::CONFLICT, "revision_mismatch"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            Self::Store(_) | Self::Broker(_) | Self::Task(_) => {
+            Self::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
+            Self::Store(StoreError::Decode { .. }) | Self::Task(_) | Self::Panic => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
             }
+            Self::Unavailable(_)
+            | Self::BrokerDown
+            | Self::TookTooLong(_)
+            | Self::Store(_)
+            | Self::Broker(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        }
+    }
+
+    /// The text the client gets: what it sent wrong for a 4xx, what to do for a 503, and
+    /// never a cause for a 5xx (the cause is logged here, once).
+    fn client_message(&self) -> String {
+        match self {
+            Self::Store(StoreError::Decode { .. }) | Self::Task(_) | Self::Panic => {
+                error!(error = %chain(self), "request failed");
+                "internal error; see the gateway log".to_owned()
+            }
+            Self::Store(_) | Self::Broker(_) => {
+                warn!(error = %chain(self), "broker call failed; answering 503");
+                "the broker did not complete the call; retry later".to_owned()
+            }
+            // Written for the client by the code that fails; no cause in them.
+            _ => self.to_string(),
         }
     }
 }
@@ -110,21 +149,76 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let message = if matches!(self, Self::Unavailable(_)) {
-            self.to_string()
-        } else if status.is_server_error() {
-            // The cause is for the operator, logged here once; the client gets a generic text.
-            error!(error = %chain(&self), "request failed");
-            "internal error; see the gateway log".to_owned()
-        } else {
-            self.to_string()
-        };
         let body = ErrorBody {
             error: ErrorDetail {
                 code: code.to_owned(),
-                message,
+                message: self.client_message(),
             },
         };
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            let retry = [(header::RETRY_AFTER, RETRY_AFTER_SECS.to_string())];
+            return (status, retry, Json(body)).into_response();
+        }
         (status, Json(body)).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::to_bytes;
+
+    use super::*;
+
+    /// The status, `Retry-After` and body of an error's answer.
+    async fn answer(e: ApiError) -> (StatusCode, Option<String>, ErrorBody) {
+        let resp = e.into_response();
+        let status = resp.status();
+        let retry = resp
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|v| v.to_str().expect("ascii").to_owned());
+        let bytes = to_bytes(resp.into_body(), usize::MAX).await.expect("body");
+        (
+            status,
+            retry,
+            serde_json::from_slice(&bytes).expect("an ErrorBody"),
+        )
+    }
+
+    fn read_failure() -> StoreError {
+        StoreError::Read {
+            bucket: "flue_deployments",
+            key: "default.secret-key".to_owned(),
+            source: "nats: timed out at 127.0.0.1:4222".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn broker_failures_answer_503_with_retry_after_and_no_cause() {
+        for e in [ApiError::Store(read_failure()), ApiError::BrokerDown] {
+            let (status, retry, body) = answer(e).await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(retry.as_deref(), Some("2"));
+            assert_eq!(body.error.code, "unavailable");
+            for inside in ["flue_deployments", "secret-key", "127.0.0.1", "timed out"] {
+                assert!(!body.error.message.contains(inside), "{body:?}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn internal_failures_answer_500_with_a_generic_message() {
+        let undecodable = StoreError::Decode {
+            bucket: "flue_deployments",
+            key: "default.secret-key".to_owned(),
+            source: serde_json::from_str::<u8>("\"x\"").expect_err("not a number"),
+        };
+        for e in [ApiError::Store(undecodable), ApiError::Panic] {
+            let (status, retry, body) = answer(e).await;
+            assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+            assert_eq!(retry, None);
+            assert_eq!(body.error.code, "internal");
+            assert_eq!(body.error.message, "internal error; see the gateway log");
+        }
     }
 }

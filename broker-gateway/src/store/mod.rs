@@ -31,6 +31,7 @@ pub use stacks::StackWrite;
 
 use crate::record::DeploymentRecord;
 use bucket::{bucket, create, decode, encode, get, keys};
+use error::BoxError;
 
 /// Bucket of configs.
 pub const CONFIGS_BUCKET: &str = "flue_configs";
@@ -321,43 +322,44 @@ impl Store {
             .collect())
     }
 
-    /// The successive values of deployment `id` written from now on.
-    ///
-    /// Start the watch before reading the current value, so that no change falls between the two.
-    pub async fn watch_deployment(
+    /// The record of deployment `id` of `tenant` and its KV revision, if it exists.
+    pub async fn deployment_at(
         &self,
         tenant: &TenantId,
         id: &DeploymentId,
+    ) -> Result<Option<(DeploymentRecord, u64)>, StoreError> {
+        get(&self.deployments, DEPLOYMENTS_BUCKET, key2(tenant, id)).await
+    }
+
+    /// Every write to the deployments bucket from now on, in stream order: one watch
+    /// (one ordered consumer on the broker) however many readers share it.
+    pub async fn watch_deployments(
+        &self,
     ) -> Result<
-        impl Stream<Item = Result<DeploymentRecord, StoreError>> + Send + Unpin + use<>,
+        impl Stream<Item = Result<DeploymentChange, StoreError>> + Send + Unpin + use<>,
         StoreError,
     > {
-        let key = key2(tenant, id);
+        let watch_err = |source: BoxError| StoreError::Watch {
+            bucket: DEPLOYMENTS_BUCKET,
+            key: ">".to_owned(),
+            source,
+        };
         let watch = self
             .deployments
-            .watch(&key)
+            .watch_all()
             .await
-            .map_err(|e| StoreError::Watch {
-                bucket: DEPLOYMENTS_BUCKET,
-                key: key.clone(),
-                source: e.into(),
-            })?;
+            .map_err(|e| watch_err(e.into()))?;
         Ok(watch
             .filter_map(move |entry| {
-                let key = key.clone();
-                async move {
-                    match entry {
-                        Ok(e) if e.operation == kv::Operation::Put => {
-                            Some(decode(DEPLOYMENTS_BUCKET, &key, &e.value))
-                        }
-                        Ok(_) => None,
-                        Err(err) => Some(Err(StoreError::Watch {
-                            bucket: DEPLOYMENTS_BUCKET,
-                            key,
-                            source: err.into(),
-                        })),
-                    }
-                }
+                std::future::ready(match entry {
+                    Ok(e) if e.operation == kv::Operation::Put => Some(Ok(DeploymentChange {
+                        key: e.key,
+                        revision: e.revision,
+                        value: e.value,
+                    })),
+                    Ok(_) => None,
+                    Err(err) => Some(Err(watch_err(err.into()))),
+                })
             })
             .boxed())
     }
@@ -401,6 +403,28 @@ impl<T> Listing<T> {
             }
             other => other,
         }
+    }
+}
+
+/// The KV key of deployment `id` of `tenant`, as [`DeploymentChange::key`] names it.
+pub fn deployment_key(tenant: &TenantId, id: &DeploymentId) -> String {
+    key2(tenant, id)
+}
+
+/// One write to the deployments bucket, decoded only by whoever wants it.
+#[derive(Debug, Clone)]
+pub struct DeploymentChange {
+    /// The key written ([`deployment_key`]).
+    pub key: String,
+    /// The KV revision of the write; later writes have larger ones.
+    pub revision: u64,
+    value: Bytes,
+}
+
+impl DeploymentChange {
+    /// The record written.
+    pub fn record(&self) -> Result<DeploymentRecord, StoreError> {
+        decode(DEPLOYMENTS_BUCKET, &self.key, &self.value)
     }
 }
 

@@ -13,7 +13,7 @@ use super::fixture::{Fixture, code, config_and_server, message, script_config};
 async fn health_and_unknown_routes_answer_json() {
     let fx = Fixture::start().await;
     let (s, body) = fx.call(Method::GET, "/healthz", None).await;
-    assert_eq!((s, body), (StatusCode::OK, json!({"status": "ok"})));
+    assert_eq!((s, &body["status"]), (StatusCode::OK, &json!("ok")));
     let (s, body) = fx.call(Method::GET, "/v1/nothing", None).await;
     assert_eq!((s, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
     let (s, body) = fx.call(Method::DELETE, "/v1/configs", None).await;

@@ -372,6 +372,9 @@ async fn answers_are_applied_after_a_broker_restart() {
             if s == StatusCode::OK && d["status"] == "COMPLETE" {
                 return d;
             }
+            // A 503 comes at once while the broker is away: pause as a client would, which
+            // also lets the in-process gateway (same runtime) reconnect.
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
     .await
