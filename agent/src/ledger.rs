@@ -24,7 +24,7 @@ mod key;
 
 use std::path::{Path, PathBuf};
 
-use flue_proto::DeploymentResult;
+use flue_proto::{DeploymentResult, RequestDigest};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -43,12 +43,27 @@ pub enum Entry {
         /// When it was started; absent only for an entry that could not be read back.
         #[serde(default, with = "time::serde::rfc3339::option")]
         at: Option<OffsetDateTime>,
+        /// Digest of the request message; absent in entries of agents older than it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        digest: Option<RequestDigest>,
     },
     /// The final result, exactly as published.
     Done {
         /// The result.
         result: DeploymentResult,
+        /// Digest of the request message; absent in entries of agents older than it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        digest: Option<RequestDigest>,
     },
+}
+
+impl Entry {
+    /// Digest of the request the entry was recorded for, if known.
+    pub fn digest(&self) -> Option<&RequestDigest> {
+        match self {
+            Self::Started { digest, .. } | Self::Done { digest, .. } => digest.as_ref(),
+        }
+    }
 }
 
 /// Why the ledger failed; the agent stops rather than risk running something twice.
@@ -140,23 +155,31 @@ impl Ledger {
         self.read(key, key.as_str())
     }
 
-    /// Durably records that the hook of the request `key` is starting now.
+    /// Durably records that the hook of the request `key` (whose message has `digest`)
+    /// is starting now.
     pub async fn record_started(
         &self,
         key: &LedgerKey,
         at: OffsetDateTime,
+        digest: Option<&RequestDigest>,
     ) -> Result<(), LedgerError> {
-        self.put(key, &Entry::Started { at: Some(at) }).await
+        let entry = Entry::Started {
+            at: Some(at),
+            digest: digest.cloned(),
+        };
+        self.put(key, &entry).await
     }
 
-    /// Durably records the final result of the request `key`.
+    /// Durably records the final result of the request `key` (whose message has `digest`).
     pub async fn record_done(
         &self,
         key: &LedgerKey,
         result: &DeploymentResult,
+        digest: Option<&RequestDigest>,
     ) -> Result<(), LedgerError> {
         let entry = Entry::Done {
             result: result.clone(),
+            digest: digest.cloned(),
         };
         self.put(key, &entry).await
     }
@@ -169,7 +192,7 @@ impl Ledger {
         let mut pruned = 0;
         for item in self.db.iter() {
             let (key, value) = item.map_err(err("scan"))?;
-            let Ok(Entry::Done { result }) = serde_json::from_slice::<Entry>(&value) else {
+            let Ok(Entry::Done { result, .. }) = serde_json::from_slice::<Entry>(&value) else {
                 continue;
             };
             if result.finished_at >= cutoff {
@@ -198,7 +221,7 @@ impl Ledger {
         Ok(raw.map(|bytes| {
             serde_json::from_slice(&bytes).unwrap_or_else(|e| {
                 tracing::error!(ledger.key = %raw_key, error = %e, "unreadable ledger entry, treating it as interrupted");
-                Entry::Started { at: None }
+                Entry::Started { at: None, digest: None }
             })
         }))
     }

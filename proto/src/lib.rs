@@ -4,11 +4,13 @@
 //! - [`subject`]: subject, stream and consumer names;
 //! - [`config`], [`deployment`], [`server`], [`stack`]: the JSON bodies of the HTTP API and of
 //!   the messages on the request and response queues;
+//! - [`digest`]: the digest tying an agent's answer to the exact request it answers;
 //! - [`event`]: lifecycle events (CloudEvents), their subjects and filters, heartbeats;
 //! - [`webhook`]: webhook subscriptions.
 
 pub mod config;
 pub mod deployment;
+pub mod digest;
 pub mod event;
 pub mod ids;
 pub mod nats_url;
@@ -24,6 +26,7 @@ pub use deployment::{
     Action, AgentMessage, CreateDeployment, Deployment, DeploymentRequest, DeploymentResult,
     DeploymentStatus, OutputRef, PROTOCOL_VERSION,
 };
+pub use digest::RequestDigest;
 pub use event::{
     CloudEvent, EventFilter, EventKind, EventType, Heartbeat, HeartbeatState, Presence,
     PresenceStatus,

@@ -29,7 +29,14 @@ fn signal(child: &Child, sig: &str) {
     assert!(ok, "kill {sig} {pid} failed");
 }
 
-/// A real nats-server with JetStream on a free loopback port and a temp store dir.
+/// The broker configuration Flue ships, `scripts/nats-server.conf`, which every test's
+/// broker runs with.
+pub fn broker_config() -> PathBuf {
+    crate::repo_root().join("scripts/nats-server.conf")
+}
+
+/// A real nats-server with JetStream on a free loopback port and a temp store dir,
+/// started with the shipped configuration ([`broker_config`]).
 pub struct Nats {
     child: Option<Child>,
     /// 0 until the first start, when the server picks a free port itself.
@@ -59,7 +66,10 @@ impl Nats {
             0 => "-1".to_owned(),
             p => p.to_string(),
         };
+        // The documented broker: the shipped config, with a free port and a temp store.
         let mut child = Command::new(nats_server_bin())
+            .arg("-c")
+            .arg(broker_config())
             .args(["-js", "-a", "127.0.0.1", "-p", &port, "-sd"])
             .arg(self.store.path())
             .stdin(Stdio::null())

@@ -44,26 +44,32 @@ async fn transitions_survive_reopening_the_database() {
         let ledger = Ledger::open(&path).expect("open");
         assert_eq!(ledger.get(&key("d1")).expect("get"), None);
         ledger
-            .record_started(&key("d1"), at)
+            .record_started(&key("d1"), at, None)
             .await
             .expect("started");
         ledger
-            .record_started(&key("d2"), at)
+            .record_started(&key("d2"), at, None)
             .await
             .expect("started");
         ledger
-            .record_done(&key("d2"), &result())
+            .record_done(&key("d2"), &result(), None)
             .await
             .expect("done");
     }
     let ledger = Ledger::open(&path).expect("reopen");
     assert_eq!(
         ledger.get(&key("d1")).expect("get"),
-        Some(Entry::Started { at: Some(at) })
+        Some(Entry::Started {
+            at: Some(at),
+            digest: None
+        })
     );
     assert_eq!(
         ledger.get(&key("d2")).expect("get"),
-        Some(Entry::Done { result: result() })
+        Some(Entry::Done {
+            result: result(),
+            digest: None
+        })
     );
     assert_eq!(ledger.get(&key("d3")).expect("get"), None);
 }
@@ -74,11 +80,11 @@ async fn a_new_request_reusing_a_deployment_id_does_not_see_the_old_entry() {
     let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
     let first = request_at("job-1", CREATED);
     ledger
-        .record_done(&LedgerKey::of_request(&first), &result())
+        .record_done(&LedgerKey::of_request(&first), &result(), None)
         .await
         .expect("done");
     ledger
-        .record_started(&key("job-2"), CREATED)
+        .record_started(&key("job-2"), CREATED, None)
         .await
         .expect("started");
 
@@ -89,7 +95,10 @@ async fn a_new_request_reusing_a_deployment_id_does_not_see_the_old_entry() {
         ledger
             .get(&LedgerKey::of_request(&redelivered))
             .expect("get"),
-        Some(Entry::Done { result: result() })
+        Some(Entry::Done {
+            result: result(),
+            digest: None
+        })
     );
     // A later request with the same id (the broker lost its state) is new.
     let reused = request_at("job-1", CREATED + time::Duration::hours(1));
@@ -135,12 +144,15 @@ async fn unreadable_requests_have_entries_of_their_own() {
     );
     assert_eq!(ledger.get(&unreadable).expect("get"), None);
     ledger
-        .record_done(&unreadable, &result())
+        .record_done(&unreadable, &result(), None)
         .await
         .expect("done");
     assert_eq!(
         ledger.get(&unreadable).expect("get"),
-        Some(Entry::Done { result: result() })
+        Some(Entry::Done {
+            result: result(),
+            digest: None
+        })
     );
     assert_eq!(ledger.get(&key("d1")).expect("get"), None);
 }
@@ -154,7 +166,10 @@ async fn record_done_at(ledger: &Ledger, name: &str, at: OffsetDateTime) {
         finished_at: at,
         ..result()
     };
-    ledger.record_done(&key(name), &result).await.expect("done");
+    ledger
+        .record_done(&key(name), &result, None)
+        .await
+        .expect("done");
 }
 
 #[tokio::test]
@@ -187,7 +202,7 @@ async fn recent_done_entries_are_kept() {
     assert_eq!(ledger.prune_done_before(CUTOFF).await.expect("prune"), 1);
     assert_eq!(ledger.get(&key("old")).expect("get"), None);
     for (name, at) in [("at_cutoff", CUTOFF), ("recent", AFTER)] {
-        let Some(Entry::Done { result }) = ledger.get(&key(name)).expect("get") else {
+        let Some(Entry::Done { result, .. }) = ledger.get(&key(name)).expect("get") else {
             panic!("{name} was not kept as done");
         };
         assert_eq!(result.finished_at, at, "{name}");
@@ -200,11 +215,11 @@ async fn started_and_unreadable_entries_are_kept_however_old() {
     let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
     let long_ago = OffsetDateTime::UNIX_EPOCH;
     ledger
-        .record_started(&key("s_old"), long_ago)
+        .record_started(&key("s_old"), long_ago, None)
         .await
         .expect("started");
     ledger
-        .record_started(&key("s_recent"), AFTER)
+        .record_started(&key("s_recent"), AFTER, None)
         .await
         .expect("started");
     ledger
@@ -215,15 +230,24 @@ async fn started_and_unreadable_entries_are_kept_however_old() {
     assert_eq!(ledger.prune_done_before(CUTOFF).await.expect("prune"), 1);
     assert_eq!(
         ledger.get(&key("s_old")).expect("get"),
-        Some(Entry::Started { at: Some(long_ago) })
+        Some(Entry::Started {
+            at: Some(long_ago),
+            digest: None
+        })
     );
     assert_eq!(
         ledger.get(&key("s_recent")).expect("get"),
-        Some(Entry::Started { at: Some(AFTER) })
+        Some(Entry::Started {
+            at: Some(AFTER),
+            digest: None
+        })
     );
     assert_eq!(
         ledger.get(&key("unreadable")).expect("get"),
-        Some(Entry::Started { at: None })
+        Some(Entry::Started {
+            at: None,
+            digest: None
+        })
     );
     assert_eq!(ledger.get(&key("done_old")).expect("get"), None);
 }
@@ -246,6 +270,35 @@ async fn an_unreadable_entry_counts_as_interrupted() {
         .expect("insert");
     assert_eq!(
         ledger.get(&key("d1")).expect("get"),
-        Some(Entry::Started { at: None })
+        Some(Entry::Started {
+            at: None,
+            digest: None
+        })
+    );
+}
+
+#[tokio::test]
+async fn entries_keep_the_digest_of_their_request_and_old_entries_still_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
+    let digest = RequestDigest::of(b"request");
+    ledger
+        .record_done(&key("d1"), &result(), Some(&digest))
+        .await
+        .expect("done");
+    let entry = ledger.get(&key("d1")).expect("get").expect("entry");
+    assert_eq!(entry.digest(), Some(&digest));
+    // An entry written before digests existed.
+    let old = serde_json::json!({"state": "done", "result": result()});
+    ledger
+        .db
+        .insert(key("d2").as_str(), serde_json::to_vec(&old).expect("json"))
+        .expect("insert");
+    assert_eq!(
+        ledger.get(&key("d2")).expect("get"),
+        Some(Entry::Done {
+            result: result(),
+            digest: None
+        })
     );
 }

@@ -23,7 +23,7 @@ use crate::record::{
     DeploymentRecord, hidden_inputs, hidden_outputs, hidden_union, same_config_content,
     same_request, timeout_deadline, with_defaults,
 };
-use crate::service::Service;
+use crate::service::{Service, request};
 
 /// Longest long poll, in seconds.
 pub const MAX_WAIT_SECS: u64 = 60;
@@ -136,7 +136,7 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
     let id = body.id.unwrap_or_else(DeploymentId::random);
     let now = OffsetDateTime::now_utc();
     let expires_at = now + Duration::from_secs(timeout_secs);
-    let record = DeploymentRecord {
+    let mut record = DeploymentRecord {
         deployment: Deployment {
             name: body.name.unwrap_or_else(|| id.to_string()),
             id,
@@ -165,7 +165,10 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
         request_published: false,
         hidden_inputs: hidden,
         hidden_outputs: hidden_outputs(&config),
+        request_digest: None,
     };
+    // Recorded before the request is published, so that no answer can come first.
+    record.request_digest = Some(request(&record, &config).digest());
     let d = &record.deployment;
     if let Some(from) = skip_from {
         // A retry of a request that did create its deployment is answered like any retry.

@@ -63,12 +63,31 @@ pub enum ApiError {
     /// The state store failed.
     #[error("state store failure")]
     Store(#[from] StoreError),
+    /// The broker refused a server's request consumer for its consumer limit (one per
+    /// registered server): an operator must raise it. Not `internal`: nothing failed.
+    #[error(
+        "cannot register another server: the broker's consumer limit{} is reached (one request consumer per server); raise the gateway's --max-servers or the broker account's consumer limit",
+        limit.map(|n| format!(" of {n}")).unwrap_or_default()
+    )]
+    ConsumerLimit {
+        /// The limit, as far as the gateway could read it.
+        limit: Option<i64>,
+    },
     /// The broker failed.
     #[error("broker failure")]
-    Broker(#[from] BrokerError),
+    Broker(#[source] BrokerError),
     /// A task doing the work panicked or was aborted.
     #[error("background task failed")]
     Task(#[from] tokio::task::JoinError),
+}
+
+impl From<BrokerError> for ApiError {
+    fn from(e: BrokerError) -> Self {
+        match e {
+            BrokerError::ConsumerLimit { limit } => Self::ConsumerLimit { limit },
+            e => Self::Broker(e),
+        }
+    }
 }
 
 impl ApiError {
@@ -90,6 +109,9 @@ impl ApiError {
             Self::RevisionMismatch(_) => (StatusCode::CONFLICT, "revision_mismatch"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::ConsumerLimit { .. } => {
+                (StatusCode::INSUFFICIENT_STORAGE, "consumer_limit_reached")
+            }
             Self::Store(_) | Self::Broker(_) | Self::Task(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
             }
@@ -100,7 +122,8 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let message = if matches!(self, Self::Unavailable(_)) {
+        // These say what an operator must do and carry no internals.
+        let message = if matches!(self, Self::Unavailable(_) | Self::ConsumerLimit { .. }) {
             self.to_string()
         } else if status.is_server_error() {
             // The cause is for the operator, logged here once; the client gets a generic text.
