@@ -130,17 +130,26 @@ impl Broker {
     /// `max_servers` as its consumer limit (one durable consumer per server).
     ///
     /// The limit is set on the stream explicitly: left at -1 it would mean the broker's
-    /// default, 1,000 on nats-server 2.15, and the 1,001st registration would fail.
+    /// default, 1,000 on nats-server 2.15, and the 1,001st registration would fail. An
+    /// account allowing fewer consumers caps it (the broker refuses a stream limit above
+    /// its account's); the start-up check then warns.
     pub async fn ensure_streams(
         &self,
         max_age: Duration,
         max_servers: i32,
     ) -> Result<(), BrokerError> {
+        // The broker refuses a stream limit above its account's.
+        let request_limit = match self.account_consumer_limit().await {
+            Some(account) if account < i64::from(max_servers) => {
+                i32::try_from(account).unwrap_or(max_servers)
+            }
+            _ => max_servers,
+        };
         for (name, subjects, max_consumers) in [
             (
                 subject::REQUEST_STREAM,
                 subject::REQUEST_SUBJECTS,
-                max_servers,
+                request_limit,
             ),
             (subject::RESPONSE_STREAM, subject::RESPONSE_SUBJECTS, 0),
         ] {
@@ -187,6 +196,17 @@ impl Broker {
             }
         }
         Ok(())
+    }
+
+    /// The account's JetStream consumer limit, if it has one and it can be read.
+    async fn account_consumer_limit(&self) -> Option<i64> {
+        match self.js.query_account().await {
+            Ok(account) => account.limits.max_consumers.filter(|n| *n > 0),
+            Err(e) => {
+                warn!(error = %e, "cannot read the broker account's limits");
+                None
+            }
+        }
     }
 
     /// The consumer limits that bound how many servers can register: the request

@@ -42,17 +42,25 @@ pub struct Nats {
     /// 0 until the first start, when the server picks a free port itself.
     port: u16,
     store: TempDir,
+    config: PathBuf,
     logs: Logs,
 }
 
 impl Nats {
-    /// Starts a server and waits until it says it is ready.
+    /// Starts a server with the shipped configuration and waits until it is ready.
     pub async fn start() -> Nats {
+        Nats::start_with_config(&broker_config()).await
+    }
+
+    /// Starts a server with another configuration file (its port and store are still
+    /// chosen here) and waits until it is ready.
+    pub async fn start_with_config(config: &Path) -> Nats {
         let store = tempfile::tempdir().expect("tempdir");
         let mut nats = Nats {
             child: None,
             port: 0,
             store,
+            config: config.to_owned(),
             logs: Logs::default(),
         };
         nats.spawn().await;
@@ -69,7 +77,7 @@ impl Nats {
         // The documented broker: the shipped config, with a free port and a temp store.
         let mut child = Command::new(nats_server_bin())
             .arg("-c")
-            .arg(broker_config())
+            .arg(&self.config)
             .args(["-js", "-a", "127.0.0.1", "-p", &port, "-sd"])
             .arg(self.store.path())
             .stdin(Stdio::null())

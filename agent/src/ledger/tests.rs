@@ -302,3 +302,29 @@ async fn entries_keep_the_digest_of_their_request_and_old_entries_still_read() {
         })
     );
 }
+
+#[tokio::test]
+async fn two_messages_with_one_request_identity_are_kept_apart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
+    let (real, forged) = (RequestDigest::of(b"real"), RequestDigest::of(b"forged"));
+    let apart = key("d1").with_digest(&forged);
+    assert_ne!(apart, key("d1"));
+    assert_eq!(apart.deployment_id(), key("d1").deployment_id());
+    assert_eq!(
+        apart,
+        key("d1").with_digest(&forged),
+        "stable across redeliveries"
+    );
+    ledger
+        .record_done(&key("d1"), &result(), Some(&real))
+        .await
+        .expect("done");
+    ledger
+        .record_started(&apart, CREATED, Some(&forged))
+        .await
+        .expect("started");
+    let first = ledger.get(&key("d1")).expect("get").expect("entry");
+    assert_eq!(first.digest(), Some(&real), "the first entry is left alone");
+    assert!(matches!(first, Entry::Done { .. }));
+}

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use flue_engine::ClientError;
 use flue_proto::{RegisterServer, ServerId, subject};
-use flue_tests::Flue;
+use flue_tests::{Flue, Gateway, Nats, WAIT};
 use futures_util::StreamExt;
 
 /// Registrations in flight at once, as an engine creating a large stack would send them.
@@ -90,4 +90,60 @@ async fn a_registration_past_the_brokers_consumer_limit_is_a_507_naming_the_limi
             .any(|l| l.contains("request failed")),
         "logged as an internal failure"
     );
+}
+
+#[tokio::test]
+async fn a_gateway_on_a_broker_account_with_fewer_consumers_warns_at_start_and_answers_507() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("nats-server.conf");
+    // A broker whose account allows 20 consumers per stream (nats-server applies an
+    // account's `max_consumers` to each of its streams).
+    std::fs::write(
+        &config,
+        "jetstream {}\n\
+         accounts {\n\
+           FLUE { jetstream { max_consumers: 20 }, users: [{user: flue, password: flue}] }\n\
+         }\n",
+    )
+    .expect("write config");
+    let nats = Nats::start_with_config(&config).await;
+    let url = nats.url().replace("nats://", "nats://flue:flue@");
+    let gateway = Gateway::start(&url, &[]).await;
+    let warning = gateway
+        .logs()
+        .wait_for("the broker allows fewer consumers than --max-servers", WAIT)
+        .await;
+    assert!(warning.contains("limit=20"), "{warning}");
+
+    let client = gateway.client();
+    let mut refused = None;
+    for i in 0..25 {
+        let registered = client
+            .register_server(&RegisterServer {
+                id: ServerId::new(format!("s{i}")).expect("id"),
+                name: String::new(),
+            })
+            .await;
+        if let Err(e) = registered {
+            refused = Some((i, e));
+            break;
+        }
+    }
+    let Some((
+        20,
+        ClientError::Api {
+            status,
+            code,
+            message,
+        },
+    )) = refused
+    else {
+        panic!("not the 21st registration refused: {refused:?}");
+    };
+    assert_eq!(
+        (status, code.as_str()),
+        (507, "consumer_limit_reached"),
+        "{message}"
+    );
+    assert!(message.contains("limit of 20"), "{message}");
 }
