@@ -77,7 +77,7 @@ mkdir -p "$demo"
 
 section "starting nats-server with JetStream on loopback"
 nats_port="$(free_port)"
-"$nats_server" -js -a 127.0.0.1 -p "$nats_port" -sd "$demo/js" >"$demo/nats.log" 2>&1 &
+"$nats_server" -c scripts/nats-server.conf -a 127.0.0.1 -p "$nats_port" -sd "$demo/js" >"$demo/nats.log" 2>&1 &
 pids+=($!)
 wait_for "nats-server on port $nats_port" 15 "${pids[-1]}" nats-server "$demo/nats.log" tcp_open "$nats_port"
 nats_url="nats://127.0.0.1:$nats_port"

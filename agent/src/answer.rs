@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::{self, message::PublishMessage};
 use flue_proto::{
-    AgentMessage, DeploymentId, DeploymentResult, DeploymentStatus, PROTOCOL_VERSION, ServerId,
-    TenantId, subject,
+    AgentMessage, DeploymentId, DeploymentResult, DeploymentStatus, PROTOCOL_VERSION,
+    RequestDigest, ServerId, TenantId, subject,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -123,12 +123,17 @@ pub fn result_budget(client: &async_nats::Client) -> usize {
     max.saturating_sub(HEADROOM)
 }
 
-/// The `finished` message for a result.
-pub fn finished(id: &DeploymentId, result: DeploymentResult) -> AgentMessage {
+/// The `finished` message for a result, answering the request message of `digest`.
+pub fn finished(
+    id: &DeploymentId,
+    digest: Option<&RequestDigest>,
+    result: DeploymentResult,
+) -> AgentMessage {
     AgentMessage::Finished {
         v: PROTOCOL_VERSION,
         deployment_id: id.clone(),
         result,
+        request_digest: digest.cloned(),
     }
 }
 
@@ -136,9 +141,14 @@ pub fn finished(id: &DeploymentId, result: DeploymentResult) -> AgentMessage {
 /// `budget` bytes, sharing the room fairly (a short stream is kept whole, two long ones
 /// get half each). If the rest of the result alone is too big, the outputs are dropped and
 /// the deployment fails, since a result that cannot be delivered helps no one.
-pub fn fit(id: &DeploymentId, result: DeploymentResult, budget: usize) -> DeploymentResult {
+pub fn fit(
+    id: &DeploymentId,
+    digest: Option<&RequestDigest>,
+    result: DeploymentResult,
+    budget: usize,
+) -> DeploymentResult {
     let size = |r: &DeploymentResult| {
-        serde_json::to_vec(&finished(id, r.clone())).map_or(usize::MAX, |b| b.len())
+        serde_json::to_vec(&finished(id, digest, r.clone())).map_or(usize::MAX, |b| b.len())
     };
     let mut r = result;
     // One pass is exact; the second only runs after the outputs were dropped.
@@ -233,11 +243,11 @@ mod tests {
     fn fit_shortens_the_streams_until_the_message_fits() {
         let id: DeploymentId = "d1".parse().expect("id");
         let small = result(10, 10);
-        assert_eq!(fit(&id, small.clone(), 10_000), small);
+        assert_eq!(fit(&id, None, small.clone(), 10_000), small);
 
         let budget = 1 << 20;
-        let r = fit(&id, result(1 << 20, 1 << 18), budget);
-        let len = serde_json::to_vec(&finished(&id, r.clone()))
+        let r = fit(&id, None, result(1 << 20, 1 << 18), budget);
+        let len = serde_json::to_vec(&finished(&id, None, r.clone()))
             .expect("ser")
             .len();
         assert!(len <= budget, "{len}");
@@ -256,15 +266,17 @@ mod tests {
             r.deploy_stderr.len()
         );
         // A short stream is kept whole.
-        let r = fit(&id, result(1 << 21, 100), budget);
+        let r = fit(&id, None, result(1 << 21, 100), budget);
         assert_eq!(r.deploy_stderr, "\u{1}".repeat(100));
-        let len = serde_json::to_vec(&finished(&id, r)).expect("ser").len();
+        let len = serde_json::to_vec(&finished(&id, None, r))
+            .expect("ser")
+            .len();
         assert!(len <= budget && len > budget - 64, "{len}");
 
         let mut huge = result(0, 0);
         huge.outputs
             .insert("big".into(), serde_json::json!("x".repeat(5000)));
-        let r = fit(&id, huge, 2000);
+        let r = fit(&id, None, huge, 2000);
         assert_eq!(r.status, DeploymentStatus::Failed);
         assert!(r.outputs.is_empty());
         assert!(r.status_reason.unwrap_or_default().contains("does not fit"));

@@ -1,5 +1,7 @@
 //! One request message, exactly once: the ledger decides whether the hook runs, and the
 //! answer is recorded before it is published and published before the request is acked.
+//! Every answer names the digest of the message it answers; a message that is not a
+//! readable request is reported as rejected, attributed to no deployment.
 
 use std::future::Future;
 use std::time::Duration;
@@ -8,10 +10,11 @@ use async_nats::jetstream::{self, AckKind};
 use flue_proto::nats_url::NatsUrls;
 use flue_proto::{
     AgentMessage, DeploymentId, DeploymentRequest, DeploymentResult, PROTOCOL_VERSION,
+    RequestDigest,
 };
 use time::OffsetDateTime;
 use tokio::sync::oneshot;
-use tracing::{Instrument, error, info, info_span, warn};
+use tracing::{Instrument, info, info_span, warn};
 
 use crate::answer;
 use crate::data::server::DataServer;
@@ -33,15 +36,22 @@ pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(3);
 pub const DELIVERED_QUEUE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Handles one pulled request. Errors are ledger failures only: the agent must stop.
+///
+/// Every answer carries the digest of the message's bytes, so the gateway applies it only
+/// to the deployment whose recorded request this very message is.
 pub async fn handle(agent: &Agent, msg: jetstream::Message) -> Result<(), Error> {
+    let digest = RequestDigest::of(&msg.payload);
     let req: DeploymentRequest = match serde_json::from_slice(&msg.payload) {
         Ok(req) => req,
-        Err(e) => return unreadable(agent, &msg, &e.to_string()).await,
+        Err(e) => {
+            reject(agent, &msg, digest, &format!("unreadable request: {e}")).await;
+            return Ok(());
+        }
     };
     let span = info_span!("deployment", deployment.id = %req.deployment_id);
     async {
-        announce_delivery(agent, &req.deployment_id).await;
-        handle_request(agent, &msg, &req).await
+        announce_delivery(agent, &req.deployment_id, &digest).await;
+        handle_request(agent, &msg, &req, &digest).await
     }
     .instrument(span)
     .await
@@ -53,11 +63,12 @@ pub async fn handle(agent: &Agent, msg: jetstream::Message) -> Result<(), Error>
 /// It costs the deployment no round trip: the message is only queued on the connection,
 /// ahead of anything published later for the request, and its acknowledgement is awaited
 /// by a task of its own. A failure is logged and changes nothing else.
-async fn announce_delivery(agent: &Agent, id: &DeploymentId) {
+async fn announce_delivery(agent: &Agent, id: &DeploymentId, digest: &RequestDigest) {
     let delivered = AgentMessage::Delivered {
         v: PROTOCOL_VERSION,
         deployment_id: id.clone(),
         at: OffsetDateTime::now_utc(),
+        request_digest: Some(digest.clone()),
     };
     let ack = match tokio::time::timeout(DELIVERED_QUEUE_TIMEOUT, agent.responder.send(&delivered))
         .await
@@ -82,53 +93,46 @@ async fn announce_delivery(agent: &Agent, id: &DeploymentId) {
     );
 }
 
-/// The part of a request every protocol version shares.
-#[derive(Debug, serde::Deserialize)]
-struct Envelope {
-    v: u32,
-    deployment_id: DeploymentId,
-}
-
-/// A request that does not parse: answered FAILED if at least its id can be read (a newer
-/// gateway, say), otherwise terminated, since there is no one to answer.
-async fn unreadable(agent: &Agent, msg: &jetstream::Message, error: &str) -> Result<(), Error> {
-    let Ok(env) = serde_json::from_slice::<Envelope>(&msg.payload) else {
-        error!(subject = %msg.subject, error = %error, "unparseable request, terminating it");
-        if let Err(e) = msg.ack_with(AckKind::Term).await {
-            warn!(error = %e, "terminating the request failed");
-        }
-        return Ok(());
+/// A message that is not a request this agent can read: reported as `rejected` (its
+/// stream sequence, digest and why), never as an answer for whatever deployment id its
+/// bytes may name, then terminated so that the queue moves on. Nothing is recorded in the
+/// ledger: nothing runs, and a redelivery is rejected again under the same message id.
+async fn reject(agent: &Agent, msg: &jetstream::Message, digest: RequestDigest, reason: &str) {
+    let stream_seq = msg.info().map_or(0, |info| info.stream_sequence);
+    warn!(subject = %msg.subject, stream_seq, reason, "rejecting a message on the request queue");
+    let rejected = AgentMessage::Rejected {
+        v: PROTOCOL_VERSION,
+        stream_seq,
+        request_digest: digest,
+        reason: reason.to_owned(),
+        at: OffsetDateTime::now_utc(),
     };
-    let id = env.deployment_id;
-    let span = info_span!("deployment", deployment.id = %id);
-    let key = LedgerKey::of_unreadable(&agent.config.tenant, &agent.config.server_id, &id);
-    async {
-        announce_delivery(agent, &id).await;
-        let result = match agent.ledger.get(&key)? {
-            Some(Entry::Done { result }) => result,
-            _ => {
-                let reason = format!("unreadable request (protocol version {}): {error}", env.v);
-                warn!(reason = %reason, "refusing the request");
-                record(agent, &key, failed(&reason, None)).await?
-            }
-        };
-        answer_and_ack(agent, msg, &id, result).await;
-        Ok(())
+    if !agent
+        .responder
+        .publish_finished(&rejected, &agent.shutdown)
+        .await
+    {
+        warn!("rejection not published before shutdown; the message will come again");
+        return;
     }
-    .instrument(span)
-    .await
+    if let Err(e) = msg.ack_with(AckKind::Term).await {
+        warn!(error = %e, "terminating the rejected message failed");
+    }
 }
 
 async fn handle_request(
     agent: &Agent,
     msg: &jetstream::Message,
     req: &DeploymentRequest,
+    digest: &RequestDigest,
 ) -> Result<(), Error> {
     // Keyed by the whole request identity, not the id alone: an id can come back for a new
     // request once the broker has lost its state, and that one must run.
-    let key = LedgerKey::of_request(req);
+    let key = ledger_key(agent, req, digest)?;
     let result = match agent.ledger.get(&key)? {
-        Some(Entry::Done { result }) => {
+        // An entry without a digest was written by an older agent for this key: it is
+        // taken as this request's, as that agent would have.
+        Some(Entry::Done { result, .. }) => {
             info!("already finished, answering from the ledger");
             result
         }
@@ -136,18 +140,38 @@ async fn handle_request(
             warn!(
                 "found started but never finished (agent stopped mid-hook), reporting it interrupted"
             );
-            record(agent, &key, failed("interrupted", at)).await?
+            record(agent, &key, digest, failed("interrupted", at)).await?
         }
         None => match refusal(agent, req) {
             Some(reason) => {
                 warn!(reason = %reason, "refusing the request");
-                record(agent, &key, failed(&reason, None)).await?
+                record(agent, &key, digest, failed(&reason, None)).await?
             }
-            None => apply(agent, msg, req, &key).await?,
+            None => apply(agent, msg, req, &key, digest).await?,
         },
     };
-    answer_and_ack(agent, msg, &req.deployment_id, result).await;
+    answer_and_ack(agent, msg, &req.deployment_id, digest, result).await;
     Ok(())
+}
+
+/// The ledger key of `req`: its identity, unless an entry recorded there is for another
+/// message with the same identity (a stray or forged copy, or the real request behind
+/// one), in which case this message gets a key of its own ([`LedgerKey::with_digest`]).
+fn ledger_key(
+    agent: &Agent,
+    req: &DeploymentRequest,
+    digest: &RequestDigest,
+) -> Result<LedgerKey, Error> {
+    let key = LedgerKey::of_request(req);
+    let other = agent
+        .ledger
+        .get(&key)?
+        .is_some_and(|entry| entry.digest().is_some_and(|d| d != digest));
+    if other {
+        warn!(digest = %digest, "another message with this request's identity was handled before; keeping them apart");
+        return Ok(key.with_digest(digest));
+    }
+    Ok(key)
 }
 
 /// Publishes the recorded result, then acks the request; without a PubAck the request
@@ -156,9 +180,10 @@ async fn answer_and_ack(
     agent: &Agent,
     msg: &jetstream::Message,
     id: &DeploymentId,
+    digest: &RequestDigest,
     result: DeploymentResult,
 ) {
-    let answer = answer::finished(id, result);
+    let answer = answer::finished(id, Some(digest), result);
     if agent
         .responder
         .publish_finished(&answer, &agent.shutdown)
@@ -197,16 +222,17 @@ fn failed(reason: &str, started_at: Option<OffsetDateTime>) -> DeploymentResult 
     Outcome::failed(reason).into_result(&[], started_at, OffsetDateTime::now_utc())
 }
 
-/// Makes `result` fit in one message, then records it durably for the request `key`;
-/// returns what was recorded.
+/// Makes `result` fit in one message, then records it durably for the request `key`
+/// (whose message has `digest`); returns what was recorded.
 async fn record(
     agent: &Agent,
     key: &LedgerKey,
+    digest: &RequestDigest,
     result: DeploymentResult,
 ) -> Result<DeploymentResult, Error> {
     let budget = answer::result_budget(&agent.broker.client);
-    let result = answer::fit(key.deployment_id(), result, budget);
-    agent.ledger.record_done(key, &result).await?;
+    let result = answer::fit(key.deployment_id(), Some(digest), result, budget);
+    agent.ledger.record_done(key, &result, Some(digest)).await?;
     Ok(result)
 }
 
@@ -216,22 +242,27 @@ async fn apply(
     msg: &jetstream::Message,
     req: &DeploymentRequest,
     key: &LedgerKey,
+    digest: &RequestDigest,
 ) -> Result<DeploymentResult, Error> {
     let item = HookItem::from_request(req);
     let hook = match hook::find(&agent.config.hook_dirs, &item.group) {
         Ok(hook) => hook,
         Err(reason) => {
             warn!(group = %item.group, reason = %reason, "no hook");
-            return record(agent, key, failed(&reason, None)).await;
+            return record(agent, key, digest, failed(&reason, None)).await;
         }
     };
 
     let started_at = OffsetDateTime::now_utc();
-    agent.ledger.record_started(key, started_at).await?;
+    agent
+        .ledger
+        .record_started(key, started_at, Some(digest))
+        .await?;
     let started = AgentMessage::Started {
         v: PROTOCOL_VERSION,
         deployment_id: req.deployment_id.clone(),
         at: started_at,
+        request_digest: Some(digest.clone()),
     };
     if let Err(e) = agent.responder.publish(&started).await {
         warn!(error = %e, "publishing started failed; carrying on");
@@ -248,6 +279,7 @@ async fn apply(
     let (lines, progress) = progress::start(
         agent.responder.clone(),
         req.deployment_id.clone(),
+        digest.clone(),
         agent.config.server_id.clone(),
         redactor.clone(),
     );
@@ -259,7 +291,12 @@ async fn apply(
     // agent can kill what is left of it should this one die (see `crate::orphans`).
     let record_group = async {
         match spawned.await {
-            Ok(group) => agent.ledger.record_hook(key, started_at, group).await,
+            Ok(group) => {
+                agent
+                    .ledger
+                    .record_hook(key, started_at, group, Some(digest))
+                    .await
+            }
             Err(_) => Ok(()),
         }
     };
@@ -281,7 +318,7 @@ async fn apply(
         code = ?result.deploy_status_code,
         "hook finished"
     );
-    record(agent, key, result).await
+    record(agent, key, digest, result).await
 }
 
 /// How hooks are started: under the guard (this executable), which kills the hook's

@@ -26,7 +26,7 @@ mod key;
 
 use std::path::{Path, PathBuf};
 
-use flue_proto::DeploymentResult;
+use flue_proto::{DeploymentResult, RequestDigest};
 
 use crate::process::HookProcess;
 use serde::{Deserialize, Serialize};
@@ -51,12 +51,27 @@ pub enum Entry {
         /// written by agents that did not record it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         hook: Option<HookProcess>,
+        /// Digest of the request message; absent in entries of agents older than it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        digest: Option<RequestDigest>,
     },
     /// The final result, exactly as published.
     Done {
         /// The result.
         result: DeploymentResult,
+        /// Digest of the request message; absent in entries of agents older than it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        digest: Option<RequestDigest>,
     },
+}
+
+impl Entry {
+    /// Digest of the request the entry was recorded for, if known.
+    pub fn digest(&self) -> Option<&RequestDigest> {
+        match self {
+            Self::Started { digest, .. } | Self::Done { digest, .. } => digest.as_ref(),
+        }
+    }
 }
 
 /// Why the ledger failed; the agent stops rather than risk running something twice.
@@ -154,29 +169,35 @@ impl Ledger {
         self.read(key, key.as_str())
     }
 
-    /// Durably records that the hook of the request `key` is starting now.
+    /// Durably records that the hook of the request `key` (whose message has `digest`)
+    /// is starting now.
     pub async fn record_started(
         &self,
         key: &LedgerKey,
         at: OffsetDateTime,
+        digest: Option<&RequestDigest>,
     ) -> Result<(), LedgerError> {
         let entry = Entry::Started {
             at: Some(at),
             hook: None,
+            digest: digest.cloned(),
         };
         self.put(key, &entry).await
     }
 
-    /// Durably records that the hook of the request `key`, started at `at`, runs as `hook`.
+    /// Durably records that the hook of the request `key` (whose message has `digest`),
+    /// started at `at`, runs as `hook`.
     pub async fn record_hook(
         &self,
         key: &LedgerKey,
         at: OffsetDateTime,
         hook: HookProcess,
+        digest: Option<&RequestDigest>,
     ) -> Result<(), LedgerError> {
         let entry = Entry::Started {
             at: Some(at),
             hook: Some(hook),
+            digest: digest.cloned(),
         };
         self.put(key, &entry).await
     }
@@ -197,14 +218,16 @@ impl Ledger {
         Ok(found)
     }
 
-    /// Durably records the final result of the request `key`.
+    /// Durably records the final result of the request `key` (whose message has `digest`).
     pub async fn record_done(
         &self,
         key: &LedgerKey,
         result: &DeploymentResult,
+        digest: Option<&RequestDigest>,
     ) -> Result<(), LedgerError> {
         let entry = Entry::Done {
             result: result.clone(),
+            digest: digest.cloned(),
         };
         self.put(key, &entry).await
     }
@@ -217,7 +240,7 @@ impl Ledger {
         let mut pruned = 0;
         for item in self.db.iter() {
             let (key, value) = item.map_err(err("scan"))?;
-            let Ok(Entry::Done { result }) = serde_json::from_slice::<Entry>(&value) else {
+            let Ok(Entry::Done { result, .. }) = serde_json::from_slice::<Entry>(&value) else {
                 continue;
             };
             if result.finished_at >= cutoff {
@@ -246,7 +269,11 @@ impl Ledger {
         Ok(raw.map(|bytes| {
             serde_json::from_slice(&bytes).unwrap_or_else(|e| {
                 tracing::error!(ledger.key = %raw_key, error = %e, "unreadable ledger entry, treating it as interrupted");
-                Entry::Started { at: None, hook: None }
+                Entry::Started {
+                    at: None,
+                    hook: None,
+                    digest: None,
+                }
             })
         }))
     }

@@ -42,7 +42,7 @@
 //! # Delivery
 //!
 //! One task per deployment publishes the batches in order (`seq` 1, 2, …), each with a
-//! JetStream message id (`<tenant>.<server>.<deployment>.progress-<seq>`) and waiting
+//! JetStream message id (`<tenant>.<server>.<deployment>.<request digest>.progress-<seq>`) and waiting
 //! for its acknowledgement, so the response stream holds them in `seq` order. Progress is
 //! best effort: a batch the broker does not acknowledge within [`PUBLISH_TIMEOUT`] is
 //! dropped (its `seq` is then missing) and the hook is never slowed down. When the hook
@@ -59,7 +59,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flue_proto::event::{OutputStream, ProgressEventData};
-use flue_proto::{AgentMessage, DeploymentId, PROTOCOL_VERSION, ServerId};
+use flue_proto::{AgentMessage, DeploymentId, PROTOCOL_VERSION, RequestDigest, ServerId};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
@@ -248,12 +248,13 @@ impl Sender {
     }
 }
 
-/// Starts sending the progress of `deployment_id` (on `server_id`) through `responder`;
-/// feed it through the returned [`Sink`], then drop every sink and call
-/// [`Sender::finish`].
+/// Starts sending the progress of `deployment_id` (on `server_id`, answering the request
+/// message of `request_digest`) through `responder`; feed it through the returned
+/// [`Sink`], then drop every sink and call [`Sender::finish`].
 pub fn start(
     responder: Responder,
     deployment_id: DeploymentId,
+    request_digest: RequestDigest,
     server_id: ServerId,
     redactor: Redactor,
 ) -> (Sink, Sender) {
@@ -262,6 +263,7 @@ pub fn start(
     let publisher = Publisher {
         responder,
         deployment_id,
+        request_digest,
         server_id,
         failures: 0,
         sent: 0,
@@ -274,6 +276,7 @@ pub fn start(
 struct Publisher {
     responder: Responder,
     deployment_id: DeploymentId,
+    request_digest: RequestDigest,
     server_id: ServerId,
     failures: u64,
     sent: u64,
@@ -333,6 +336,7 @@ impl Publisher {
                 dropped_lines: batch.dropped_lines,
                 truncated: batch.truncated,
             },
+            request_digest: Some(self.request_digest.clone()),
         };
         let error = match tokio::time::timeout(PUBLISH_TIMEOUT, self.responder.publish(&msg)).await
         {

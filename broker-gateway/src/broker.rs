@@ -1,10 +1,14 @@
 //! The request and response streams, the consumers on them, and publishing requests.
+//!
+//! Every registered server has a durable consumer on the request stream, so the stream's
+//! consumer limit (`--max-servers`) bounds the servers; the gateway sets it explicitly and
+//! checks it (and the account's) at start.
 
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
 use flue_proto::{DeploymentRequest, ServerId, TenantId, subject};
-use tracing::info;
+use tracing::{info, warn};
 
 /// How long JetStream remembers a message id to drop a duplicate publish.
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
@@ -22,6 +26,14 @@ pub const HEADROOM: usize = 4096;
 
 /// The max payload assumed when the broker does not tell its own (NATS's default, 1 MiB).
 const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
+
+/// JetStream's "maximum consumers limit reached" (a stream's or the account's).
+const MAXIMUM_CONSUMERS_LIMIT: jetstream::ErrorCode = jetstream::ErrorCode(10026);
+
+/// What a stream's `max_consumers` of zero or less means on nats-server 2.15: not
+/// "unlimited" but the broker's `jetstream.limits.default_max_consumers`, 1,000 unless the
+/// broker's configuration lifts it.
+pub const BROKER_DEFAULT_MAX_CONSUMERS: i64 = 1000;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -82,6 +94,13 @@ pub enum BrokerError {
         #[source]
         source: TooLarge,
     },
+    /// The broker refused a server's request consumer: the request stream's (or the
+    /// account's) consumer limit is reached, one consumer per registered server.
+    #[error("the broker's consumer limit{} is reached", limit.map(|n| format!(" of {n}")).unwrap_or_default())]
+    ConsumerLimit {
+        /// The limit, as far as it could be read.
+        limit: Option<i64>,
+    },
     /// A request could not be published, or its publish was not acknowledged.
     #[error("cannot publish the request of deployment {deployment}")]
     Publish {
@@ -100,6 +119,29 @@ fn request_consumer_error(name: &str) -> impl Fn(BoxError) -> BrokerError + use<
         stream: subject::REQUEST_STREAM,
         consumer: name.clone(),
         source,
+    }
+}
+
+/// The limits on consumers that bound how many servers can register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerLimits {
+    /// The request stream's `max_consumers`; zero or less means the broker's default
+    /// ([`BROKER_DEFAULT_MAX_CONSUMERS`] unless its configuration lifts it).
+    pub stream: i64,
+    /// The account's JetStream consumer limit, if it has one (it counts every consumer of
+    /// the account: the gateway's, webhooks' and SSE listeners' too).
+    pub account: Option<i64>,
+}
+
+impl ConsumerLimits {
+    /// The lowest known limit; `None` when neither is set, which means the broker's
+    /// default applies to the stream.
+    pub fn effective(&self) -> Option<i64> {
+        let stream = (self.stream > 0).then_some(self.stream);
+        match (stream, self.account) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -158,10 +200,31 @@ impl Broker {
     }
 
     /// Creates the request and response streams if they do not exist yet, and gives
-    /// existing ones `max_age` if they were created with another.
-    pub async fn ensure_streams(&self, max_age: Duration) -> Result<(), BrokerError> {
+    /// existing ones `max_age` if they were created with another, and the request stream
+    /// `max_servers` as its consumer limit (one durable consumer per server).
+    ///
+    /// The limit is set on the stream explicitly: left at -1 it would mean the broker's
+    /// default, 1,000 on nats-server 2.15, and the 1,001st registration would fail. An
+    /// account allowing fewer consumers caps it (the broker refuses a stream limit above
+    /// its account's); the start-up check then warns.
+    pub async fn ensure_streams(
+        &self,
+        max_age: Duration,
+        max_servers: i32,
+    ) -> Result<(), BrokerError> {
+        // The broker refuses a stream limit above its account's.
+        let request_limit = match self.account_consumer_limit().await {
+            Some(account) if account < i64::from(max_servers) => {
+                i32::try_from(account).unwrap_or(max_servers)
+            }
+            _ => max_servers,
+        };
         for (name, subjects, max_consumers) in [
-            (subject::REQUEST_STREAM, subject::REQUEST_SUBJECTS, -1),
+            (
+                subject::REQUEST_STREAM,
+                subject::REQUEST_SUBJECTS,
+                request_limit,
+            ),
             (subject::RESPONSE_STREAM, subject::RESPONSE_SUBJECTS, 0),
         ] {
             let config = stream::Config {
@@ -171,7 +234,7 @@ impl Broker {
                 storage: stream::StorageType::File,
                 duplicate_window: DUPLICATE_WINDOW,
                 max_age,
-                // One durable consumer per server: the default cap of 1000 is far too low.
+                // One durable consumer per server on the request stream.
                 max_consumers,
                 ..Default::default()
             };
@@ -185,9 +248,13 @@ impl Broker {
                 .await
                 .map_err(|e| err(e.into()))?;
             let found = &stream.cached_info().config;
-            if found.max_age != max_age {
+            let limit_changed = max_consumers > 0 && found.max_consumers != max_consumers;
+            if found.max_age != max_age || limit_changed {
                 let mut changed = found.clone();
                 changed.max_age = max_age;
+                if limit_changed {
+                    changed.max_consumers = max_consumers;
+                }
                 self.js
                     .update_stream(&changed)
                     .await
@@ -196,11 +263,44 @@ impl Broker {
                     stream = name,
                     from_secs = found.max_age.as_secs(),
                     to_secs = max_age.as_secs(),
-                    "stream max age changed"
+                    from_max_consumers = found.max_consumers,
+                    to_max_consumers = changed.max_consumers,
+                    "stream limits changed"
                 );
             }
         }
         Ok(())
+    }
+
+    /// The account's JetStream consumer limit, if it has one and it can be read.
+    async fn account_consumer_limit(&self) -> Option<i64> {
+        match self.js.query_account().await {
+            Ok(account) => account.limits.max_consumers.filter(|n| *n > 0),
+            Err(e) => {
+                warn!(error = %e, "cannot read the broker account's limits");
+                None
+            }
+        }
+    }
+
+    /// The consumer limits that bound how many servers can register: the request
+    /// stream's own and its account's.
+    pub async fn consumer_limits(&self) -> Result<ConsumerLimits, BrokerError> {
+        let err = |e: BoxError| BrokerError::Stream {
+            stream: subject::REQUEST_STREAM,
+            source: e,
+        };
+        let stream = self
+            .js
+            .get_stream(subject::REQUEST_STREAM)
+            .await
+            .map_err(|e| err(e.into()))?;
+        let stream_limit = i64::from(stream.cached_info().config.max_consumers);
+        let account = self.js.query_account().await.map_err(|e| err(e.into()))?;
+        Ok(ConsumerLimits {
+            stream: stream_limit,
+            account: account.limits.max_consumers.filter(|n| *n > 0),
+        })
     }
 
     /// The gateway's durable pull consumer on the response stream, created if missing.
@@ -236,6 +336,7 @@ impl Broker {
     ///
     /// One message in flight at a time, so a server applies its deployments in queue
     /// order; redelivered forever, since the agent's ledger makes redelivery harmless.
+    /// A broker refusing it for its consumer limit is [`BrokerError::ConsumerLimit`].
     pub async fn ensure_request_consumer(
         &self,
         tenant: &TenantId,
@@ -248,7 +349,7 @@ impl Broker {
             .get_stream_no_info(subject::REQUEST_STREAM)
             .await
             .map_err(|e| err(e.into()))?;
-        stream
+        let created = stream
             .get_or_create_consumer(
                 &name,
                 consumer::pull::Config {
@@ -262,9 +363,23 @@ impl Broker {
                     ..Default::default()
                 },
             )
-            .await
-            .map_err(|e| err(e.into()))?;
-        Ok(name)
+            .await;
+        match created {
+            Ok(_) => Ok(name),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    stream::ConsumerErrorKind::JetStream(j)
+                        if j.error_code() == MAXIMUM_CONSUMERS_LIMIT
+                ) =>
+            {
+                let limits = self.consumer_limits().await;
+                let limit = limits.as_ref().ok().and_then(ConsumerLimits::effective);
+                warn!(server.id = %server, limit, "the broker refused a request consumer: its consumer limit is reached");
+                Err(BrokerError::ConsumerLimit { limit })
+            }
+            Err(e) => Err(err(e.into())),
+        }
     }
 
     /// Removes one server's request queue: purges its requests from the stream, then
@@ -312,7 +427,7 @@ impl Broker {
             deployment: request.deployment_id.to_string(),
             source: e,
         };
-        let payload = serde_json::to_vec(request).expect("a request always serialises");
+        let payload = request.encode();
         self.fits("deployment request", payload.len())
             .map_err(|source| BrokerError::RequestTooLarge {
                 deployment: request.deployment_id.to_string(),
@@ -330,5 +445,24 @@ impl Broker {
             .map_err(|e| err(e.into()))?;
         ack.await.map_err(|e| err(e.into()))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_effective_consumer_limit_is_the_lowest_known_one() {
+        let limits = |stream, account| ConsumerLimits { stream, account };
+        assert_eq!(limits(5000, None).effective(), Some(5000));
+        assert_eq!(limits(5000, Some(300)).effective(), Some(300));
+        assert_eq!(limits(-1, Some(300)).effective(), Some(300));
+        assert_eq!(limits(-1, None).effective(), None);
+        assert_eq!(limits(0, None).effective(), None);
+        assert_eq!(
+            BrokerError::ConsumerLimit { limit: Some(5) }.to_string(),
+            "the broker's consumer limit of 5 is reached"
+        );
     }
 }

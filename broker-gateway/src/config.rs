@@ -14,6 +14,9 @@ pub const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
 pub const DEFAULT_PRESENCE_TIMEOUT_SECS: u64 = 10;
 /// Longest presence timeout accepted: one day, in seconds.
 pub const MAX_PRESENCE_TIMEOUT_SECS: u64 = 24 * 3600;
+/// Default `--max-servers`: past ~10k durable consumers a single broker slows down
+/// (≈ 50 KiB each, slower restarts); beyond that, shard the request stream.
+pub const DEFAULT_MAX_SERVERS: i32 = 10_000;
 
 /// Default of `--broker-timeout-ms`.
 pub const DEFAULT_BROKER_TIMEOUT_MS: u64 = 2_000;
@@ -54,6 +57,12 @@ pub struct Config {
     #[arg(long, env = "FLUE_STREAM_MAX_AGE_SECS", default_value_t = 604_800,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub stream_max_age_secs: u64,
+    /// Servers that can register: the request stream's consumer limit (one durable
+    /// consumer per server), set on the stream at start. The gateway warns at start when
+    /// the broker account allows fewer consumers.
+    #[arg(long, env = "FLUE_MAX_SERVERS", default_value_t = DEFAULT_MAX_SERVERS,
+          value_parser = clap::value_parser!(i32).range(1..=1_000_000))]
+    pub max_servers: i32,
     /// Seconds an event stays in the event stream `FLUE_EVT` (replay window).
     #[arg(long, env = "FLUE_EVENTS_MAX_AGE_SECS", default_value_t = 604_800,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -125,6 +134,7 @@ impl Config {
             timeout_sweep_ms: 500,
             max_body_bytes: 1_048_576,
             stream_max_age_secs: 604_800,
+            max_servers: DEFAULT_MAX_SERVERS,
             events_max_age_secs: 604_800,
             events_max_bytes: 1_073_741_824,
             presence_timeout_secs: DEFAULT_PRESENCE_TIMEOUT_SECS,

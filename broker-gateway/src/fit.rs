@@ -127,6 +127,7 @@ mod tests {
             request_published: true,
             hidden_inputs: Vec::new(),
             hidden_outputs: Vec::new(),
+            request_digest: None,
         }
     }
 

@@ -79,7 +79,10 @@ impl Gateway {
             .timeout(config.broker_timeout())
             .build(client.clone());
         let broker = Broker::new(js.clone());
-        broker.ensure_streams(config.stream_max_age()).await?;
+        broker
+            .ensure_streams(config.stream_max_age(), config.max_servers)
+            .await?;
+        check_consumer_limits(&broker, config.max_servers).await;
         let events = events::Events::open(js.clone(), config.event_retention()).await?;
         let store = Store::open(&js).await?;
         let presence = presence::PresenceTracker::open(&js, &config).await?;
@@ -206,6 +209,36 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     }
     gateway.shutdown().await;
     Ok(())
+}
+
+/// Warns when the broker lets fewer servers register than `max_servers`: the request
+/// stream's own limit could not be set, or the account allows fewer consumers.
+async fn check_consumer_limits(broker: &Broker, max_servers: i32) {
+    let max_servers = i64::from(max_servers);
+    let limits = match broker.consumer_limits().await {
+        Ok(limits) => limits,
+        Err(e) => {
+            warn!(error = %error::chain(&e), "cannot read the broker's consumer limits");
+            return;
+        }
+    };
+    match limits.effective() {
+        Some(limit) if limit >= max_servers => {
+            info!(limit, max_servers, "broker consumer limit checked");
+        }
+        Some(limit) => warn!(
+            limit,
+            max_servers,
+            stream_limit = limits.stream,
+            account_limit = limits.account,
+            "the broker allows fewer consumers than --max-servers: registrations past the limit will be refused"
+        ),
+        None => warn!(
+            max_servers,
+            default = broker::BROKER_DEFAULT_MAX_CONSUMERS,
+            "the request stream has no consumer limit of its own: the broker's default applies (1,000 on nats-server 2.15 unless its configuration lifts it)"
+        ),
+    }
 }
 
 /// Connects to the broker; the receiver changes each time the connection is made again.

@@ -213,6 +213,23 @@ impl PresenceTracker {
         self.retire(server).await;
     }
 
+    /// Notes that `server` was just registered (named `name`), so that its agent's very
+    /// first heartbeat counts: without it, a server deregistered a moment ago would stay
+    /// "unregistered" here until that answer is re-read ([`UNREGISTERED_RECHECK`]), and
+    /// go online only on a later heartbeat. (Another gateway sharing the broker still
+    /// re-reads on its own schedule.)
+    pub fn note_registered(&self, tenant: &TenantId, server: &ServerId, name: &str) {
+        if tenant != &self.inner.tenant {
+            return;
+        }
+        self.with(server, |t| {
+            t.registered = Registered::Yes {
+                name: name.to_owned(),
+                checked: Instant::now(),
+            }
+        });
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<ServerId, Tracked>> {
         self.inner.servers.lock().unwrap_or_else(|p| p.into_inner())
     }

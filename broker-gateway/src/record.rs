@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 
 use flue_proto::event::{DeploymentEventData, deployment_event_id};
-use flue_proto::{CloudEvent, Config, Deployment, DeploymentResult, DeploymentStatus, EventType};
+use flue_proto::{
+    CloudEvent, Config, Deployment, DeploymentResult, DeploymentStatus, EventType, RequestDigest,
+};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -41,6 +43,11 @@ pub struct DeploymentRecord {
     /// Names of the outputs declared hidden by the config.
     #[serde(default)]
     pub hidden_outputs: Vec<String>,
+    /// Digest of the request message published for it, recorded before it is published;
+    /// only answers naming it apply ([`answers_request`]). Absent in records of gateways
+    /// older than it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_digest: Option<RequestDigest>,
 }
 
 impl DeploymentRecord {
@@ -187,6 +194,20 @@ pub fn same_request(stored: &DeploymentRecord, new: &DeploymentRecord) -> bool {
         && stored.redacted().input_values == new.redacted().input_values
 }
 
+/// Whether an agent's answer naming the request message of `digest` is about `record`'s
+/// request.
+///
+/// A record with a digest takes only answers with the same digest: a stray or forged
+/// message that names the deployment, and every answer to it, has another digest (or,
+/// from an agent older than digests, none). A record without one (written by a gateway
+/// older than digests) takes every answer, as that gateway did.
+pub fn answers_request(record: &DeploymentRecord, digest: Option<&RequestDigest>) -> bool {
+    match &record.request_digest {
+        Some(recorded) => digest == Some(recorded),
+        None => true,
+    }
+}
+
 /// Marks the request as published; true if that changed anything.
 pub fn apply_published(record: &mut DeploymentRecord) -> bool {
     !std::mem::replace(&mut record.request_published, true)
@@ -324,6 +345,7 @@ mod tests {
                 expires_at: now + time::Duration::seconds(60),
             },
             request_published: false,
+            request_digest: None,
             hidden_inputs: hidden_inputs(&config),
             hidden_outputs: Vec::new(),
         }
@@ -564,6 +586,20 @@ mod tests {
             at + time::Duration::seconds(61)
         ));
         assert_eq!(late.deployment.delivered_at, None);
+    }
+
+    #[test]
+    fn only_answers_to_the_recorded_request_apply() {
+        let mut r = record();
+        let real = RequestDigest::of(b"real");
+        let stray = RequestDigest::of(b"stray");
+        // A record of an older gateway takes any answer.
+        assert!(answers_request(&r, None));
+        assert!(answers_request(&r, Some(&stray)));
+        r.request_digest = Some(real.clone());
+        assert!(answers_request(&r, Some(&real)));
+        assert!(!answers_request(&r, Some(&stray)));
+        assert!(!answers_request(&r, None));
     }
 
     #[test]

@@ -11,6 +11,12 @@
 //! now or when it is redelivered, so no event is doubled even past the event stream's
 //! duplicate window.
 //!
+//! An answer applies only to the request it answers: it names the digest of the request
+//! message, and one naming another digest than the deployment's record (the answer to a
+//! stray or forged message naming the deployment) is logged as stray and acknowledged,
+//! never retried. A message the agent could not read at all comes back as `rejected` and
+//! is reported as `server.request_rejected`, attributed to no deployment.
+//!
 //! Messages of one server (one subject) are handled one after the other in stream
 //! order, different servers' side by side, so a deployment's events come out in the
 //! order its agent reported them: `delivered`, `started`, its progress, then how it
@@ -26,9 +32,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_nats::jetstream::{AckKind, Message};
-use flue_proto::event::progress_event_id;
+use flue_proto::event::{RequestRejectedEventData, progress_event_id, request_rejected_event_id};
 use flue_proto::{
-    AgentMessage, CloudEvent, Deployment, DeploymentId, EventType, ServerId, StackId, TenantId,
+    AgentMessage, CloudEvent, Deployment, DeploymentId, EventType, RequestDigest, ServerId,
+    StackId, TenantId,
 };
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -39,7 +46,10 @@ use tracing::{debug, info, warn};
 use crate::broker::BrokerError;
 use crate::error::chain;
 use crate::fit::fit_record;
-use crate::record::{apply_delivered, apply_finished, apply_started, end_event_type};
+use crate::record::{
+    DeploymentRecord, answers_request, apply_delivered, apply_finished, apply_started,
+    end_event_type,
+};
 use crate::service::Service;
 use crate::store::StoreError;
 
@@ -155,6 +165,8 @@ struct Owner {
     ended: bool,
     /// The highest progress `seq` reported (0: none).
     last_progress: u64,
+    /// Digest of the request recorded for it: progress naming another is stray.
+    digest: Option<RequestDigest>,
 }
 
 impl Owners {
@@ -166,8 +178,9 @@ impl Owners {
         self.lock().get(&(tenant.clone(), id.clone())).cloned()
     }
 
-    /// Remembers `d` as it now stands, keeping what is known of its progress.
-    fn remember(&self, d: &Deployment) -> Owner {
+    /// Remembers `record` as it now stands, keeping what is known of its progress.
+    fn remember(&self, record: &DeploymentRecord) -> Owner {
+        let d = &record.deployment;
         let mut known = self.lock();
         if known.len() >= MAX_OWNERS {
             known.clear();
@@ -179,6 +192,7 @@ impl Owners {
                 stack: d.stack_id.clone(),
                 ended: false,
                 last_progress: 0,
+                digest: record.request_digest.clone(),
             });
         owner.ended |= d.status.is_terminal();
         owner.clone()
@@ -235,6 +249,7 @@ async fn handle(service: &Service, owners: &Owners, message: Message) -> String 
         };
         let applied = match &parsed {
             AgentMessage::Progress { .. } => progress(service, owners, from, &parsed).await,
+            AgentMessage::Rejected { .. } => rejected(service, from, &parsed).await,
             _ => apply(service, owners, from, &parsed).await,
         };
         match applied {
@@ -247,15 +262,15 @@ async fn handle(service: &Service, owners: &Owners, message: Message) -> String 
                 // offered again and the server's lane moves on. It stays in the stream
                 // (parked) until its max age; the broker reports the termination as an
                 // advisory.
-                warn!(key, error = %source, deployment.id = %parsed.deployment_id(), server.id = %server, kind = kind(&parsed), "agent message for an undecodable deployment record; parked");
+                warn!(key, error = %source, deployment.id = ?parsed.deployment_id(), server.id = %server, kind = kind(&parsed), "agent message for an undecodable deployment record; parked");
                 settle(&message, AckKind::Term).await;
                 return subject;
             }
             Err(e) if attempt == ATTEMPTS => {
-                warn!(error = %chain(&e), deployment.id = %parsed.deployment_id(), kind = kind(&parsed), "cannot store or report an agent message; will retry");
+                warn!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), kind = kind(&parsed), "cannot store or report an agent message; will retry");
             }
             Err(e) => {
-                debug!(error = %chain(&e), deployment.id = %parsed.deployment_id(), attempt, "cannot store or report an agent message; retrying");
+                debug!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), attempt, "cannot store or report an agent message; retrying");
                 tokio::time::sleep(pause).await;
                 pause *= 2;
             }
@@ -284,10 +299,13 @@ async fn apply(
     parsed: &AgentMessage,
 ) -> Result<(), HandleError> {
     let (tenant, server) = (from.tenant, from.server);
-    let id = parsed.deployment_id();
+    let Some(id) = parsed.deployment_id() else {
+        return Ok(());
+    };
     let kind = kind(parsed);
     let now = OffsetDateTime::now_utc();
     let mut foreign = false;
+    let mut stray = false;
     let updated = service
         .store
         .update_deployment(tenant, id, |record| {
@@ -296,10 +314,14 @@ async fn apply(
                 foreign = true;
                 return false;
             }
+            if !answers_request(record, parsed.request_digest()) {
+                stray = true;
+                return false;
+            }
             match parsed {
                 AgentMessage::Delivered { at, .. } => apply_delivered(record, *at),
                 AgentMessage::Started { at, .. } => apply_started(record, *at, now),
-                AgentMessage::Progress { .. } => false,
+                AgentMessage::Progress { .. } | AgentMessage::Rejected { .. } => false,
                 AgentMessage::Finished { result, .. } => {
                     let changed = apply_finished(record, result, now);
                     if changed {
@@ -322,7 +344,11 @@ async fn apply(
         );
         return Ok(());
     }
-    owners.remember(d);
+    if stray {
+        warn_stray(id, server, kind, parsed);
+        return Ok(());
+    }
+    owners.remember(&u.record);
     if d.status.is_terminal() && tenant == &service.config.tenant {
         service.timeouts.remove(id);
     }
@@ -358,7 +384,7 @@ fn reported(message: &AgentMessage, d: &Deployment, mine: bool) -> Option<EventT
         AgentMessage::Started { at, .. } => {
             (d.started_at == Some(*at) && !ended).then_some(EventType::DeploymentStarted)
         }
-        AgentMessage::Progress { .. } => None,
+        AgentMessage::Progress { .. } | AgentMessage::Rejected { .. } => None,
         AgentMessage::Finished { result, .. } => {
             let this_end = d.status == result.status && d.finished_at == Some(result.finished_at);
             this_end.then(|| end_event_type(d)).flatten()
@@ -378,6 +404,7 @@ async fn progress(
     let AgentMessage::Progress {
         deployment_id: id,
         progress,
+        request_digest,
         ..
     } = parsed
     else {
@@ -390,7 +417,7 @@ async fn progress(
     let owner = match owners.get(tenant, id) {
         Some(owner) => owner,
         None => match service.store.deployment(tenant, id).await? {
-            Some(record) => owners.remember(&record.deployment),
+            Some(record) => owners.remember(&record),
             None => {
                 warn!(deployment.id = %id, server.id = %server, "progress for an unknown deployment; ignored");
                 return Ok(());
@@ -399,6 +426,10 @@ async fn progress(
     };
     if &owner.server != server {
         warn!(deployment.id = %id, server.id = %server, owner = %owner.server, "progress from a server that does not own the deployment; ignored");
+        return Ok(());
+    }
+    if owner.digest.is_some() && &owner.digest != request_digest {
+        warn_stray(id, server, "progress", parsed);
         return Ok(());
     }
     if owner.ended || progress.seq <= owner.last_progress {
@@ -422,6 +453,53 @@ async fn progress(
     Ok(())
 }
 
+/// Reports a message the agent could not read on its request queue as
+/// `server.request_rejected`, attributed to no deployment; nothing is stored.
+async fn rejected(
+    service: &Service,
+    from: Sender<'_>,
+    parsed: &AgentMessage,
+) -> Result<(), HandleError> {
+    let AgentMessage::Rejected {
+        stream_seq,
+        request_digest,
+        reason,
+        ..
+    } = parsed
+    else {
+        return Ok(());
+    };
+    let server = from.server;
+    warn!(server.id = %server, stream_seq, digest = %request_digest, reason, "agent rejected a message on its request queue");
+    let data = RequestRejectedEventData {
+        server_id: server.clone(),
+        stream_seq: *stream_seq,
+        request_digest: request_digest.clone(),
+        reason: reason.clone(),
+    };
+    let event = CloudEvent::new(
+        EventType::ServerRequestRejected,
+        from.tenant,
+        request_rejected_event_id(server, *stream_seq, request_digest),
+        format!("servers/{server}"),
+        &data,
+    )
+    .server(server);
+    service.events.publish(&event).await?;
+    Ok(())
+}
+
+/// Logs an answer that is not about the request recorded for deployment `id`: it answers
+/// a stray or forged message naming the deployment (or comes from an agent older than
+/// request digests). It is acknowledged and dropped, never retried.
+fn warn_stray(id: &DeploymentId, server: &ServerId, kind: &str, parsed: &AgentMessage) {
+    warn!(
+        deployment.id = %id, server.id = %server, kind,
+        digest = parsed.request_digest().map_or("none", |d| d.as_str()),
+        "stray agent answer: not about the request recorded for the deployment; ignored"
+    );
+}
+
 /// The message's kind, for logs.
 fn kind(message: &AgentMessage) -> &'static str {
     match message {
@@ -429,6 +507,7 @@ fn kind(message: &AgentMessage) -> &'static str {
         AgentMessage::Started { .. } => "started",
         AgentMessage::Progress { .. } => "progress",
         AgentMessage::Finished { .. } => "finished",
+        AgentMessage::Rejected { .. } => "rejected",
     }
 }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::config::Config;
+use crate::digest::RequestDigest;
 use crate::ids::{ConfigId, DeploymentId, ServerId, StackId, TenantId};
 
 /// HTTP response header of the listings (`GET /v1/deployments`,
@@ -181,6 +182,11 @@ pub struct DeploymentResult {
 }
 
 /// What an agent publishes on `flue.<tenant>.resp.<server>`.
+///
+/// Every answer about a deployment carries `request_digest`, the [`RequestDigest`] of the
+/// request message it answers, and the gateway applies it only when that matches the
+/// digest it recorded for the deployment. An answer without one (an agent older than the
+/// digest) is applied only to records without one (made by a gateway older than it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum AgentMessage {
@@ -190,9 +196,12 @@ pub enum AgentMessage {
         v: u32,
         /// Which deployment.
         deployment_id: DeploymentId,
-        /// When.
+        /// When the agent recorded it.
         #[serde(with = "time::serde::rfc3339")]
         at: OffsetDateTime,
+        /// Digest of the request answered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_digest: Option<RequestDigest>,
     },
     /// The agent received the request (before its ledger decides anything).
     Delivered {
@@ -200,9 +209,12 @@ pub enum AgentMessage {
         v: u32,
         /// Which deployment.
         deployment_id: DeploymentId,
-        /// When.
+        /// When the agent pulled it.
         #[serde(with = "time::serde::rfc3339")]
         at: OffsetDateTime,
+        /// Digest of the request answered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_digest: Option<RequestDigest>,
     },
     /// Lines the running hook printed, in order (`progress.seq` 1, 2, …).
     Progress {
@@ -212,6 +224,9 @@ pub enum AgentMessage {
         deployment_id: DeploymentId,
         /// The lines and their sequence number.
         progress: crate::event::ProgressEventData,
+        /// Digest of the request answered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_digest: Option<RequestDigest>,
     },
     /// The deployment's final result.
     Finished {
@@ -221,24 +236,60 @@ pub enum AgentMessage {
         deployment_id: DeploymentId,
         /// The result.
         result: DeploymentResult,
+        /// Digest of the request answered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_digest: Option<RequestDigest>,
+    },
+    /// A message on the agent's request queue that is not a request it can read; the
+    /// agent dropped it (terminated it on the queue). It names no deployment: nothing in
+    /// such a message can be trusted to.
+    Rejected {
+        /// Protocol version.
+        v: u32,
+        /// The message's sequence in the request stream.
+        stream_seq: u64,
+        /// Digest of the message's bytes.
+        request_digest: RequestDigest,
+        /// Why it could not be read (`unreadable request: …`).
+        reason: String,
+        /// When the agent rejected it.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
     },
 }
 
 impl AgentMessage {
-    /// The deployment the message is about.
-    pub fn deployment_id(&self) -> &DeploymentId {
+    /// The deployment the message is about; `None` for [`AgentMessage::Rejected`].
+    pub fn deployment_id(&self) -> Option<&DeploymentId> {
         match self {
             Self::Started { deployment_id, .. }
             | Self::Delivered { deployment_id, .. }
             | Self::Progress { deployment_id, .. }
-            | Self::Finished { deployment_id, .. } => deployment_id,
+            | Self::Finished { deployment_id, .. } => Some(deployment_id),
+            Self::Rejected { .. } => None,
+        }
+    }
+
+    /// Digest of the request message this answers, if the agent sent one.
+    pub fn request_digest(&self) -> Option<&RequestDigest> {
+        match self {
+            Self::Started { request_digest, .. }
+            | Self::Delivered { request_digest, .. }
+            | Self::Progress { request_digest, .. }
+            | Self::Finished { request_digest, .. } => request_digest.as_ref(),
+            Self::Rejected { request_digest, .. } => Some(request_digest),
         }
     }
 
     /// JetStream message id for de-duplicating republished answers.
     ///
     /// JetStream de-duplicates per stream, not per subject, so the id names the tenant
-    /// and server too: no other server's message can shadow this one's answer.
+    /// and server too: no other server's message can shadow this one's answer. It names
+    /// the request's digest as well, so that the answers to a stray request naming a
+    /// deployment never shadow those to the real one:
+    /// `<tenant>.<server>.<deployment>.<digest>.<kind>` (without a digest,
+    /// `<tenant>.<server>.<deployment>.<kind>`), and for a rejected message
+    /// `<tenant>.<server>.~.<stream seq>.<digest>.rejected`.
     pub fn msg_id(&self, tenant: &TenantId, server: &ServerId) -> String {
         let (id, kind) = match self {
             Self::Started { deployment_id, .. } => (deployment_id, "started".to_owned()),
@@ -249,8 +300,16 @@ impl AgentMessage {
                 ..
             } => (deployment_id, format!("progress-{}", progress.seq)),
             Self::Finished { deployment_id, .. } => (deployment_id, "finished".to_owned()),
+            Self::Rejected {
+                stream_seq,
+                request_digest,
+                ..
+            } => return format!("{tenant}.{server}.~.{stream_seq}.{request_digest}.rejected"),
         };
-        format!("{tenant}.{server}.{id}.{kind}")
+        match self.request_digest() {
+            Some(digest) => format!("{tenant}.{server}.{id}.{digest}.{kind}"),
+            None => format!("{tenant}.{server}.{id}.{kind}"),
+        }
     }
 }
 
@@ -259,6 +318,18 @@ impl DeploymentRequest {
     /// request stream de-duplicates across all its subjects.
     pub fn msg_id(&self) -> String {
         format!("{}.{}", self.tenant, self.deployment_id)
+    }
+
+    /// The bytes published for this request. The gateway records their
+    /// [`RequestDigest`] ([`DeploymentRequest::digest`]) before publishing them, so both
+    /// must come from here.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a request always serialises")
+    }
+
+    /// The digest of [`DeploymentRequest::encode`].
+    pub fn digest(&self) -> RequestDigest {
+        RequestDigest::of(&self.encode())
     }
 }
 
@@ -457,6 +528,7 @@ mod tests {
             v: PROTOCOL_VERSION,
             deployment_id: DeploymentId::new("d1").expect("id"),
             at: OffsetDateTime::UNIX_EPOCH,
+            request_digest: None,
         };
         let text = serde_json::to_string(&started).expect("ser");
         assert!(text.contains("\"kind\":\"started\""), "{text}");
@@ -478,6 +550,7 @@ mod tests {
                 started_at: None,
                 finished_at: OffsetDateTime::UNIX_EPOCH,
             },
+            request_digest: None,
         };
         let text = serde_json::to_string(&finished).expect("ser");
         assert!(text.contains("\"status\":\"FAILED\""), "{text}");
@@ -493,6 +566,50 @@ mod tests {
         assert_ne!(started.msg_id(&t, &s), finished.msg_id(&t, &s));
         let other = ServerId::new("s2").expect("id");
         assert_ne!(finished.msg_id(&t, &s), finished.msg_id(&t, &other));
+    }
+
+    #[test]
+    fn answers_name_the_digest_of_their_request_in_their_message_id() {
+        let (t, s) = (
+            TenantId::new("t").expect("id"),
+            ServerId::new("s").expect("id"),
+        );
+        let digest = request().digest();
+        assert_eq!(digest, RequestDigest::of(&request().encode()));
+        let answer = |request_digest| AgentMessage::Delivered {
+            v: PROTOCOL_VERSION,
+            deployment_id: DeploymentId::new("d1").expect("id"),
+            at: OffsetDateTime::UNIX_EPOCH,
+            request_digest,
+        };
+        let real = answer(Some(digest.clone()));
+        assert_eq!(real.msg_id(&t, &s), format!("t.s.d1.{digest}.delivered"));
+        let stray = answer(Some(RequestDigest::of(b"stray")));
+        assert_ne!(real.msg_id(&t, &s), stray.msg_id(&t, &s));
+        // An answer of an older agent, without a digest, still reads.
+        let old = r#"{"kind":"delivered","v":1,"deployment_id":"d1","at":"1970-01-01T00:00:00Z"}"#;
+        let old: AgentMessage = serde_json::from_str(old).expect("de");
+        assert_eq!(old, answer(None));
+        assert_eq!(old.request_digest(), None);
+
+        let rejected = AgentMessage::Rejected {
+            v: PROTOCOL_VERSION,
+            stream_seq: 7,
+            request_digest: digest.clone(),
+            reason: "unreadable request".into(),
+            at: OffsetDateTime::UNIX_EPOCH,
+        };
+        assert_eq!(rejected.deployment_id(), None);
+        assert_eq!(
+            rejected.msg_id(&t, &s),
+            format!("t.s.~.7.{digest}.rejected")
+        );
+        let text = serde_json::to_string(&rejected).expect("ser");
+        assert!(text.contains("\"kind\":\"rejected\""), "{text}");
+        assert_eq!(
+            serde_json::from_str::<AgentMessage>(&text).expect("de"),
+            rejected
+        );
     }
 
     #[test]

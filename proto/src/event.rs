@@ -73,6 +73,10 @@ pub enum EventType {
     ServerOnline,
     /// `io.flue.server.offline`: its agent stopped cleanly, or fell silent.
     ServerOffline,
+    /// `io.flue.server.request_rejected`: the agent could not read a message on its
+    /// request queue (not a request of this protocol) and dropped it; no deployment is
+    /// concerned, since nothing in such a message can be trusted to name one.
+    ServerRequestRejected,
     /// `io.flue.group.member_joined`: a deployment group gained a member (scale out).
     GroupMemberJoined,
     /// `io.flue.group.member_left`: a deployment group lost a member (scale in).
@@ -103,11 +107,12 @@ pub enum EventType {
 
 impl EventType {
     /// Every type, in documentation order.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::ServerRegistered,
         Self::ServerDeregistered,
         Self::ServerOnline,
         Self::ServerOffline,
+        Self::ServerRequestRejected,
         Self::GroupMemberJoined,
         Self::GroupMemberLeft,
         Self::DeploymentQueued,
@@ -129,7 +134,8 @@ impl EventType {
             Self::ServerRegistered
             | Self::ServerDeregistered
             | Self::ServerOnline
-            | Self::ServerOffline => EventKind::Server,
+            | Self::ServerOffline
+            | Self::ServerRequestRejected => EventKind::Server,
             Self::GroupMemberJoined | Self::GroupMemberLeft => EventKind::Group,
             Self::DeploymentQueued
             | Self::DeploymentDelivered
@@ -152,6 +158,7 @@ impl EventType {
             Self::ServerDeregistered => "deregistered",
             Self::ServerOnline => "online",
             Self::ServerOffline => "offline",
+            Self::ServerRequestRejected => "request_rejected",
             Self::GroupMemberJoined => "member_joined",
             Self::GroupMemberLeft => "member_left",
             Self::DeploymentQueued => "queued",
@@ -183,7 +190,7 @@ impl fmt::Display for EventType {
 /// An unknown event type name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown event type {0:?} (known: server.registered, server.deregistered, server.online, server.offline, group.member_joined, group.member_left, deployment.queued, deployment.delivered, deployment.started, deployment.progress, deployment.completed, deployment.failed, deployment.timed_out, stack.operation_started, stack.operation_progress, stack.operation_completed, stack.operation_failed)"
+    "unknown event type {0:?} (known: server.registered, server.deregistered, server.online, server.offline, server.request_rejected, group.member_joined, group.member_left, deployment.queued, deployment.delivered, deployment.started, deployment.progress, deployment.completed, deployment.failed, deployment.timed_out, stack.operation_started, stack.operation_progress, stack.operation_completed, stack.operation_failed)"
 )]
 pub struct UnknownEventType(pub String);
 
@@ -387,8 +394,8 @@ impl EventFilter {
 pub struct ServerEventData {
     /// The server.
     pub server_id: ServerId,
-    /// Its human name, if it has one.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    /// Its human name; empty when it has none (always present, as documented).
+    #[serde(default)]
     pub name: String,
     /// The agent process the presence event is about (random per agent start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -403,6 +410,30 @@ pub struct ServerEventData {
         skip_serializing_if = "Option::is_none"
     )]
     pub last_seen: Option<OffsetDateTime>,
+}
+
+/// `data` of `server.request_rejected`: a message on the server's request queue that its
+/// agent could not read as a request, and dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRejectedEventData {
+    /// The server whose queue held it.
+    pub server_id: ServerId,
+    /// Its sequence in the request stream (`FLUE_REQ`).
+    pub stream_seq: u64,
+    /// SHA-256 of its bytes, hex.
+    pub request_digest: crate::RequestDigest,
+    /// Why the agent could not read it.
+    pub reason: String,
+}
+
+/// Id of a `server.request_rejected` event:
+/// `server:<id>:request_rejected:<stream seq>:<digest>`.
+pub fn request_rejected_event_id(
+    server: &ServerId,
+    stream_seq: u64,
+    digest: &crate::RequestDigest,
+) -> String {
+    format!("server:{server}:request_rejected:{stream_seq}:{digest}")
 }
 
 /// `data` of deployment events other than progress. Hidden outputs read `<hidden>`.

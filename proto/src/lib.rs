@@ -4,12 +4,14 @@
 //! - [`subject`]: subject, stream and consumer names;
 //! - [`config`], [`deployment`], [`server`], [`stack`]: the JSON bodies of the HTTP API and of
 //!   the messages on the request and response queues;
+//! - [`digest`]: the digest tying an agent's answer to the exact request it answers;
 //! - [`event`]: lifecycle events (CloudEvents), their subjects and filters, heartbeats;
 //! - [`webhook`]: webhook subscriptions;
 //! - [`limits`]: nesting depth and `script` environment limits on what the API accepts.
 
 pub mod config;
 pub mod deployment;
+pub mod digest;
 pub mod event;
 pub mod ids;
 pub mod limits;
@@ -26,6 +28,7 @@ pub use deployment::{
     Action, AgentMessage, CreateDeployment, Deployment, DeploymentRequest, DeploymentResult,
     DeploymentStatus, OutputRef, PROTOCOL_VERSION, SKIPPED_RECORDS_HEADER,
 };
+pub use digest::RequestDigest;
 pub use event::{
     CloudEvent, EventFilter, EventKind, EventType, Heartbeat, HeartbeatState, Presence,
     PresenceStatus,

@@ -29,23 +29,38 @@ fn signal(child: &Child, sig: &str) {
     assert!(ok, "kill {sig} {pid} failed");
 }
 
-/// A real nats-server with JetStream on a free loopback port and a temp store dir.
+/// The broker configuration Flue ships, `scripts/nats-server.conf`, which every test's
+/// broker runs with.
+pub fn broker_config() -> PathBuf {
+    crate::repo_root().join("scripts/nats-server.conf")
+}
+
+/// A real nats-server with JetStream on a free loopback port and a temp store dir,
+/// started with the shipped configuration ([`broker_config`]).
 pub struct Nats {
     child: Option<Child>,
     /// 0 until the first start, when the server picks a free port itself.
     port: u16,
     store: TempDir,
+    config: PathBuf,
     logs: Logs,
 }
 
 impl Nats {
-    /// Starts a server and waits until it says it is ready.
+    /// Starts a server with the shipped configuration and waits until it is ready.
     pub async fn start() -> Nats {
+        Nats::start_with_config(&broker_config()).await
+    }
+
+    /// Starts a server with another configuration file (its port and store are still
+    /// chosen here) and waits until it is ready.
+    pub async fn start_with_config(config: &Path) -> Nats {
         let store = tempfile::tempdir().expect("tempdir");
         let mut nats = Nats {
             child: None,
             port: 0,
             store,
+            config: config.to_owned(),
             logs: Logs::default(),
         };
         nats.spawn().await;
@@ -59,7 +74,10 @@ impl Nats {
             0 => "-1".to_owned(),
             p => p.to_string(),
         };
+        // The documented broker: the shipped config, with a free port and a temp store.
         let mut child = Command::new(nats_server_bin())
+            .arg("-c")
+            .arg(&self.config)
             .args(["-js", "-a", "127.0.0.1", "-p", &port, "-sd"])
             .arg(self.store.path())
             .stdin(Stdio::null())

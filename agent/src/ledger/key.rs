@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use flue_proto::{DeploymentId, DeploymentRequest, ServerId, TenantId};
+use flue_proto::{DeploymentId, DeploymentRequest, RequestDigest, ServerId, TenantId};
 use time::OffsetDateTime;
 
 /// Ends the key of a request that could not be read, in place of its creation time.
@@ -49,6 +49,17 @@ impl LedgerKey {
             key: format!("{tenant}.{server}.{id}.{UNREADABLE_MARKER}"),
             deployment_id: id.clone(),
             created_at: None,
+        }
+    }
+
+    /// The key of a request with this identity whose message differs (another digest)
+    /// from the one already recorded under this key: a stray or forged copy, or the real
+    /// request behind one. Each is kept under its own key, so neither is answered with the
+    /// other's result and each runs at most once.
+    pub fn with_digest(&self, digest: &RequestDigest) -> Self {
+        Self {
+            key: format!("{}.{digest}", self.key),
+            ..self.clone()
         }
     }
 

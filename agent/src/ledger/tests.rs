@@ -44,15 +44,15 @@ async fn transitions_survive_reopening_the_database() {
         let ledger = Ledger::open(&path).expect("open");
         assert_eq!(ledger.get(&key("d1")).expect("get"), None);
         ledger
-            .record_started(&key("d1"), at)
+            .record_started(&key("d1"), at, None)
             .await
             .expect("started");
         ledger
-            .record_started(&key("d2"), at)
+            .record_started(&key("d2"), at, None)
             .await
             .expect("started");
         ledger
-            .record_done(&key("d2"), &result())
+            .record_done(&key("d2"), &result(), None)
             .await
             .expect("done");
     }
@@ -61,12 +61,16 @@ async fn transitions_survive_reopening_the_database() {
         ledger.get(&key("d1")).expect("get"),
         Some(Entry::Started {
             at: Some(at),
-            hook: None
+            hook: None,
+            digest: None
         })
     );
     assert_eq!(
         ledger.get(&key("d2")).expect("get"),
-        Some(Entry::Done { result: result() })
+        Some(Entry::Done {
+            result: result(),
+            digest: None
+        })
     );
     assert_eq!(ledger.get(&key("d3")).expect("get"), None);
 }
@@ -77,11 +81,11 @@ async fn a_new_request_reusing_a_deployment_id_does_not_see_the_old_entry() {
     let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
     let first = request_at("job-1", CREATED);
     ledger
-        .record_done(&LedgerKey::of_request(&first), &result())
+        .record_done(&LedgerKey::of_request(&first), &result(), None)
         .await
         .expect("done");
     ledger
-        .record_started(&key("job-2"), CREATED)
+        .record_started(&key("job-2"), CREATED, None)
         .await
         .expect("started");
 
@@ -92,7 +96,10 @@ async fn a_new_request_reusing_a_deployment_id_does_not_see_the_old_entry() {
         ledger
             .get(&LedgerKey::of_request(&redelivered))
             .expect("get"),
-        Some(Entry::Done { result: result() })
+        Some(Entry::Done {
+            result: result(),
+            digest: None
+        })
     );
     // A later request with the same id (the broker lost its state) is new.
     let reused = request_at("job-1", CREATED + time::Duration::hours(1));
@@ -138,12 +145,15 @@ async fn unreadable_requests_have_entries_of_their_own() {
     );
     assert_eq!(ledger.get(&unreadable).expect("get"), None);
     ledger
-        .record_done(&unreadable, &result())
+        .record_done(&unreadable, &result(), None)
         .await
         .expect("done");
     assert_eq!(
         ledger.get(&unreadable).expect("get"),
-        Some(Entry::Done { result: result() })
+        Some(Entry::Done {
+            result: result(),
+            digest: None
+        })
     );
     assert_eq!(ledger.get(&key("d1")).expect("get"), None);
 }
@@ -157,7 +167,10 @@ async fn record_done_at(ledger: &Ledger, name: &str, at: OffsetDateTime) {
         finished_at: at,
         ..result()
     };
-    ledger.record_done(&key(name), &result).await.expect("done");
+    ledger
+        .record_done(&key(name), &result, None)
+        .await
+        .expect("done");
 }
 
 #[tokio::test]
@@ -190,7 +203,7 @@ async fn recent_done_entries_are_kept() {
     assert_eq!(ledger.prune_done_before(CUTOFF).await.expect("prune"), 1);
     assert_eq!(ledger.get(&key("old")).expect("get"), None);
     for (name, at) in [("at_cutoff", CUTOFF), ("recent", AFTER)] {
-        let Some(Entry::Done { result }) = ledger.get(&key(name)).expect("get") else {
+        let Some(Entry::Done { result, .. }) = ledger.get(&key(name)).expect("get") else {
             panic!("{name} was not kept as done");
         };
         assert_eq!(result.finished_at, at, "{name}");
@@ -203,11 +216,11 @@ async fn started_and_unreadable_entries_are_kept_however_old() {
     let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
     let long_ago = OffsetDateTime::UNIX_EPOCH;
     ledger
-        .record_started(&key("s_old"), long_ago)
+        .record_started(&key("s_old"), long_ago, None)
         .await
         .expect("started");
     ledger
-        .record_started(&key("s_recent"), AFTER)
+        .record_started(&key("s_recent"), AFTER, None)
         .await
         .expect("started");
     ledger
@@ -220,21 +233,24 @@ async fn started_and_unreadable_entries_are_kept_however_old() {
         ledger.get(&key("s_old")).expect("get"),
         Some(Entry::Started {
             at: Some(long_ago),
-            hook: None
+            hook: None,
+            digest: None
         })
     );
     assert_eq!(
         ledger.get(&key("s_recent")).expect("get"),
         Some(Entry::Started {
             at: Some(AFTER),
-            hook: None
+            hook: None,
+            digest: None
         })
     );
     assert_eq!(
         ledger.get(&key("unreadable")).expect("get"),
         Some(Entry::Started {
             at: None,
-            hook: None
+            hook: None,
+            digest: None
         })
     );
     assert_eq!(ledger.get(&key("done_old")).expect("get"), None);
@@ -260,7 +276,8 @@ async fn an_unreadable_entry_counts_as_interrupted() {
         ledger.get(&key("d1")).expect("get"),
         Some(Entry::Started {
             at: None,
-            hook: None
+            hook: None,
+            digest: None
         })
     );
 }
@@ -275,23 +292,24 @@ async fn a_started_entry_keeps_its_hook_process_and_old_entries_still_decode() {
         boot_id: "b00t".into(),
     };
     ledger
-        .record_started(&key("d1"), CREATED)
+        .record_started(&key("d1"), CREATED, None)
         .await
         .expect("started");
     assert_eq!(ledger.unfinished_hooks().expect("scan"), []);
     ledger
-        .record_hook(&key("d1"), CREATED, hook.clone())
+        .record_hook(&key("d1"), CREATED, hook.clone(), None)
         .await
         .expect("hook");
     ledger
-        .record_started(&key("d2"), CREATED)
+        .record_started(&key("d2"), CREATED, None)
         .await
         .expect("started");
     assert_eq!(
         ledger.get(&key("d1")).expect("get"),
         Some(Entry::Started {
             at: Some(CREATED),
-            hook: Some(hook.clone())
+            hook: Some(hook.clone()),
+            digest: None
         })
     );
     assert_eq!(
@@ -299,7 +317,7 @@ async fn a_started_entry_keeps_its_hook_process_and_old_entries_still_decode() {
         [(key("d1").to_string(), hook)]
     );
     ledger
-        .record_done(&key("d1"), &result())
+        .record_done(&key("d1"), &result(), None)
         .await
         .expect("done");
     assert_eq!(ledger.unfinished_hooks().expect("scan"), []);
@@ -311,7 +329,60 @@ async fn a_started_entry_keeps_its_hook_process_and_old_entries_still_decode() {
         old,
         Entry::Started {
             at: Some(CREATED),
-            hook: None
+            hook: None,
+            digest: None
         }
     );
+}
+
+#[tokio::test]
+async fn entries_keep_the_digest_of_their_request_and_old_entries_still_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
+    let digest = RequestDigest::of(b"request");
+    ledger
+        .record_done(&key("d1"), &result(), Some(&digest))
+        .await
+        .expect("done");
+    let entry = ledger.get(&key("d1")).expect("get").expect("entry");
+    assert_eq!(entry.digest(), Some(&digest));
+    // An entry written before digests existed.
+    let old = serde_json::json!({"state": "done", "result": result()});
+    ledger
+        .db
+        .insert(key("d2").as_str(), serde_json::to_vec(&old).expect("json"))
+        .expect("insert");
+    assert_eq!(
+        ledger.get(&key("d2")).expect("get"),
+        Some(Entry::Done {
+            result: result(),
+            digest: None
+        })
+    );
+}
+
+#[tokio::test]
+async fn two_messages_with_one_request_identity_are_kept_apart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
+    let (real, forged) = (RequestDigest::of(b"real"), RequestDigest::of(b"forged"));
+    let apart = key("d1").with_digest(&forged);
+    assert_ne!(apart, key("d1"));
+    assert_eq!(apart.deployment_id(), key("d1").deployment_id());
+    assert_eq!(
+        apart,
+        key("d1").with_digest(&forged),
+        "stable across redeliveries"
+    );
+    ledger
+        .record_done(&key("d1"), &result(), Some(&real))
+        .await
+        .expect("done");
+    ledger
+        .record_started(&apart, CREATED, Some(&forged))
+        .await
+        .expect("started");
+    let first = ledger.get(&key("d1")).expect("get").expect("entry");
+    assert_eq!(first.digest(), Some(&real), "the first entry is left alone");
+    assert!(matches!(first, Entry::Done { .. }));
 }

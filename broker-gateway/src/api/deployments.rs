@@ -7,8 +7,8 @@ use std::time::Duration;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use flue_proto::limits::check_input_values;
 use axum::{Extension, Json};
+use flue_proto::limits::check_input_values;
 use flue_proto::{
     Action, Config, CreateDeployment, Deployment, DeploymentId, DeploymentStatus, IdError,
     ServerId, StackId,
@@ -28,8 +28,8 @@ use crate::record::{
     same_request, timeout_deadline, with_defaults,
 };
 use crate::service::{Service, request};
-use crate::store::{Listing, StoreError};
 use crate::store::deployment_key;
+use crate::store::{Listing, StoreError};
 use crate::waiters::{Waiters, Wake};
 
 /// Longest long poll, in seconds.
@@ -166,7 +166,7 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
     let id = body.id.unwrap_or_else(DeploymentId::random);
     let now = OffsetDateTime::now_utc();
     let expires_at = now + Duration::from_secs(timeout_secs);
-    let record = DeploymentRecord {
+    let mut record = DeploymentRecord {
         deployment: Deployment {
             name: body.name.unwrap_or_else(|| id.to_string()),
             id,
@@ -195,11 +195,13 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
         request_published: false,
         hidden_inputs: hidden,
         hidden_outputs: hidden_outputs(&config),
+        request_digest: None,
     };
+    let req = request(&record, &config);
+    service.broker.fits_json("deployment request", &req)?;
+    // Recorded before the request is published, so that no answer can come first.
+    record.request_digest = Some(req.digest());
     service.broker.fits_json("deployment record", &record)?;
-    service
-        .broker
-        .fits_json("deployment request", &request(&record, &config))?;
     let d = &record.deployment;
     if let Some(from) = skip_from {
         // A retry of a request that did create its deployment is answered like any retry.

@@ -81,9 +81,19 @@ pub enum ApiError {
     /// stored value cannot be decoded (500).
     #[error("state store failure")]
     Store(#[from] StoreError),
+    /// The broker refused a server's request consumer for its consumer limit (one per
+    /// registered server): an operator must raise it. Not `internal`: nothing failed.
+    #[error(
+        "cannot register another server: the broker's consumer limit{} is reached (one request consumer per server); raise the gateway's --max-servers or the broker account's consumer limit",
+        limit.map(|n| format!(" of {n}")).unwrap_or_default()
+    )]
+    ConsumerLimit {
+        /// The limit, as far as the gateway could read it.
+        limit: Option<i64>,
+    },
     /// The broker failed: 503, retry later.
     #[error("broker failure")]
-    Broker(#[from] BrokerError),
+    Broker(#[source] BrokerError),
     /// A task doing the work panicked or was aborted.
     #[error("background task failed")]
     Task(#[from] tokio::task::JoinError),
@@ -94,6 +104,15 @@ pub enum ApiError {
 
 /// Seconds a client is told to wait (`Retry-After`) before retrying a 503.
 pub const RETRY_AFTER_SECS: u64 = 2;
+
+impl From<BrokerError> for ApiError {
+    fn from(e: BrokerError) -> Self {
+        match e {
+            BrokerError::ConsumerLimit { limit } => Self::ConsumerLimit { limit },
+            e => Self::Broker(e),
+        }
+    }
+}
 
 impl ApiError {
     /// The HTTP status and stable code of this error.
@@ -117,6 +136,9 @@ impl ApiError {
             Self::RevisionMismatch(_) => (StatusCode::CONFLICT, "revision_mismatch"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
+            Self::ConsumerLimit { .. } => {
+                (StatusCode::INSUFFICIENT_STORAGE, "consumer_limit_reached")
+            }
             Self::Store(StoreError::Decode { .. }) | Self::Task(_) | Self::Panic => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
             }

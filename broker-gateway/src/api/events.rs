@@ -162,7 +162,13 @@ pub fn parse(
         };
         match name.as_str() {
             "type" => {
-                for ty in value.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                // An empty filter is a mistake (`type=$UNSET`), not "every type".
+                if value.split(',').any(|t| t.trim().is_empty()) {
+                    return Err(bad(format!(
+                        "{value:?} has an empty event type (give one or more, comma separated, e.g. deployment.completed)"
+                    )));
+                }
+                for ty in value.split(',').map(str::trim) {
                     let ty: EventType = ty.parse().map_err(|e| bad(format!("{e}")))?;
                     if !filter.types.contains(&ty) {
                         filter.types.push(ty);

@@ -48,6 +48,9 @@ pub async fn register(
         }
         Some(stored) => (StatusCode::OK, stored),
     };
+    service
+        .presence
+        .note_registered(tenant, &server.id, &server.name);
     let agent = AgentBootstrap {
         nats_url: service.config.agent_nats_url(),
         tenant: tenant.clone(),

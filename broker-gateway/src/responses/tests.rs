@@ -33,11 +33,13 @@ fn a_message_is_reported_when_the_record_shows_this_copy_of_it() {
         v: PROTOCOL_VERSION,
         deployment_id: id.clone(),
         at: at(s),
+        request_digest: None,
     };
     let started = AgentMessage::Started {
         v: PROTOCOL_VERSION,
         deployment_id: id.clone(),
         at: at(2),
+        request_digest: None,
     };
     let result = DeploymentResult {
         status: DeploymentStatus::Complete,
@@ -53,6 +55,7 @@ fn a_message_is_reported_when_the_record_shows_this_copy_of_it() {
         v: PROTOCOL_VERSION,
         deployment_id: id.clone(),
         result: result.clone(),
+        request_digest: None,
     };
     let mine = true;
     assert_eq!(reported(&delivered(1), &d, mine), None);

@@ -9,7 +9,8 @@ use async_nats::jetstream::{self, consumer};
 use flue_proto::event::EVENT_STREAM;
 use flue_proto::{
     AgentMessage, CloudEvent, ConfigSpec, Deployment, DeploymentId, DeploymentResult,
-    DeploymentStatus, EventType, PROTOCOL_VERSION, RegisterServer, ServerId, TenantId, subject,
+    DeploymentStatus, EventType, PROTOCOL_VERSION, RegisterServer, RequestDigest, ServerId,
+    TenantId, subject,
 };
 use flue_tests::{Agent, EventTap, Flue, WAIT, file_lines};
 use futures_util::StreamExt;
@@ -227,19 +228,32 @@ async fn resend(env: &Flue, server: &str, message: &AgentMessage, msg_id: &str) 
     .expect("acknowledged");
 }
 
-/// The agent's three answers about finished deployment `d`, as the record shows them.
-fn answers(d: &Deployment) -> Vec<AgentMessage> {
+/// The digest the gateway recorded for deployment `id`'s request, which the agent's
+/// answers to that request carry.
+async fn recorded_digest(env: &Flue, id: &DeploymentId) -> Option<RequestDigest> {
+    let js = async_nats::jetstream::new(env.nats.client().await);
+    let kv = js.get_key_value("flue_deployments").await.expect("bucket");
+    let entry = kv.get(format!("default.{id}")).await.expect("read")?;
+    let record: serde_json::Value = serde_json::from_slice(&entry).expect("record json");
+    serde_json::from_value(record["request_digest"].clone()).ok()
+}
+
+/// The agent's three answers about finished deployment `d` (to its request of `digest`),
+/// as the record shows them.
+fn answers(d: &Deployment, digest: Option<RequestDigest>) -> Vec<AgentMessage> {
     let at = |t: Option<time::OffsetDateTime>| t.expect("recorded");
     vec![
         AgentMessage::Delivered {
             v: PROTOCOL_VERSION,
             deployment_id: d.id.clone(),
             at: at(d.delivered_at),
+            request_digest: digest.clone(),
         },
         AgentMessage::Started {
             v: PROTOCOL_VERSION,
             deployment_id: d.id.clone(),
             at: at(d.started_at),
+            request_digest: digest.clone(),
         },
         AgentMessage::Finished {
             v: PROTOCOL_VERSION,
@@ -254,6 +268,7 @@ fn answers(d: &Deployment) -> Vec<AgentMessage> {
                 started_at: d.started_at,
                 finished_at: at(d.finished_at),
             },
+            request_digest: digest,
         },
     ]
 }
@@ -309,7 +324,9 @@ async fn answers_handled_twice_and_a_gateway_restart_report_nothing_twice() {
     let first = env.finished(&first.id).await;
     // The agent answering again from its ledger may come long after the first answers.
     outlive_duplicate_window(&env).await;
-    for (n, message) in answers(&first).iter().enumerate() {
+    let digest = recorded_digest(&env, &first.id).await;
+    assert!(digest.is_some(), "the gateway records the request's digest");
+    for (n, message) in answers(&first, digest).iter().enumerate() {
         resend(&env, "web", message, &format!("test-copy-{n}")).await;
     }
     // A server's answers are handled in order: once the next deployment's `delivered`

@@ -8,7 +8,7 @@ use flue_gateway::store::Store;
 use flue_gateway::{Config, Gateway};
 use flue_proto::{
     AgentMessage, DeploymentId, DeploymentRequest, DeploymentResult, DeploymentStatus,
-    PROTOCOL_VERSION, ServerId, TenantId, subject,
+    PROTOCOL_VERSION, RequestDigest, ServerId, TenantId, subject,
 };
 use futures_util::StreamExt;
 use serde_json::json;
@@ -73,8 +73,19 @@ async fn answer_with_id(
     .expect("ack");
 }
 
-fn finished(id: &str, status: DeploymentStatus) -> AgentMessage {
+/// The digest the gateway recorded for deployment `id`'s request, which a real agent's
+/// answers to that request carry.
+async fn recorded_digest(js: &jetstream::Context, id: &str) -> Option<RequestDigest> {
+    let kv = js.get_key_value("flue_deployments").await.expect("bucket");
+    let entry = kv.get(format!("default.{id}")).await.expect("read")?;
+    let record: serde_json::Value = serde_json::from_slice(&entry).expect("record json");
+    serde_json::from_value(record["request_digest"].clone()).ok()
+}
+
+/// The `finished` answer a real agent would send for deployment `id`.
+async fn finished(js: &jetstream::Context, id: &str, status: DeploymentStatus) -> AgentMessage {
     AgentMessage::Finished {
+        request_digest: recorded_digest(js, id).await,
         v: PROTOCOL_VERSION,
         deployment_id: DeploymentId::new(id).expect("id"),
         result: DeploymentResult {
@@ -162,6 +173,7 @@ async fn deployment_life_with_redaction_and_long_poll() {
         v: PROTOCOL_VERSION,
         deployment_id: request.deployment_id.clone(),
         at: OffsetDateTime::now_utc(),
+        request_digest: Some(request.digest()),
     };
     let ((s, seen), ()) = tokio::join!(poll, answer(&js, "web1", &start));
     assert_eq!(
@@ -175,9 +187,14 @@ async fn deployment_life_with_redaction_and_long_poll() {
         .await;
     assert_eq!(s, StatusCode::CREATED);
     // (Its own message id: the response stream de-duplicates ids across all subjects.)
-    let spoof = finished("d1", DeploymentStatus::Failed);
+    let spoof = finished(&js, "d1", DeploymentStatus::Failed).await;
     answer_with_id(&js, "web2", &spoof, "web2-d1-finished").await;
-    answer(&js, "web1", &finished("d1", DeploymentStatus::Complete)).await;
+    answer(
+        &js,
+        "web1",
+        &finished(&js, "d1", DeploymentStatus::Complete).await,
+    )
+    .await;
     let (s, done) = fx
         .call(Method::GET, "/v1/deployments/d1?wait_secs=30", None)
         .await;
@@ -220,7 +237,12 @@ async fn unanswered_deployments_time_out() {
     );
     // A late answer changes nothing.
     let js = fx.jetstream().await;
-    answer(&js, "web1", &finished("slow", DeploymentStatus::Complete)).await;
+    answer(
+        &js,
+        "web1",
+        &finished(&js, "slow", DeploymentStatus::Complete).await,
+    )
+    .await;
     let (_, list) = fx
         .call(Method::GET, "/v1/servers/web1/deployments", None)
         .await;
@@ -241,6 +263,7 @@ async fn a_started_deployment_is_left_to_the_agent_past_its_expiry() {
         v: PROTOCOL_VERSION,
         deployment_id: request.deployment_id.clone(),
         at: OffsetDateTime::now_utc(),
+        request_digest: Some(request.digest()),
     };
     answer(&js, "web1", &start).await;
     let (_, seen) = fx
@@ -265,7 +288,7 @@ async fn a_started_deployment_is_left_to_the_agent_past_its_expiry() {
     assert_eq!(seen["status"], "IN_PROGRESS", "{seen}");
 
     // The agent killed the hook at expires_at; its report, with the output, is kept.
-    let mut killed = finished("d1", DeploymentStatus::Failed);
+    let mut killed = finished(&js, "d1", DeploymentStatus::Failed).await;
     if let AgentMessage::Finished { result, .. } = &mut killed {
         result.status_reason = Some("timed out".into());
         result.outputs.clear();
@@ -362,7 +385,12 @@ async fn answers_are_applied_after_a_broker_restart() {
 
     fx.nats.restart().await;
     let js = fx.jetstream().await;
-    answer(&js, "web1", &finished("d1", DeploymentStatus::Complete)).await;
+    answer(
+        &js,
+        "web1",
+        &finished(&js, "d1", DeploymentStatus::Complete).await,
+    )
+    .await;
     // The gateway's client reconnects by itself; the long poll waits for the answer.
     let done = tokio::time::timeout(Duration::from_secs(30), async {
         loop {

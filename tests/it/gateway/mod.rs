@@ -4,6 +4,6 @@
 mod api;
 mod create_options;
 mod deployments;
-mod fixture;
+pub(crate) mod fixture;
 mod stacks;
 mod store;

@@ -161,9 +161,15 @@ async fn at_start_the_agent_kills_a_hook_group_its_ledger_says_was_running_befor
         let ledger = Ledger::open(&state_dir.join("ledger")).expect("ledger");
         let key = LedgerKey::of_request(&req);
         let at = time::OffsetDateTime::now_utc();
-        ledger.record_started(&key, at).await.expect("started");
+        ledger
+            .record_started(&key, at, None)
+            .await
+            .expect("started");
         let hook = HookProcess::of(pgid).expect("the survivor runs");
-        ledger.record_hook(&key, at, hook).await.expect("hook");
+        ledger
+            .record_hook(&key, at, hook, None)
+            .await
+            .expect("hook");
     }
 
     let _agent = Agent::start(&flue.nats.url(), "s1", &state_dir, &[]).await;

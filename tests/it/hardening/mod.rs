@@ -1,12 +1,16 @@
 //! Issue 9, hardening: each module reproduces one point against real processes — hooks that
-//! outlive their agent, and the gateway's HTTP side under load, outages and slow clients
-//! (real nats-server, real gateway process, real agents, raw sockets where it matters).
+//! outlive their agent, the gateway's HTTP side under load, outages and slow clients, stray
+//! requests, the broker's consumer limit, event fixes (real nats-server, real gateway
+//! process, real agents, raw sockets where it matters).
 
+mod consumer_limit;
 mod hook_lifetime;
 mod long_polls;
 mod outage;
 mod raw;
+mod reregister;
 mod slow_clients;
+mod stray;
 
 use std::time::Duration;
 

@@ -126,6 +126,7 @@ async fn a_request_the_broker_refuses_fails_that_deployment_and_the_server_queue
         request_published: false,
         hidden_inputs: Vec::new(),
         hidden_outputs: Vec::new(),
+        request_digest: None,
     };
     let js = jetstream::new(flue.nats.client().await);
     js.get_key_value("flue_deployments")

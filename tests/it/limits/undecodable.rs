@@ -50,6 +50,7 @@ async fn an_undecodable_deployment_record_is_skipped_by_listings_and_its_answers
         v: PROTOCOL_VERSION,
         deployment_id: DeploymentId::new("bad").expect("id"),
         at: OffsetDateTime::now_utc(),
+        request_digest: None,
     };
     js.publish(
         subject::response(&tenant, &server),

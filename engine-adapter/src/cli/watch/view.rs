@@ -249,6 +249,11 @@ impl View {
     }
 
     fn server(&mut self, ty: EventType, d: &ServerEventData) -> Vec<String> {
+        if ty == EventType::ServerRequestRejected {
+            // Not a change of the server's state: its agent dropped a message it could not read.
+            let reason = d.reason.as_deref().unwrap_or_default();
+            return vec![format!("request rejected: {reason}")];
+        }
         let before = self.title();
         self.status = Some(ty.name().to_owned());
         self.reason = d.reason.clone();
