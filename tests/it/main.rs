@@ -8,6 +8,7 @@ mod delivery;
 mod deploy;
 mod events;
 mod gateway;
+mod hardening;
 mod ledger_reuse;
 mod resilience;
 mod stack;
