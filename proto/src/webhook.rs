@@ -1,8 +1,8 @@
 //! Webhook subscriptions: the bodies of `/v1/webhooks`.
 //!
 //! The gateway POSTs each matching event (the CloudEvent JSON, one per request, in stream
-//! order) to the subscription's URL, signed with HMAC-SHA256 under its secret; see the
-//! README for the headers and how a receiver verifies them.
+//! order) to the subscription's URL, signed with HMAC-SHA256 under its secret; see
+//! `docs/events.md` for the headers and how a receiver verifies them.
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
