@@ -1,16 +1,19 @@
 //! Issue 9, hardening: each module reproduces one point against real processes — hooks that
 //! outlive their agent, the gateway's HTTP side under load, outages and slow clients, stray
-//! requests, the broker's consumer limit, event fixes (real nats-server, real gateway
-//! process, real agents, raw sockets where it matters).
+//! requests, the broker's consumer limit, event fixes, generated hostile requests (real
+//! nats-server, real gateway process, real agents, raw sockets where it matters).
 
 mod consumer_limit;
 mod hook_lifetime;
+mod hostile;
 mod long_polls;
 mod outage;
+mod proptest_api;
 mod raw;
 mod reregister;
 mod slow_clients;
 mod stray;
+mod wire_numbers;
 
 use std::time::Duration;
 
