@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::backoff::{self, Backoff};
-use crate::hook::TRUNCATED_MARKER;
+use flue_proto::output::{TRUNCATED_MARKER, json_len, shorten_streams};
 
 /// After shutdown is requested, a result still gets this long to be published; after
 /// that the request stays unacked and its redelivery is answered from the ledger.
@@ -170,55 +170,9 @@ pub fn fit(
             ));
             continue;
         }
-        let (out, err) = (json_len(&r.deploy_stdout), json_len(&r.deploy_stderr));
-        let half = room / 2;
-        let (out_room, err_room) = if out <= half {
-            (out, room - out)
-        } else if err <= half {
-            (room - err, err)
-        } else {
-            (half, room - half)
-        };
-        shorten(&mut r.deploy_stdout, out_room);
-        shorten(&mut r.deploy_stderr, err_room);
+        shorten_streams(&mut r.deploy_stdout, &mut r.deploy_stderr, room);
     }
     r
-}
-
-/// Bytes `c` takes inside a JSON string.
-fn json_char_len(c: char) -> usize {
-    match c {
-        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
-        c if (c as u32) < 0x20 => 6,
-        c => c.len_utf8(),
-    }
-}
-
-/// Bytes `s` takes inside a JSON string, quotes excluded.
-pub(crate) fn json_len(s: &str) -> usize {
-    s.chars().map(json_char_len).sum()
-}
-
-/// Cuts `s` so that it takes at most `room` bytes inside a JSON string, marker included,
-/// and marks it truncated (once). Leaves it alone when it already fits.
-fn shorten(s: &mut String, room: usize) {
-    if json_len(s) <= room {
-        return;
-    }
-    if let Some(stripped) = s.strip_suffix(TRUNCATED_MARKER) {
-        s.truncate(stripped.len());
-    }
-    let keep = room.saturating_sub(json_len(TRUNCATED_MARKER));
-    let mut used = 0;
-    let end = s
-        .char_indices()
-        .find_map(|(i, c)| {
-            used += json_char_len(c);
-            (used > keep).then_some(i)
-        })
-        .unwrap_or(s.len());
-    s.truncate(end);
-    s.push_str(TRUNCATED_MARKER);
 }
 
 #[cfg(test)]

@@ -20,13 +20,12 @@ use crate::progress::{Redactor, Sink, as_text};
 pub mod env;
 
 pub use env::HookEnv;
+pub use flue_proto::output::TRUNCATED_MARKER;
 
 /// `deploy_stdout` and `deploy_stderr` each keep at most their first 1 MiB; the rest is
 /// replaced by [`TRUNCATED_MARKER`]. A result travels in one NATS message, whose default
 /// size limit is 1 MiB, so the agent may shorten them further when publishing.
 pub const MAX_STREAM_BYTES: usize = 1 << 20;
-/// Appended to a stream that was cut at [`MAX_STREAM_BYTES`].
-pub const TRUNCATED_MARKER: &str = "\n[truncated]";
 /// Largest JSON response accepted from an external hook: room for both streams and outputs.
 pub const MAX_HOOK_RESPONSE_BYTES: usize = 16 << 20;
 /// The group handled by the built-in hook when no hook dir provides one.

@@ -7,11 +7,9 @@
 //! does, and if the rest alone is too large, drops the outputs and fails the deployment.
 
 use flue_proto::DeploymentStatus;
+use flue_proto::output::{TRUNCATED_MARKER, json_len, shorten_streams};
 
 use crate::record::DeploymentRecord;
-
-/// Appended to a stream the gateway shortened (the agent's marker for the same thing).
-pub const TRUNCATED_MARKER: &str = "\n[truncated]";
 
 /// Shortens `record`'s streams until its JSON takes at most `limit` bytes, sharing the
 /// room fairly (a short stream is kept whole); when that is not enough, drops its
@@ -25,8 +23,8 @@ pub fn fit_record(record: &mut DeploymentRecord, limit: usize) {
             return;
         }
         let d = &mut record.deployment;
-        let (out, err) = (json_len(&d.deploy_stdout), json_len(&d.deploy_stderr));
-        let room = (out + err).saturating_sub(len - limit);
+        let room =
+            (json_len(&d.deploy_stdout) + json_len(&d.deploy_stderr)).saturating_sub(len - limit);
         if room < 4 * json_len(TRUNCATED_MARKER) {
             d.outputs.clear();
             d.deploy_stdout.clear();
@@ -37,53 +35,8 @@ pub fn fit_record(record: &mut DeploymentRecord, limit: usize) {
             ));
             continue;
         }
-        let half = room / 2;
-        let (out_room, err_room) = if out <= half {
-            (out, room - out)
-        } else if err <= half {
-            (room - err, err)
-        } else {
-            (half, room - half)
-        };
-        shorten(&mut d.deploy_stdout, out_room);
-        shorten(&mut d.deploy_stderr, err_room);
+        shorten_streams(&mut d.deploy_stdout, &mut d.deploy_stderr, room);
     }
-}
-
-/// Bytes `c` takes inside a JSON string.
-fn json_char_len(c: char) -> usize {
-    match c {
-        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
-        c if (c as u32) < 0x20 => 6,
-        c => c.len_utf8(),
-    }
-}
-
-/// Bytes `s` takes inside a JSON string, quotes excluded.
-fn json_len(s: &str) -> usize {
-    s.chars().map(json_char_len).sum()
-}
-
-/// Cuts `s` so that it takes at most `room` bytes inside a JSON string, marker included,
-/// and marks it (once). Leaves it alone when it already fits.
-fn shorten(s: &mut String, room: usize) {
-    if json_len(s) <= room {
-        return;
-    }
-    if let Some(stripped) = s.strip_suffix(TRUNCATED_MARKER) {
-        s.truncate(stripped.len());
-    }
-    let keep = room.saturating_sub(json_len(TRUNCATED_MARKER));
-    let mut used = 0;
-    let end = s
-        .char_indices()
-        .find_map(|(i, c)| {
-            used += json_char_len(c);
-            (used > keep).then_some(i)
-        })
-        .unwrap_or(s.len());
-    s.truncate(end);
-    s.push_str(TRUNCATED_MARKER);
 }
 
 #[cfg(test)]

@@ -386,7 +386,9 @@ fn reported(message: &AgentMessage, d: &Deployment, mine: bool) -> Option<EventT
         }
         AgentMessage::Progress { .. } | AgentMessage::Rejected { .. } => None,
         AgentMessage::Finished { result, .. } => {
-            let this_end = d.status == result.status && d.finished_at == Some(result.finished_at);
+            // The finish time alone says the record ended with this result: its status may
+            // differ (a result the record could not hold fails the deployment, see `fit`).
+            let this_end = d.status.is_terminal() && d.finished_at == Some(result.finished_at);
             this_end.then(|| end_event_type(d)).flatten()
         }
     }

@@ -16,6 +16,7 @@ pub mod event;
 pub mod ids;
 pub mod limits;
 pub mod nats_url;
+pub mod output;
 pub mod server;
 pub mod stack;
 pub mod subject;

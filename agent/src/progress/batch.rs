@@ -22,7 +22,7 @@ pub struct Batch {
 /// what a deployment sends within the budget whatever it prints: ten thousand empty lines
 /// are 300 KB of messages, and a control character takes six bytes as `\u0001`.
 pub fn encoded_size(line: &ProgressLine) -> usize {
-    LINE_FRAMING + crate::answer::json_len(&line.text)
+    LINE_FRAMING + flue_proto::output::json_len(&line.text)
 }
 
 /// The bytes around a line's text in a message (see [`encoded_size`]).
