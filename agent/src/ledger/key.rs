@@ -2,11 +2,8 @@
 
 use std::fmt;
 
-use flue_proto::{DeploymentId, DeploymentRequest, RequestDigest, ServerId, TenantId};
+use flue_proto::{DeploymentId, DeploymentRequest, RequestDigest};
 use time::OffsetDateTime;
-
-/// Ends the key of a request that could not be read, in place of its creation time.
-const UNREADABLE_MARKER: &str = "unreadable";
 
 /// The identity of one request in the ledger.
 ///
@@ -38,17 +35,6 @@ impl LedgerKey {
             key,
             deployment_id: req.deployment_id.clone(),
             created_at: Some(req.created_at),
-        }
-    }
-
-    /// The key of a request of which only the deployment id could be read, as received by the
-    /// agent of `tenant`/`server`. It cannot tell two such requests with the same id apart,
-    /// which is fine: nothing runs for them, they are only refused.
-    pub fn of_unreadable(tenant: &TenantId, server: &ServerId, id: &DeploymentId) -> Self {
-        Self {
-            key: format!("{tenant}.{server}.{id}.{UNREADABLE_MARKER}"),
-            deployment_id: id.clone(),
-            created_at: None,
         }
     }
 
@@ -133,17 +119,5 @@ mod tests {
             ..first
         };
         assert_ne!(LedgerKey::of_request(&other_tenant), key);
-    }
-
-    #[test]
-    fn an_unreadable_request_is_keyed_by_the_agent_and_the_id() {
-        let key = LedgerKey::of_unreadable(
-            &"acme".parse().expect("id"),
-            &"web1".parse().expect("id"),
-            &"d1".parse().expect("id"),
-        );
-        assert_eq!(key.as_str(), "acme.web1.d1.unreadable");
-        assert_eq!(key.created_at(), None);
-        assert_ne!(key, LedgerKey::of_request(&req()));
     }
 }

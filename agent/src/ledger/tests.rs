@@ -133,31 +133,6 @@ async fn a_new_request_reusing_a_deployment_id_does_not_see_the_old_entry() {
     );
 }
 
-#[tokio::test]
-async fn unreadable_requests_have_entries_of_their_own() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
-    let id = "d1".parse().expect("id");
-    let unreadable = LedgerKey::of_unreadable(
-        &"acme".parse().expect("id"),
-        &"web1".parse().expect("id"),
-        &id,
-    );
-    assert_eq!(ledger.get(&unreadable).expect("get"), None);
-    ledger
-        .record_done(&unreadable, &result(), None)
-        .await
-        .expect("done");
-    assert_eq!(
-        ledger.get(&unreadable).expect("get"),
-        Some(Entry::Done {
-            result: result(),
-            digest: None
-        })
-    );
-    assert_eq!(ledger.get(&key("d1")).expect("get"), None);
-}
-
 const CUTOFF: OffsetDateTime = OffsetDateTime::UNIX_EPOCH.saturating_add(time::Duration::days(30));
 const BEFORE: OffsetDateTime = CUTOFF.saturating_sub(time::Duration::SECOND);
 const AFTER: OffsetDateTime = CUTOFF.saturating_add(time::Duration::SECOND);
