@@ -35,7 +35,11 @@ fuzz_target!(|data: &[u8]| {
         other.redacted(),
         "the redacted URL shows the credentials of {urls:?}"
     );
-    assert_eq!(redact(urls), redact(&swapped), "redact shows the credentials of {urls:?}");
+    assert_eq!(
+        redact(urls),
+        redact(&swapped),
+        "redact shows the credentials of {urls:?}"
+    );
     assert_eq!(
         format!("{parsed} {parsed:?}"),
         format!("{other} {other:?}"),
@@ -53,12 +57,18 @@ fuzz_target!(|data: &[u8]| {
 /// between the scheme and the last `@`.
 fn swap_userinfo(urls: &str) -> String {
     urls.split(',')
+        // Blanks around a URL are not part of it, as the parser reads them.
+        .map(str::trim)
         .map(|url| {
             let start = url.find("://").map_or(0, |i| i + 3);
             let Some(at) = url[start..].rfind('@') else {
                 return url.to_owned();
             };
             let userinfo = &url[start..start + at];
+            if userinfo.is_empty() {
+                // `@host`: no credentials, nothing to swap (the parser drops the `@`).
+                return url.to_owned();
+            }
             let swapped = match userinfo.split_once(':') {
                 Some((user, _)) => format!("{user}:other-secret"),
                 None => "other-token".to_owned(),
