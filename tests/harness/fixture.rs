@@ -50,6 +50,27 @@ impl Flue {
         self.dir.path().join(name)
     }
 
+    /// Writes an external heat-config hook for `group` into `<scratch>/hooks` that saves the
+    /// item it gets on stdin to `<scratch>/item.json` and prints `answer` (a JSON object) as
+    /// its result; returns (the hook dir to give an agent, the item file).
+    pub fn item_recording_hook(
+        &self,
+        group: &str,
+        answer: &serde_json::Value,
+    ) -> (PathBuf, PathBuf) {
+        let hooks = self.path("hooks");
+        std::fs::create_dir_all(&hooks).expect("hook dir");
+        let item_file = self.path("item.json");
+        crate::write_executable(
+            &hooks.join(group),
+            &format!(
+                "#!/bin/sh\ncat > '{}'\nprintf '%s' '{answer}'\n",
+                item_file.display()
+            ),
+        );
+        (hooks, item_file)
+    }
+
     /// Registers a server.
     pub async fn register(&self, server: &str) {
         self.client()

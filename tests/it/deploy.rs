@@ -1,7 +1,7 @@
 //! A deployment's normal life: inputs in, outputs out, failures reported, external hooks.
 
 use flue_proto::{DeploymentStatus, ServerId};
-use flue_tests::{Flue, write_executable};
+use flue_tests::Flue;
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -68,16 +68,10 @@ async fn failing_hook_is_failed_with_its_stderr_and_code() {
 #[tokio::test]
 async fn external_hook_speaks_the_heat_config_protocol() {
     let flue = Flue::start().await;
-    let hooks = flue.path("hooks");
-    std::fs::create_dir_all(&hooks).expect("hook dir");
-    let item_file = flue.path("item.json");
     // A hook in the stock heat-agents shape: item JSON on stdin, one JSON object on stdout.
-    write_executable(
-        &hooks.join("echo-item"),
-        &format!(
-            "#!/bin/sh\ncat > '{}'\nprintf '%s' '{{\"deploy_stdout\":\"ext ok\",\"deploy_stderr\":\"\",\"deploy_status_code\":0,\"answer\":\"42\"}}'\n",
-            item_file.display()
-        ),
+    let (hooks, item_file) = flue.item_recording_hook(
+        "echo-item",
+        &json!({"deploy_stdout": "ext ok", "deploy_stderr": "", "deploy_status_code": 0, "answer": "42"}),
     );
     flue.register("s1").await;
     let _agent = flue.agent("s1", std::slice::from_ref(&hooks)).await;

@@ -85,15 +85,9 @@ async fn values_nested_past_the_limit_are_refused_naming_the_field() {
 async fn values_nested_exactly_at_the_limit_run_to_complete_and_read_back_everywhere() {
     let flue = Flue::start().await;
     flue.register("s1").await;
-    let hooks = flue.path("hooks");
-    std::fs::create_dir_all(&hooks).expect("hook dir");
-    let item_file = flue.path("item.json");
-    write_executable(
-        &hooks.join("deep"),
-        &format!(
-            "#!/bin/sh\ncat > '{}'\nprintf '%s' '{{\"deploy_stdout\":\"ok\",\"deploy_status_code\":0}}'\n",
-            item_file.display()
-        ),
+    let (hooks, item_file) = flue.item_recording_hook(
+        "deep",
+        &json!({"deploy_stdout": "ok", "deploy_status_code": 0}),
     );
     let _agent = flue.agent("s1", std::slice::from_ref(&hooks)).await;
     let at = nested(MAX_VALUE_DEPTH);

@@ -3,7 +3,7 @@
 
 use flue_proto::limits::MAX_SCRIPT_ENV_VAR_BYTES;
 use flue_proto::{Deployment, DeploymentStatus};
-use flue_tests::{Flue, write_executable};
+use flue_tests::Flue;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -74,16 +74,7 @@ async fn script_inputs_that_cannot_be_environment_variables_are_refused_naming_t
 async fn script_inputs_just_under_the_limit_and_nul_for_json_hooks_run_intact() {
     let flue = Flue::start().await;
     flue.register("s1").await;
-    let hooks = flue.path("hooks");
-    std::fs::create_dir_all(&hooks).expect("hook dir");
-    let item_file = flue.path("item.json");
-    write_executable(
-        &hooks.join("json"),
-        &format!(
-            "#!/bin/sh\ncat > '{}'\nprintf '%s' '{{\"deploy_status_code\":0}}'\n",
-            item_file.display()
-        ),
-    );
+    let (hooks, item_file) = flue.item_recording_hook("json", &json!({"deploy_status_code": 0}));
     let _agent = flue.agent("s1", std::slice::from_ref(&hooks)).await;
     flue.script_config("c", LENGTH_SCRIPT, &["a"], &["n"]).await;
 
