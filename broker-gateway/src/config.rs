@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
@@ -18,6 +19,8 @@ pub const MAX_PRESENCE_TIMEOUT_SECS: u64 = 24 * 3600;
 /// (≈ 50 KiB each, slower restarts); beyond that, shard the request stream.
 pub const DEFAULT_MAX_SERVERS: i32 = 10_000;
 
+/// Default of `--state-dir`.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/flue-gateway";
 /// Default of `--broker-timeout-ms`.
 pub const DEFAULT_BROKER_TIMEOUT_MS: u64 = 2_000;
 /// Smallest `--request-timeout-secs`: it must leave room for the longest long poll.
@@ -39,6 +42,9 @@ pub struct Config {
     /// credentials (`user:pass@`), which are the gateway's own and never handed out.
     #[arg(long, env = "FLUE_AGENT_NATS_URL")]
     pub agent_nats_url: Option<String>,
+    /// The state directory (mode 0700): the keys only the gateway holds ([`crate::state`]).
+    #[arg(long, env = "FLUE_STATE_DIR", default_value = DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
     /// The tenant every object of this gateway belongs to.
     #[arg(long, env = "FLUE_TENANT", default_value = "default")]
     pub tenant: TenantId,
@@ -129,6 +135,7 @@ impl Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8470)),
             nats_url: nats_url.into(),
             agent_nats_url: None,
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
             tenant: TenantId::new("default").expect("\"default\" is a valid tenant id"),
             default_timeout_secs: 3600,
             timeout_sweep_ms: 500,
@@ -197,6 +204,7 @@ impl fmt::Debug for Config {
                 "agent_nats_url",
                 &self.agent_nats_url.as_deref().map(redact),
             )
+            .field("state_dir", &self.state_dir)
             .field("tenant", &self.tenant)
             .field("default_timeout_secs", &self.default_timeout_secs)
             .field("timeout_sweep_ms", &self.timeout_sweep_ms)

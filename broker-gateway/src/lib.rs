@@ -15,7 +15,8 @@
 //! - [`webhooks`]: webhook subscriptions and their delivery;
 //! - [`waiters`]: long polls sharing one watch of the deployments;
 //! - [`serve`]: HTTP connections (bound, header timeout, graceful stop);
-//! - [`link`]: whether the broker connection is up.
+//! - [`link`]: whether the broker connection is up;
+//! - [`state`]: the state directory and the keys only the gateway holds.
 
 pub mod api;
 pub mod broker;
@@ -32,6 +33,7 @@ pub mod responses;
 pub mod serve;
 pub mod service;
 pub mod stack_events;
+pub mod state;
 pub mod store;
 pub mod timeouts;
 pub mod waiters;

@@ -4,12 +4,14 @@
 //! - [`subject`]: subject, stream and consumer names;
 //! - [`config`], [`deployment`], [`server`], [`stack`]: the JSON bodies of the HTTP API and of
 //!   the messages on the request and response queues;
+//! - [`creds`]: NATS `.creds` files and the agent's credentials bundle;
 //! - [`digest`]: the digest tying an agent's answer to the exact request it answers;
 //! - [`event`]: lifecycle events (CloudEvents), their subjects and filters, heartbeats;
 //! - [`webhook`]: webhook subscriptions;
 //! - [`limits`]: nesting depth and `script` environment limits on what the API accepts.
 
 pub mod config;
+pub mod creds;
 pub mod deployment;
 pub mod digest;
 pub mod event;

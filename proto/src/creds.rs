@@ -1,0 +1,235 @@
+//! Credentials files: the nsc-style `.creds` text NATS tools read (a user JWT and the user's
+//! nkey seed), and the agent's bundle, which is such a file followed by one Flue block.
+//!
+//! ```text
+//! -----BEGIN NATS USER JWT-----
+//! eyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ...
+//! ------END NATS USER JWT------
+//!
+//! ************************* IMPORTANT *************************
+//! ...
+//! -----BEGIN USER NKEY SEED-----
+//! SUAM...
+//! ------END USER NKEY SEED------
+//!
+//! *************************************************************
+//!
+//! -----BEGIN FLUE AGENT SETTINGS-----
+//! {"tenant":"acme","server":"web1","gateway_key":"N...","gateway_xkey":"X...","xkey_seed":"SX..."}
+//! ------END FLUE AGENT SETTINGS------
+//! ```
+//!
+//! NATS tools (`nats --creds`, nats.go, nats-py, async-nats) take the first two blocks and
+//! ignore the third: its line holds `{`, `"` and `:`, which their block pattern never
+//! matches. The whole file is a secret: write it with mode 0600.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{ServerId, TenantId};
+
+const JWT_BEGIN: &str = "-----BEGIN NATS USER JWT-----";
+const JWT_END: &str = "------END NATS USER JWT------";
+const SEED_BEGIN: &str = "-----BEGIN USER NKEY SEED-----";
+const SEED_END: &str = "------END USER NKEY SEED------";
+const FLUE_BEGIN: &str = "-----BEGIN FLUE AGENT SETTINGS-----";
+const FLUE_END: &str = "------END FLUE AGENT SETTINGS------";
+
+/// A NATS user: its JWT (signed by an account) and its nkey seed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UserCreds {
+    /// The user JWT: public, signed by the account that issued it.
+    pub jwt: String,
+    /// The user's nkey seed (`SU...`): secret; proves the identity the JWT names.
+    pub seed: String,
+}
+
+impl UserCreds {
+    /// The nsc-style text of a `.creds` file.
+    pub fn to_text(&self) -> String {
+        format!(
+            "{JWT_BEGIN}\n{jwt}\n{JWT_END}\n\n\
+             ************************* IMPORTANT *************************\n\
+             NKEY Seed printed below can be used to sign and prove identity.\n\
+             NKEYs are sensitive and should be treated as secrets.\n\n\
+             {SEED_BEGIN}\n{seed}\n{SEED_END}\n\n\
+             *************************************************************\n",
+            jwt = self.jwt,
+            seed = self.seed,
+        )
+    }
+
+    /// Reads the JWT and seed blocks of a `.creds` text.
+    pub fn parse(text: &str) -> Result<Self, CredsError> {
+        Ok(Self {
+            jwt: block(text, JWT_BEGIN, JWT_END).ok_or(CredsError::Missing("user JWT"))?,
+            seed: block(text, SEED_BEGIN, SEED_END).ok_or(CredsError::Missing("user nkey seed"))?,
+        })
+    }
+}
+
+impl fmt::Debug for UserCreds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UserCreds")
+            .field("jwt", &self.jwt)
+            .field("seed", &"<hidden>")
+            .finish()
+    }
+}
+
+/// What an agent needs besides its NATS user, carried in its credentials file.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSettings {
+    /// The tenant the server belongs to.
+    pub tenant: TenantId,
+    /// The server these credentials were minted for.
+    pub server: ServerId,
+    /// The gateway's request-signing public key (an ed25519 nkey): the agent runs only
+    /// requests signed by it.
+    pub gateway_key: String,
+    /// The gateway's public curve25519 key (`X...`): hidden outputs are sealed to it.
+    pub gateway_xkey: String,
+    /// This server's curve25519 seed (`SX...`): hidden inputs are sealed to its public key.
+    pub xkey_seed: String,
+    /// The JetStream domain of the hub, when the agent reaches it through a leaf node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub js_domain: Option<String>,
+}
+
+impl fmt::Debug for AgentSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentSettings")
+            .field("tenant", &self.tenant)
+            .field("server", &self.server)
+            .field("gateway_key", &self.gateway_key)
+            .field("gateway_xkey", &self.gateway_xkey)
+            .field("xkey_seed", &"<hidden>")
+            .field("js_domain", &self.js_domain)
+            .finish()
+    }
+}
+
+/// An agent's credentials file: its NATS user (whose seed also signs its answers) and its
+/// [`AgentSettings`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentCredentials {
+    /// The server's NATS user.
+    pub user: UserCreds,
+    /// Keys and names the agent needs.
+    pub settings: AgentSettings,
+}
+
+impl AgentCredentials {
+    /// The file's text: a `.creds` file NATS tools can read, then the settings block.
+    pub fn to_text(&self) -> String {
+        // Serializing plain strings cannot fail.
+        let settings = serde_json::to_string(&self.settings).unwrap_or_default();
+        format!(
+            "{}\n{FLUE_BEGIN}\n{settings}\n{FLUE_END}\n",
+            self.user.to_text()
+        )
+    }
+
+    /// Reads a credentials file's text.
+    pub fn parse(text: &str) -> Result<Self, CredsError> {
+        let user = UserCreds::parse(text)?;
+        let settings = block(text, FLUE_BEGIN, FLUE_END).ok_or(CredsError::Missing(
+            "Flue agent settings (a plain .creds file is not an agent's credentials)",
+        ))?;
+        let settings = serde_json::from_str(&settings).map_err(CredsError::Settings)?;
+        Ok(Self { user, settings })
+    }
+}
+
+/// Why a credentials text could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CredsError {
+    /// A block is absent or empty.
+    #[error("the credentials file has no {0} block")]
+    Missing(&'static str),
+    /// The settings block is not the JSON expected.
+    #[error("the Flue agent settings block is not valid")]
+    Settings(#[source] serde_json::Error),
+}
+
+/// The trimmed, non-empty text between the first `begin` line and the next `end` line.
+fn block(text: &str, begin: &str, end: &str) -> Option<String> {
+    let mut lines = text.lines().map(str::trim);
+    lines.find(|l| *l == begin)?;
+    let inside: Vec<&str> = lines
+        .take_while(|l| *l != end)
+        .filter(|l| !l.is_empty())
+        .collect();
+    (!inside.is_empty()).then(|| inside.concat())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> AgentCredentials {
+        AgentCredentials {
+            user: UserCreds {
+                jwt: "eyJhbGc.eyJzdWIi.c2ln".into(),
+                seed: "SUAEXAMPLESEED".into(),
+            },
+            settings: AgentSettings {
+                tenant: "acme".parse().expect("id"),
+                server: "web1".parse().expect("id"),
+                gateway_key: "NGATEWAY".into(),
+                gateway_xkey: "XGATEWAY".into(),
+                xkey_seed: "SXSERVER".into(),
+                js_domain: Some("flue".into()),
+            },
+        }
+    }
+
+    #[test]
+    fn a_bundle_reads_back_as_written() {
+        let creds = sample();
+        assert_eq!(
+            AgentCredentials::parse(&creds.to_text()).expect("parses"),
+            creds
+        );
+        // CRLF line ends (a file edited on another system) read the same.
+        let crlf = creds.to_text().replace('\n', "\r\n");
+        assert_eq!(AgentCredentials::parse(&crlf).expect("parses"), creds);
+    }
+
+    #[test]
+    fn a_bundle_is_a_creds_file() {
+        let text = sample().to_text();
+        assert_eq!(
+            UserCreds::parse(&text).expect("user part"),
+            sample().user,
+            "NATS tools read the first two blocks"
+        );
+    }
+
+    #[test]
+    fn missing_parts_are_named() {
+        let plain = sample().user.to_text();
+        let e = AgentCredentials::parse(&plain).expect_err("no settings");
+        assert!(e.to_string().contains("Flue agent settings"), "{e}");
+        let e = UserCreds::parse("nothing here").expect_err("no jwt");
+        assert!(e.to_string().contains("user JWT"), "{e}");
+        let broken = sample()
+            .to_text()
+            .replace("\"tenant\":\"acme\"", "\"tenant\":\"a.b\"");
+        assert!(matches!(
+            AgentCredentials::parse(&broken),
+            Err(CredsError::Settings(_))
+        ));
+    }
+
+    #[test]
+    fn debug_hides_the_seeds() {
+        let shown = format!("{:?}", sample());
+        assert!(
+            !shown.contains("SUAEXAMPLESEED") && !shown.contains("SXSERVER"),
+            "{shown}"
+        );
+    }
+}
