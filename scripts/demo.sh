@@ -84,7 +84,7 @@ nats_url="nats://127.0.0.1:$nats_port"
 echo "nats-server $("$nats_server" --version | awk '{print $NF}') at $nats_url (log: .flue-demo/nats.log)"
 
 section "starting flue-gateway"
-"$gateway_bin" --listen 127.0.0.1:0 --nats-url "$nats_url" \
+"$gateway_bin" --listen 127.0.0.1:0 --nats-url "$nats_url" --state-dir "$demo/gateway-state" \
   >"$demo/gateway.out" 2>"$demo/gateway.log" &
 pids+=($!)
 gateway_listening() { grep -q '^flue-gateway listening on http://' "$demo/gateway.out"; }

@@ -50,6 +50,9 @@ pub struct Config {
     /// Interval between two presence heartbeats (1 s to [`MAX_HEARTBEAT_SECS`]); keep it
     /// well below the gateway's `--presence-timeout-secs` (default 10 s).
     pub heartbeat_interval: Duration,
+    /// The credentials file minted at registration ([`flue_proto::creds::AgentCredentials`]),
+    /// read at start.
+    pub creds_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -64,6 +67,7 @@ impl Config {
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             ledger_retention: retention_from_days(DEFAULT_LEDGER_RETENTION_DAYS),
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            creds_file: None,
         }
     }
 
@@ -121,6 +125,10 @@ pub struct RunArgs {
     #[arg(long, env = "FLUE_HEARTBEAT_SECS", default_value_t = DEFAULT_HEARTBEAT_INTERVAL.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=MAX_HEARTBEAT_SECS))]
     pub heartbeat_secs: u64,
+    /// The credentials file the gateway minted at registration (`flue server register ID
+    /// --creds FILE`); a secret, mode 0600.
+    #[arg(long, env = "FLUE_CREDS")]
+    pub creds: Option<PathBuf>,
 }
 
 /// `days` as a duration, saturating rather than overflowing for absurd values.
@@ -144,6 +152,7 @@ impl From<RunArgs> for Config {
             shutdown_grace: Duration::from_secs(a.shutdown_grace_secs),
             ledger_retention: retention_from_days(a.ledger_retention_days),
             heartbeat_interval: Duration::from_secs(a.heartbeat_secs),
+            creds_file: a.creds,
         }
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use async_nats::{ConnectOptions, Event};
+use flue_proto::creds::AgentCredentials;
 use flue_proto::nats_url::NatsUrls;
 use flue_proto::subject;
 use tokio::sync::watch;
@@ -29,12 +30,18 @@ pub struct Broker {
 
 /// Connects to the broker in the background: the call returns at once and the client
 /// keeps (re)connecting forever with jittered exponential backoff.
-pub async fn connect(config: &Config) -> Result<Broker, Error> {
+pub async fn connect(
+    config: &Config,
+    credentials: Option<&AgentCredentials>,
+) -> Result<Broker, Error> {
     let (tx, connects) = watch::channel(0u64);
     let tx = Arc::new(tx);
     let urls = NatsUrls::parse(&config.nats_url);
-    let options = urls
-        .with_credentials(ConnectOptions::new())
+    let mut options = urls.with_credentials(ConnectOptions::new());
+    if let Some(user) = credentials.map(|c| &c.user).filter(|u| !u.jwt.is_empty()) {
+        options = crate::credentials::authenticate(options, user, &config.creds_file)?;
+    }
+    let options = options
         .name(format!("flue-agent {}/{}", config.tenant, config.server_id))
         .custom_inbox_prefix(subject::agent_inbox_prefix(
             &config.tenant,

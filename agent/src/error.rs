@@ -18,6 +18,14 @@ pub enum Error {
     /// The ledger could not be opened, read or made durable, so exactly-once cannot be kept.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+    /// The credentials file could not be read, or is not this server's.
+    #[error("cannot use the credentials file {path}: {reason}")]
+    Credentials {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The broker URL or connect options were refused before any connection attempt.
     #[error("cannot connect to {url}")]
     Connect {

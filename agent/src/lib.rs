@@ -89,6 +89,7 @@ pub mod answer;
 pub mod backoff;
 pub mod config;
 pub mod connect;
+pub mod credentials;
 pub mod data;
 pub mod deploy;
 pub mod error;
@@ -127,7 +128,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     // Before anything is pulled: a request found `started` is reported interrupted only
     // once nothing of its hook runs any more.
     orphans::kill_unfinished_hooks(&ledger).await?;
-    let broker = connect::connect(&config).await?;
+    let credentials = credentials::load(&config)?.map(std::sync::Arc::new);
+    let broker = connect::connect(&config, credentials.as_deref()).await?;
     info!(
         tenant = %config.tenant,
         server = %config.server_id,
@@ -157,6 +159,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
             config.server_id.clone(),
         ),
         config,
+        credentials,
         broker,
         ledger,
         shutdown,

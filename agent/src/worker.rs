@@ -28,6 +28,9 @@ pub const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 pub struct Agent {
     /// The configuration.
     pub config: Config,
+    /// The credentials file's contents (`--creds`): the keys that verify requests, sign
+    /// answers and open sealed values.
+    pub credentials: Option<std::sync::Arc<flue_proto::creds::AgentCredentials>>,
     /// The broker connection.
     pub broker: Broker,
     /// The exactly-once ledger.

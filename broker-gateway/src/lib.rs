@@ -3,6 +3,7 @@
 //!
 //! - [`config`]: the typed [`Config`] (flags and environment);
 //! - [`api`]: axum handlers and [`ApiError`];
+//! - [`credentials`]: minting an agent's keys and credentials file at registration;
 //! - [`store`]: state in JetStream KV buckets, changed by compare-and-set;
 //! - [`broker`]: the request/response streams, consumers and publishing;
 //! - [`record`]: the stored deployment record and its state transitions;
@@ -21,6 +22,7 @@
 pub mod api;
 pub mod broker;
 pub mod config;
+pub mod credentials;
 pub mod deferred;
 pub mod error;
 pub mod events;
@@ -74,6 +76,9 @@ impl Gateway {
     /// Connects to the broker, sets up streams, buckets and the response consumer,
     /// recovers pending deployments, binds the listener and starts serving.
     pub async fn start(config: Config) -> Result<Self, Error> {
+        // The keys first: a state directory that cannot be used stops the start before
+        // anything is touched on the broker.
+        let keys = state::StateDir::open(&config.state_dir)?.gateway_keys()?;
         let (client, reconnected) = connect(&config.nats_url).await?;
         // Every JetStream call (KV reads and writes, API requests, publish acks) of the
         // gateway is bounded by this, so that an API call waits at most that long on it.
@@ -99,6 +104,7 @@ impl Gateway {
             events,
             presence,
             webhooks,
+            keys,
             shutdown.clone(),
         );
         service.recover().await?;

@@ -31,6 +31,7 @@ use crate::error::chain;
 use crate::events::Events;
 use crate::presence::PresenceTracker;
 use crate::record::{DeploymentRecord, apply_published, timeout_deadline};
+use crate::state::GatewayKeys;
 use crate::store::{Store, StoreError};
 use crate::timeouts::TimeoutSet;
 use crate::webhooks::Webhooks;
@@ -114,6 +115,8 @@ pub struct Service {
     pub presence: PresenceTracker,
     /// Webhook subscriptions.
     pub webhooks: Webhooks,
+    /// The gateway's own keys (request signing, sealing, HTTP tokens).
+    pub keys: GatewayKeys,
     /// Deployments waiting for an answer.
     pub timeouts: TimeoutSet,
     /// Deployments whose request still has to be published, by server.
@@ -136,6 +139,7 @@ impl Service {
         events: Events,
         presence: PresenceTracker,
         webhooks: Webhooks,
+        keys: GatewayKeys,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
@@ -145,6 +149,7 @@ impl Service {
             events,
             presence,
             webhooks,
+            keys,
             timeouts: TimeoutSet::default(),
             deferred: Deferred::default(),
             unread: Arc::default(),

@@ -60,11 +60,13 @@ impl UserCreds {
         )
     }
 
-    /// Reads the JWT and seed blocks of a `.creds` text.
+    /// Reads the JWT and seed blocks of a `.creds` text. The seed must not be empty; the
+    /// JWT block may be (credentials minted where the broker does not check users).
     pub fn parse(text: &str) -> Result<Self, CredsError> {
+        let seed = block(text, SEED_BEGIN, SEED_END).filter(|s| !s.is_empty());
         Ok(Self {
             jwt: block(text, JWT_BEGIN, JWT_END).ok_or(CredsError::Missing("user JWT"))?,
-            seed: block(text, SEED_BEGIN, SEED_END).ok_or(CredsError::Missing("user nkey seed"))?,
+            seed: seed.ok_or(CredsError::Missing("user nkey seed"))?,
         })
     }
 }
@@ -154,15 +156,19 @@ pub enum CredsError {
     Settings(#[source] serde_json::Error),
 }
 
-/// The trimmed, non-empty text between the first `begin` line and the next `end` line.
+/// The trimmed text between the first `begin` line and the next `end` line (empty when
+/// nothing is between them); `None` when there is no such block.
 fn block(text: &str, begin: &str, end: &str) -> Option<String> {
     let mut lines = text.lines().map(str::trim);
     lines.find(|l| *l == begin)?;
-    let inside: Vec<&str> = lines
-        .take_while(|l| *l != end)
-        .filter(|l| !l.is_empty())
-        .collect();
-    (!inside.is_empty()).then(|| inside.concat())
+    let mut inside = String::new();
+    for line in lines {
+        if line == end {
+            return Some(inside);
+        }
+        inside.push_str(line);
+    }
+    None
 }
 
 #[cfg(test)]

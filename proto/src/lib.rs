@@ -41,7 +41,7 @@ pub use ids::{
 };
 pub use server::{
     AgentBootstrap, BrokerState, ErrorBody, ErrorDetail, Health, HealthStatus, RegisterServer,
-    Registration, Server,
+    Registration, Server, ServerKeys,
 };
 pub use stack::{
     ActionResult, ActionRun, OpStatus, Operation, Pending, PutStack, Stack, StackAction,

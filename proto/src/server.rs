@@ -29,9 +29,24 @@ pub struct Server {
     /// Registered at.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
+    /// The public keys minted for its agent at registration (or the last credential
+    /// rotation): its answers must be signed by `signing`; hidden inputs are sealed to
+    /// `sealing`. Absent on records written before keys existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<ServerKeys>,
     /// Presence derived from its agent's heartbeats: filled in by API reads, never stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub presence: Option<crate::event::Presence>,
+}
+
+/// The public halves of a server's keys; the secret halves exist only in its agent's
+/// credentials file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerKeys {
+    /// The agent's NATS user public key (`U...`), which also signs its answers.
+    pub signing: String,
+    /// The agent's curve25519 public key (`X...`): hidden inputs are sealed to it.
+    pub sealing: String,
 }
 
 /// Everything an agent needs to start, returned by registration.
@@ -60,6 +75,11 @@ pub struct Registration {
     pub server: Server,
     /// What its agent needs.
     pub agent: AgentBootstrap,
+    /// The agent's credentials file ([`crate::creds::AgentCredentials`] text): present only
+    /// in the answer that minted them (first registration, credential rotation), never
+    /// stored by the gateway and never shown again. A secret: write it with mode 0600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<String>,
 }
 
 /// Body of every API error: `{"error": {"code": "...", "message": "..."}}`.

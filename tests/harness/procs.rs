@@ -167,6 +167,8 @@ impl Drop for Nats {
 /// The real `flue-gateway` binary.
 pub struct Gateway {
     child: Option<Child>,
+    /// Its `--state-dir`, kept across restarts (the same keys).
+    state: TempDir,
     url: String,
     args: Vec<String>,
     stdout: Logs,
@@ -176,7 +178,10 @@ pub struct Gateway {
 impl Gateway {
     /// Starts a gateway on `127.0.0.1:0` against `nats_url`, with extra flags.
     pub async fn start(nats_url: &str, extra: &[&str]) -> Gateway {
+        let state = tempfile::tempdir().expect("tempdir");
         let mut args: Vec<String> = vec![
+            "--state-dir".into(),
+            state.path().join("state").display().to_string(),
             "--listen".into(),
             "127.0.0.1:0".into(),
             "--nats-url".into(),
@@ -187,6 +192,7 @@ impl Gateway {
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut gw = Gateway {
             child: None,
+            state,
             url: String::new(),
             args,
             stdout: Logs::default(),
@@ -221,6 +227,11 @@ impl Gateway {
             .expect("address at end of line")
             .to_owned();
         self.url = url;
+    }
+
+    /// Its state directory (`--state-dir`): the gateway's keys.
+    pub fn state_dir(&self) -> PathBuf {
+        self.state.path().join("state")
     }
 
     /// Base URL, `http://127.0.0.1:<port>`.

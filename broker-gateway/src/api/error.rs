@@ -100,6 +100,9 @@ pub enum ApiError {
     /// A handler panicked (caught by the router's panic layer).
     #[error("handler panicked")]
     Panic,
+    /// A key could not be made or encoded (never expected for fresh keys).
+    #[error("cannot mint a key: {0}")]
+    Keys(String),
 }
 
 /// Seconds a client is told to wait (`Retry-After`) before retrying a 503.
@@ -139,9 +142,10 @@ impl ApiError {
             Self::ConsumerLimit { .. } => {
                 (StatusCode::INSUFFICIENT_STORAGE, "consumer_limit_reached")
             }
-            Self::Store(StoreError::Decode { .. }) | Self::Task(_) | Self::Panic => {
-                (StatusCode::INTERNAL_SERVER_ERROR, "internal")
-            }
+            Self::Store(StoreError::Decode { .. })
+            | Self::Task(_)
+            | Self::Panic
+            | Self::Keys(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             Self::Unavailable(_)
             | Self::BrokerDown
             | Self::TookTooLong(_)
@@ -154,7 +158,10 @@ impl ApiError {
     /// never a cause for a 5xx (the cause is logged here, once).
     fn client_message(&self) -> String {
         match self {
-            Self::Store(StoreError::Decode { .. }) | Self::Task(_) | Self::Panic => {
+            Self::Store(StoreError::Decode { .. })
+            | Self::Task(_)
+            | Self::Panic
+            | Self::Keys(_) => {
                 error!(error = %chain(self), "request failed");
                 "internal error; see the gateway log".to_owned()
             }

@@ -15,6 +15,7 @@ use tracing::info;
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId};
 use super::listing::Listed;
+use crate::credentials;
 use crate::service::Service;
 
 /// `POST /v1/servers`: 201 on first registration, 200 with the same registration after.
@@ -30,15 +31,21 @@ pub async fn register(
         .broker
         .ensure_request_consumer(tenant, &body.id)
         .await?;
+    let minted = credentials::mint(&service, &body.id)?;
     let server = Server {
         id: body.id,
         tenant: tenant.clone(),
         name: body.name,
         created_at: OffsetDateTime::now_utc(),
+        keys: Some(minted.keys),
         presence: None,
     };
+    // Only the registration that recorded the server hands out the credentials whose
+    // public keys it recorded; a repeated registration gets none.
+    let mut credentials = None;
     let (status, server) = match service.store.create_server(&server).await? {
         None => {
+            credentials = Some(minted.text);
             info!(server.id = %server.id, consumer, "server registered");
             service
                 .events
@@ -60,7 +67,14 @@ pub async fn register(
         response_subject: subject::response(tenant, &server.id),
         inbox_prefix: subject::agent_inbox_prefix(tenant, &server.id),
     };
-    Ok((status, Json(Registration { server, agent })))
+    Ok((
+        status,
+        Json(Registration {
+            server,
+            agent,
+            credentials,
+        }),
+    ))
 }
 
 /// `GET /v1/servers`: every server of the tenant, oldest first.

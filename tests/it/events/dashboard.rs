@@ -310,6 +310,8 @@ async fn dashboard_reconnects_by_itself_and_says_when_events_were_missed() {
             &format!("127.0.0.1:{port}"),
             "--nats-url",
             &flue.nats.url(),
+            "--state-dir",
+            &flue.gateway.state_dir().display().to_string(),
         ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

@@ -206,6 +206,24 @@ async fn registration_is_idempotent_and_creates_the_consumer() {
             Some(json!({"id": "web1", "name": "Web"})),
         )
         .await;
+    // The credentials are handed out once, by the registration that minted them.
+    let creds = first["credentials"]
+        .as_str()
+        .expect("first registration mints credentials");
+    let creds = flue_proto::creds::AgentCredentials::parse(creds).expect("a credentials file");
+    assert_eq!(creds.settings.server.as_str(), "web1");
+    assert_eq!(
+        first["server"]["keys"]["signing"].as_str(),
+        Some(
+            nkeys::KeyPair::from_seed(&creds.user.seed)
+                .expect("seed")
+                .public_key()
+                .as_str()
+        ),
+        "the recorded key is the one handed out"
+    );
+    let mut first = first;
+    first.as_object_mut().expect("object").remove("credentials");
     assert_eq!((s, &again), (StatusCode::OK, &first));
 
     let js = fx.jetstream().await;

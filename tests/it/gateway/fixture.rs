@@ -15,6 +15,8 @@ pub struct Fixture {
     pub gateway: Option<Gateway>,
     pub app: Router,
     pub nats: Nats,
+    /// Holds the gateway's `--state-dir`.
+    pub state: tempfile::TempDir,
 }
 
 impl Fixture {
@@ -24,9 +26,11 @@ impl Fixture {
 
     pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> Self {
         let nats = Nats::start().await;
+        let state = tempfile::tempdir().expect("tempdir");
         let mut config = Config::new(nats.url());
         config.listen = "127.0.0.1:0".parse().expect("addr");
         config.timeout_sweep_ms = 50;
+        config.state_dir = state.path().join("state");
         tweak(&mut config);
         let gateway = Gateway::start(config).await.expect("gateway starts");
         let app = gateway.router();
@@ -34,7 +38,13 @@ impl Fixture {
             gateway: Some(gateway),
             app,
             nats,
+            state,
         }
+    }
+
+    /// The `--state-dir` of the fixture's gateway (for a second gateway with the same keys).
+    pub fn state_dir(&self) -> std::path::PathBuf {
+        self.state.path().join("state")
     }
 
     pub async fn call(
