@@ -261,7 +261,7 @@ async fn start_hub(cp: &Netns, dir: &Path) -> NsProcess {
             "server_name: hub\n\
              listen: \"127.0.0.1:{HUB_CLIENT_PORT}\"\n\
              jetstream {{\n  domain: {domain}\n  store_dir: \"{store}\"\n  limits {{ default_max_consumers: -1 }}\n}}\n\
-             leafnodes {{\n  listen: \"0.0.0.0:{LEAF_PORT}\"\n}}\n",
+             leafnodes {{\n  listen: \"0.0.0.0:{LEAF_PORT}\"\n  no_advertise: true\n}}\n",
             domain = flue_proto::subject::JETSTREAM_DOMAIN,
             store = store.display(),
         ),
@@ -282,7 +282,7 @@ fn leaf_config(name: &str, hub: Ipv4Addr) -> String {
     format!(
         "server_name: leaf-{name}\n\
          listen: \"0.0.0.0:{TENANT_NATS_PORT}\"\n\
-         leafnodes {{\n  reconnect: 1\n  remotes: [ {{ url: \"nats-leaf://{hub}:{LEAF_PORT}\" }} ]\n}}\n"
+         leafnodes {{\n  reconnect: \"1s\"\n  remotes: [ {{ url: \"nats-leaf://{hub}:{LEAF_PORT}\" }} ]\n}}\n"
     )
 }
 

@@ -211,9 +211,10 @@ async fn a_second_tenant_network_has_its_own_leaf_node_and_no_path_into_the_firs
 }
 
 /// Whether a client of tenant network `second`'s leaf node hears the heartbeats that
-/// `server`'s agent in network `first` publishes. A spy in `first` is the control: once it
-/// heard two heartbeats (the first one had a whole interval to reach everywhere), the
-/// second network's spy has heard the first one or never will.
+/// `server`'s agent in network `first` publishes. A spy in `first`, started after the one in
+/// `second`, is the control: once it heard two heartbeats after both spies were ready, the
+/// first of them had a whole heartbeat interval to reach the second network, so the
+/// second network's spy has heard it or never will.
 ///
 /// This is the account-level isolation check of issue 10 point 9; with P1's accounts the
 /// second tenant's leaf node, whose credentials are of another account, must hear nothing.
@@ -224,23 +225,29 @@ async fn second_tenant_hears_the_first_tenants_subjects(
     server: &str,
 ) -> bool {
     let wildcard = "flue.>";
-    let control = env
-        .subject_spy(&env.tenants[first].ns, TENANT_NATS_PORT, wildcard)
-        .await;
     let spy = env
         .subject_spy(&env.tenants[second].ns, TENANT_NATS_PORT, wildcard)
+        .await;
+    let control = env
+        .subject_spy(&env.tenants[first].ns, TENANT_NATS_PORT, wildcard)
         .await;
     let hb = subject::heartbeat(
         &TenantId::new("default").expect("id"),
         &server.parse().expect("id"),
     );
-    control.wait_for(&hb).await;
-    let first_heartbeat = control
+    let ready = control.logs().len();
+    control
         .logs()
-        .lines()
-        .iter()
-        .position(|l| *l == hb)
-        .expect("the control heard it");
+        .wait_for_after(ready, &hb, flue_tests::WAIT)
+        .await;
+    let first_heartbeat = ready
+        + control
+            .logs()
+            .lines()
+            .iter()
+            .skip(ready)
+            .position(|l| *l == hb)
+            .expect("the control heard it");
     control
         .logs()
         .wait_for_after(first_heartbeat + 1, &hb, flue_tests::WAIT)
