@@ -2,8 +2,11 @@
 # Flue end-to-end demo: a real nats-server, the gateway and six agents on loopback,
 # then the example stacks: two-tier (create, show, backup action, update, delete),
 # ordering, and the cluster scaled out from 2 to 3 compute members, with every lifecycle event
-# recorded by a listener and summarised at the end. Everything lives in .flue-demo/
-# (wiped at start); every process started here is stopped on exit, error or Ctrl-C.
+# recorded by a listener and summarised at the end. When run as root it then shows an isolated
+# tenant network in network namespaces (a control plane with hub and gateway, a tenant
+# network with a NATS leaf node and two agents that reach nothing else); otherwise it says
+# why not. Everything lives in .flue-demo/ (wiped at start); every process and namespace
+# started here is stopped or removed on exit, error or Ctrl-C.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,8 +23,10 @@ die() {
 }
 
 pids=()
+namespaces=()
 # Stops what was started, newest first (agents, then the gateway, then nats-server), so
-# each one drains while the broker is still up; each gets 10 s before SIGKILL.
+# each one drains while the broker is still up; each gets 10 s before SIGKILL. Then removes
+# the network namespaces made here (whatever still runs in one is killed first).
 stop_all() {
   local status=$?
   trap - EXIT INT TERM
@@ -35,6 +40,11 @@ stop_all() {
     done
     kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
+  done
+  local ns
+  for ns in "${namespaces[@]}"; do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
   done
   exit "$status"
 }
@@ -193,5 +203,92 @@ seqs = [e["seq"] for e in events]
 print(f"    {len(events)} events, stream sequences {seqs[0]}..{seqs[-1]}, none missing: {seqs == list(range(seqs[0], seqs[-1] + 1))}")
 for ty, n in sorted(collections.Counter(e["type"] for e in events).items()):
     print(f"    {n:5d}  {ty}")' "$demo/events.jsonl"
+
+# ns_tcp NS HOST PORT: a TCP connect from inside namespace NS; prints connected, refused or
+# unreachable.
+ns_tcp() {
+  local err
+  if err="$(ip netns exec "$1" timeout 2 bash -c "exec 3<>/dev/tcp/$2/$3" 2>&1)"; then
+    echo connected
+  elif [[ $err == *refused* ]]; then
+    echo refused
+  else
+    echo unreachable
+  fi
+}
+
+# An isolated tenant network, in network namespaces (needs root): a control plane `cp` with
+# its own hub (JetStream domain flue, leaf-node port 7422) and gateway, both bound to cp's
+# loopback, and a tenant network `t1` linked to cp only, with a NATS leaf node and the
+# agents of db and web connected to it. The flue CLI runs inside cp.
+tenant_network_demo() {
+  local cp="flue-demo-$$-cp" t1="flue-demo-$$-t1" dir="$demo/isolated"
+  mkdir -p "$dir"
+  ip netns add "$cp" && namespaces+=("$cp")
+  ip netns add "$t1" && namespaces+=("$t1")
+  ip -n "$cp" link set lo up
+  ip -n "$t1" link set lo up
+  ip link add v1a netns "$cp" type veth peer name v1b netns "$t1"
+  ip -n "$cp" addr add 10.250.1.1/24 dev v1a
+  ip -n "$t1" addr add 10.250.1.2/24 dev v1b
+  ip -n "$cp" link set v1a up
+  ip -n "$t1" link set v1b up
+  echo "namespaces $cp (10.250.1.1) and $t1 (10.250.1.2), one veth link between them, no other route"
+
+  cat >"$dir/hub.conf" <<CONF
+server_name: hub
+listen: "127.0.0.1:4222"
+jetstream { domain: flue, store_dir: "$dir/hub-js", limits { default_max_consumers: -1 } }
+leafnodes { listen: "0.0.0.0:7422", no_advertise: true }
+CONF
+  cat >"$dir/leaf.conf" <<CONF
+server_name: leaf-t1
+listen: "127.0.0.1:4222"
+leafnodes { reconnect: "1s", remotes: [ { url: "nats-leaf://10.250.1.1:7422" } ] }
+CONF
+  ip netns exec "$cp" "$nats_server" -c "$dir/hub.conf" >"$dir/hub.log" 2>&1 &
+  pids+=($!)
+  wait_for "the hub in cp" 15 "${pids[-1]}" "nats hub" "$dir/hub.log" grep -qs 'Server is ready' "$dir/hub.log"
+  ip netns exec "$cp" "$gateway_bin" --listen 127.0.0.1:8470 --nats-url nats://127.0.0.1:4222 \
+    --state-dir "$dir/gateway-state" >"$dir/gateway.out" 2>"$dir/gateway.log" &
+  pids+=($!)
+  wait_for "the gateway in cp" 30 "${pids[-1]}" flue-gateway "$dir/gateway.log" \
+    grep -qs '^flue-gateway listening on' "$dir/gateway.out"
+  ip netns exec "$t1" "$nats_server" -c "$dir/leaf.conf" >"$dir/leaf.log" 2>&1 &
+  pids+=($!)
+  wait_for "the leaf node in t1" 15 "${pids[-1]}" "nats leaf" "$dir/leaf.log" \
+    grep -qs 'Leafnode connection created' "$dir/leaf.log"
+  echo "hub and gateway in cp on its loopback; leaf node in t1, connected to 10.250.1.1:7422"
+
+  echo "from t1: leaf-node port 10.250.1.1:7422 $(ns_tcp "$t1" 10.250.1.1 7422);" \
+    "gateway port 10.250.1.1:8470 $(ns_tcp "$t1" 10.250.1.1 8470);" \
+    "hub client port 10.250.1.1:4222 $(ns_tcp "$t1" 10.250.1.1 4222)"
+  echo "from cp: gateway 127.0.0.1:8470 $(ns_tcp "$cp" 127.0.0.1 8470)"
+
+  local in_cp=(ip netns exec "$cp" "$flue" --gateway http://127.0.0.1:8470) server log
+  for server in db web; do
+    "${in_cp[@]}" server register "$server" >/dev/null
+    log="$dir/agent-$server.log"
+    ip netns exec "$t1" "$agent_bin" run --nats-url nats://127.0.0.1:4222 --server-id "$server" \
+      --state-dir "$dir/agent-$server" --hook-dir "$root/examples/hooks" --shutdown-grace-secs 5 \
+      >"$log" 2>&1 &
+    pids+=($!)
+    wait_for "agent $server in t1" 30 "${pids[-1]}" "flue-agent $server" "$log" grep -qs 'agent ready' "$log"
+  done
+  echo "agents db and web ready in t1, connected to the leaf node only (JetStream domain flue)"
+  echo "flue stack create shop (inside cp): examples/two-tier, every request and answer through the leaf node"
+  "${in_cp[@]}" stack create shop -t examples/two-tier/stack.yaml -P data_dir="$dir/shop" ||
+    die "stack shop did not complete in the tenant network"
+}
+
+section "an isolated tenant network in network namespaces"
+if [ "$(id -u)" != 0 ]; then
+  echo "not shown: creating network namespaces needs root (run the demo as root to see it)"
+elif ! command -v ip >/dev/null 2>&1; then
+  echo "not shown: iproute2's \`ip\` is not installed"
+else
+  echo "running as root: showing the isolated tenant network topology (docs/security.md)"
+  tenant_network_demo
+fi
 
 section "done: every stack operation COMPLETE (files under .flue-demo/, logs alongside)"

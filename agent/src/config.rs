@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use flue_proto::{ServerId, TenantId};
+use flue_proto::{ServerId, TenantId, subject};
 
 /// Default broker URL, the same as the gateway's.
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
@@ -28,6 +28,9 @@ pub struct Config {
     /// Broker URL(s), comma separated; credentials in them are parsed, and shown
     /// redacted, by [`flue_proto::nats_url`].
     pub nats_url: String,
+    /// JetStream domain of the hub broker, or none for plain `$JS.API` (a hub without a
+    /// domain, reached directly: no leaf node in between).
+    pub js_domain: Option<String>,
     /// Tenant of this server.
     pub tenant: TenantId,
     /// This server's id: which request queue the agent pulls.
@@ -60,6 +63,7 @@ impl Config {
     pub fn new(tenant: TenantId, server_id: ServerId) -> Self {
         Self {
             nats_url: DEFAULT_NATS_URL.to_owned(),
+            js_domain: Some(subject::JETSTREAM_DOMAIN.to_owned()),
             tenant,
             server_id,
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
@@ -95,6 +99,11 @@ pub struct RunArgs {
     /// Broker URL(s), comma separated.
     #[arg(long, env = "FLUE_NATS_URL", default_value = DEFAULT_NATS_URL)]
     pub nats_url: String,
+    /// JetStream domain of the hub broker; JetStream calls go to `$JS.<domain>.API`, which
+    /// works on the hub and through a leaf node alike. Empty: plain `$JS.API` (a hub
+    /// without a domain).
+    #[arg(long, env = "FLUE_JS_DOMAIN", default_value = subject::JETSTREAM_DOMAIN)]
+    pub js_domain: String,
     /// Tenant of this server.
     #[arg(long, env = "FLUE_TENANT", default_value = "default")]
     pub tenant: TenantId,
@@ -140,6 +149,7 @@ impl From<RunArgs> for Config {
     fn from(a: RunArgs) -> Self {
         Self {
             nats_url: a.nats_url,
+            js_domain: Some(a.js_domain).filter(|d| !d.is_empty()),
             tenant: a.tenant,
             server_id: a.server_id,
             state_dir: a.state_dir,
@@ -212,6 +222,16 @@ mod tests {
             let err = parse(&["--server-id", "s", &flag]).expect_err("out of range");
             assert!(err.to_string().contains("--heartbeat-secs"), "{err}");
         }
+    }
+
+    #[test]
+    fn jetstream_is_addressed_through_the_hub_domain_unless_it_is_emptied() {
+        let c = parse(&["--server-id", "s"]).expect("parses");
+        assert_eq!(c.js_domain.as_deref(), Some("flue"));
+        let c = parse(&["--server-id", "s", "--js-domain", "hub2"]).expect("parses");
+        assert_eq!(c.js_domain.as_deref(), Some("hub2"));
+        let c = parse(&["--server-id", "s", "--js-domain", ""]).expect("parses");
+        assert_eq!(c.js_domain, None);
     }
 
     #[test]

@@ -74,7 +74,11 @@ pub async fn connect(
             url: urls.redacted(),
             source,
         })?;
-    let js = jetstream::new(client.clone());
+    // Through the hub's domain, JetStream answers the same on the hub and behind a leaf node.
+    let js = match &config.js_domain {
+        Some(domain) => jetstream::with_domain(client.clone(), domain),
+        None => jetstream::new(client.clone()),
+    };
     Ok(Broker {
         client,
         js,

@@ -61,6 +61,13 @@ pub fn agent_inbox_prefix(tenant: &TenantId, server: &ServerId) -> String {
     format!("_INBOX_flue.{tenant}.{server}")
 }
 
+/// JetStream domain of the hub broker (`jetstream { domain: flue }`). Agents and listeners
+/// address JetStream through it (`$JS.flue.API...`), so the same calls work on the hub
+/// itself and through a leaf node in a tenant network, where plain `$JS.API` would reach
+/// no JetStream (nats-server keeps `$JS.API.>` and `$KV.>` from crossing a leaf connection
+/// between JetStream domains).
+pub const JETSTREAM_DOMAIN: &str = "flue";
+
 /// KV bucket of the stack-scoped data space that hooks read and write through the agent.
 pub const DATA_BUCKET: &str = "flue_data";
 /// Longest data-space key a hook may use, in bytes.

@@ -8,7 +8,9 @@ mod browser;
 mod events;
 mod fixture;
 mod logs;
+pub mod netns;
 mod procs;
+pub mod tenant_net;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

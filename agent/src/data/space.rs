@@ -19,6 +19,10 @@ use crate::connect::{self, Broker};
 
 /// Header the KV sets on a delete or purge; a put carries none.
 const KV_OPERATION_HEADER: &str = "KV-Operation";
+/// How often a waited-for key is read again. Behind a leaf node nats-server keeps `$KV.>`
+/// from crossing the leaf connection (both ways, between JetStream domains), so the
+/// subscription never hears a put made through the hub: only reading again finds it.
+const REREAD_EVERY: Duration = Duration::from_millis(250);
 /// Stands in for a wait too long to add to the clock.
 const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -113,7 +117,8 @@ impl DataSpace {
     ///
     /// The subscription to the key's subject comes first and the read second, so a put
     /// landing between the two is still seen. Each reconnection reads the key again, since
-    /// a put published while the connection was down never reaches the subscription.
+    /// a put published while the connection was down never reaches the subscription, and so
+    /// does every [`REREAD_EVERY`], for puts the subscription cannot hear (leaf nodes).
     async fn wait(
         &self,
         store: &kv::Store,
@@ -142,6 +147,8 @@ impl DataSpace {
         let not_set = || DataResponse::NotFound {
             message: format!("key {key:?} was not set within {}", format_wait(wait)),
         };
+        let mut reread = tokio::time::interval_at(Instant::now() + REREAD_EVERY, REREAD_EVERY);
+        reread.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return not_set(),
@@ -149,6 +156,11 @@ impl DataSpace {
                     Ok(Some(value)) => return DataResponse::Ok { value: Some(value) },
                     Ok(None) => {}
                     Err(message) => warn!(error = %message, "reading a data key after a reconnection failed"),
+                },
+                _ = reread.tick() => match get(store, full_key).await {
+                    Ok(Some(value)) => return DataResponse::Ok { value: Some(value) },
+                    Ok(None) => {}
+                    Err(message) => debug!(error = %message, "reading a waited-for data key failed"),
                 },
                 msg = puts.next() => match msg {
                     Some(msg) if is_put(&msg) => {

@@ -1,0 +1,3 @@
+//! Issue 10, tenant isolation and security: each topic in its own module, against real processes.
+
+mod netns;
