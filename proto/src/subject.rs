@@ -61,6 +61,10 @@ pub fn agent_inbox_prefix(tenant: &TenantId, server: &ServerId) -> String {
     format!("_INBOX_flue.{tenant}.{server}")
 }
 
+/// KV bucket of revoked HTTP API tokens: key = token id (`jti`), kept as long as the
+/// longest token lives ([`crate::auth::MAX_TOKEN_TTL_SECS`]).
+pub const REVOKED_TOKENS_BUCKET: &str = "flue_revoked_tokens";
+
 /// KV bucket of the stack-scoped data space that hooks read and write through the agent.
 pub const DATA_BUCKET: &str = "flue_data";
 /// Longest data-space key a hook may use, in bytes.
