@@ -1,0 +1,5 @@
+//! Security (issue 10): every refusal proven against real processes.
+
+mod http_auth;
+mod http_tickets;
+mod references;
