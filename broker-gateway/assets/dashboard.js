@@ -618,11 +618,15 @@
       handle(ev, m.lastEventId);
     };
     source.addEventListener('flue-error', onStreamError);
+    const own = source;
     source.onerror = () => {
       dropped = true;
-      if (source.readyState === EventSource.CLOSED) {
+      // Signed out (or replaced) meanwhile: this stream is over, nothing to retry.
+      if (source !== own) return;
+      if (own.readyState === EventSource.CLOSED) {
         setConnection('offline', 'disconnected');
-        source.close();
+        own.close();
+        // A fresh ticket: the old one may have run out (60 s).
         setTimeout(connect, RETRY_MS);
       } else {
         setConnection('reconnecting');

@@ -45,19 +45,27 @@ impl Revoked {
     pub async fn open(js: &jetstream::Context) -> Result<Self, StoreError> {
         let kv = match js.get_key_value(REVOKED_TOKENS_BUCKET).await {
             Ok(kv) => kv,
-            Err(_) => js
-                .create_key_value(kv::Config {
-                    bucket: REVOKED_TOKENS_BUCKET.to_owned(),
-                    history: 1,
-                    max_age: Duration::from_secs(MAX_TOKEN_TTL_SECS) + KEEP_PAST_LONGEST_TOKEN,
-                    storage: jetstream::stream::StorageType::File,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| StoreError::Open {
-                    bucket: REVOKED_TOKENS_BUCKET,
-                    source: e.into(),
-                })?,
+            Err(_) => {
+                let created = js
+                    .create_key_value(kv::Config {
+                        bucket: REVOKED_TOKENS_BUCKET.to_owned(),
+                        history: 1,
+                        max_age: Duration::from_secs(MAX_TOKEN_TTL_SECS) + KEEP_PAST_LONGEST_TOKEN,
+                        storage: jetstream::stream::StorageType::File,
+                        ..Default::default()
+                    })
+                    .await;
+                match created {
+                    Ok(kv) => kv,
+                    // Another gateway may have created it in between.
+                    Err(e) => js.get_key_value(REVOKED_TOKENS_BUCKET).await.map_err(|_| {
+                        StoreError::Open {
+                            bucket: REVOKED_TOKENS_BUCKET,
+                            source: e.into(),
+                        }
+                    })?,
+                }
+            }
         };
         let revoked = Self {
             kv,
