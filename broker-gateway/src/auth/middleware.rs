@@ -107,3 +107,47 @@ fn ticket(request: &Request) -> Option<&str> {
         (name == TICKET_PARAM).then_some(value)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn request(method: Method, uri: &str) -> Request {
+        Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::empty())
+            .expect("request")
+    }
+
+    #[test]
+    fn only_a_bearer_header_gives_a_token() {
+        let mut headers = HeaderMap::new();
+        assert!(matches!(bearer(&headers), Ok(None)));
+        for (value, token) in [("Bearer abc", "abc"), ("bearer  abc ", "abc")] {
+            headers.insert(header::AUTHORIZATION, HeaderValue::from_static(value));
+            assert_eq!(bearer(&headers).ok().flatten(), Some(token), "{value}");
+        }
+        for value in ["Basic abc", "Bearer", "Bearer   ", "abc"] {
+            headers.insert(header::AUTHORIZATION, HeaderValue::from_static(value));
+            let e = bearer(&headers).expect_err(value);
+            assert!(!e.to_string().contains("abc"), "the header is quoted: {e}");
+        }
+    }
+
+    #[test]
+    fn a_ticket_is_read_only_on_the_event_stream() {
+        let on = request(Method::GET, "/v1/events?after=3&ticket=t.k.n");
+        assert_eq!(ticket(&on), Some("t.k.n"));
+        for (method, uri) in [
+            (Method::GET, "/v1/servers?ticket=t.k.n"),
+            (Method::POST, "/v1/events?ticket=t.k.n"),
+            (Method::GET, "/v1/events/tickets?ticket=t.k.n"),
+        ] {
+            assert_eq!(ticket(&request(method, uri)), None, "{uri}");
+        }
+    }
+}
