@@ -1,5 +1,7 @@
 //! Security (issue 10): every refusal proven against real processes.
 
 mod http_auth;
+mod http_ops;
+mod http_roles;
 mod http_tickets;
 mod references;

@@ -32,9 +32,8 @@ impl std::fmt::Display for Run {
 
 /// Runs `flue --gateway GW ARGS…` to its end.
 pub async fn flue(flue: &Flue, args: &[&str]) -> Run {
-    let args = args.to_vec();
-    let token = flue.gateway.cli_token(&args);
-    run_flue(flue.gateway.url().to_owned(), Some(token), to_owned(&args)).await
+    let token = flue.gateway.cli_token(args);
+    run_flue(flue.gateway.url().to_owned(), Some(token), to_owned(args)).await
 }
 
 fn to_owned(args: &[&str]) -> Vec<String> {
