@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use flue_gateway::auth::token;
 use flue_proto::TenantId;
 use flue_proto::auth::{Role, TokenClaims};
-use flue_tests::{Flue, Gateway, WAIT, bin};
+use flue_tests::{Flue, Gateway, WAIT};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
