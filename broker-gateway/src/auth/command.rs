@@ -17,6 +17,7 @@ use crate::state::{StateDir, StateError};
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "flue-gateway token",
+    bin_name = "flue-gateway token",
     about = "Mint an HTTP API token offline; prints only the token"
 )]
 pub struct TokenCommand {
