@@ -93,7 +93,7 @@ wait_for "nats-server on port $nats_port" 15 "${pids[-1]}" nats-server "$demo/na
 nats_url="nats://127.0.0.1:$nats_port"
 echo "nats-server $("$nats_server" --version | awk '{print $NF}') at $nats_url (log: .flue-demo/nats.log)"
 
-section "starting flue-gateway"
+section "starting flue-gateway (HTTP API tokens signed with the key in .flue-demo/gateway-state)"
 "$gateway_bin" --listen 127.0.0.1:0 --nats-url "$nats_url" --state-dir "$demo/gateway-state" \
   >"$demo/gateway.out" 2>"$demo/gateway.log" &
 pids+=($!)
@@ -102,6 +102,15 @@ wait_for "the gateway's listening line" 30 "${pids[-1]}" flue-gateway "$demo/gat
 gateway_url="$(sed -n 's/^flue-gateway listening on //p' "$demo/gateway.out" | head -n 1)"
 export FLUE_GATEWAY_URL="$gateway_url"
 echo "gateway at $gateway_url (log: .flue-demo/gateway.log); dashboard: $gateway_url/"
+# Tokens minted offline from the gateway's state dir: an admin one registers servers, an
+# engine one (FLUE_TOKEN, read by every flue command) runs the stacks; the viewer one
+# is for the dashboard's login form.
+admin_token="$("$gateway_bin" token --state-dir "$demo/gateway-state" --role admin --name demo-admin --ttl 12h)"
+FLUE_TOKEN="$("$gateway_bin" token --state-dir "$demo/gateway-state" --role engine --name demo-engine --ttl 12h)"
+export FLUE_TOKEN
+"$gateway_bin" token --state-dir "$demo/gateway-state" --role viewer --name dashboard --ttl 12h \
+  >"$demo/dashboard.token"
+echo "tokens minted: admin (servers), engine (FLUE_TOKEN), viewer for the dashboard in .flue-demo/dashboard.token"
 
 section "listening to every lifecycle event: flue events --all --follow --with-seq > .flue-demo/events.jsonl"
 "$flue" events --all --follow --with-seq >"$demo/events.jsonl" 2>"$demo/events.err" &
@@ -111,7 +120,8 @@ servers=(db web head compute1 compute2 compute3)
 section "registering servers ${servers[*]}, starting their agents"
 agent_ready() { grep -q 'agent ready' "$1"; }
 for server in "${servers[@]}"; do
-  "$flue" server register "$server" --name "demo $server server" --env >"$demo/agent-$server.env"
+  FLUE_TOKEN="$admin_token" "$flue" server register "$server" --name "demo $server server" --env \
+    >"$demo/agent-$server.env"
   log="$demo/agent-$server.log"
   (
     set -a

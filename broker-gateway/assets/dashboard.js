@@ -4,6 +4,12 @@
 //
 // Every text that comes from the gateway goes into the page as a text node (textContent,
 // append of a string): nothing here parses HTML.
+//
+// The API needs a bearer token: the page asks for one (a form), keeps it in sessionStorage
+// (this tab, until it closes) and sends it on every fetch. EventSource cannot send headers,
+// so each stream connection first trades the token for a 60 s ticket
+// (POST /v1/events/tickets) and opens /v1/events?ticket=…; the token itself never goes
+// into a URL.
 'use strict';
 
 (() => {
@@ -28,6 +34,8 @@
   /** Order of states: an older event never moves a deployment back. */
   const RANK = { QUEUED: 0, IN_PROGRESS: 1, COMPLETE: 2, FAILED: 2 };
   const TYPE_PREFIX = 'io.flue.';
+  /** sessionStorage key of the API token. */
+  const TOKEN_KEY = 'flue-token';
 
   const servers = new Map(); // server id → entry
   const deployments = new Map(); // deployment id → entry
@@ -77,8 +85,21 @@
 
   // ---------- gateway reads ----------
 
+  /** Headers of every API call: JSON, and the session's token when there is one. */
+  function apiHeaders() {
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    const headers = { accept: 'application/json' };
+    if (token) headers.authorization = `Bearer ${token}`;
+    return headers;
+  }
+
   async function getJson(path) {
-    const res = await fetch(path, { cache: 'no-store', headers: { accept: 'application/json' } });
+    const res = await fetch(path, { cache: 'no-store', headers: apiHeaders() });
+    if (res.status === 401) {
+      const body = await res.json().catch(() => ({}));
+      askForToken(body && body.error ? body.error.message : 'the gateway asks for a token');
+      throw new Error(`${path}: sign in again`);
+    }
     if (!res.ok) {
       let message = `HTTP ${res.status}`;
       try {
@@ -555,12 +576,36 @@
     sync();
   }
 
-  /** Follows GET /v1/events; the browser reconnects with Last-Event-ID by itself. */
-  function connect() {
+  /** A ticket for the event stream (`&ticket=…`), or '' on a gateway without tokens. */
+  async function streamTicket() {
+    if (!sessionStorage.getItem(TOKEN_KEY)) return '';
+    const res = await fetch('/v1/events/tickets', { method: 'POST', cache: 'no-store', headers: apiHeaders() });
+    if (res.status === 401) {
+      const body = await res.json().catch(() => ({}));
+      askForToken(body && body.error ? body.error.message : 'the gateway asks for a token');
+      return null;
+    }
+    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    const body = await res.json();
+    return `&ticket=${encodeURIComponent(body.ticket)}`;
+  }
+
+  /** Follows GET /v1/events; the browser reconnects with Last-Event-ID by itself (the
+   *  ticket lasts 60 s: a later reconnect is refused, and a new ticket is fetched then). */
+  async function connect() {
     const query = lastSeq !== null
       ? `after=${encodeURIComponent(lastSeq)}`
       : `since=${encodeURIComponent(new Date(Date.now() - REPLAY_MINUTES * 60000).toISOString())}`;
-    source = new EventSource(`/v1/events?${query}`);
+    let ticket;
+    try {
+      ticket = await streamTicket();
+    } catch (_) {
+      setConnection('offline', 'disconnected');
+      setTimeout(connect, RETRY_MS);
+      return;
+    }
+    if (ticket === null) return;
+    source = new EventSource(`/v1/events?${query}${ticket}`);
     let dropped = false;
     source.onopen = () => {
       setConnection('live');
@@ -573,11 +618,15 @@
       handle(ev, m.lastEventId);
     };
     source.addEventListener('flue-error', onStreamError);
+    const own = source;
     source.onerror = () => {
       dropped = true;
-      if (source.readyState === EventSource.CLOSED) {
+      // Signed out (or replaced) meanwhile: this stream is over, nothing to retry.
+      if (source !== own) return;
+      if (own.readyState === EventSource.CLOSED) {
         setConnection('offline', 'disconnected');
-        source.close();
+        own.close();
+        // A fresh ticket: the old one may have run out (60 s).
         setTimeout(connect, RETRY_MS);
       } else {
         setConnection('reconnecting');
@@ -585,11 +634,56 @@
     };
   }
 
-  function start() {
-    $('banner').querySelector('.dismiss').addEventListener('click', () => { $('banner').hidden = true; });
+  // ---------- signing in ----------
+
+  /** Shows the sign-in form (the token kept so far is dropped), with why. */
+  function askForToken(why) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    if (source) source.close();
+    source = null;
+    setConnection('offline', 'signed out');
+    const error = $('login-error');
+    error.textContent = why || '';
+    error.hidden = !why;
+    $('main').hidden = true;
+    $('login').hidden = false;
+    document.body.dataset.auth = 'login';
+    $('login-token').focus();
+  }
+
+  /** Starts reading once the gateway accepts the session's token (or needs none). */
+  async function begin() {
+    let res = null;
+    try {
+      res = await fetch('/v1/servers', { cache: 'no-store', headers: apiHeaders() });
+    } catch (_) {
+      // The gateway is not reachable: go on, the reads and the stream say so and retry.
+    }
+    if (res && res.status === 401) {
+      const body = await res.json().catch(() => ({}));
+      const had = sessionStorage.getItem(TOKEN_KEY);
+      askForToken(had && body && body.error ? `Token refused: ${body.error.message}` : '');
+      return;
+    }
+    $('login').hidden = true;
+    $('main').hidden = false;
+    document.body.dataset.auth = 'ok';
     refreshStats();
     connect();
     sync();
+  }
+
+  function start() {
+    $('banner').querySelector('.dismiss').addEventListener('click', () => { $('banner').hidden = true; });
+    $('login').addEventListener('submit', (e) => {
+      e.preventDefault();
+      const token = $('login-token').value.trim();
+      $('login-token').value = '';
+      if (!token) return;
+      sessionStorage.setItem(TOKEN_KEY, token);
+      begin();
+    });
+    begin();
   }
 
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);

@@ -126,6 +126,10 @@ pub struct Config {
     #[arg(long, env = "FLUE_MAX_CONNECTIONS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: u64,
+    /// Development only: serve the HTTP API without tokens, every caller being admin,
+    /// engine, listener and viewer of `--tenant`. Logged as a warning at start.
+    #[arg(long, env = "FLUE_INSECURE_NO_AUTH")]
+    pub insecure_no_auth: bool,
 }
 
 impl Config {
@@ -154,6 +158,7 @@ impl Config {
             body_timeout_ms: 30_000,
             request_timeout_secs: 90,
             max_connections: 10_000,
+            insecure_no_auth: false,
         }
     }
 
@@ -222,6 +227,7 @@ impl fmt::Debug for Config {
             .field("body_timeout_ms", &self.body_timeout_ms)
             .field("request_timeout_secs", &self.request_timeout_secs)
             .field("max_connections", &self.max_connections)
+            .field("insecure_no_auth", &self.insecure_no_auth)
             .finish()
     }
 }

@@ -28,10 +28,10 @@ pub fn mint(service: &Service, server: &ServerId) -> Result<Minted, ApiError> {
     let xkey = XKey::new();
     let seed = user
         .seed()
-        .map_err(|e| ApiError::Keys(format!("user key: {e}")))?;
+        .map_err(|e| ApiError::Internal(format!("cannot encode a new user key: {e}")))?;
     let xkey_seed = xkey
         .seed()
-        .map_err(|e| ApiError::Keys(format!("sealing key: {e}")))?;
+        .map_err(|e| ApiError::Internal(format!("cannot encode a new sealing key: {e}")))?;
     let keys = ServerKeys {
         signing: user.public_key(),
         sealing: xkey.public_key(),

@@ -23,7 +23,7 @@ pub enum Error {
     /// The KV state could not be opened or read.
     #[error("cannot read the gateway state")]
     Store(#[from] StoreError),
-    /// The state directory or a key in it could not be used.
+    /// The state directory or the gateway's keys could not be used.
     #[error("cannot use the state directory")]
     State(#[from] crate::state::StateError),
     /// The listener could not be bound.

@@ -17,9 +17,11 @@
 //! - [`waiters`]: long polls sharing one watch of the deployments;
 //! - [`serve`]: HTTP connections (bound, header timeout, graceful stop);
 //! - [`link`]: whether the broker connection is up;
-//! - [`state`]: the state directory and the keys only the gateway holds.
+//! - [`state`]: the state directory and the keys only the gateway holds;
+//! - [`auth`]: bearer tokens, roles and the middleware in front of `/v1`.
 
 pub mod api;
+pub mod auth;
 pub mod broker;
 pub mod config;
 pub mod credentials;
@@ -95,6 +97,11 @@ impl Gateway {
         let presence = presence::PresenceTracker::open(&js, &config).await?;
         let webhooks = webhooks::Webhooks::open(&js).await?;
         broker.response_consumer().await?;
+        let revoked = auth::Revoked::open(&js).await?;
+        let auth = match config.insecure_no_auth {
+            true => auth::Auth::insecure(keys.token_secret.clone(), config.tenant.clone(), revoked),
+            false => auth::Auth::tokens(keys.token_secret.clone(), config.tenant.clone(), revoked),
+        };
 
         let shutdown = CancellationToken::new();
         let service = Service::new(
@@ -122,7 +129,7 @@ impl Gateway {
         })?;
         let link = link::BrokerLink::new(client.clone(), reconnected);
         let waiters = waiters::Waiters::default();
-        let router = api::router(service.clone(), link.clone(), waiters.clone());
+        let router = api::router(service.clone(), link.clone(), waiters.clone(), auth.clone());
         let rules = serve::ConnectionRules {
             max_connections: usize::try_from(service.config.max_connections).unwrap_or(usize::MAX),
             header_timeout: Duration::from_millis(service.config.header_timeout_ms),
@@ -134,6 +141,7 @@ impl Gateway {
         tasks.spawn(service::republish(service.clone(), shutdown.child_token()));
         tasks.spawn(presence::run(service.clone(), shutdown.child_token()));
         tasks.spawn(webhooks::run(service.clone(), shutdown.child_token()));
+        tasks.spawn(auth.revoked().clone().follow(shutdown.child_token()));
         tasks.spawn(waiters::run(
             service.store.clone(),
             waiters,

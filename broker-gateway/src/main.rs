@@ -1,4 +1,5 @@
 //! `flue-gateway`: parses the flags, logs to stderr, and runs the gateway until SIGINT or SIGTERM.
+//! `flue-gateway token …` mints an HTTP API token offline instead ([`flue_gateway::auth::command`]).
 
 use anyhow::Context as _;
 use clap::Parser as _;
@@ -8,6 +9,13 @@ use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("token") {
+        let command =
+            flue_gateway::auth::command::TokenCommand::parse_from(std::env::args().skip(1));
+        let token = command.run().context("cannot mint the token")?;
+        println!("{token}");
+        return Ok(());
+    }
     let config = flue_gateway::Config::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

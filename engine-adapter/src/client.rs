@@ -1,5 +1,6 @@
 //! Typed client for the Flue gateway HTTP API.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flue_proto::{
@@ -27,10 +28,21 @@ const LONG_POLL_SLACK: Duration = Duration::from_secs(15);
 const MAX_QUOTED_BODY: usize = 200;
 
 /// A handle on one gateway; cheap to clone (the connection pool is shared).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
     base: Url,
+    /// Sent as `Authorization: Bearer` on every request; never printed.
+    token: Option<Arc<str>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base.as_str())
+            .field("token", &self.token.as_ref().map(|_| "<hidden>"))
+            .finish()
+    }
 }
 
 impl Client {
@@ -65,7 +77,28 @@ impl Client {
                 url: base.to_string(),
                 source,
             })?;
-        Ok(Client { http, base })
+        Ok(Client {
+            http,
+            base,
+            token: None,
+        })
+    }
+
+    /// The same client sending `token` (from `flue-gateway token` or `POST /v1/tokens`)
+    /// as `Authorization: Bearer` on every request; an empty token sends none.
+    pub fn with_token(mut self, token: impl Into<String>) -> Client {
+        let token = token.into();
+        self.token = (!token.trim().is_empty()).then(|| Arc::from(token.trim()));
+        self
+    }
+
+    /// A request to `url` carrying the token, if there is one.
+    pub(crate) fn request(&self, method: Method, url: Url) -> RequestBuilder {
+        let request = self.http.request(method, url);
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
     }
 
     /// The gateway's base URL, always ending with `/`.
@@ -105,7 +138,9 @@ impl Client {
     /// QUEUED or IN_PROGRESS deployments).
     pub async fn delete_server(&self, id: &ServerId) -> Result<(), ClientError> {
         let url = self.url(&format!("v1/servers/{id}"))?;
-        let request = self.http.delete(url.clone()).timeout(REQUEST_TIMEOUT);
+        let request = self
+            .request(Method::DELETE, url.clone())
+            .timeout(REQUEST_TIMEOUT);
         self.send_bytes(request, &url).await.map(drop)
     }
 
@@ -164,7 +199,9 @@ impl Client {
             path.push_str(&format!("?expected_revision={revision}"));
         }
         let url = self.url(&path)?;
-        let request = self.http.delete(url.clone()).timeout(REQUEST_TIMEOUT);
+        let request = self
+            .request(Method::DELETE, url.clone())
+            .timeout(REQUEST_TIMEOUT);
         self.send_bytes(request, &url).await.map(drop)
     }
 
@@ -184,8 +221,7 @@ impl Client {
         }
         let url = self.url(&path)?;
         let request = self
-            .http
-            .get(url.clone())
+            .request(Method::GET, url.clone())
             .timeout(Duration::from_secs(secs) + LONG_POLL_SLACK);
         self.send(request, &url).await
     }
@@ -232,7 +268,9 @@ impl Client {
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
         let url = self.url(path)?;
-        let request = self.http.get(url.clone()).timeout(REQUEST_TIMEOUT);
+        let request = self
+            .request(Method::GET, url.clone())
+            .timeout(REQUEST_TIMEOUT);
         self.send(request, &url).await
     }
 
@@ -244,7 +282,6 @@ impl Client {
     ) -> Result<T, ClientError> {
         let url = self.url(path)?;
         let request = self
-            .http
             .request(method, url.clone())
             .timeout(REQUEST_TIMEOUT)
             .json(body);

@@ -1,5 +1,6 @@
 //! Flue's wire contract: the only crate that defines what crosses the wire.
 //!
+//! - [`auth`]: roles, token claims and the token / ticket API bodies;
 //! - [`ids`]: id types that can only hold a valid NATS subject token;
 //! - [`subject`]: subject, stream and consumer names;
 //! - [`config`], [`deployment`], [`server`], [`stack`]: the JSON bodies of the HTTP API and of
@@ -10,6 +11,7 @@
 //! - [`webhook`]: webhook subscriptions;
 //! - [`limits`]: nesting depth and `script` environment limits on what the API accepts.
 
+pub mod auth;
 pub mod config;
 pub mod creds;
 pub mod deployment;

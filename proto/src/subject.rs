@@ -67,6 +67,9 @@ pub fn agent_inbox_prefix(tenant: &TenantId, server: &ServerId) -> String {
 /// no JetStream (nats-server keeps `$JS.API.>` and `$KV.>` from crossing a leaf connection
 /// between JetStream domains).
 pub const JETSTREAM_DOMAIN: &str = "flue";
+/// KV bucket of revoked HTTP API tokens: key = token id (`jti`), kept as long as the
+/// longest token lives ([`crate::auth::MAX_TOKEN_TTL_SECS`]).
+pub const REVOKED_TOKENS_BUCKET: &str = "flue_revoked_tokens";
 
 /// KV bucket of the stack-scoped data space that hooks read and write through the agent.
 pub const DATA_BUCKET: &str = "flue_data";

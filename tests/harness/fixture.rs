@@ -71,9 +71,19 @@ impl Flue {
         (hooks, item_file)
     }
 
+    /// A typed client with an admin token (servers).
+    pub fn admin_client(&self) -> Client {
+        self.gateway.admin_client()
+    }
+
+    /// A raw HTTP client sending, per request, a token of a role the route allows.
+    pub fn http(&self) -> crate::Http {
+        self.gateway.http()
+    }
+
     /// Registers a server.
     pub async fn register(&self, server: &str) {
-        self.client()
+        self.admin_client()
             .register_server(&RegisterServer {
                 id: ServerId::new(server).expect("server id"),
                 name: String::new(),

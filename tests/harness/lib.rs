@@ -4,6 +4,7 @@
 //! Binaries come from the same target directory as the test executable
 //! (`cargo build --workspace --bins` first; the test script does that).
 
+pub mod auth;
 mod browser;
 mod events;
 mod fixture;
@@ -15,6 +16,7 @@ pub mod tenant_net;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use auth::{Http, Tokens};
 pub use browser::{Browser, Page, chromium_bin};
 pub use events::EventTap;
 pub use fixture::Flue;

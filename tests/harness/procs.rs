@@ -3,9 +3,13 @@
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 
+use std::sync::Arc;
+
+use flue_proto::auth::Role;
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
 
+use crate::auth::{Http, Tokens};
 use crate::{Logs, WAIT, bin, nats_server_bin};
 
 fn dump_on_panic(name: &str, logs: &[&Logs]) {
@@ -164,39 +168,56 @@ impl Drop for Nats {
     }
 }
 
-/// The real `flue-gateway` binary.
+/// The real `flue-gateway` binary, with its own temp state dir (its keys) and a token
+/// per role minted from it ([`Tokens`]).
 pub struct Gateway {
     child: Option<Child>,
-    /// Its `--state-dir`, kept across restarts (the same keys).
-    state: TempDir,
     url: String,
     args: Vec<String>,
     stdout: Logs,
     stderr: Logs,
+    state: Arc<TempDir>,
+    tokens: Arc<Tokens>,
 }
 
 impl Gateway {
-    /// Starts a gateway on `127.0.0.1:0` against `nats_url`, with extra flags.
+    /// Starts a gateway on `127.0.0.1:0` against `nats_url`, with extra flags and a new
+    /// state dir.
     pub async fn start(nats_url: &str, extra: &[&str]) -> Gateway {
-        let state = tempfile::tempdir().expect("tempdir");
+        let state = Arc::new(tempfile::tempdir().expect("tempdir"));
+        Gateway::start_sharing(nats_url, state, extra).await
+    }
+
+    /// Starts a second gateway with the same state dir (so the same keys) as `other`:
+    /// two gateways of one deployment, serving the same broker.
+    pub async fn start_like(other: &Gateway, nats_url: &str, extra: &[&str]) -> Gateway {
+        Gateway::start_sharing(nats_url, other.state.clone(), extra).await
+    }
+
+    async fn start_sharing(nats_url: &str, state: Arc<TempDir>, extra: &[&str]) -> Gateway {
+        let state_dir = state.path().join("gateway");
+        std::fs::create_dir_all(state.path()).expect("state parent");
+        // Keys made here first, so the tests can mint tokens the gateway accepts.
+        let tokens = Arc::new(Tokens::new(&state_dir));
         let mut args: Vec<String> = vec![
-            "--state-dir".into(),
-            state.path().join("state").display().to_string(),
             "--listen".into(),
             "127.0.0.1:0".into(),
             "--nats-url".into(),
             nats_url.into(),
             "--timeout-sweep-ms".into(),
             "100".into(),
+            "--state-dir".into(),
+            state_dir.display().to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut gw = Gateway {
             child: None,
-            state,
             url: String::new(),
             args,
             stdout: Logs::default(),
             stderr: Logs::default(),
+            state,
+            tokens,
         };
         gw.spawn().await;
         gw
@@ -229,19 +250,52 @@ impl Gateway {
         self.url = url;
     }
 
-    /// Its state directory (`--state-dir`): the gateway's keys.
-    pub fn state_dir(&self) -> PathBuf {
-        self.state.path().join("state")
-    }
-
     /// Base URL, `http://127.0.0.1:<port>`.
     pub fn url(&self) -> &str {
         &self.url
     }
 
-    /// A typed API client for this gateway.
+    /// A typed API client for this gateway with an engine token (configs, deployments,
+    /// stacks, reads and events).
     pub fn client(&self) -> flue_engine::Client {
-        flue_engine::Client::new(&self.url).expect("client")
+        self.client_as(Role::Engine)
+    }
+
+    /// A typed API client with an admin token (servers, tokens, reads).
+    pub fn admin_client(&self) -> flue_engine::Client {
+        self.client_as(Role::Admin)
+    }
+
+    /// A typed API client with the token of `role`.
+    pub fn client_as(&self, role: Role) -> flue_engine::Client {
+        flue_engine::Client::new(&self.url)
+            .expect("client")
+            .with_token(self.tokens.get(role))
+    }
+
+    /// A raw HTTP client sending, per request, a token of a role the route allows.
+    pub fn http(&self) -> Http {
+        self.http_with(reqwest::Client::new())
+    }
+
+    /// [`Gateway::http`] around a client built as the test needs it.
+    pub fn http_with(&self, client: reqwest::Client) -> Http {
+        Http::new(client, self.tokens.clone())
+    }
+
+    /// Its state dir (`--state-dir`): its keys, `token.key` among them.
+    pub fn state_dir(&self) -> PathBuf {
+        self.state.path().join("gateway")
+    }
+
+    /// This gateway's tokens (one per role) and their key.
+    pub fn tokens(&self) -> &Tokens {
+        &self.tokens
+    }
+
+    /// The token a `flue ARGS…` command line needs ([`Tokens::for_cli`]).
+    pub fn cli_token(&self, args: &[&str]) -> String {
+        self.tokens.for_cli(args).to_owned()
     }
 
     /// Kills it with SIGKILL (no graceful shutdown).

@@ -21,7 +21,7 @@ async fn expect_error(resp: reqwest::Response, status: StatusCode, code: &str, n
 async fn bad_requests_get_clear_json_errors_and_lose_nothing() {
     let flue = Flue::start_with(&["--max-body-bytes", "4096"]).await;
     let base = flue.gateway.url().to_owned();
-    let http = reqwest::Client::new();
+    let http = flue.http();
     flue.register("s1").await;
     flue.script_config("c1", "#!/bin/sh\necho ok\n", &[], &[])
         .await;

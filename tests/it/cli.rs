@@ -2,12 +2,31 @@
 
 use std::process::Output;
 
-use flue_tests::{Flue, WAIT, bin};
+use flue_tests::{Flue, Gateway, Tokens, WAIT, bin};
 
-async fn flue(gateway: &str, args: &[&str]) -> Output {
-    let out = tokio::process::Command::new(bin("flue"))
+/// A gateway's URL and the tokens its commands need.
+struct Gw<'a> {
+    url: String,
+    tokens: Option<&'a Tokens>,
+}
+
+impl<'a> Gw<'a> {
+    fn of(gateway: &'a Gateway) -> Self {
+        Gw {
+            url: gateway.url().to_owned(),
+            tokens: Some(gateway.tokens()),
+        }
+    }
+}
+
+async fn flue(gateway: &Gw<'_>, args: &[&str]) -> Output {
+    let mut command = tokio::process::Command::new(bin("flue"));
+    if let Some(tokens) = gateway.tokens {
+        command.env("FLUE_TOKEN", tokens.for_cli(args));
+    }
+    let out = command
         .arg("--gateway")
-        .arg(gateway)
+        .arg(&gateway.url)
         .args(args)
         .kill_on_drop(true)
         .output();
@@ -24,7 +43,7 @@ fn text(bytes: &[u8]) -> String {
 #[tokio::test]
 async fn cli_creates_registers_deploys_waits_and_shows() {
     let flue_env = Flue::start().await;
-    let gw = flue_env.gateway.url().to_owned();
+    let gw = Gw::of(&flue_env.gateway);
     let script = flue_env.path("greet.sh");
     std::fs::write(
         &script,
@@ -92,7 +111,7 @@ async fn cli_creates_registers_deploys_waits_and_shows() {
 #[tokio::test]
 async fn cli_reports_failures_and_bad_arguments() {
     let flue_env = Flue::start().await;
-    let gw = flue_env.gateway.url().to_owned();
+    let gw = Gw::of(&flue_env.gateway);
     flue_env.register("s1").await;
     let _agent = flue_env.agent("s1", &[]).await;
     flue_env
@@ -129,7 +148,14 @@ async fn cli_reports_failures_and_bad_arguments() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("no.pe"), "{}", text(&out.stderr));
 
-    let out = flue("http://127.0.0.1:9", &["server", "list"]).await;
+    let out = flue(
+        &Gw {
+            url: "http://127.0.0.1:9".to_owned(),
+            tokens: None,
+        },
+        &["server", "list"],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("127.0.0.1:9"),
@@ -141,7 +167,7 @@ async fn cli_reports_failures_and_bad_arguments() {
 #[tokio::test]
 async fn server_list_shows_presence_and_deregister_removes_the_server() {
     let env = Flue::start().await;
-    let gw = env.gateway.url().to_owned();
+    let gw = Gw::of(&env.gateway);
     env.register("web1").await;
     env.register("idle").await;
     let _agent = env.agent("web1", &[]).await;

@@ -167,7 +167,10 @@ async fn hidden_inputs_reach_the_hook_but_never_api_reads_or_logs() {
         "/v1/servers/s1/deployments".to_owned(),
         "/v1/configs/secretive".to_owned(),
     ] {
-        let body = reqwest::get(format!("{base}{path}"))
+        let body = flue
+            .http()
+            .get(format!("{base}{path}"))
+            .send()
             .await
             .expect("get")
             .text()

@@ -21,6 +21,7 @@ use tracing::{info, warn};
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId, PathIdKind, inner_text};
 use super::listing::Listed;
+use super::references;
 use crate::config::MAX_TIMEOUT_SECS;
 use crate::error::chain;
 use crate::record::{
@@ -105,13 +106,34 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
         )));
     }
     let inputs_from = match &body.inputs_from {
-        Some(id) => Some(referenced(&service, "inputs_from", id).await?),
+        Some(id) => {
+            let from = referenced(&service, "inputs_from", id).await?;
+            references::check(&service, &body, "inputs_from", &from.deployment).await?;
+            Some(from)
+        }
         None => None,
     };
     let skip_from = match &body.skip_if_unchanged_from {
-        Some(id) => Some(referenced(&service, "skip_if_unchanged_from", id).await?),
+        Some(id) => {
+            let from = referenced(&service, "skip_if_unchanged_from", id).await?;
+            references::check(&service, &body, "skip_if_unchanged_from", &from.deployment).await?;
+            Some(from)
+        }
         None => None,
     };
+    // Read (and checked) before the body's values move below.
+    let mut refs = Vec::with_capacity(body.input_refs.len());
+    for (name, output) in &body.input_refs {
+        let from = referenced(&service, "input_refs", &output.deployment_id).await?;
+        references::check(
+            &service,
+            &body,
+            &format!("input_refs.{name}"),
+            &from.deployment,
+        )
+        .await?;
+        refs.push((name, output, from));
+    }
     // Where each input value came from, to name it when it breaks a limit.
     let given: BTreeSet<String> = body.input_values.keys().cloned().collect();
     let mut inherited = BTreeSet::new();
@@ -129,8 +151,7 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
     };
     // Outputs of other deployments, hidden ones included, resolved here so that no
     // client ever reads them; the inputs they fill are hidden in turn.
-    for (name, output) in &body.input_refs {
-        let from = referenced(&service, "input_refs", &output.deployment_id).await?;
+    for (name, output, from) in refs {
         if from.deployment.status != DeploymentStatus::Complete {
             return Err(ApiError::InvalidInput(format!(
                 "input_refs.{name}: deployment {:?} is {}, not COMPLETE",

@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use flue_proto::auth;
 use flue_proto::limits::LimitError;
 use flue_proto::{ConfigError, ErrorBody, ErrorDetail};
 use tracing::{error, warn};
@@ -51,6 +52,16 @@ pub enum ApiError {
     /// A query parameter cannot be read (the message names it).
     #[error("{0}")]
     InvalidQuery(String),
+    /// No token, or one that is malformed, badly signed, expired or revoked (the message
+    /// says which, never quoting the token): 401 with `WWW-Authenticate: Bearer`.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The token's role may not call the route: 403.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Something the gateway itself should have done failed (the text is logged, not sent).
+    #[error("{0}")]
+    Internal(String),
     /// The object (or route) does not exist.
     #[error("{0}")]
     NotFound(String),
@@ -100,9 +111,6 @@ pub enum ApiError {
     /// A handler panicked (caught by the router's panic layer).
     #[error("handler panicked")]
     Panic,
-    /// A key could not be made or encoded (never expected for fresh keys).
-    #[error("cannot mint a key: {0}")]
-    Keys(String),
 }
 
 /// Seconds a client is told to wait (`Retry-After`) before retrying a 503.
@@ -134,6 +142,8 @@ impl ApiError {
             }
             Self::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
             Self::InvalidQuery(_) => (StatusCode::BAD_REQUEST, "invalid_query"),
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, auth::UNAUTHORIZED),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, auth::FORBIDDEN),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Self::RevisionMismatch(_) => (StatusCode::CONFLICT, "revision_mismatch"),
@@ -145,7 +155,7 @@ impl ApiError {
             Self::Store(StoreError::Decode { .. })
             | Self::Task(_)
             | Self::Panic
-            | Self::Keys(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            | Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             Self::Unavailable(_)
             | Self::BrokerDown
             | Self::TookTooLong(_)
@@ -161,7 +171,7 @@ impl ApiError {
             Self::Store(StoreError::Decode { .. })
             | Self::Task(_)
             | Self::Panic
-            | Self::Keys(_) => {
+            | Self::Internal(_) => {
                 error!(error = %chain(self), "request failed");
                 "internal error; see the gateway log".to_owned()
             }
@@ -184,6 +194,17 @@ impl IntoResponse for ApiError {
                 message: self.client_message(),
             },
         };
+        if status == StatusCode::UNAUTHORIZED {
+            let challenge = [(header::WWW_AUTHENTICATE, "Bearer realm=\"flue\"")];
+            return (status, challenge, Json(body)).into_response();
+        }
+        if status == StatusCode::FORBIDDEN {
+            let challenge = [(
+                header::WWW_AUTHENTICATE,
+                "Bearer realm=\"flue\", error=\"insufficient_scope\"",
+            )];
+            return (status, challenge, Json(body)).into_response();
+        }
         if status == StatusCode::SERVICE_UNAVAILABLE {
             let retry = [(header::RETRY_AFTER, RETRY_AFTER_SECS.to_string())];
             return (status, retry, Json(body)).into_response();

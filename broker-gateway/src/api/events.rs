@@ -20,6 +20,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
+use flue_proto::auth::TICKET_PARAM;
 use flue_proto::{EventFilter, EventType, TenantId};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::json;
@@ -223,9 +224,11 @@ pub fn parse(
                     _ => return Err(bad(format!("{value:?} is neither true nor false"))),
                 }
             }
+            // Read by the authentication middleware, the one place a ticket counts.
+            n if n == TICKET_PARAM => {}
             _ => {
                 return Err(ApiError::InvalidQuery(format!(
-                    "unknown query parameter {name:?} (known: type, server, stack, deployment, after, since, from, follow)"
+                    "unknown query parameter {name:?} (known: type, server, stack, deployment, after, since, from, follow, ticket)"
                 )));
             }
         }

@@ -9,6 +9,7 @@ pub mod extract;
 pub mod guard;
 pub mod health;
 pub mod listing;
+pub mod references;
 pub mod servers;
 pub mod stacks;
 pub mod webhooks;
@@ -16,24 +17,27 @@ pub mod webhooks;
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Extension};
-use axum::http::Uri;
+use axum::http::{Request, Uri};
 use axum::middleware;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
 pub use error::ApiError;
 
+use crate::auth::{self, Auth};
 use crate::link::BrokerLink;
 use crate::service::Service;
 use crate::waiters::Waiters;
 
 /// The whole application, ready to serve or to call with `tower::ServiceExt::oneshot`.
 ///
-/// Every route under `/v1` needs the broker and answers 503 at once while it is away;
-/// the dashboard and the health endpoints do not.
-pub fn router(service: Service, link: BrokerLink, waiters: Waiters) -> Router {
+/// Every route under `/v1` needs a token (401 / 403 / 404 from [`crate::auth`], before
+/// the body is read) and the broker (503 at once while it is away); the dashboard page
+/// and the health endpoints need neither.
+pub fn router(service: Service, link: BrokerLink, waiters: Waiters, auth: Auth) -> Router {
     let config = &service.config;
     let body = guard::BodyRules {
         max_bytes: config.max_body_bytes,
@@ -54,6 +58,10 @@ pub fn router(service: Service, link: BrokerLink, waiters: Waiters) -> Router {
             post(deployments::create).get(deployments::list),
         )
         .route("/v1/events", get(events::stream))
+        .route("/v1/events/tickets", post(auth::api::create_ticket))
+        .route("/v1/tokens", post(auth::api::create_token))
+        .route("/v1/tokens/{id}", delete(auth::api::revoke_token))
+        .route("/v1/tenants/{tenant}/tokens", post(auth::api::tenant_token))
         .route("/v1/webhooks", post(webhooks::create).get(webhooks::list))
         .route(
             "/v1/webhooks/{id}",
@@ -85,10 +93,18 @@ pub fn router(service: Service, link: BrokerLink, waiters: Waiters) -> Router {
             guard::deadline,
         ))
         .layer(middleware::from_fn_with_state(body, guard::read_body))
+        .layer(middleware::from_fn_with_state(
+            auth.clone(),
+            auth::authenticate,
+        ))
+        .layer(Extension(auth))
         .layer(Extension(waiters))
         .layer(Extension(link))
         .layer(CatchPanicLayer::custom(guard::panic_response))
-        .layer(TraceLayer::new_for_http())
+        // The span names the path only: a query may carry an event-stream ticket.
+        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request<Body>| {
+            tracing::debug_span!("request", method = %request.method(), path = %request.uri().path())
+        }))
         .with_state(service)
 }
 

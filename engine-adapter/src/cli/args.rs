@@ -22,6 +22,16 @@ pub struct Cli {
         value_name = "URL"
     )]
     pub gateway: String,
+    /// Bearer token for the gateway's API (`flue-gateway token`, `POST /v1/tokens`).
+    /// Prefer the environment variable: a flag shows in the process list.
+    #[arg(
+        long,
+        global = true,
+        env = "FLUE_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

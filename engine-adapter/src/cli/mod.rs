@@ -132,7 +132,10 @@ fn list_or_none(names: &[String]) -> String {
 
 /// Runs one parsed command line against the gateway, writing results to `out`.
 pub async fn run(cli: Cli, out: &mut impl Write) -> Result<Outcome, CliError> {
-    let client = Client::new(&cli.gateway)?;
+    let mut client = Client::new(&cli.gateway)?;
+    if let Some(token) = &cli.token {
+        client = client.with_token(token);
+    }
     match cli.command {
         Command::Config(ConfigCommand::Create(args)) => {
             let spec = inputs::config_spec(&args, |p| std::fs::read_to_string(p))?;

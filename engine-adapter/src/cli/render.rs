@@ -140,10 +140,40 @@ pub fn error_message(err: &(dyn Error + 'static)) -> String {
     while let Some(next) = root.and_then(Error::source) {
         root = Some(next);
     }
-    match root {
+    let text = match root {
         Some(cause) => format!("error: {err}: {cause}"),
         None => format!("error: {err}"),
+    };
+    match auth_status(err) {
+        Some(401) => format!(
+            "{text}\n401: set {} (or --token) to a token from `flue-gateway token` or POST /v1/tokens",
+            flue_proto::auth::TOKEN_ENV
+        ),
+        Some(403) => {
+            format!("{text}\n403: the token's role may not do this; use a token of a role that may")
+        }
+        _ => text,
     }
+}
+
+/// The status of a 401 or 403 answer somewhere in the error's chain.
+fn auth_status(err: &(dyn Error + 'static)) -> Option<u16> {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        let client = e.downcast_ref::<crate::ClientError>().or_else(|| match e
+            .downcast_ref::<crate::cli::CliError>()
+        {
+            Some(crate::cli::CliError::Client(c)) => Some(c),
+            _ => None,
+        });
+        if let Some(status) = client.and_then(crate::ClientError::status)
+            && (status == 401 || status == 403)
+        {
+            return Some(status);
+        }
+        next = e.source();
+    }
+    None
 }
 
 fn push_line(out: &mut String, line: &str) {

@@ -119,8 +119,7 @@ impl Client {
         let url = self.events_url(query)?;
         tracing::debug!(url = %url, "opening the event stream");
         let response = self
-            .http
-            .get(url.clone())
+            .request(reqwest::Method::GET, url.clone())
             .header("accept", "text/event-stream")
             .send()
             .await

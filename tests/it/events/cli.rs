@@ -22,8 +22,9 @@ struct Running {
 }
 
 impl Running {
-    fn spawn(gateway: &str, args: &[&str]) -> Running {
+    fn spawn(env: &Flue, gateway: &str, args: &[&str]) -> Running {
         let mut child = Command::new(flue_tests::bin("flue"))
+            .env("FLUE_TOKEN", env.gateway.cli_token(args))
             .arg("--gateway")
             .arg(gateway)
             .args(args)
@@ -215,6 +216,7 @@ async fn events_reports_errors_clearly() {
     assert!(bad.stderr.contains("unknown event type"), "{bad}");
     let out = crate::stack::run_flue(
         "http://127.0.0.1:1".into(),
+        None,
         vec!["events".into(), "--follow".into()],
     )
     .await;
@@ -226,7 +228,11 @@ async fn events_reports_errors_clearly() {
 async fn events_follow_survives_a_dropped_connection_without_a_miss_or_a_repeat() {
     let (env, _agent) = cluster().await;
     let proxy = Proxy::start(env.gateway.url()).await;
-    let follow = Running::spawn(&proxy.url, &["events", "--follow", "--all", "--with-seq"]);
+    let follow = Running::spawn(
+        &env,
+        &proxy.url,
+        &["events", "--follow", "--all", "--with-seq"],
+    );
     let d1 = env.deploy("hello", "web1", &[]).await;
     follow
         .line("d1 completed", |l| completed(d1.id.as_str())(&parse(l).1))
@@ -276,6 +282,7 @@ async fn watch_shows_a_servers_deployment_reaching_complete_and_exits() {
     let d = env.deploy("gated", "web1", &[]).await;
 
     let watch = Running::spawn(
+        &env,
         env.gateway.url(),
         &["watch", "--server", "web1", "--until-complete"],
     );
@@ -312,6 +319,7 @@ async fn watch_exits_1_when_a_watched_deployment_fails() {
     env.script_config("doomed", &script, &[], &[]).await;
     let d = env.deploy("doomed", "web1", &[]).await;
     let watch = Running::spawn(
+        &env,
         env.gateway.url(),
         &["watch", "--server", "web1", "--until-complete"],
     );
@@ -361,6 +369,7 @@ resources:
     })
     .await;
     let watch = Running::spawn(
+        &env,
         env.gateway.url(),
         &["watch", "--stack", "shop", "--until-complete"],
     );

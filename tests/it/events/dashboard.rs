@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use flue_proto::auth::Role;
 use flue_proto::{CreateDeployment, Deployment, DeploymentId};
-use flue_tests::{Browser, Flue, WAIT, chromium_bin, wait_until};
+use flue_tests::{Browser, Flue, Page, WAIT, chromium_bin, wait_until};
 use serde_json::Value;
 
 /// What the hook prints: a plain line, and one a page that parsed HTML would run.
@@ -23,6 +24,29 @@ async fn deploy_named(flue: &Flue, config: &str, server: &str, name: &str) -> De
         })
         .await
         .expect("create deployment")
+}
+
+/// Opens the dashboard and signs in with a viewer token, as a person would.
+async fn open_signed_in<'b>(browser: &'b mut Browser, flue: &Flue) -> Page<'b> {
+    let mut page = browser.open(flue.gateway.url()).await;
+    sign_in(&mut page, flue.gateway.tokens().get(Role::Viewer)).await;
+    page
+}
+
+/// Waits for the sign-in form and submits `token` in it.
+pub(crate) async fn sign_in(page: &mut Page<'_>, token: &str) {
+    page.wait_for(
+        "the sign-in form",
+        WAIT,
+        "document.body.dataset.auth === 'login'",
+    )
+    .await;
+    let token = serde_json::to_string(token).expect("json string");
+    page.eval(&format!(
+        "document.getElementById('login-token').value = {token}; \
+         document.getElementById('login').requestSubmit(); true"
+    ))
+    .await;
 }
 
 /// `document.querySelector(...)` of a deployment's row, as JavaScript.
@@ -72,7 +96,7 @@ async fn dashboard_shows_a_new_deployment_complete_live_and_is_not_blank() {
     flue.finished(&earlier.id).await;
 
     let mut browser = Browser::launch().await;
-    let mut page = browser.open(flue.gateway.url()).await;
+    let mut page = open_signed_in(&mut browser, &flue).await;
     page.wait_for(
         "the page's first read and a live event stream",
         WAIT,
@@ -263,7 +287,7 @@ async fn dashboard_reconnects_by_itself_and_says_when_events_were_missed() {
     flue.script_config("hello", &format!("#!/bin/sh\necho '{HELLO}'\n"), &[], &[])
         .await;
     let mut browser = Browser::launch().await;
-    let mut page = browser.open(flue.gateway.url()).await;
+    let mut page = open_signed_in(&mut browser, &flue).await;
     let live = "document.getElementById('connection').dataset.state === 'live'";
     page.wait_for("a live page", WAIT, live).await;
     let before = flue.deploy("hello", "web1", &[]).await;
@@ -358,7 +382,7 @@ async fn deployments_are_listed_newest_first_filtered_and_bounded() {
     for server in ["a", "b", "a"] {
         ids.push(flue.deploy("noop", server, &[]).await.id.to_string());
     }
-    let http = reqwest::Client::new();
+    let http = flue.http();
     let get = |query: &'static str| {
         let http = http.clone();
         let url = format!("{}/v1/deployments{query}", flue.gateway.url());
@@ -423,7 +447,7 @@ async fn deployments_are_listed_newest_first_filtered_and_bounded() {
 #[tokio::test]
 async fn dashboard_assets_are_served_with_their_types() {
     let flue = Flue::start().await;
-    let http = reqwest::Client::new();
+    let http = flue.http();
     let url = flue.gateway.url();
     for (path, ty) in [
         ("/", "text/html; charset=utf-8"),
@@ -473,7 +497,7 @@ async fn a_busy_page_reads_deployments_it_did_not_list_together_and_in_order() {
     assert_eq!(created.len(), 150);
 
     let mut browser = Browser::launch().await;
-    let mut page = browser.open(flue.gateway.url()).await;
+    let mut page = open_signed_in(&mut browser, &flue).await;
     page.wait_for(
         "every deployment on the page",
         WAIT,
@@ -487,7 +511,8 @@ async fn a_busy_page_reads_deployments_it_did_not_list_together_and_in_order() {
         "the rows in creation order",
         WAIT,
         "(async () => { \
-           const list = await (await fetch('/v1/deployments?limit=1000')).json(); \
+           const auth = { authorization: `Bearer ${sessionStorage.getItem('flue-token')}` }; \
+           const list = await (await fetch('/v1/deployments?limit=1000', { headers: auth })).json(); \
            const key = (d) => [Date.parse(d.created_at), d.id]; \
            const want = list.map(key).sort((a, b) => b[0] - a[0] || (b[1] > a[1] ? 1 : -1)) \
              .map((k) => k[1]); \

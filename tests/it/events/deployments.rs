@@ -496,7 +496,7 @@ async fn a_listener_resuming_after_its_last_sequence_misses_nothing() {
 async fn servers_report_registration_and_deregistration() {
     let env = Flue::start().await;
     let mut tap = EventTap::from_start(&env.nats.client().await).await;
-    let client = env.client();
+    let client = env.admin_client();
     let register = || async {
         client
             .register_server(&RegisterServer {

@@ -2,7 +2,7 @@
 //! and the dashboard, against a real broker, gateway and agents.
 
 mod cli;
-mod dashboard;
+pub(crate) mod dashboard;
 mod deployments;
 mod presence;
 mod progress;

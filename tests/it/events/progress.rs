@@ -377,7 +377,10 @@ async fn a_hidden_value_a_failing_hook_prints_is_in_no_event_read_or_log() {
     ];
     reads.push(format!("/v1/deployments/{web}"));
     for path in reads {
-        let body = reqwest::get(format!("{base}{path}"))
+        let body = flue
+            .http()
+            .get(format!("{base}{path}"))
+            .send()
             .await
             .expect("get")
             .text()

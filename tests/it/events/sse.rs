@@ -32,8 +32,9 @@ struct Sse {
 
 impl Sse {
     async fn open(env: &Flue, query: &str, last_event_id: Option<u64>) -> Sse {
-        let mut request =
-            reqwest::Client::new().get(format!("{}/v1/events?{query}", env.gateway.url()));
+        let mut request = env
+            .http()
+            .get(format!("{}/v1/events?{query}", env.gateway.url()));
         if let Some(id) = last_event_id {
             request = request.header("Last-Event-ID", id.to_string());
         }
@@ -367,7 +368,7 @@ async fn a_listener_behind_the_retention_window_is_told_then_continues() {
 #[tokio::test]
 async fn bad_queries_are_400_with_a_json_error_naming_the_parameter() {
     let env = Flue::start().await;
-    let http = reqwest::Client::new();
+    let http = env.http();
     for (query, header, needle) in [
         ("type=deployment.done", None, "unknown event type"),
         ("server=a.b", None, "invalid server id"),

@@ -34,7 +34,7 @@ fn filter() -> Value {
 }
 
 async fn create(flue: &Flue, body: Value) -> reqwest::Response {
-    reqwest::Client::new()
+    flue.http()
         .post(format!("{}/v1/webhooks", flue.gateway.url()))
         .json(&body)
         .send()
@@ -53,7 +53,10 @@ async fn subscribe(flue: &Flue, receiver: &Receiver) -> Webhook {
 }
 
 async fn get_webhook(flue: &Flue, id: &str) -> (u16, Value) {
-    let response = reqwest::get(format!("{}/v1/webhooks/{id}", flue.gateway.url()))
+    let response = flue
+        .http()
+        .get(format!("{}/v1/webhooks/{id}", flue.gateway.url()))
+        .send()
         .await
         .expect("GET webhook");
     let status = response.status().as_u16();
@@ -178,7 +181,8 @@ async fn parked_after_the_last_attempt_and_resumed_at_the_missed_event() {
     // Events keep coming while parked; the receiver is fixed; resume.
     let (_, last) = deploy(&flue).await;
     receiver.set_mode(Mode::Ok);
-    let resumed = reqwest::Client::new()
+    let resumed = flue
+        .http()
         .post(format!("{}/v1/webhooks/{id}/resume", flue.gateway.url()))
         .send()
         .await
@@ -200,7 +204,8 @@ async fn parked_after_the_last_attempt_and_resumed_at_the_missed_event() {
     assert_eq!(counted.status, WebhookStatus::Active);
 
     // Resuming an active subscription changes nothing.
-    let again = reqwest::Client::new()
+    let again = flue
+        .http()
         .post(format!("{}/v1/webhooks/{id}/resume", flue.gateway.url()))
         .send()
         .await
@@ -328,7 +333,7 @@ async fn bad_bodies_are_refused_and_secrets_never_shown() {
         assert!(!message.contains(SECRET), "{message}");
     }
     let api = flue.gateway.url().to_owned();
-    let client = reqwest::Client::new();
+    let client = flue.http();
     let status = |r: reqwest::Response| r.status().as_u16();
     assert_eq!(
         status(

@@ -8,15 +8,16 @@ use flue_gateway::{Config, Gateway};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use flue_tests::Nats;
+use flue_tests::{Nats, Tokens};
 
 /// A nats-server and a gateway on it; the gateway stops before the server.
 pub struct Fixture {
     pub gateway: Option<Gateway>,
     pub app: Router,
     pub nats: Nats,
-    /// Holds the gateway's `--state-dir`.
-    pub state: tempfile::TempDir,
+    /// One token per role, from the gateway's temp state dir.
+    pub tokens: Tokens,
+    state: tempfile::TempDir,
 }
 
 impl Fixture {
@@ -30,21 +31,23 @@ impl Fixture {
         let mut config = Config::new(nats.url());
         config.listen = "127.0.0.1:0".parse().expect("addr");
         config.timeout_sweep_ms = 50;
-        config.state_dir = state.path().join("state");
+        config.state_dir = state.path().join("gateway");
         tweak(&mut config);
+        let tokens = Tokens::new(&config.state_dir);
         let gateway = Gateway::start(config).await.expect("gateway starts");
         let app = gateway.router();
         Self {
             gateway: Some(gateway),
             app,
             nats,
+            tokens,
             state,
         }
     }
 
-    /// The `--state-dir` of the fixture's gateway (for a second gateway with the same keys).
+    /// The gateway's state dir, for a second gateway with the same keys.
     pub fn state_dir(&self) -> std::path::PathBuf {
-        self.state.path().join("state")
+        self.state.path().join("gateway")
     }
 
     pub async fn call(
@@ -64,7 +67,13 @@ impl Fixture {
         self.send(req.body(body).expect("request")).await
     }
 
-    pub async fn send(&self, req: Request<Body>) -> (StatusCode, Value) {
+    /// Sends `req`, with a token of a role its route allows unless it has one already.
+    pub async fn send(&self, mut req: Request<Body>) -> (StatusCode, Value) {
+        if !req.headers().contains_key(header::AUTHORIZATION) {
+            let token = self.tokens.for_route(req.method(), req.uri().path());
+            let value = format!("Bearer {token}").parse().expect("header value");
+            req.headers_mut().insert(header::AUTHORIZATION, value);
+        }
         let resp = self.app.clone().oneshot(req).await.expect("infallible");
         let status = resp.status();
         let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)

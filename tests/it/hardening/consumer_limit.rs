@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 const CONCURRENT: usize = 32;
 
 async fn register(flue: &Flue, id: &str) -> Result<(), ClientError> {
-    flue.client()
+    flue.admin_client()
         .register_server(&RegisterServer {
             id: ServerId::new(id).expect("id"),
             name: String::new(),
@@ -115,7 +115,7 @@ async fn a_gateway_on_a_broker_account_with_fewer_consumers_warns_at_start_and_a
         .await;
     assert!(warning.contains("limit=20"), "{warning}");
 
-    let client = gateway.client();
+    let client = gateway.admin_client();
     let mut refused = None;
     for i in 0..25 {
         let registered = client

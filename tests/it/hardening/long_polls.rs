@@ -71,11 +71,13 @@ async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_ea
     let before = deployments_consumers(&flue).await;
 
     // One connection per poll (HTTP/1.1 holds one request at a time).
-    let http = reqwest::Client::builder()
-        .http1_only()
-        .pool_max_idle_per_host(0)
-        .build()
-        .expect("http client");
+    let http = flue.gateway.http_with(
+        reqwest::Client::builder()
+            .http1_only()
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("http client"),
+    );
     let polls = (0..POLLS).map(|i| {
         let id = ids[i % ids.len()].clone();
         // Long enough for all 2,000 to be waiting at once on a busy machine.
@@ -98,7 +100,7 @@ async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_ea
     let started = std::time::Instant::now();
     let polls: Vec<_> = polls.collect();
 
-    let health_client = reqwest::Client::new();
+    let health_client = flue.http();
     health_until(
         &health_client,
         &base,
@@ -149,12 +151,13 @@ async fn a_long_poll_waiting_across_a_broker_restart_still_sees_the_deployment_f
     let d = flue.deploy("c", "s1", &[]).await;
     let base = flue.gateway.url().to_owned();
     let url = format!("{base}/v1/deployments/{}?wait_secs=60", d.id);
+    let poller = flue.http();
     let poll = tokio::spawn(async move {
-        let resp = reqwest::get(url).await.expect("long poll sent");
+        let resp = poller.get(url).send().await.expect("long poll sent");
         assert!(resp.status().is_success(), "{}", resp.status());
         resp.json::<Deployment>().await.expect("a deployment")
     });
-    let http = reqwest::Client::new();
+    let http = flue.http();
     health_until(&http, &base, "/readyz", "the poll to wait", WAIT, |_, h| {
         h.long_polls == 1
     })

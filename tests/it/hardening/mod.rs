@@ -20,7 +20,7 @@ use std::time::Duration;
 use flue_proto::Health;
 
 /// `GET /readyz` (or `/livez`): the status code and the health body.
-async fn health(http: &reqwest::Client, base: &str, path: &str) -> (u16, Health) {
+async fn health(http: &flue_tests::Http, base: &str, path: &str) -> (u16, Health) {
     let resp = http
         .get(format!("{base}{path}"))
         .send()
@@ -32,7 +32,7 @@ async fn health(http: &reqwest::Client, base: &str, path: &str) -> (u16, Health)
 
 /// Polls `path` every 20 ms until `check` accepts its answer, for at most `limit`.
 async fn health_until(
-    http: &reqwest::Client,
+    http: &flue_tests::Http,
     base: &str,
     path: &str,
     what: &str,

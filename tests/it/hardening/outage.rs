@@ -61,7 +61,7 @@ async fn with_the_broker_down_every_call_answers_503_with_retry_after_and_nothin
     // Accepted before the outage; its agent only starts after it.
     let accepted = flue.deploy("c", "s1", &[]).await;
     let base = flue.gateway.url().to_owned();
-    let http = reqwest::Client::new();
+    let http = flue.http();
     let url = |path: &str| format!("{base}{path}");
     let (status, ready) = health(&http, &base, "/readyz").await;
     assert_eq!((status, ready.status), (200, HealthStatus::Ok));
@@ -133,7 +133,7 @@ async fn with_a_hung_broker_calls_answer_503_once_the_broker_deadline_passes() {
     flue.register("s1").await;
     let accepted = flue.deploy("c", "s1", &[]).await;
     let base = flue.gateway.url().to_owned();
-    let http = reqwest::Client::new();
+    let http = flue.http();
     let url = |path: &str| format!("{base}{path}");
 
     // The connection stays up, so only the deadline on each broker call can end a wait.

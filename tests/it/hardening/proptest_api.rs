@@ -33,13 +33,15 @@ async fn hostile_requests_never_get_a_5xx_or_a_hang_and_deployments_still_comple
     flue.script_config("c1", "#!/bin/sh\necho ok\n", &[], &[])
         .await;
     let base = flue.gateway.url().to_owned();
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        // A fresh connection per request: a hostile request must not leave a pooled
-        // connection behind that the next request would fail on through no fault of its own.
-        .pool_max_idle_per_host(0)
-        .build()
-        .expect("http client");
+    let http = flue.gateway.http_with(
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            // A fresh connection per request: a hostile request must not leave a pooled
+            // connection behind that the next request would fail on through no fault of its own.
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("http client"),
+    );
 
     let runtime = tokio::runtime::Handle::current();
     // How often each status came back, to show what the cases reached.
@@ -94,7 +96,7 @@ fn cases_from_env() -> u32 {
 
 /// Sends `request` and checks its answer: in time, no 5xx, a 4xx with an `ErrorBody`.
 async fn answer(
-    http: &reqwest::Client,
+    http: &flue_tests::Http,
     base: &str,
     request: &HostileRequest,
     seen: &Mutex<BTreeMap<u16, u32>>,

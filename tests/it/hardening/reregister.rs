@@ -40,7 +40,10 @@ async fn a_server_registered_again_goes_online_on_its_agents_first_heartbeat() {
     tap.wait_for("offline", WAIT, about(EventType::ServerOffline, "s"))
         .await;
 
-    flue.client().delete_server(&id).await.expect("deregister");
+    flue.admin_client()
+        .delete_server(&id)
+        .await
+        .expect("deregister");
     flue.register("s").await;
     let _second = start_agent(&flue, "s", "agent-2").await;
     let online =
@@ -71,7 +74,7 @@ async fn server_registered_events_always_carry_the_name() {
     let flue = Flue::start().await;
     let mut tap = EventTap::from_start(&flue.nats.client().await).await;
     for (id, name) in [("named", "Web One"), ("unnamed", "")] {
-        flue.client()
+        flue.admin_client()
             .register_server(&RegisterServer {
                 id: ServerId::new(id).expect("id"),
                 name: name.to_owned(),

@@ -7,6 +7,8 @@ use flue_tests::{Flue, WAIT};
 
 use tokio::net::TcpStream;
 
+use flue_proto::auth::Role;
+
 use super::raw::{Answer, answer, closed_within, connect, send, try_answer};
 
 /// Bound for what must happen "at once" (no timeout involved), generous for busy machines.
@@ -18,8 +20,11 @@ async fn a_declared_body_over_the_limit_is_refused_413_before_it_is_sent() {
     let mut s = connect(flue.gateway.url()).await;
     send(
         &mut s,
-        "POST /v1/configs HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n\
-         Content-Length: 2000000\r\n\r\n",
+        &format!(
+            "POST /v1/configs HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: 2000000\r\n\r\n",
+            flue.gateway.tokens().get(Role::Engine)
+        ),
     )
     .await;
     let a = answer(&mut s, AT_ONCE).await;
@@ -60,8 +65,11 @@ async fn a_stalled_body_is_answered_408_after_the_body_timeout() {
     let mut s = connect(flue.gateway.url()).await;
     send(
         &mut s,
-        "POST /v1/configs HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n\
-         Content-Length: 100\r\n\r\n{\"id\":",
+        &format!(
+            "POST /v1/configs HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"id\":",
+            flue.gateway.tokens().get(Role::Engine)
+        ),
     )
     .await;
     let a = answer(&mut s, WAIT).await;
@@ -83,7 +91,12 @@ async fn the_connection_over_the_limit_is_closed_and_a_freed_slot_serves_again()
     for _ in 0..2 {
         let mut s = connect(&base).await;
         let path = format!("/v1/deployments/{}?wait_secs=60", queued.id);
-        send(&mut s, &format!("GET {path} HTTP/1.1\r\nHost: gw\r\n\r\n")).await;
+        let token = flue.gateway.tokens().get(Role::Viewer);
+        send(
+            &mut s,
+            &format!("GET {path} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {token}\r\n\r\n"),
+        )
+        .await;
         polls.push(s);
     }
     // Until the two polls are counted, and until the third connection is answered: an

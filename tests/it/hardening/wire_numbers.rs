@@ -31,7 +31,8 @@ async fn numbers_in_a_stored_config_come_back_bit_for_bit() {
         r#"{{"id": "numbers", "group": "script", "config": "", "options": {{{}}}}}"#,
         options.join(", ")
     );
-    let created = reqwest::Client::new()
+    let created = flue
+        .http()
         .post(format!("{}/v1/configs", flue.gateway.url()))
         .header("content-type", "application/json")
         .body(body)
@@ -40,7 +41,10 @@ async fn numbers_in_a_stored_config_come_back_bit_for_bit() {
         .expect("create the config");
     assert!(created.status().is_success(), "{}", created.status());
 
-    let read: Value = reqwest::get(format!("{}/v1/configs/numbers", flue.gateway.url()))
+    let read: Value = flue
+        .http()
+        .get(format!("{}/v1/configs/numbers", flue.gateway.url()))
+        .send()
         .await
         .expect("read the config")
         .json()

@@ -13,7 +13,7 @@ use super::expect_error;
 async fn values_nested_past_the_limit_are_refused_naming_the_field() {
     let flue = Flue::start().await;
     let base = flue.gateway.url().to_owned();
-    let http = reqwest::Client::new();
+    let http = flue.http();
     flue.register("s1").await;
     flue.script_config("c1", "#!/bin/sh\necho ok\n", &["foo"], &[])
         .await;
@@ -91,7 +91,7 @@ async fn values_nested_exactly_at_the_limit_run_to_complete_and_read_back_everyw
     );
     let _agent = flue.agent("s1", std::slice::from_ref(&hooks)).await;
     let at = nested(MAX_VALUE_DEPTH);
-    let http = reqwest::Client::new();
+    let http = flue.http();
     let base = flue.gateway.url().to_owned();
     let config = http
         .post(format!("{base}/v1/configs"))
@@ -162,7 +162,7 @@ async fn a_hook_output_nested_past_the_limit_fails_its_deployment_naming_the_out
          printf '{\"deploy_status_code\":0,\"deep\":%s1%s,\"flat\":\"ok\"}' \"$o\" \"$c\"\n",
     );
     let _agent = flue.agent("s1", std::slice::from_ref(&hooks)).await;
-    let http = reqwest::Client::new();
+    let http = flue.http();
     let created = http
         .post(format!("{}/v1/configs", flue.gateway.url()))
         .json(&json!({"id": "d", "group": "deep-out", "outputs": [{"name": "deep"}, {"name": "flat"}]}))

@@ -26,7 +26,7 @@ async fn script_inputs_that_cannot_be_environment_variables_are_refused_naming_t
     )
     .await;
     let base = flue.gateway.url().to_owned();
-    let http = reqwest::Client::new();
+    let http = flue.http();
     let deploy = |body: Value| http.post(format!("{base}/v1/deployments")).json(&body);
 
     expect_error(
@@ -87,7 +87,7 @@ async fn script_inputs_just_under_the_limit_and_nul_for_json_hooks_run_intact() 
     assert_eq!(done.outputs["n"], json!(longest.to_string()));
 
     let base = flue.gateway.url().to_owned();
-    let http = reqwest::Client::new();
+    let http = flue.http();
     let created = http
         .post(format!("{base}/v1/configs"))
         .json(&json!({"id": "j", "group": "json", "inputs": [{"name": "a"}]}))

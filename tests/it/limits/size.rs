@@ -28,7 +28,7 @@ async fn what_would_not_fit_the_broker_is_refused_with_413_and_blocks_nothing() 
     flue.script_config("c", "#!/bin/sh\necho ok\n", &[], &[])
         .await;
     let base = flue.gateway.url().to_owned();
-    let http = reqwest::Client::new();
+    let http = flue.http();
     let post = |path: &str, body: &Value| http.post(format!("{base}{path}")).json(body);
 
     let big = json!({"id": "big", "group": "ext", "config": "x".repeat(700_000), "inputs": [{"name": "blob"}]});
@@ -83,7 +83,7 @@ async fn a_request_the_broker_refuses_fails_that_deployment_and_the_server_queue
     flue.register("s1").await;
     flue.script_config("c", "#!/bin/sh\necho ok\n", &[], &[])
         .await;
-    let http = reqwest::Client::new();
+    let http = flue.http();
     let created = http
         .post(format!("{}/v1/configs", flue.gateway.url()))
         .json(&json!({"id": "big", "group": "ext", "config": "x".repeat(700_000), "inputs": [{"name": "blob"}]}))

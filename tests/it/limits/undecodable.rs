@@ -62,7 +62,7 @@ async fn an_undecodable_deployment_record_is_skipped_by_listings_and_its_answers
     .expect("ack");
 
     let base = flue.gateway.url().to_owned();
-    let http = reqwest::Client::new();
+    let http = flue.http();
     for path in ["/v1/deployments", "/v1/servers/s1/deployments"] {
         let resp = http
             .get(format!("{base}{path}"))

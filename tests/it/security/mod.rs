@@ -1,3 +1,8 @@
-//! Issue 10, tenant isolation and security: each topic in its own module, against real processes.
+//! Security (issue 10): tenant isolation and every refusal, proven against real processes.
 
+mod http_auth;
+mod http_ops;
+mod http_roles;
+mod http_tickets;
 mod netns;
+mod references;

@@ -32,8 +32,12 @@ impl std::fmt::Display for Run {
 
 /// Runs `flue --gateway GW ARGS…` to its end.
 pub async fn flue(flue: &Flue, args: &[&str]) -> Run {
-    let args = args.iter().map(|a| (*a).to_owned()).collect();
-    run_flue(flue.gateway.url().to_owned(), args).await
+    let token = flue.gateway.cli_token(args);
+    run_flue(flue.gateway.url().to_owned(), Some(token), to_owned(args)).await
+}
+
+fn to_owned(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| (*a).to_owned()).collect()
 }
 
 /// `flue stack create NAME -t TEMPLATE -P PARAM…`.
@@ -46,8 +50,12 @@ pub async fn create_stack(env: &Flue, name: &str, template: &str, params: &[&str
 }
 
 /// [`flue`] with owned arguments, so it can run on its own task while the test acts.
-pub async fn run_flue(gateway: String, args: Vec<String>) -> Run {
-    let out = tokio::process::Command::new(flue_tests::bin("flue"))
+pub async fn run_flue(gateway: String, token: Option<String>, args: Vec<String>) -> Run {
+    let mut command = tokio::process::Command::new(flue_tests::bin("flue"));
+    if let Some(token) = token {
+        command.env("FLUE_TOKEN", token);
+    }
+    let out = command
         .arg("--gateway")
         .arg(gateway)
         .args(args)
@@ -66,14 +74,19 @@ pub async fn run_flue(gateway: String, args: Vec<String>) -> Run {
 
 /// Runs `flue ARGS…` on its own task; await the handle for its [`Run`].
 pub fn flue_in_background(env: &Flue, args: &[&str]) -> tokio::task::JoinHandle<Run> {
-    let args = args.iter().map(|a| (*a).to_owned()).collect();
-    tokio::spawn(run_flue(env.gateway.url().to_owned(), args))
+    let token = env.gateway.cli_token(args);
+    tokio::spawn(run_flue(
+        env.gateway.url().to_owned(),
+        Some(token),
+        to_owned(args),
+    ))
 }
 
 /// Starts `flue ARGS…` as a stack driver, waits until `record` holds the line `started`
 /// (a hook of the operation is running), then SIGKILLs the driver.
 pub async fn kill_driver_once(env: &Flue, args: &[&str], record: &Path, started: &str) {
     let mut driver = tokio::process::Command::new(flue_tests::bin("flue"))
+        .env("FLUE_TOKEN", env.gateway.cli_token(args))
         .arg("--gateway")
         .arg(env.gateway.url())
         .args(args)

@@ -40,7 +40,7 @@ async fn deleting_webhooks_while_they_retry_leaves_no_consumer_behind() {
     ])
     .await;
     let receiver = Receiver::start(Mode::Fail).await;
-    let client = reqwest::Client::new();
+    let client = flue.http();
     for _ in 0..10 {
         let response = create(
             &flue,

@@ -1,0 +1,155 @@
+//! The token endpoints: an admin mints and revokes its tenant's tokens, an operator
+//! mints a tenant's admin token, and any event reader gets a short-lived ticket for the
+//! browser's `EventSource` (which cannot send headers).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Extension, Path};
+use axum::http::StatusCode;
+use flue_proto::TenantId;
+use flue_proto::auth::{CreateToken, EventTicket, Role, TokenClaims, TokenCreated};
+use time::OffsetDateTime;
+use tracing::info;
+
+use super::middleware::Verified;
+use super::token::{self, MintError, NewToken};
+use super::{Auth, Principal};
+use crate::api::ApiError;
+use crate::api::extract::JsonBody;
+
+/// `POST /v1/tokens` (admin): a token of this tenant with any role but `operator`.
+pub async fn create_token(
+    Extension(auth): Extension<Auth>,
+    Extension(principal): Extension<Principal>,
+    JsonBody(body): JsonBody<CreateToken>,
+) -> Result<(StatusCode, Json<TokenCreated>), ApiError> {
+    if body.role == Role::Operator {
+        return Err(ApiError::InvalidInput(
+            "role: an admin mints admin, engine, listener or viewer tokens, not operator ones"
+                .to_owned(),
+        ));
+    }
+    let tenant = principal
+        .tenant
+        .clone()
+        .unwrap_or_else(|| auth.tenant().clone());
+    let created = mint(&auth, &body, tenant)?;
+    info!(token.id = %created.id, role = %body.role, by = %principal.token_id, "token minted");
+    Ok((StatusCode::CREATED, Json(created)))
+}
+
+/// `POST /v1/tenants/{tenant}/tokens` (operator): an admin token of `tenant`.
+pub async fn tenant_token(
+    Extension(auth): Extension<Auth>,
+    Path(tenant): Path<String>,
+    JsonBody(body): JsonBody<CreateToken>,
+) -> Result<(StatusCode, Json<TokenCreated>), ApiError> {
+    let tenant: TenantId = tenant.parse().map_err(|e| ApiError::InvalidId {
+        what: "tenant id",
+        value: tenant.clone(),
+        reason: format!("{e}"),
+    })?;
+    // This gateway serves one tenant; a gateway serving many looks the tenant up.
+    if &tenant != auth.tenant() {
+        return Err(ApiError::NotFound(format!(
+            "tenant {:?} not found",
+            tenant.as_str()
+        )));
+    }
+    if body.role != Role::Admin {
+        return Err(ApiError::InvalidInput(
+            "role: an operator mints a tenant's admin token; the admin mints the others".to_owned(),
+        ));
+    }
+    let created = mint(&auth, &body, tenant.clone())?;
+    info!(token.id = %created.id, tenant = %tenant, "tenant admin token minted");
+    Ok((StatusCode::CREATED, Json(created)))
+}
+
+/// `DELETE /v1/tokens/{id}` (admin): every gateway on the broker refuses the token (and
+/// its tickets) from now on. Token ids are not listed, so an id nobody minted is
+/// revoked all the same: 204 either way.
+pub async fn revoke_token(
+    Extension(auth): Extension<Auth>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let valid = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !valid {
+        return Err(ApiError::InvalidId {
+            what: "token id",
+            value: id,
+            reason: "a token id is 1 to 64 characters of [A-Za-z0-9_-]".to_owned(),
+        });
+    }
+    auth.revoked()
+        .revoke(&id, OffsetDateTime::now_utc().unix_timestamp())
+        .await?;
+    info!(token.id = %id, by = %principal.token_id, "token revoked");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/events/tickets` (any event reader): a ticket for `GET /v1/events?ticket=…`,
+/// valid 60 s, carrying the caller's tenant, role and token id.
+pub async fn create_ticket(
+    Extension(auth): Extension<Auth>,
+    Extension(principal): Extension<Principal>,
+    verified: Option<Extension<Verified>>,
+) -> Result<(StatusCode, Json<EventTicket>), ApiError> {
+    let now = OffsetDateTime::now_utc();
+    // Without authentication (`--insecure-no-auth`) there are no claims: the ticket
+    // stands for the principal the middleware made up.
+    let claims = match verified {
+        Some(Extension(Verified(claims))) => claims,
+        None => TokenClaims {
+            sub: principal.token_id.clone(),
+            tenant: principal.tenant.clone(),
+            role: principal.role,
+            iat: now.unix_timestamp(),
+            exp: now.unix_timestamp() + 60,
+            jti: principal.token_id.clone(),
+            ticket: false,
+        },
+    };
+    let minted = token::ticket(auth.secret(), &claims, now).map_err(mint_error)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(EventTicket {
+            ticket: minted.token,
+            expires_at: at(minted.claims.exp),
+        }),
+    ))
+}
+
+fn mint(auth: &Auth, body: &CreateToken, tenant: TenantId) -> Result<TokenCreated, ApiError> {
+    let new = NewToken {
+        name: body.name.clone(),
+        tenant: Some(tenant),
+        role: body.role,
+        ttl: Duration::from_secs(body.ttl_secs),
+    };
+    let minted = token::mint(auth.secret(), &new, OffsetDateTime::now_utc()).map_err(mint_error)?;
+    Ok(TokenCreated {
+        token: minted.token,
+        id: minted.claims.jti,
+        expires_at: at(minted.claims.exp),
+    })
+}
+
+fn mint_error(e: MintError) -> ApiError {
+    match e {
+        MintError::Ttl(_) => ApiError::InvalidInput(format!("ttl_secs: {e}")),
+        MintError::Name => ApiError::InvalidInput(format!("name: {e}")),
+        MintError::Tenant(_) => ApiError::InvalidInput(e.to_string()),
+        MintError::Sign(_) => ApiError::Internal(e.to_string()),
+    }
+}
+
+fn at(unix: i64) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp(unix).unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}

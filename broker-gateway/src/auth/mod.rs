@@ -1,0 +1,105 @@
+//! HTTP API authentication: bearer tokens (JWT, HS256 over the gateway's `token.key`),
+//! roles, the revocation list, and the middleware every `/v1` request passes.
+//!
+//! - [`token`]: minting and checking tokens and event-stream tickets;
+//! - [`roles`]: which role may call which route;
+//! - [`revoked`]: revoked token ids, watched into memory;
+//! - [`middleware`]: 401 / 403 / 404 before any handler, [`Principal`] for the handlers;
+//! - [`api`]: `POST /v1/tokens`, `DELETE /v1/tokens/{id}`, `POST /v1/tenants/{tenant}/tokens`,
+//!   `POST /v1/events/tickets`;
+//! - [`command`]: `flue-gateway token`, minting offline from the state directory.
+
+pub mod api;
+pub mod command;
+pub mod middleware;
+pub mod revoked;
+pub mod roles;
+pub mod token;
+
+use std::sync::Arc;
+
+use flue_proto::TenantId;
+use flue_proto::auth::Role;
+use tracing::warn;
+
+pub use middleware::authenticate;
+pub use revoked::Revoked;
+
+/// Token id a request carries under `--insecure-no-auth`.
+pub const INSECURE_TOKEN_ID: &str = "insecure-no-auth";
+
+/// Who is calling: put in the request extensions by [`authenticate`] for every `/v1`
+/// request. The gateway dispatches on `tenant`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The caller's tenant; `None` for an operator.
+    pub tenant: Option<TenantId>,
+    /// The caller's role. Under `--insecure-no-auth` it reads `admin`, but every role
+    /// check is skipped (the caller is admin, engine, listener and viewer at once).
+    pub role: Role,
+    /// The token's id (`jti`); [`INSECURE_TOKEN_ID`] without authentication.
+    pub token_id: String,
+}
+
+/// What the middleware and the token endpoints need; cheap to clone.
+#[derive(Clone)]
+pub struct Auth {
+    secret: Arc<[u8]>,
+    tenant: TenantId,
+    revoked: Revoked,
+    insecure: bool,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("tenant", &self.tenant)
+            .field("insecure", &self.insecure)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Auth {
+    /// Every `/v1` request needs a valid token of a role allowed on its route.
+    pub fn tokens(secret: Arc<[u8]>, tenant: TenantId, revoked: Revoked) -> Self {
+        Self {
+            secret,
+            tenant,
+            revoked,
+            insecure: false,
+        }
+    }
+
+    /// `--insecure-no-auth`: every request is admin, engine, listener and viewer of
+    /// `tenant`. Warns loudly, since anyone who reaches the gateway then owns it.
+    pub fn insecure(secret: Arc<[u8]>, tenant: TenantId, revoked: Revoked) -> Self {
+        warn!(
+            tenant = %tenant,
+            "--insecure-no-auth: the HTTP API accepts every request without a token; anyone who can reach the gateway is its administrator. Development only"
+        );
+        Self {
+            insecure: true,
+            ..Self::tokens(secret, tenant, revoked)
+        }
+    }
+
+    /// The tenant this gateway serves.
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    /// The secret tokens are signed with.
+    pub(crate) fn secret(&self) -> &[u8] {
+        &self.secret
+    }
+
+    /// The revocation list.
+    pub fn revoked(&self) -> &Revoked {
+        &self.revoked
+    }
+
+    /// Whether authentication is off (`--insecure-no-auth`).
+    pub fn is_insecure(&self) -> bool {
+        self.insecure
+    }
+}
