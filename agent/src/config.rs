@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use flue_proto::nats_tls::NatsTls;
 use flue_proto::{ServerId, TenantId};
 
 /// Default broker URL, the same as the gateway's.
@@ -28,6 +29,9 @@ pub struct Config {
     /// Broker URL(s), comma separated; credentials in them are parsed, and shown
     /// redacted, by [`flue_proto::nats_url`].
     pub nats_url: String,
+    /// TLS of the broker connection: the CA that verifies the broker (TLS required when
+    /// given) and a client certificate for mutual TLS.
+    pub nats_tls: NatsTls,
     /// Tenant of this server.
     pub tenant: TenantId,
     /// This server's id: which request queue the agent pulls.
@@ -57,6 +61,7 @@ impl Config {
     pub fn new(tenant: TenantId, server_id: ServerId) -> Self {
         Self {
             nats_url: DEFAULT_NATS_URL.to_owned(),
+            nats_tls: NatsTls::default(),
             tenant,
             server_id,
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
@@ -91,6 +96,26 @@ pub struct RunArgs {
     /// Broker URL(s), comma separated.
     #[arg(long, env = "FLUE_NATS_URL", default_value = DEFAULT_NATS_URL)]
     pub nats_url: String,
+    /// CA certificate (PEM) the broker's certificate must chain to. Given, the broker
+    /// connection must be TLS (also on a `nats://` URL), verified against this CA only.
+    #[arg(long, env = "FLUE_NATS_CA", value_name = "FILE")]
+    pub nats_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for a broker that verifies clients (mutual TLS).
+    #[arg(
+        long,
+        env = "FLUE_NATS_CERT",
+        value_name = "FILE",
+        requires = "nats_key"
+    )]
+    pub nats_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--nats-cert`.
+    #[arg(
+        long,
+        env = "FLUE_NATS_KEY",
+        value_name = "FILE",
+        requires = "nats_cert"
+    )]
+    pub nats_key: Option<PathBuf>,
     /// Tenant of this server.
     #[arg(long, env = "FLUE_TENANT", default_value = "default")]
     pub tenant: TenantId,
@@ -132,6 +157,10 @@ impl From<RunArgs> for Config {
     fn from(a: RunArgs) -> Self {
         Self {
             nats_url: a.nats_url,
+            nats_tls: NatsTls {
+                ca_file: a.nats_ca,
+                client_cert: a.nats_cert.zip(a.nats_key),
+            },
             tenant: a.tenant,
             server_id: a.server_id,
             state_dir: a.state_dir,
@@ -203,6 +232,15 @@ mod tests {
             let err = parse(&["--server-id", "s", &flag]).expect_err("out of range");
             assert!(err.to_string().contains("--heartbeat-secs"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_nats_ca_asks_for_tls_and_a_client_key_needs_its_certificate() {
+        let c = parse(&["--server-id", "s", "--nats-ca", "/etc/flue/ca.pem"]).expect("parses");
+        assert_eq!(c.nats_tls.ca_file, Some(PathBuf::from("/etc/flue/ca.pem")));
+        assert!(c.nats_tls.required());
+        let err = parse(&["--server-id", "s", "--nats-key", "/k.pem"]).expect_err("no cert");
+        assert!(err.to_string().contains("--nats-cert"), "{err}");
     }
 
     #[test]

@@ -27,14 +27,17 @@ pub struct Broker {
     pub connects: watch::Receiver<u64>,
 }
 
-/// Connects to the broker in the background: the call returns at once and the client
-/// keeps (re)connecting forever with jittered exponential backoff.
+/// Connects to the broker in the background (over TLS when configured): the call returns
+/// at once and the client keeps (re)connecting forever with jittered exponential backoff.
 pub async fn connect(config: &Config) -> Result<Broker, Error> {
     let (tx, connects) = watch::channel(0u64);
     let tx = Arc::new(tx);
+    // A wrong path fails the start here, not as a connection retried for ever.
+    config.nats_tls.check()?;
     let urls = NatsUrls::parse(&config.nats_url);
-    let options = urls
-        .with_credentials(ConnectOptions::new())
+    let options = config
+        .nats_tls
+        .apply(urls.with_credentials(ConnectOptions::new()))
         .name(format!("flue-agent {}/{}", config.tenant, config.server_id))
         .custom_inbox_prefix(subject::agent_inbox_prefix(
             &config.tenant,

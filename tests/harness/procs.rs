@@ -6,6 +6,7 @@ use std::process::{ExitStatus, Stdio};
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
 
+use crate::tls::{TestCa, install_crypto_provider};
 use crate::{Logs, WAIT, bin, nats_server_bin};
 
 fn dump_on_panic(name: &str, logs: &[&Logs]) {
@@ -43,6 +44,10 @@ pub struct Nats {
     port: u16,
     store: TempDir,
     config: PathBuf,
+    /// The CA clients must trust when the server speaks TLS only.
+    ca_file: Option<PathBuf>,
+    /// Holds a generated configuration file.
+    _conf_dir: Option<TempDir>,
     logs: Logs,
 }
 
@@ -52,15 +57,39 @@ impl Nats {
         Nats::start_with_config(&broker_config()).await
     }
 
+    /// Starts a server with the shipped configuration plus a `tls` block (written by
+    /// the gateway's [`flue_gateway::tls::client_tls_block`]) with a certificate from
+    /// `ca`: every client must speak TLS and trust `ca`.
+    pub async fn start_tls(ca: &TestCa) -> Nats {
+        let leaf = ca.leaf("nats-server", &[]);
+        let block = flue_gateway::tls::client_tls_block(&flue_gateway::tls::BrokerTlsFiles {
+            cert_file: leaf.cert,
+            key_file: leaf.key,
+            client_ca_file: None,
+        })
+        .expect("tls block");
+        let shipped = std::fs::read_to_string(broker_config()).expect("read the shipped config");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("nats-server.conf");
+        std::fs::write(&config, format!("{shipped}\n{block}")).expect("write the TLS config");
+        let mut nats = Nats::start_with_config(&config).await;
+        nats.ca_file = Some(ca.ca_file());
+        nats._conf_dir = Some(dir);
+        nats
+    }
+
     /// Starts a server with another configuration file (its port and store are still
     /// chosen here) and waits until it is ready.
     pub async fn start_with_config(config: &Path) -> Nats {
+        install_crypto_provider();
         let store = tempfile::tempdir().expect("tempdir");
         let mut nats = Nats {
             child: None,
             port: 0,
             store,
             config: config.to_owned(),
+            ca_file: None,
+            _conf_dir: None,
             logs: Logs::default(),
         };
         nats.spawn().await;
@@ -105,9 +134,24 @@ impl Nats {
         }
     }
 
-    /// `nats://127.0.0.1:<port>`.
+    /// `nats://127.0.0.1:<port>`, or `tls://…` when it speaks TLS only.
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        let scheme = if self.ca_file.is_some() {
+            "tls"
+        } else {
+            "nats"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The CA to trust when it speaks TLS only ([`Nats::start_tls`]).
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.ca_file.as_deref()
+    }
+
+    /// What it logged.
+    pub fn logs(&self) -> &Logs {
+        &self.logs
     }
 
     /// Kills the server with SIGKILL and waits for it to be gone.
@@ -150,11 +194,14 @@ impl Nats {
         signal(self.child.as_ref().expect("nats-server running"), "-CONT");
     }
 
-    /// A plain client connection (for tests that look at the broker directly).
+    /// A client connection (for tests that look at the broker directly), over TLS
+    /// trusting the test CA when the server speaks TLS only.
     pub async fn client(&self) -> async_nats::Client {
-        async_nats::connect(self.url())
-            .await
-            .expect("connect to nats")
+        let mut options = async_nats::ConnectOptions::new();
+        if let Some(ca) = &self.ca_file {
+            options = options.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        options.connect(self.url()).await.expect("connect to nats")
     }
 }
 
@@ -168,6 +215,8 @@ impl Drop for Nats {
 pub struct Gateway {
     child: Option<Child>,
     url: String,
+    /// The CA its HTTPS certificate chains to, for its clients.
+    ca_file: Option<PathBuf>,
     args: Vec<String>,
     stdout: Logs,
     stderr: Logs,
@@ -176,6 +225,13 @@ pub struct Gateway {
 impl Gateway {
     /// Starts a gateway on `127.0.0.1:0` against `nats_url`, with extra flags.
     pub async fn start(nats_url: &str, extra: &[&str]) -> Gateway {
+        Gateway::start_trusting(nats_url, extra, None).await
+    }
+
+    /// Starts a gateway like [`Gateway::start`] whose clients trust `ca_file` (for a
+    /// gateway given `--tls-cert`).
+    pub async fn start_trusting(nats_url: &str, extra: &[&str], ca_file: Option<&Path>) -> Gateway {
+        install_crypto_provider();
         let mut args: Vec<String> = vec![
             "--listen".into(),
             "127.0.0.1:0".into(),
@@ -188,6 +244,7 @@ impl Gateway {
         let mut gw = Gateway {
             child: None,
             url: String::new(),
+            ca_file: ca_file.map(Path::to_owned),
             args,
             stdout: Logs::default(),
             stderr: Logs::default(),
@@ -223,14 +280,19 @@ impl Gateway {
         self.url = url;
     }
 
-    /// Base URL, `http://127.0.0.1:<port>`.
+    /// Base URL, `http://127.0.0.1:<port>` (`https://` when serving HTTPS).
     pub fn url(&self) -> &str {
         &self.url
     }
 
-    /// A typed API client for this gateway.
+    /// A typed API client for this gateway (trusting its CA when it serves HTTPS).
     pub fn client(&self) -> flue_engine::Client {
-        flue_engine::Client::new(&self.url).expect("client")
+        flue_engine::Client::with_ca(&self.url, self.ca_file.as_deref()).expect("client")
+    }
+
+    /// What it printed on stdout.
+    pub fn stdout(&self) -> &Logs {
+        &self.stdout
     }
 
     /// Kills it with SIGKILL (no graceful shutdown).

@@ -132,7 +132,7 @@ fn list_or_none(names: &[String]) -> String {
 
 /// Runs one parsed command line against the gateway, writing results to `out`.
 pub async fn run(cli: Cli, out: &mut impl Write) -> Result<Outcome, CliError> {
-    let client = Client::new(&cli.gateway)?;
+    let client = Client::with_ca(&cli.gateway, cli.ca.as_deref())?;
     match cli.command {
         Command::Config(ConfigCommand::Create(args)) => {
             let spec = inputs::config_spec(&args, |p| std::fs::read_to_string(p))?;
