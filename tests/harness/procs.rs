@@ -61,17 +61,34 @@ impl Nats {
     /// the gateway's [`flue_gateway::tls::client_tls_block`]) with a certificate from
     /// `ca`: every client must speak TLS and trust `ca`.
     pub async fn start_tls(ca: &TestCa) -> Nats {
+        Nats::start_with_tls_block(ca, None, "").await
+    }
+
+    /// Like [`Nats::start_tls`], and every client must also present a certificate
+    /// issued by `ca` (mutual TLS).
+    pub async fn start_mutual_tls(ca: &TestCa) -> Nats {
+        Nats::start_with_tls_block(ca, Some(ca.ca_file()), "").await
+    }
+
+    /// Like [`Nats::start_tls`] with `extra` configuration text appended (a `leafnodes`
+    /// block, say).
+    pub async fn start_tls_with(ca: &TestCa, extra: &str) -> Nats {
+        Nats::start_with_tls_block(ca, None, extra).await
+    }
+
+    async fn start_with_tls_block(ca: &TestCa, client_ca: Option<PathBuf>, extra: &str) -> Nats {
         let leaf = ca.leaf("nats-server", &[]);
         let block = flue_gateway::tls::client_tls_block(&flue_gateway::tls::BrokerTlsFiles {
             cert_file: leaf.cert,
             key_file: leaf.key,
-            client_ca_file: None,
+            client_ca_file: client_ca,
         })
         .expect("tls block");
         let shipped = std::fs::read_to_string(broker_config()).expect("read the shipped config");
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("nats-server.conf");
-        std::fs::write(&config, format!("{shipped}\n{block}")).expect("write the TLS config");
+        std::fs::write(&config, format!("{shipped}\n{block}\n{extra}\n"))
+            .expect("write the TLS config");
         let mut nats = Nats::start_with_config(&config).await;
         nats.ca_file = Some(ca.ca_file());
         nats._conf_dir = Some(dir);

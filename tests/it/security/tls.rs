@@ -258,3 +258,42 @@ async fn the_https_gateway_announces_its_https_url() {
     let health = gateway.client().list_servers().await;
     assert!(health.is_ok(), "{health:?}");
 }
+
+#[tokio::test]
+async fn an_agent_without_the_broker_ca_never_gets_its_requests() {
+    let flue = Flue::start_tls(&[]).await;
+    flue.register("s1").await;
+    let hooks = flue.path("hooks");
+    std::fs::create_dir_all(&hooks).expect("hook dir");
+    let ran = flue.path("ran");
+    flue_tests::write_executable(
+        &hooks.join("marker"),
+        &format!("#!/bin/sh\ntouch '{}'\necho '{{}}'\n", ran.display()),
+    );
+    let config: flue_proto::ConfigSpec = serde_json::from_value(serde_json::json!({
+        "id": "c1", "group": "marker", "config": ""
+    }))
+    .expect("config");
+    flue.client().create_config(&config).await.expect("config");
+    let d = flue.deploy("c1", "s1", &[]).await;
+
+    // The same agent, but trusting only the system's roots.
+    let agent = flue_tests::Agent::spawn(
+        &flue.nats.url(),
+        "s1",
+        &flue.path("agent-s1"),
+        std::slice::from_ref(&hooks),
+    );
+    flue.nats.logs().wait_for("TLS handshake error", WAIT).await;
+    let now = flue.client().get_deployment(&d.id).await.expect("read");
+    assert_eq!(now.status, DeploymentStatus::Queued, "{now:?}");
+    assert!(!ran.exists(), "the hook ran");
+    assert!(
+        !agent
+            .logs()
+            .lines()
+            .iter()
+            .any(|l| l.contains("agent ready")),
+        "the agent reached its queue"
+    );
+}
