@@ -84,6 +84,7 @@ impl Gateway {
             .https()
             .map(|(cert, key)| tls::server_config(cert, key))
             .transpose()?;
+        warn_plaintext(&config, https.is_some());
         let (client, reconnected) = connect(&config.nats_url, &config.nats_tls()).await?;
         // Every JetStream call (KV reads and writes, API requests, publish acks) of the
         // gateway is bounded by this, so that an API call waits at most that long on it.
@@ -226,6 +227,25 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     }
     gateway.shutdown().await;
     Ok(())
+}
+
+/// Warns loudly when something that crosses a network would go unencrypted: the API on a
+/// non-loopback address without `--tls-cert`, or the broker off this host without TLS.
+fn warn_plaintext(config: &Config, https: bool) {
+    if !https && !config.listen.ip().is_loopback() {
+        warn!(addr = %config.listen, "the API is served over PLAIN HTTP on a non-loopback address: give --tls-cert and --tls-key");
+    }
+    let urls = NatsUrls::parse(&config.nats_url);
+    let off_host = urls.servers().iter().any(|url| {
+        let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+        let host = rest.rsplit_once(':').map_or(rest, |(h, _)| h);
+        !(host == "localhost" || host == "[::1]" || host.starts_with("127."))
+    });
+    let tls =
+        config.nats_tls().required() || urls.servers().iter().all(|u| u.starts_with("tls://"));
+    if off_host && !tls {
+        warn!(nats_url = %urls.redacted(), "the broker connection leaves this host WITHOUT TLS: give --nats-ca (and tls:// URLs)");
+    }
 }
 
 /// Warns when the broker lets fewer servers register than `max_servers`: the request
