@@ -1,10 +1,9 @@
 //! One delivery attempt: a POST over a fresh HTTP/1.1 connection, plain or TLS.
 //!
-//! Built on hyper and tokio-rustls (ring) directly rather than reqwest: reqwest's rustls
-//! support either brings aws-lc-rs or, without a provider, makes every reqwest client
-//! of the workspace (the CLI's, the tests') panic at build time once the feature is
-//! unified into them. One connection per attempt keeps the behaviour simple: no pool,
-//! no proxy, no redirects (a 3xx is a failed attempt).
+//! Built on hyper and tokio-rustls (ring) directly rather than reqwest, because the
+//! connection must go to the very address that was checked (reqwest resolves names
+//! itself, and follows proxies and redirects). One connection per attempt keeps the
+//! behaviour simple: no pool, no proxy, no redirects (a 3xx is a failed attempt).
 //!
 //! The target's host is resolved here, every address checked against the gateway's
 //! [`AddressPolicy`], and the connection made to an address that passed: never to a
@@ -139,9 +138,7 @@ impl HttpClient {
             .map_err(|e| AttemptError::Tls(place, e))?;
         exchange(tls, request).await
     }
-}
 
-impl HttpClient {
     /// Resolves the target's host and connects to the first of its addresses that the
     /// policy lets through and that answers.
     async fn connect(&self, target: &Target, place: &str) -> Result<TcpStream, AttemptError> {
