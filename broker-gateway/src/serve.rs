@@ -79,6 +79,9 @@ pub async fn serve(
                 }
             }
         };
+        // Answers are written in several small pieces (TLS records above all): with
+        // Nagle's algorithm the later ones would wait for the client's delayed ACK (~40 ms).
+        let _ = stream.set_nodelay(true);
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             debug!(%peer, limit = rules.max_connections, "connection limit reached; closing the new connection");
             drop(stream);

@@ -65,7 +65,7 @@ impl Nats {
     }
 
     /// Like [`Nats::start_tls`], and every client must also present a certificate
-    /// issued by `ca` (mutual TLS).
+    /// issued by `ca` (mutual TLS); [`Nats::client`] has none, so it cannot connect.
     pub async fn start_mutual_tls(ca: &TestCa) -> Nats {
         Nats::start_with_tls_block(ca, Some(ca.ca_file()), "").await
     }
