@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use flue_proto::nats_tls::NatsTls;
 use flue_proto::{ServerId, TenantId, subject};
 
 /// Default broker URL, the same as the gateway's.
@@ -31,6 +32,9 @@ pub struct Config {
     /// JetStream domain of the hub broker, or none for plain `$JS.API` (a hub without a
     /// domain, reached directly: no leaf node in between).
     pub js_domain: Option<String>,
+    /// TLS of the broker connection: the CA that verifies the broker (TLS required when
+    /// given) and a client certificate for mutual TLS.
+    pub nats_tls: NatsTls,
     /// Tenant of this server.
     pub tenant: TenantId,
     /// This server's id: which request queue the agent pulls.
@@ -64,6 +68,7 @@ impl Config {
         Self {
             nats_url: DEFAULT_NATS_URL.to_owned(),
             js_domain: Some(subject::JETSTREAM_DOMAIN.to_owned()),
+            nats_tls: NatsTls::default(),
             tenant,
             server_id,
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
@@ -104,6 +109,26 @@ pub struct RunArgs {
     /// without a domain).
     #[arg(long, env = "FLUE_JS_DOMAIN", default_value = subject::JETSTREAM_DOMAIN)]
     pub js_domain: String,
+    /// CA certificate (PEM) the broker's certificate must chain to. Given, the broker
+    /// connection must be TLS (also on a `nats://` URL), verified against this CA only.
+    #[arg(long, env = "FLUE_NATS_CA", value_name = "FILE")]
+    pub nats_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for a broker that verifies clients (mutual TLS).
+    #[arg(
+        long,
+        env = "FLUE_NATS_CERT",
+        value_name = "FILE",
+        requires = "nats_key"
+    )]
+    pub nats_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--nats-cert`.
+    #[arg(
+        long,
+        env = "FLUE_NATS_KEY",
+        value_name = "FILE",
+        requires = "nats_cert"
+    )]
+    pub nats_key: Option<PathBuf>,
     /// Tenant of this server.
     #[arg(long, env = "FLUE_TENANT", default_value = "default")]
     pub tenant: TenantId,
@@ -150,6 +175,10 @@ impl From<RunArgs> for Config {
         Self {
             nats_url: a.nats_url,
             js_domain: Some(a.js_domain).filter(|d| !d.is_empty()),
+            nats_tls: NatsTls {
+                ca_file: a.nats_ca,
+                client_cert: a.nats_cert.zip(a.nats_key),
+            },
             tenant: a.tenant,
             server_id: a.server_id,
             state_dir: a.state_dir,
@@ -232,6 +261,15 @@ mod tests {
         assert_eq!(c.js_domain.as_deref(), Some("hub2"));
         let c = parse(&["--server-id", "s", "--js-domain", ""]).expect("parses");
         assert_eq!(c.js_domain, None);
+    }
+
+    #[test]
+    fn a_nats_ca_asks_for_tls_and_a_client_key_needs_its_certificate() {
+        let c = parse(&["--server-id", "s", "--nats-ca", "/etc/flue/ca.pem"]).expect("parses");
+        assert_eq!(c.nats_tls.ca_file, Some(PathBuf::from("/etc/flue/ca.pem")));
+        assert!(c.nats_tls.required());
+        let err = parse(&["--server-id", "s", "--nats-key", "/k.pem"]).expect_err("no cert");
+        assert!(err.to_string().contains("--nats-cert"), "{err}");
     }
 
     #[test]

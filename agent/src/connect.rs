@@ -28,16 +28,20 @@ pub struct Broker {
     pub connects: watch::Receiver<u64>,
 }
 
-/// Connects to the broker in the background: the call returns at once and the client
-/// keeps (re)connecting forever with jittered exponential backoff.
+/// Connects to the broker in the background (over TLS when configured): the call returns
+/// at once and the client keeps (re)connecting forever with jittered exponential backoff.
 pub async fn connect(
     config: &Config,
     credentials: Option<&AgentCredentials>,
 ) -> Result<Broker, Error> {
     let (tx, connects) = watch::channel(0u64);
     let tx = Arc::new(tx);
+    // A wrong path fails the start here, not as a connection retried for ever.
+    config.nats_tls.check()?;
     let urls = NatsUrls::parse(&config.nats_url);
-    let mut options = urls.with_credentials(ConnectOptions::new());
+    let mut options = config
+        .nats_tls
+        .apply(urls.with_credentials(ConnectOptions::new()));
     if let Some(user) = credentials.map(|c| &c.user).filter(|u| !u.jwt.is_empty()) {
         options = crate::credentials::authenticate(options, user, &config.creds_file)?;
     }

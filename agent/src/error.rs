@@ -34,4 +34,7 @@ pub enum Error {
         /// What async-nats said.
         source: async_nats::ConnectError,
     },
+    /// The TLS files of the broker connection cannot be used.
+    #[error("cannot set up TLS for the broker connection")]
+    NatsTls(#[from] flue_proto::nats_tls::NatsTlsError),
 }

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use clap::Parser;
 use flue_proto::TenantId;
+use flue_proto::nats_tls::NatsTls;
 use flue_proto::nats_url::{NatsUrls, redact};
+
+use crate::webhooks::address::{AddressPolicy, Cidr};
 
 /// Longest deployment timeout accepted: seven days, in seconds.
 pub const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
@@ -42,6 +45,41 @@ pub struct Config {
     /// credentials (`user:pass@`), which are the gateway's own and never handed out.
     #[arg(long, env = "FLUE_AGENT_NATS_URL")]
     pub agent_nats_url: Option<String>,
+    /// CA certificate (PEM) the broker's certificate must chain to. Given, the broker
+    /// connection must be TLS (also on a `nats://` URL), verified against this CA only.
+    #[arg(long, env = "FLUE_NATS_CA", value_name = "FILE")]
+    pub nats_ca: Option<PathBuf>,
+    /// The gateway's client certificate (PEM) for a broker that verifies clients (mutual TLS).
+    #[arg(
+        long,
+        env = "FLUE_NATS_CERT",
+        value_name = "FILE",
+        requires = "nats_key"
+    )]
+    pub nats_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--nats-cert`.
+    #[arg(
+        long,
+        env = "FLUE_NATS_KEY",
+        value_name = "FILE",
+        requires = "nats_cert"
+    )]
+    pub nats_key: Option<PathBuf>,
+    /// Certificate chain (PEM, leaf first) to serve the HTTP API over HTTPS with.
+    #[arg(long, env = "FLUE_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--tls-cert`.
+    #[arg(long, env = "FLUE_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Address range webhooks may be delivered to although it is not public (loopback,
+    /// private, link-local…), e.g. `10.20.0.0/16`; repeatable, or comma separated.
+    #[arg(
+        long = "webhook-allow",
+        env = "FLUE_WEBHOOK_ALLOW",
+        value_name = "CIDR",
+        value_delimiter = ','
+    )]
+    pub webhook_allow: Vec<Cidr>,
     /// The state directory (mode 0700): the keys only the gateway holds ([`crate::state`]).
     #[arg(long, env = "FLUE_STATE_DIR", default_value = DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
@@ -139,6 +177,12 @@ impl Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8470)),
             nats_url: nats_url.into(),
             agent_nats_url: None,
+            nats_ca: None,
+            nats_cert: None,
+            nats_key: None,
+            tls_cert: None,
+            tls_key: None,
+            webhook_allow: Vec::new(),
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
             tenant: TenantId::new("default").expect("\"default\" is a valid tenant id"),
             default_timeout_secs: 3600,
@@ -169,6 +213,24 @@ impl Config {
             Some(url) => url.clone(),
             None => NatsUrls::parse(&self.nats_url).without_credentials(),
         }
+    }
+
+    /// TLS of the broker connection.
+    pub fn nats_tls(&self) -> NatsTls {
+        NatsTls {
+            ca_file: self.nats_ca.clone(),
+            client_cert: self.nats_cert.clone().zip(self.nats_key.clone()),
+        }
+    }
+
+    /// The certificate and key the API is served with, when it is served over HTTPS.
+    pub fn https(&self) -> Option<(&std::path::Path, &std::path::Path)> {
+        self.tls_cert.as_deref().zip(self.tls_key.as_deref())
+    }
+
+    /// Which addresses webhooks may be delivered to.
+    pub fn webhook_policy(&self) -> AddressPolicy {
+        AddressPolicy::new(self.webhook_allow.clone())
     }
 
     /// Interval between two timeout sweeps.
@@ -209,6 +271,12 @@ impl fmt::Debug for Config {
                 "agent_nats_url",
                 &self.agent_nats_url.as_deref().map(redact),
             )
+            .field("nats_ca", &self.nats_ca)
+            .field("nats_cert", &self.nats_cert)
+            .field("nats_key", &self.nats_key)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .field("webhook_allow", &self.webhook_allow)
             .field("state_dir", &self.state_dir)
             .field("tenant", &self.tenant)
             .field("default_timeout_secs", &self.default_timeout_secs)
@@ -261,6 +329,29 @@ mod tests {
     }
 
     #[test]
+    fn webhook_allow_ranges_repeat_or_are_comma_separated() {
+        let config = Config::try_parse_from([
+            "flue-gateway",
+            "--webhook-allow",
+            "127.0.0.1/32,10.0.0.0/8",
+            "--webhook-allow",
+            "fd00::/8",
+        ])
+        .expect("ranges parse");
+        let shown: Vec<String> = config
+            .webhook_allow
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(shown, ["127.0.0.1/32", "10.0.0.0/8", "fd00::/8"]);
+        let policy = config.webhook_policy();
+        policy
+            .check("10.1.1.1".parse().expect("ip"))
+            .expect("allowed");
+        assert!(policy.check("192.168.0.1".parse().expect("ip")).is_err());
+    }
+
+    #[test]
     fn bad_values_are_refused_before_start() {
         for args in [
             ["flue-gateway", "--tenant", "a.b"],
@@ -276,6 +367,9 @@ mod tests {
             ["flue-gateway", "--body-timeout-ms", "x"],
             ["flue-gateway", "--request-timeout-secs", "60"],
             ["flue-gateway", "--max-connections", "0"],
+            ["flue-gateway", "--webhook-allow", "10.0.0.0/33"],
+            ["flue-gateway", "--tls-cert", "/c.pem"],
+            ["flue-gateway", "--nats-key", "/k.pem"],
         ] {
             assert!(Config::try_parse_from(args).is_err(), "{args:?}");
         }

@@ -35,6 +35,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The HTTPS certificate or key cannot be used.
+    #[error("cannot serve HTTPS")]
+    Tls(#[from] crate::tls::TlsError),
+    /// The broker connection's TLS files cannot be used.
+    #[error("cannot set up TLS for the broker connection")]
+    NatsTls(#[from] flue_proto::nats_tls::NatsTlsError),
     /// Writing the "listening" line to standard output failed.
     #[error("cannot write to standard output")]
     Stdout(#[source] std::io::Error),

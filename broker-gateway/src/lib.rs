@@ -18,7 +18,8 @@
 //! - [`serve`]: HTTP connections (bound, header timeout, graceful stop);
 //! - [`link`]: whether the broker connection is up;
 //! - [`state`]: the state directory and the keys only the gateway holds;
-//! - [`auth`]: bearer tokens, roles and the middleware in front of `/v1`.
+//! - [`auth`]: bearer tokens, roles and the middleware in front of `/v1`;
+//! - [`tls`]: the HTTPS server configuration and the broker's TLS configuration blocks.
 
 pub mod api;
 pub mod auth;
@@ -40,6 +41,7 @@ pub mod stack_events;
 pub mod state;
 pub mod store;
 pub mod timeouts;
+pub mod tls;
 pub mod waiters;
 pub mod webhooks;
 
@@ -49,6 +51,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
+use flue_proto::nats_tls::NatsTls;
 use flue_proto::nats_url::NatsUrls;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -69,6 +72,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct Gateway {
     local_addr: SocketAddr,
+    https: bool,
     router: axum::Router,
     service: Service,
     client: async_nats::Client,
@@ -78,10 +82,15 @@ impl Gateway {
     /// Connects to the broker, sets up streams, buckets and the response consumer,
     /// recovers pending deployments, binds the listener and starts serving.
     pub async fn start(config: Config) -> Result<Self, Error> {
-        // The keys first: a state directory that cannot be used stops the start before
-        // anything is touched on the broker.
+        // Keys and certificates are read before anything else, so a state directory or
+        // a path that cannot be used stops the start before the broker is touched.
         let keys = state::StateDir::open(&config.state_dir)?.gateway_keys()?;
-        let (client, reconnected) = connect(&config.nats_url).await?;
+        let https = config
+            .https()
+            .map(|(cert, key)| tls::server_config(cert, key))
+            .transpose()?;
+        warn_plaintext(&config, https.is_some());
+        let (client, reconnected) = connect(&config.nats_url, &config.nats_tls()).await?;
         // Every JetStream call (KV reads and writes, API requests, publish acks) of the
         // gateway is bounded by this, so that an API call waits at most that long on it.
         let js = jetstream::ContextBuilder::new()
@@ -95,7 +104,7 @@ impl Gateway {
         let events = events::Events::open(js.clone(), config.event_retention()).await?;
         let store = Store::open(&js).await?;
         let presence = presence::PresenceTracker::open(&js, &config).await?;
-        let webhooks = webhooks::Webhooks::open(&js).await?;
+        let webhooks = webhooks::Webhooks::open(&js, config.webhook_policy()).await?;
         broker.response_consumer().await?;
         let revoked = auth::Revoked::open(&js).await?;
         let auth = match config.insecure_no_auth {
@@ -148,15 +157,18 @@ impl Gateway {
             link.reconnected(),
             shutdown.child_token(),
         ));
+        let serves_https = https.is_some();
         tasks.spawn(serve::serve(
             listener,
             router.clone(),
             rules,
+            https,
             shutdown.child_token(),
         ));
-        info!(addr = %local_addr, "gateway started");
+        info!(addr = %local_addr, https = serves_https, "gateway started");
         Ok(Self {
             local_addr,
+            https: serves_https,
             router,
             service,
             client,
@@ -166,6 +178,12 @@ impl Gateway {
     /// The address the HTTP API is bound to.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The API's base URL: `https://ADDR` when serving HTTPS, else `http://ADDR`.
+    pub fn base_url(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.local_addr)
     }
 
     /// The whole application, for in-process calls (`tower::ServiceExt::oneshot`).
@@ -206,17 +224,13 @@ impl Drop for Gateway {
 }
 
 /// Runs the gateway until `shutdown` is cancelled: prints
-/// `flue-gateway listening on http://ADDR` on stdout once serving, then waits.
+/// `flue-gateway listening on http://ADDR` (`https://` when serving HTTPS) on stdout
+/// once serving, then waits.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
     let gateway = Gateway::start(config).await?;
     {
         let mut out = std::io::stdout().lock();
-        writeln!(
-            out,
-            "flue-gateway listening on http://{}",
-            gateway.local_addr()
-        )
-        .map_err(Error::Stdout)?;
+        writeln!(out, "flue-gateway listening on {}", gateway.base_url()).map_err(Error::Stdout)?;
         out.flush().map_err(Error::Stdout)?;
     }
     tokio::select! {
@@ -225,6 +239,25 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     }
     gateway.shutdown().await;
     Ok(())
+}
+
+/// Warns loudly when something that crosses a network would go unencrypted: the API on a
+/// non-loopback address without `--tls-cert`, or the broker off this host without TLS.
+fn warn_plaintext(config: &Config, https: bool) {
+    if !https && !config.listen.ip().is_loopback() {
+        warn!(addr = %config.listen, "the API is served over PLAIN HTTP on a non-loopback address: give --tls-cert and --tls-key");
+    }
+    let urls = NatsUrls::parse(&config.nats_url);
+    let off_host = urls.servers().iter().any(|url| {
+        let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+        let host = rest.rsplit_once(':').map_or(rest, |(h, _)| h);
+        !(host == "localhost" || host == "[::1]" || host.starts_with("127."))
+    });
+    let tls =
+        config.nats_tls().required() || urls.servers().iter().all(|u| u.starts_with("tls://"));
+    if off_host && !tls {
+        warn!(nats_url = %urls.redacted(), "the broker connection leaves this host WITHOUT TLS: give --nats-ca (and tls:// URLs)");
+    }
 }
 
 /// Warns when the broker lets fewer servers register than `max_servers`: the request
@@ -257,13 +290,18 @@ async fn check_consumer_limits(broker: &Broker, max_servers: i32) {
     }
 }
 
-/// Connects to the broker; the receiver changes each time the connection is made again.
-async fn connect(url: &str) -> Result<(async_nats::Client, watch::Receiver<u64>), Error> {
+/// Connects to the broker (over TLS when `tls` asks for it); the receiver changes each
+/// time the connection is made again.
+async fn connect(
+    url: &str,
+    tls: &NatsTls,
+) -> Result<(async_nats::Client, watch::Receiver<u64>), Error> {
+    tls.check()?;
     let urls = NatsUrls::parse(url);
     let (connected, reconnected) = watch::channel(0_u64);
     let connected = Arc::new(connected);
-    let client = urls
-        .with_credentials(async_nats::ConnectOptions::new())
+    let client = tls
+        .apply(urls.with_credentials(async_nats::ConnectOptions::new()))
         .name("flue-gateway")
         .event_callback(move |event| {
             let connected = connected.clone();
@@ -296,7 +334,7 @@ mod tests {
     #[tokio::test]
     async fn connect_errors_hide_passwords() {
         // Nothing listens on port 1, so the connection is refused at once.
-        let e = connect("nats://gw:s3cret@127.0.0.1:1")
+        let e = connect("nats://gw:s3cret@127.0.0.1:1", &NatsTls::default())
             .await
             .expect_err("nothing listens on port 1");
         let text = error::chain(&e);

@@ -1,5 +1,6 @@
 //! Typed client for the Flue gateway HTTP API.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,7 @@ use serde::de::DeserializeOwned;
 use crate::error::ClientError;
 
 pub mod events;
+mod tls;
 
 /// Longest single long-poll the gateway accepts (`wait_secs` 0..=60).
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -46,22 +48,32 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// Builds a client for the gateway at `base_url`, e.g. `http://127.0.0.1:8470`.
+    /// Builds a client for the gateway at `base_url`, e.g. `http://127.0.0.1:8470`;
+    /// an `https://` gateway is verified against the system's root certificates.
     ///
     /// A path in the URL is kept as a prefix, so a gateway behind a proxy at
-    /// `http://host/flue/` works. Only `http://` is accepted: this build has no TLS.
+    /// `http://host/flue/` works.
     pub fn new(base_url: &str) -> Result<Client, ClientError> {
+        Client::with_ca(base_url, None)
+    }
+
+    /// Builds a client for the gateway at `base_url` that trusts only the CA
+    /// certificates in `ca_file` (PEM) when given, else the system's root certificates.
+    pub fn with_ca(base_url: &str, ca_file: Option<&Path>) -> Result<Client, ClientError> {
         let invalid = |reason: String| ClientError::InvalidUrl {
             url: base_url.to_owned(),
             reason,
         };
         let mut base = Url::parse(base_url).map_err(|e| invalid(e.to_string()))?;
-        if base.scheme() != "http" {
-            return Err(invalid(format!(
-                "scheme {:?} is not supported, use http://",
-                base.scheme()
-            )));
-        }
+        let https = match base.scheme() {
+            "http" => false,
+            "https" => true,
+            other => {
+                return Err(invalid(format!(
+                    "scheme {other:?} is not supported, use http:// or https://"
+                )));
+            }
+        };
         if base.query().is_some() || base.fragment().is_some() {
             return Err(invalid("must not have a query or fragment".to_owned()));
         }
@@ -70,8 +82,10 @@ impl Client {
             let path = format!("{}/", base.path());
             base.set_path(&path);
         }
+        let tls = tls::client_config(ca_file, https)?;
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
+            .tls_backend_preconfigured(tls)
             .build()
             .map_err(|source| ClientError::Http {
                 url: base.to_string(),

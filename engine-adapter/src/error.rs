@@ -7,7 +7,16 @@ use flue_proto::DeploymentId;
 /// Every way a [`crate::Client`] call can fail, so callers can `match` on the cause.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// The base URL given to [`crate::Client::new`] is not a usable `http://` URL.
+    /// TLS cannot be set up (an unreadable CA file, no trusted roots).
+    #[error("cannot set up TLS with {what}: {reason}")]
+    Tls {
+        /// What was being used: the CA file, the system's roots.
+        what: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The base URL given to [`crate::Client::new`] is not a usable `http://` or
+    /// `https://` URL.
     #[error("invalid gateway url {url:?}: {reason}")]
     InvalidUrl {
         /// The refused URL.

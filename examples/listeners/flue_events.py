@@ -7,6 +7,7 @@
     python3 flue_events.py nats://127.0.0.1:4222 default --since 2026-11-21T10:00:00Z
     python3 flue_events.py ... --subject 'flue.default.evt.*.*.web1.>'   # one server only
     python3 flue_events.py ... --seq 1 --idle 2                          # stop after 2 s of quiet
+    python3 flue_events.py tls://broker:4222 default --ca ca.pem        # TLS, verified against ca.pem
 
 Each line printed: the stream sequence, the CloudEvent type, its subject and id. Events
 live in the JetStream stream FLUE_EVT on subjects
@@ -17,6 +18,8 @@ miss nothing after a disconnect.
 import argparse
 import asyncio
 import json
+import ssl
+import sys
 from datetime import datetime
 
 import nats
@@ -32,6 +35,8 @@ async def main() -> None:
     start.add_argument("--seq", type=int, help="replay from this stream sequence")
     start.add_argument("--since", help="replay from this RFC 3339 time")
     p.add_argument("--idle", type=float, help="exit after this many seconds without an event")
+    p.add_argument("--ca", help="CA certificate (PEM) the broker's certificate must chain to; "
+                   "given, the connection is TLS and only this CA is trusted")
     args = p.parse_args()
 
     if args.seq is not None:
@@ -42,7 +47,17 @@ async def main() -> None:
     else:
         config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
 
-    nc = await nats.connect(args.url)
+    async def on_error(e: Exception) -> None:
+        # A broker whose certificate cannot be verified stays so: stop instead of retrying.
+        if isinstance(e, ssl.SSLCertVerificationError):
+            raise e
+        print(f"nats: {e!r}", file=sys.stderr)
+
+    options = {"error_cb": on_error}
+    if args.ca:
+        # A CA given means TLS: never a plaintext fallback.
+        options["tls"] = ssl.create_default_context(cafile=args.ca)
+    nc = await nats.connect(args.url, **options)
     js = nc.jetstream()
     subject = args.subject or f"flue.{args.tenant}.evt.>"
     sub = await js.subscribe(subject, ordered_consumer=True, config=config)

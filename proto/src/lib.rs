@@ -9,6 +9,7 @@
 //! - [`digest`]: the digest tying an agent's answer to the exact request it answers;
 //! - [`event`]: lifecycle events (CloudEvents), their subjects and filters, heartbeats;
 //! - [`webhook`]: webhook subscriptions;
+//! - [`nats_url`], [`nats_tls`]: broker URLs with their credentials, and client TLS;
 //! - [`limits`]: nesting depth and `script` environment limits on what the API accepts.
 
 pub mod auth;
@@ -19,6 +20,7 @@ pub mod digest;
 pub mod event;
 pub mod ids;
 pub mod limits;
+pub mod nats_tls;
 pub mod nats_url;
 pub mod output;
 pub mod server;
@@ -42,8 +44,8 @@ pub use ids::{
     ConfigId, DeploymentId, IdError, MAX_ID_LEN, ServerId, StackId, TenantId, WebhookId,
 };
 pub use server::{
-    AgentBootstrap, BrokerState, ErrorBody, ErrorDetail, Health, HealthStatus, RegisterServer,
-    Registration, Server, ServerKeys,
+    AgentBootstrap, BrokerState, ErrorBody, ErrorDetail, HTTPS_REQUIRED, Health, HealthStatus,
+    RegisterServer, Registration, Server, ServerKeys,
 };
 pub use stack::{
     ActionResult, ActionRun, OpStatus, Operation, Pending, PutStack, Stack, StackAction,

@@ -82,6 +82,9 @@ pub struct Registration {
     pub credentials: Option<String>,
 }
 
+/// Error code of the `400` a gateway serving HTTPS answers to a plain-HTTP request.
+pub const HTTPS_REQUIRED: &str = "https_required";
+
 /// Body of every API error: `{"error": {"code": "...", "message": "..."}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {

@@ -11,7 +11,7 @@ use flue_proto::{
 };
 use tempfile::TempDir;
 
-use crate::{Agent, Gateway, Nats, WAIT};
+use crate::{Agent, Gateway, Nats, TestCa, WAIT};
 
 /// Broker + gateway + scratch space, torn down on drop.
 pub struct Flue {
@@ -21,6 +21,10 @@ pub struct Flue {
     pub gateway: Gateway,
     /// Scratch dir: agent state dirs, hook dirs, files hooks write.
     pub dir: TempDir,
+    /// The test CA, when everything speaks TLS ([`Flue::start_tls`]).
+    pub ca: Option<TestCa>,
+    /// Flags every agent of this Flue gets (`--nats-ca` under TLS).
+    agent_flags: Vec<String>,
 }
 
 impl Flue {
@@ -37,6 +41,37 @@ impl Flue {
             nats,
             gateway,
             dir: tempfile::tempdir().expect("tempdir"),
+            ca: None,
+            agent_flags: Vec::new(),
+        }
+    }
+
+    /// Starts everything over TLS with a fresh test CA: a broker that speaks TLS only,
+    /// a gateway connecting to it with `--nats-ca` and serving HTTPS (`--tls-cert`,
+    /// `--tls-key`), and agents given `--nats-ca`; plus extra gateway flags.
+    pub async fn start_tls(gateway_flags: &[&str]) -> Flue {
+        let ca = TestCa::new();
+        let nats = Nats::start_tls(&ca).await;
+        let https = ca.leaf("gateway", &[]);
+        let ca_file = ca.ca_file().display().to_string();
+        let cert = https.cert.display().to_string();
+        let key = https.key.display().to_string();
+        let mut flags = vec![
+            "--nats-ca",
+            ca_file.as_str(),
+            "--tls-cert",
+            cert.as_str(),
+            "--tls-key",
+            key.as_str(),
+        ];
+        flags.extend_from_slice(gateway_flags);
+        let gateway = Gateway::start_trusting(&nats.url(), &flags, Some(&ca.ca_file())).await;
+        Flue {
+            nats,
+            gateway,
+            dir: tempfile::tempdir().expect("tempdir"),
+            agent_flags: vec!["--nats-ca".to_owned(), ca_file],
+            ca: Some(ca),
         }
     }
 
@@ -94,22 +129,24 @@ impl Flue {
 
     /// Starts an agent for `server` with its own state dir and the given hook dirs; waits until ready.
     pub async fn agent(&self, server: &str, hook_dirs: &[PathBuf]) -> Agent {
-        Agent::start(
-            &self.nats.url(),
-            server,
-            &self.path(&format!("agent-{server}")),
-            hook_dirs,
-        )
-        .await
+        let agent = self.spawn_agent_with(server, hook_dirs);
+        agent.ready().await;
+        agent
     }
 
     /// Spawns an agent without waiting for readiness.
     pub fn spawn_agent(&self, server: &str) -> Agent {
-        Agent::spawn(
+        self.spawn_agent_with(server, &[])
+    }
+
+    fn spawn_agent_with(&self, server: &str, hook_dirs: &[PathBuf]) -> Agent {
+        let flags: Vec<&str> = self.agent_flags.iter().map(String::as_str).collect();
+        Agent::spawn_with(
             &self.nats.url(),
             server,
             &self.path(&format!("agent-{server}")),
-            &[],
+            hook_dirs,
+            &flags,
         )
     }
 

@@ -12,6 +12,7 @@ mod logs;
 pub mod netns;
 mod procs;
 pub mod tenant_net;
+mod tls;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,6 +23,7 @@ pub use events::EventTap;
 pub use fixture::Flue;
 pub use logs::Logs;
 pub use procs::{Agent, Gateway, Nats};
+pub use tls::{CertFiles, TestCa, install_crypto_provider};
 
 /// Upper bound for any single wait in a test; generous because CI machines are shared.
 pub const WAIT: Duration = Duration::from_secs(60);

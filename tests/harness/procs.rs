@@ -10,6 +10,7 @@ use tempfile::TempDir;
 use tokio::process::{Child, Command};
 
 use crate::auth::{Http, Tokens};
+use crate::tls::{TestCa, install_crypto_provider};
 use crate::{Logs, WAIT, bin, nats_server_bin};
 
 fn dump_on_panic(name: &str, logs: &[&Logs]) {
@@ -47,6 +48,10 @@ pub struct Nats {
     port: u16,
     store: TempDir,
     config: PathBuf,
+    /// The CA clients must trust when the server speaks TLS only.
+    ca_file: Option<PathBuf>,
+    /// Holds a generated configuration file.
+    _conf_dir: Option<TempDir>,
     logs: Logs,
 }
 
@@ -56,15 +61,56 @@ impl Nats {
         Nats::start_with_config(&broker_config()).await
     }
 
+    /// Starts a server with the shipped configuration plus a `tls` block (written by
+    /// the gateway's [`flue_gateway::tls::client_tls_block`]) with a certificate from
+    /// `ca`: every client must speak TLS and trust `ca`.
+    pub async fn start_tls(ca: &TestCa) -> Nats {
+        Nats::start_with_tls_block(ca, None, "").await
+    }
+
+    /// Like [`Nats::start_tls`], and every client must also present a certificate
+    /// issued by `ca` (mutual TLS); [`Nats::client`] has none, so it cannot connect.
+    pub async fn start_mutual_tls(ca: &TestCa) -> Nats {
+        Nats::start_with_tls_block(ca, Some(ca.ca_file()), "").await
+    }
+
+    /// Like [`Nats::start_tls`] with `extra` configuration text appended (a `leafnodes`
+    /// block, say).
+    pub async fn start_tls_with(ca: &TestCa, extra: &str) -> Nats {
+        Nats::start_with_tls_block(ca, None, extra).await
+    }
+
+    async fn start_with_tls_block(ca: &TestCa, client_ca: Option<PathBuf>, extra: &str) -> Nats {
+        let leaf = ca.leaf("nats-server", &[]);
+        let block = flue_gateway::tls::client_tls_block(&flue_gateway::tls::BrokerTlsFiles {
+            cert_file: leaf.cert,
+            key_file: leaf.key,
+            client_ca_file: client_ca,
+        })
+        .expect("tls block");
+        let shipped = std::fs::read_to_string(broker_config()).expect("read the shipped config");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("nats-server.conf");
+        std::fs::write(&config, format!("{shipped}\n{block}\n{extra}\n"))
+            .expect("write the TLS config");
+        let mut nats = Nats::start_with_config(&config).await;
+        nats.ca_file = Some(ca.ca_file());
+        nats._conf_dir = Some(dir);
+        nats
+    }
+
     /// Starts a server with another configuration file (its port and store are still
     /// chosen here) and waits until it is ready.
     pub async fn start_with_config(config: &Path) -> Nats {
+        install_crypto_provider();
         let store = tempfile::tempdir().expect("tempdir");
         let mut nats = Nats {
             child: None,
             port: 0,
             store,
             config: config.to_owned(),
+            ca_file: None,
+            _conf_dir: None,
             logs: Logs::default(),
         };
         nats.spawn().await;
@@ -109,9 +155,24 @@ impl Nats {
         }
     }
 
-    /// `nats://127.0.0.1:<port>`.
+    /// `nats://127.0.0.1:<port>`, or `tls://…` when it speaks TLS only.
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        let scheme = if self.ca_file.is_some() {
+            "tls"
+        } else {
+            "nats"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The CA to trust when it speaks TLS only ([`Nats::start_tls`]).
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.ca_file.as_deref()
+    }
+
+    /// What it logged.
+    pub fn logs(&self) -> &Logs {
+        &self.logs
     }
 
     /// Kills the server with SIGKILL and waits for it to be gone.
@@ -154,11 +215,14 @@ impl Nats {
         signal(self.child.as_ref().expect("nats-server running"), "-CONT");
     }
 
-    /// A plain client connection (for tests that look at the broker directly).
+    /// A client connection (for tests that look at the broker directly), over TLS
+    /// trusting the test CA when the server speaks TLS only.
     pub async fn client(&self) -> async_nats::Client {
-        async_nats::connect(self.url())
-            .await
-            .expect("connect to nats")
+        let mut options = async_nats::ConnectOptions::new();
+        if let Some(ca) = &self.ca_file {
+            options = options.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        options.connect(self.url()).await.expect("connect to nats")
     }
 }
 
@@ -173,6 +237,8 @@ impl Drop for Nats {
 pub struct Gateway {
     child: Option<Child>,
     url: String,
+    /// The CA its HTTPS certificate chains to, for its clients.
+    ca_file: Option<PathBuf>,
     args: Vec<String>,
     stdout: Logs,
     stderr: Logs,
@@ -184,17 +250,35 @@ impl Gateway {
     /// Starts a gateway on `127.0.0.1:0` against `nats_url`, with extra flags and a new
     /// state dir.
     pub async fn start(nats_url: &str, extra: &[&str]) -> Gateway {
+        Gateway::start_trusting(nats_url, extra, None).await
+    }
+
+    /// Starts a gateway like [`Gateway::start`] whose clients trust `ca_file` (for a
+    /// gateway given `--tls-cert`).
+    pub async fn start_trusting(nats_url: &str, extra: &[&str], ca_file: Option<&Path>) -> Gateway {
         let state = Arc::new(tempfile::tempdir().expect("tempdir"));
-        Gateway::start_sharing(nats_url, state, extra).await
+        Gateway::start_sharing(nats_url, state, extra, ca_file).await
     }
 
     /// Starts a second gateway with the same state dir (so the same keys) as `other`:
     /// two gateways of one deployment, serving the same broker.
     pub async fn start_like(other: &Gateway, nats_url: &str, extra: &[&str]) -> Gateway {
-        Gateway::start_sharing(nats_url, other.state.clone(), extra).await
+        Gateway::start_sharing(
+            nats_url,
+            other.state.clone(),
+            extra,
+            other.ca_file.as_deref(),
+        )
+        .await
     }
 
-    async fn start_sharing(nats_url: &str, state: Arc<TempDir>, extra: &[&str]) -> Gateway {
+    async fn start_sharing(
+        nats_url: &str,
+        state: Arc<TempDir>,
+        extra: &[&str],
+        ca_file: Option<&Path>,
+    ) -> Gateway {
+        install_crypto_provider();
         let state_dir = state.path().join("gateway");
         std::fs::create_dir_all(state.path()).expect("state parent");
         // Keys made here first, so the tests can mint tokens the gateway accepts.
@@ -213,6 +297,7 @@ impl Gateway {
         let mut gw = Gateway {
             child: None,
             url: String::new(),
+            ca_file: ca_file.map(Path::to_owned),
             args,
             stdout: Logs::default(),
             stderr: Logs::default(),
@@ -250,7 +335,7 @@ impl Gateway {
         self.url = url;
     }
 
-    /// Base URL, `http://127.0.0.1:<port>`.
+    /// Base URL, `http://127.0.0.1:<port>` (`https://` when serving HTTPS).
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -268,7 +353,7 @@ impl Gateway {
 
     /// A typed API client with the token of `role`.
     pub fn client_as(&self, role: Role) -> flue_engine::Client {
-        flue_engine::Client::new(&self.url)
+        flue_engine::Client::with_ca(&self.url, self.ca_file.as_deref())
             .expect("client")
             .with_token(self.tokens.get(role))
     }
@@ -291,6 +376,11 @@ impl Gateway {
     /// This gateway's tokens (one per role) and their key.
     pub fn tokens(&self) -> &Tokens {
         &self.tokens
+    }
+
+    /// What it printed on stdout.
+    pub fn stdout(&self) -> &Logs {
+        &self.stdout
     }
 
     /// The token a `flue ARGS…` command line needs ([`Tokens::for_cli`]).

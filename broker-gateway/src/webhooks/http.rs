@@ -1,10 +1,13 @@
 //! One delivery attempt: a POST over a fresh HTTP/1.1 connection, plain or TLS.
 //!
-//! Built on hyper and tokio-rustls (ring) directly rather than reqwest: reqwest's rustls
-//! support either brings aws-lc-rs or, without a provider, makes every reqwest client
-//! of the workspace (the CLI's, the tests') panic at build time once the feature is
-//! unified into them. One connection per attempt keeps the behaviour simple: no pool,
-//! no proxy, no redirects (a 3xx is a failed attempt).
+//! Built on hyper and tokio-rustls (ring) directly rather than reqwest, because the
+//! connection must go to the very address that was checked (reqwest resolves names
+//! itself, and follows proxies and redirects). One connection per attempt keeps the
+//! behaviour simple: no pool, no proxy, no redirects (a 3xx is a failed attempt).
+//!
+//! The target's host is resolved here, every address checked against the gateway's
+//! [`AddressPolicy`], and the connection made to an address that passed: never to a
+//! name resolved a second time.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -18,6 +21,7 @@ use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use super::address::{AddressPolicy, Refused};
 use super::target::Target;
 
 /// Bytes of a failed answer's body kept for the error text.
@@ -29,6 +33,9 @@ pub enum AttemptError {
     /// The TCP connection could not be made.
     #[error("cannot connect to {0}")]
     Connect(String, #[source] std::io::Error),
+    /// Every address the host resolved to is refused; no connection was made.
+    #[error("not connecting to {0}")]
+    Refused(String, #[source] Refused),
     /// No trust roots for `https` targets.
     #[error("cannot verify TLS servers: {0}")]
     TlsSetup(String),
@@ -64,9 +71,23 @@ fn excerpt_text(excerpt: &str) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct HttpClient {
     tls: Arc<OnceLock<Result<Arc<rustls::ClientConfig>, String>>>,
+    policy: Arc<AddressPolicy>,
 }
 
 impl HttpClient {
+    /// A client delivering only to addresses `policy` lets through.
+    pub fn new(policy: AddressPolicy) -> Self {
+        Self {
+            tls: Arc::default(),
+            policy: Arc::new(policy),
+        }
+    }
+
+    /// The rule for target addresses.
+    pub fn policy(&self) -> &AddressPolicy {
+        &self.policy
+    }
+
     /// POSTs `body` with `headers` to `target`; `Ok` on a 2xx answer within `timeout`.
     pub async fn post(
         &self,
@@ -99,9 +120,7 @@ impl HttpClient {
         request: Request<Full<Bytes>>,
     ) -> Result<StatusCode, AttemptError> {
         let place = format!("{}:{}", target.host, target.port);
-        let tcp = TcpStream::connect((target.host.as_str(), target.port))
-            .await
-            .map_err(|e| AttemptError::Connect(place.clone(), e))?;
+        let tcp = self.connect(target, &place).await?;
         let _ = tcp.set_nodelay(true);
         if !target.tls {
             return exchange(tcp, request).await;
@@ -118,6 +137,34 @@ impl HttpClient {
             .await
             .map_err(|e| AttemptError::Tls(place, e))?;
         exchange(tls, request).await
+    }
+
+    /// Resolves the target's host and connects to the first of its addresses that the
+    /// policy lets through and that answers.
+    async fn connect(&self, target: &Target, place: &str) -> Result<TcpStream, AttemptError> {
+        let addrs = tokio::net::lookup_host((target.host.as_str(), target.port))
+            .await
+            .map_err(|e| AttemptError::Connect(place.to_owned(), e))?;
+        let mut refused = None;
+        let mut failed = None;
+        for addr in addrs {
+            if let Err(r) = self.policy.check(addr.ip()) {
+                refused.get_or_insert(r);
+                continue;
+            }
+            match TcpStream::connect(addr).await {
+                Ok(tcp) => return Ok(tcp),
+                Err(e) => failed = Some(e),
+            }
+        }
+        Err(match (failed, refused) {
+            (Some(e), _) => AttemptError::Connect(place.to_owned(), e),
+            (None, Some(r)) => AttemptError::Refused(place.to_owned(), r),
+            (None, None) => AttemptError::Connect(
+                place.to_owned(),
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no address"),
+            ),
+        })
     }
 }
 
@@ -229,9 +276,17 @@ mod tests {
             for cert in CertificateDer::pem_slice_iter(CA) {
                 roots.add(cert.expect("CA PEM")).expect("CA certificate");
             }
-            let client = Self::default();
+            let client = Self::loopback();
             client.tls.set(client_config(roots)).expect("fresh client");
             client
+        }
+
+        /// A client allowed to deliver to loopback addresses (the tests' servers).
+        fn loopback() -> Self {
+            Self::new(AddressPolicy::new(vec![
+                "127.0.0.0/8".parse().expect("range"),
+                "::1".parse().expect("range"),
+            ]))
         }
     }
 
@@ -297,13 +352,35 @@ mod tests {
         }
         // The system's roots do not include the test CA.
         let target = Target::parse(&format!("https://localhost:{port}/")).expect("target");
-        let e = HttpClient::default()
+        let e = HttpClient::loopback()
             .post(&target, &[], Bytes::new(), Duration::from_secs(10))
             .await
             .expect_err("untrusted certificate");
         assert!(
             matches!(e, AttemptError::Tls(..) | AttemptError::TlsSetup(_)),
             "{e:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn restricted_addresses_are_never_connected_to() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        for host in ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]"] {
+            let target = Target::parse(&format!("http://{host}:{port}/")).expect("target");
+            let e = HttpClient::default()
+                .post(&target, &[], Bytes::new(), Duration::from_secs(5))
+                .await
+                .expect_err("refused");
+            assert!(matches!(e, AttemptError::Refused(..)), "{host}: {e:?}");
+            let text = crate::error::chain(&e);
+            assert!(text.contains("is a loopback address"), "{text}");
+        }
+        let accepted = listener.accept();
+        assert!(
+            matches!(&accepted, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "no connection may reach the listener: {accepted:?}"
         );
     }
 
@@ -321,7 +398,7 @@ mod tests {
 
     #[tokio::test]
     async fn refused_connections_and_timeouts_are_failed_attempts() {
-        let client = HttpClient::default();
+        let client = HttpClient::loopback();
         // Nothing listens on port 1.
         let target = Target::parse("http://127.0.0.1:1/").expect("target");
         let e = client

@@ -11,7 +11,12 @@
 //! so subscriptions survive a restart) and starts a task for every active subscription
 //! and stops the tasks of parked and deleted ones. The API handlers start and stop
 //! tasks directly as well, so a change is acted on before the watch sees it.
+//!
+//! Targets on non-public addresses (loopback, private, link-local…) are refused unless
+//! the operator's allow list names them ([`address`]): at creation when the URL holds an
+//! address, and on every resolved address at delivery.
 
+pub mod address;
 pub mod deliver;
 pub mod http;
 pub mod record;
@@ -115,12 +120,15 @@ pub struct Webhooks {
 }
 
 impl Webhooks {
-    /// Opens (creating if missing) the subscriptions' bucket.
-    pub async fn open(js: &jetstream::Context) -> Result<Self, StoreError> {
+    /// Opens (creating if missing) the subscriptions' bucket; deliveries follow `policy`.
+    pub async fn open(
+        js: &jetstream::Context,
+        policy: address::AddressPolicy,
+    ) -> Result<Self, StoreError> {
         Ok(Self {
             records: Records::open(js).await?,
             js: js.clone(),
-            http: http::HttpClient::default(),
+            http: http::HttpClient::new(policy),
             running: Arc::default(),
             next_run: Arc::default(),
         })
@@ -133,7 +141,10 @@ impl Webhooks {
         service: &Service,
         body: CreateWebhook,
     ) -> Result<Subscription, WebhookError> {
-        Target::parse(&body.url)?;
+        let target = Target::parse(&body.url)?;
+        if let Some(ip) = target.literal_ip() {
+            self.http.policy().check(ip).map_err(TargetError::from)?;
+        }
         let len = body.secret.len();
         if !(MIN_SECRET_BYTES..=MAX_SECRET_BYTES).contains(&len) {
             return Err(WebhookError::Secret(len));

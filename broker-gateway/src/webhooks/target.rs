@@ -1,6 +1,10 @@
 //! A webhook's target URL, checked once at creation and parsed into what a delivery needs.
 
+use std::net::IpAddr;
+
 use hyper::Uri;
+
+use super::address::Refused;
 
 use flue_proto::webhook::MAX_URL_BYTES;
 
@@ -27,6 +31,9 @@ pub enum TargetError {
         "must not contain credentials (user:password@); receivers authenticate deliveries by their signature"
     )]
     Credentials,
+    /// The host is an address webhooks may not go to ([`super::address`]).
+    #[error("is refused: {0}")]
+    Refused(#[from] Refused),
 }
 
 /// A parsed target: where to connect and what to send as `Host` and request target.
@@ -101,6 +108,12 @@ impl Target {
             path_and_query,
         })
     }
+
+    /// The host when it is written as an IP address, which can be checked before any
+    /// delivery (a name is checked on each resolved address at delivery).
+    pub fn literal_ip(&self) -> Option<IpAddr> {
+        self.host.parse().ok()
+    }
 }
 
 #[cfg(test)]
@@ -125,6 +138,9 @@ mod tests {
         assert_eq!((t.port, t.path_and_query.as_str()), (443, "/"));
         let t = Target::parse("http://[::1]:9/x").expect("ipv6");
         assert_eq!((t.host.as_str(), t.authority.as_str()), ("::1", "[::1]:9"));
+        assert_eq!(t.literal_ip(), Some("::1".parse().expect("ip")));
+        let t = Target::parse("https://localhost:9/x").expect("name");
+        assert_eq!(t.literal_ip(), None);
     }
 
     #[test]

@@ -32,6 +32,10 @@ pub struct Cli {
         value_name = "TOKEN"
     )]
     pub token: Option<String>,
+    /// CA certificate (PEM) an `https://` gateway's certificate must chain to; without
+    /// it, the system's root certificates are trusted.
+    #[arg(long, global = true, env = "FLUE_CA", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

@@ -132,7 +132,7 @@ fn list_or_none(names: &[String]) -> String {
 
 /// Runs one parsed command line against the gateway, writing results to `out`.
 pub async fn run(cli: Cli, out: &mut impl Write) -> Result<Outcome, CliError> {
-    let mut client = Client::new(&cli.gateway)?;
+    let mut client = Client::with_ca(&cli.gateway, cli.ca.as_deref())?;
     if let Some(token) = &cli.token {
         client = client.with_token(token);
     }

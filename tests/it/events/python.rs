@@ -96,3 +96,48 @@ async fn the_python_listener_replays_from_a_sequence_and_from_a_time() {
         );
     }
 }
+
+/// Runs the listener with `args` (and a quiet second to stop); its exit success, stdout
+/// and stderr.
+fn listen_with(args: &[&str]) -> (bool, String, String) {
+    let script = repo_root().join("examples/listeners/flue_events.py");
+    let out = Command::new(python())
+        .arg(script)
+        .args(args)
+        .args(["--idle", "1"])
+        .output()
+        .expect("python runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_listener_reads_a_tls_broker_only_when_given_its_ca() {
+    let env = Flue::start_tls(&[]).await;
+    env.register("web1").await;
+    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    tap.wait_for("the registration", WAIT, |e| e.id.contains("web1"))
+        .await;
+    let url = env.nats.url();
+    let ca = env
+        .nats
+        .ca_file()
+        .expect("a TLS broker")
+        .display()
+        .to_string();
+
+    let (ok, out, err) = listen_with(&[&url, "default", "--seq", "1", "--ca", &ca]);
+    assert!(ok, "listener failed: {err}");
+    assert!(
+        out.lines().any(|l| l.contains("server.registered")),
+        "{out}"
+    );
+
+    // Without the CA the broker's certificate cannot be verified: no event is read.
+    let (ok, out, _) = listen_with(&[&url, "default", "--seq", "1"]);
+    assert!(!ok, "read a TLS broker without trusting its CA: {out}");
+    assert!(out.is_empty(), "{out}");
+}

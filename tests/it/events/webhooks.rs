@@ -18,9 +18,14 @@ const SECRET: &str = "webhook-test-secret-0123456789";
 /// Small retry settings so that parking takes well under a second.
 const FAST: &[&str] = &["--webhook-max-attempts", "3", "--webhook-backoff-ms", "50"];
 
-/// A gateway with one agent for server `s1` and a quick script config `c1`.
+/// The receivers listen on loopback, which webhooks may only reach when allowed.
+const ALLOW_LOOPBACK: &[&str] = &["--webhook-allow", "127.0.0.1/32"];
+
+/// A gateway (allowing loopback targets) with one agent for server `s1` and a quick
+/// script config `c1`.
 async fn setup(flags: &[&str]) -> (Flue, flue_tests::Agent) {
-    let flue = Flue::start_with(flags).await;
+    let flags: Vec<&str> = ALLOW_LOOPBACK.iter().chain(flags).copied().collect();
+    let flue = Flue::start_with(&flags).await;
     flue.register("s1").await;
     let agent = flue.agent("s1", &[]).await;
     flue.script_config("c1", "#!/bin/sh\necho hello\n", &[], &[])

@@ -1,8 +1,11 @@
 //! Security (issue 10): tenant isolation and every refusal, proven against real processes.
 
+mod broker_tls;
 mod http_auth;
 mod http_ops;
 mod http_roles;
 mod http_tickets;
 mod netns;
 mod references;
+mod tls;
+mod webhook_targets;
