@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Pull this server's request queue and apply each deployment with its hook.
-    Run(flue_agent::RunArgs),
+    Run(Box<flue_agent::RunArgs>),
     /// Inside a hook: put, get (optionally waiting) or delete a key of the running
     /// deployment's stack data space. Exits 0 on success, 1 when `get` finds no value,
     /// 2 on any other error.
@@ -53,7 +53,7 @@ async fn main() -> ExitCode {
         .with_ansi(ansi)
         .init();
 
-    match run(args.into()).await {
+    match run((*args).into()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             error!(error = format!("{e:#}"), "agent failed");
