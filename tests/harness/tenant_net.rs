@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
+use crate::auth::Tokens;
 use crate::netns::{Link, NetLab, Netns, NsProcess};
 use crate::{WAIT, bin, nats_server_bin};
 
@@ -72,6 +73,8 @@ pub struct TenantNetworks {
     pub tenants: Vec<TenantNet>,
     /// The control-plane namespace.
     pub cp: Netns,
+    /// Tokens the gateway accepts, one per role.
+    pub tokens: Tokens,
     dir: TempDir,
     // Last: the namespaces go after every process above was killed.
     lab: NetLab,
@@ -84,6 +87,9 @@ impl TenantNetworks {
         let dir = tempfile::tempdir().expect("tempdir");
         let cp = lab.namespace("cp");
         let hub = start_hub(&cp, dir.path()).await;
+        let state_dir = dir.path().join("gateway-state");
+        // Keys made first, so the CLI gets tokens the gateway accepts.
+        let tokens = Tokens::new(&state_dir);
         let gateway = cp.spawn(
             "flue-gateway",
             bin("flue-gateway"),
@@ -93,7 +99,7 @@ impl TenantNetworks {
                 "--nats-url",
                 &format!("nats://127.0.0.1:{HUB_CLIENT_PORT}"),
                 "--state-dir",
-                &dir.path().join("gateway-state").display().to_string(),
+                &state_dir.display().to_string(),
                 "--timeout-sweep-ms",
                 "100",
             ],
@@ -104,6 +110,7 @@ impl TenantNetworks {
             hub,
             tenants: Vec::new(),
             cp,
+            tokens,
             dir,
             lab,
         }
@@ -184,6 +191,7 @@ impl TenantNetworks {
             .arg("--gateway")
             .arg(format!("http://{GATEWAY_LISTEN}"))
             .args(args)
+            .env("FLUE_TOKEN", self.tokens.for_cli(args))
             .output();
         let out = tokio::time::timeout(WAIT * 3, out)
             .await

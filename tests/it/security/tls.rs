@@ -300,15 +300,16 @@ async fn an_agent_without_the_broker_ca_never_gets_its_requests() {
 
 /// Runs the real `flue` CLI against `gateway` with `FLUE_CA` set to `ca` (or unset).
 async fn flue_cli(
-    gateway: &str,
+    flue: &Flue,
     ca: Option<&std::path::Path>,
     args: &[&str],
 ) -> std::process::Output {
     let mut command = tokio::process::Command::new(bin("flue"));
     command
         .arg("--gateway")
-        .arg(gateway)
+        .arg(flue.gateway.url())
         .args(args)
+        .env("FLUE_TOKEN", flue.gateway.cli_token(args))
         .env_remove("FLUE_CA")
         .kill_on_drop(true);
     if let Some(ca) = ca {
@@ -323,19 +324,18 @@ async fn flue_cli(
 #[tokio::test]
 async fn the_flue_cli_speaks_https_when_given_the_ca_and_is_refused_without_it() {
     let flue = Flue::start_tls(&[]).await;
-    let gw = flue.gateway.url().to_owned();
     let ca = flue.ca.as_ref().expect("a CA").ca_file();
 
-    let out = flue_cli(&gw, Some(&ca), &["server", "register", "web1"]).await;
+    let out = flue_cli(&flue, Some(&ca), &["server", "register", "web1"]).await;
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let out = flue_cli(&gw, None, &["server", "register", "web2"]).await;
+    let out = flue_cli(&flue, None, &["server", "register", "web2"]).await;
     assert!(!out.status.success(), "registered without trusting the CA");
-    let listed = flue_cli(&gw, Some(&ca), &["server", "list", "--json"]).await;
+    let listed = flue_cli(&flue, Some(&ca), &["server", "list", "--json"]).await;
     assert!(listed.status.success());
     let servers: Vec<flue_proto::Server> =
         serde_json::from_slice(&listed.stdout).expect("servers as JSON");

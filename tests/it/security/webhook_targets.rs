@@ -34,8 +34,12 @@ fn assert_never_connected(listener: &TcpListener) {
 }
 
 async fn create(flue: &Flue, url: &str) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(format!("{}/v1/webhooks", flue.gateway.url()))
+    flue.gateway
+        .http()
+        .request(
+            reqwest::Method::POST,
+            format!("{}/v1/webhooks", flue.gateway.url()),
+        )
         .json(&json!({"url": url, "secret": SECRET, "start": "all"}))
         .send()
         .await
@@ -43,7 +47,13 @@ async fn create(flue: &Flue, url: &str) -> reqwest::Response {
 }
 
 async fn list(flue: &Flue) -> Vec<Webhook> {
-    reqwest::get(format!("{}/v1/webhooks", flue.gateway.url()))
+    flue.gateway
+        .http()
+        .request(
+            reqwest::Method::GET,
+            format!("{}/v1/webhooks", flue.gateway.url()),
+        )
+        .send()
         .await
         .expect("GET /v1/webhooks")
         .json()
@@ -57,7 +67,14 @@ async fn parked(flue: &Flue, id: &str) -> Webhook {
         let mut tick = tokio::time::interval(Duration::from_millis(20));
         loop {
             tick.tick().await;
-            let webhook: Webhook = reqwest::get(format!("{}/v1/webhooks/{id}", flue.gateway.url()))
+            let webhook: Webhook = flue
+                .gateway
+                .http()
+                .request(
+                    reqwest::Method::GET,
+                    format!("{}/v1/webhooks/{id}", flue.gateway.url()),
+                )
+                .send()
                 .await
                 .expect("GET webhook")
                 .json()
