@@ -35,6 +35,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A tenant's runtime could not be started.
+    #[error("cannot serve a tenant")]
+    Tenant(#[from] Box<crate::tenants::TenantError>),
     /// Writing the "listening" line to standard output failed.
     #[error("cannot write to standard output")]
     Stdout(#[source] std::io::Error),

@@ -8,6 +8,7 @@
 //! - [`digest`]: the digest tying an agent's answer to the exact request it answers;
 //! - [`event`]: lifecycle events (CloudEvents), their subjects and filters, heartbeats;
 //! - [`webhook`]: webhook subscriptions;
+//! - [`tenant`]: the tenant API's bodies;
 //! - [`limits`]: nesting depth and `script` environment limits on what the API accepts.
 
 pub mod config;
@@ -22,6 +23,7 @@ pub mod output;
 pub mod server;
 pub mod stack;
 pub mod subject;
+pub mod tenant;
 pub mod webhook;
 
 pub use config::{
@@ -47,6 +49,7 @@ pub use stack::{
     ActionResult, ActionRun, OpStatus, Operation, Pending, PutStack, Stack, StackAction,
     StackState, StackStatus, Unit,
 };
+pub use tenant::{CreateTenant, Tenant};
 
 /// A random subject-safe token (UUID v4, simple hex form).
 pub(crate) fn random_token() -> String {

@@ -11,6 +11,7 @@ pub mod health;
 pub mod listing;
 pub mod servers;
 pub mod stacks;
+pub mod tenants;
 pub mod webhooks;
 
 use std::time::Duration;
@@ -27,19 +28,45 @@ pub use error::ApiError;
 
 use crate::link::BrokerLink;
 use crate::service::Service;
+use crate::tenants::Tenants;
 use crate::waiters::Waiters;
 
-/// The whole application, ready to serve or to call with `tower::ServiceExt::oneshot`.
+/// The whole application, ready to serve or to call with `tower::ServiceExt::oneshot`:
+/// the health endpoints (every tenant at once), the tenant API, and everything else
+/// handed to the runtime of the caller's tenant ([`tenant_router`]).
 ///
-/// Every route under `/v1` needs the broker and answers 503 at once while it is away;
-/// the dashboard and the health endpoints do not.
-pub fn router(service: Service, link: BrokerLink, waiters: Waiters) -> Router {
-    let config = &service.config;
+/// Every request's body is read within its bounds here, and its answer must start
+/// within the request timeout, whichever tenant it is for.
+pub fn router(tenants: Tenants) -> Router {
+    let config = tenants.config();
     let body = guard::BodyRules {
         max_bytes: config.max_body_bytes,
         timeout: Duration::from_millis(config.body_timeout_ms),
     };
     let request_timeout = Duration::from_secs(config.request_timeout_secs);
+    Router::new()
+        .route("/livez", get(health::livez))
+        .route("/healthz", get(health::livez))
+        .route("/readyz", get(health::readyz))
+        .route("/v1/tenants", post(tenants::create).get(tenants::list))
+        .fallback(tenants::dispatch)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(DefaultBodyLimit::max(body.max_bytes))
+        .layer(middleware::from_fn_with_state(
+            request_timeout,
+            guard::deadline,
+        ))
+        .layer(middleware::from_fn_with_state(body, guard::read_body))
+        .layer(CatchPanicLayer::custom(guard::panic_response))
+        .layer(TraceLayer::new_for_http())
+        .with_state(tenants)
+}
+
+/// One tenant's routes: its `/v1` API and its dashboard.
+///
+/// Every route under `/v1` needs the tenant's broker connections and answers 503 at once
+/// while they are away; the dashboard does not.
+pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Router {
     let v1 = Router::new()
         .route("/v1/configs", post(configs::create))
         .route("/v1/configs/{id}", get(configs::get))
@@ -73,26 +100,14 @@ pub fn router(service: Service, link: BrokerLink, waiters: Waiters) -> Router {
     Router::new()
         .route("/", get(dashboard::page))
         .route("/assets/{name}", get(dashboard::asset))
-        .route("/livez", get(health::livez))
-        .route("/healthz", get(health::livez))
-        .route("/readyz", get(health::readyz))
         .merge(v1)
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
-        .layer(DefaultBodyLimit::max(body.max_bytes))
-        .layer(middleware::from_fn_with_state(
-            request_timeout,
-            guard::deadline,
-        ))
-        .layer(middleware::from_fn_with_state(body, guard::read_body))
         .layer(Extension(waiters))
-        .layer(Extension(link))
-        .layer(CatchPanicLayer::custom(guard::panic_response))
-        .layer(TraceLayer::new_for_http())
         .with_state(service)
 }
 
-async fn unknown_route(uri: Uri) -> ApiError {
+pub(crate) async fn unknown_route(uri: Uri) -> ApiError {
     ApiError::NotFound(format!("no route for {}", uri.path()))
 }
 

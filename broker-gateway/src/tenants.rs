@@ -1,0 +1,228 @@
+//! One gateway, many tenants: the registry of tenant runtimes, and which tenant a
+//! request is for.
+//!
+//! Each tenant is served by its own [`TenantRuntime`] (its service, tasks and router),
+//! reached through its own broker connections (the [`Connector`]). [`Tenants`] starts the
+//! runtimes of the tenants that exist at start, starts one for a tenant created while
+//! serving, dispatches by [`tenant_of`], and stops them all at shutdown. A caller is only
+//! ever handed to its own tenant's runtime, so another tenant's objects are simply not
+//! found there.
+
+pub mod book;
+pub mod connector;
+pub mod runtime;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use axum::extract::Request;
+use flue_proto::{CreateTenant, Tenant, TenantId};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+pub use book::TenantBook;
+pub use connector::{Connection, Connector, ConnectorError, TenantConnections};
+pub use runtime::{Stopped, TenantRuntime};
+
+use crate::Config;
+use crate::error::Error;
+use crate::state::GatewayKeys;
+
+/// The tenant a request is for: the authenticated caller's, or `default` while requests
+/// carry no identity. `None` when the caller has no tenant (an operator).
+///
+/// The one place that decides it: with HTTP authentication this reads the caller's
+/// `auth::Principal` from the request extensions (`principal.tenant`).
+pub fn tenant_of(_request: &Request, default: &TenantId) -> Option<TenantId> {
+    Some(default.clone())
+}
+
+/// Why a tenant could not be created or started.
+#[derive(Debug, thiserror::Error)]
+pub enum TenantError {
+    /// The body is not acceptable (name too long, …).
+    #[error(transparent)]
+    Invalid(#[from] flue_proto::tenant::TenantError),
+    /// The connector cannot provision or reach it.
+    #[error(transparent)]
+    Connector(#[from] ConnectorError),
+    /// Its runtime could not start (broker calls, state directory).
+    #[error("cannot start tenant {tenant}")]
+    Start {
+        /// The tenant.
+        tenant: TenantId,
+        /// Cause.
+        #[source]
+        source: Error,
+    },
+}
+
+/// Whether [`Tenants::create`] made the tenant or found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// Created now.
+    New,
+    /// It existed already (its record is returned unchanged).
+    Existing,
+}
+
+/// The running tenants; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Tenants {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: Arc<Config>,
+    keys: GatewayKeys,
+    connector: Connector,
+    book: TenantBook,
+    /// Never held across an `.await`.
+    runtimes: RwLock<BTreeMap<TenantId, Arc<TenantRuntime>>>,
+    /// Serialises creations, so that two requests for one new tenant start one runtime.
+    creating: tokio::sync::Mutex<()>,
+    shutdown: CancellationToken,
+}
+
+impl Tenants {
+    /// An empty registry; runtimes stop when `shutdown` is cancelled (or by
+    /// [`Tenants::shutdown`]).
+    pub fn new(
+        config: Arc<Config>,
+        keys: GatewayKeys,
+        connector: Connector,
+        shutdown: CancellationToken,
+    ) -> Result<Self, Error> {
+        let book = TenantBook::open(&config.state_dir)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                keys,
+                connector,
+                book,
+                runtimes: RwLock::default(),
+                creating: tokio::sync::Mutex::new(()),
+                shutdown,
+            }),
+        })
+    }
+
+    /// The gateway's configuration (`tenant` is the default tenant).
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The tenant served to requests that name none (`--default-tenant`).
+    pub fn default_tenant(&self) -> &TenantId {
+        &self.inner.config.tenant
+    }
+
+    /// Starts the runtime of every tenant the connector knows.
+    pub async fn start_existing(&self) -> Result<(), TenantError> {
+        for id in self.inner.connector.tenants()? {
+            let connections = self.inner.connector.connect(&id).await?;
+            self.start_runtime(&id, "", connections).await?;
+        }
+        Ok(())
+    }
+
+    /// Creates a tenant (provisioned on the broker, then served) unless it exists.
+    pub async fn create(&self, body: CreateTenant) -> Result<(Tenant, Created), TenantError> {
+        body.validate()?;
+        if let Some(runtime) = self.get(&body.id) {
+            return Ok((runtime.tenant().clone(), Created::Existing));
+        }
+        let _creating = self.inner.creating.lock().await;
+        if let Some(runtime) = self.get(&body.id) {
+            return Ok((runtime.tenant().clone(), Created::Existing));
+        }
+        let connector = &self.inner.connector;
+        connector.provision(&body.id).await?;
+        let connections = connector.connect(&body.id).await?;
+        let runtime = self
+            .start_runtime(&body.id, &body.name, connections)
+            .await?;
+        info!(tenant = %body.id, "tenant created");
+        Ok((runtime.tenant().clone(), Created::New))
+    }
+
+    /// Starts and registers the runtime of `id` on `connections` (its record made,
+    /// named `name`, when missing). A runtime already registered for `id` is replaced
+    /// only after this one started; callers serialise.
+    pub async fn start_runtime(
+        &self,
+        id: &TenantId,
+        name: &str,
+        connections: TenantConnections,
+    ) -> Result<Arc<TenantRuntime>, TenantError> {
+        let start = async {
+            let record = self.inner.book.load_or_create(id, name)?;
+            TenantRuntime::start(
+                &self.inner.config,
+                record,
+                connections.clone(),
+                self.inner.keys.clone(),
+                &self.inner.shutdown,
+            )
+            .await
+        };
+        let runtime = match start.await {
+            Ok(runtime) => Arc::new(runtime),
+            Err(source) => {
+                // Nothing holds them: a failed start leaves no connection behind.
+                connections.drain().await;
+                return Err(TenantError::Start {
+                    tenant: id.clone(),
+                    source,
+                });
+            }
+        };
+        self.write().insert(id.clone(), runtime.clone());
+        Ok(runtime)
+    }
+
+    /// The runtime of `id`, if it is served.
+    pub fn get(&self, id: &TenantId) -> Option<Arc<TenantRuntime>> {
+        self.read().get(id).cloned()
+    }
+
+    /// Every runtime, by tenant id.
+    pub fn runtimes(&self) -> Vec<Arc<TenantRuntime>> {
+        self.read().values().cloned().collect()
+    }
+
+    /// Every tenant served, by id.
+    pub fn list(&self) -> Vec<Tenant> {
+        self.read().values().map(|r| r.tenant().clone()).collect()
+    }
+
+    /// Stops serving `id`: its runtime is forgotten first (its callers get 404 from then
+    /// on), then stopped. `None` when it was not served.
+    pub async fn stop(&self, id: &TenantId) -> Option<Stopped> {
+        let runtime = self.write().remove(id)?;
+        Some(runtime.shutdown().await)
+    }
+
+    /// Stops every runtime (side by side) and forgets them; true when all stopped clean.
+    pub async fn shutdown(&self) -> bool {
+        let runtimes: Vec<_> = std::mem::take(&mut *self.write()).into_values().collect();
+        let stopped = futures_util::future::join_all(runtimes.iter().map(|r| r.shutdown())).await;
+        stopped.iter().all(|s| *s == Stopped::Clean)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<TenantId, Arc<TenantRuntime>>> {
+        // A panic while holding the lock leaves the map itself consistent.
+        self.inner
+            .runtimes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<TenantId, Arc<TenantRuntime>>> {
+        self.inner
+            .runtimes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
