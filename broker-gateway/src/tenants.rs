@@ -46,6 +46,9 @@ pub enum TenantError {
     /// The connector cannot provision or reach it.
     #[error(transparent)]
     Connector(#[from] ConnectorError),
+    /// A runtime serves it already (a second one would run its tasks twice).
+    #[error("tenant {0} is served already")]
+    AlreadyServed(TenantId),
     /// Its runtime could not start (broker calls, state directory).
     #[error("cannot start tenant {tenant}")]
     Start {
@@ -141,21 +144,35 @@ impl Tenants {
         connector.provision(&body.id).await?;
         let connections = connector.connect(&body.id).await?;
         let runtime = self
-            .start_runtime(&body.id, &body.name, connections)
+            .start_unlocked(&body.id, &body.name, connections)
             .await?;
         info!(tenant = %body.id, "tenant created");
         Ok((runtime.tenant().clone(), Created::New))
     }
 
     /// Starts and registers the runtime of `id` on `connections` (its record made,
-    /// named `name`, when missing). A runtime already registered for `id` is replaced
-    /// only after this one started; callers serialise.
+    /// named `name`, when missing); refused when `id` is served already.
     pub async fn start_runtime(
         &self,
         id: &TenantId,
         name: &str,
         connections: TenantConnections,
     ) -> Result<Arc<TenantRuntime>, TenantError> {
+        let _creating = self.inner.creating.lock().await;
+        self.start_unlocked(id, name, connections).await
+    }
+
+    /// [`Tenants::start_runtime`], the caller holding `creating`.
+    async fn start_unlocked(
+        &self,
+        id: &TenantId,
+        name: &str,
+        connections: TenantConnections,
+    ) -> Result<Arc<TenantRuntime>, TenantError> {
+        if self.get(id).is_some() {
+            connections.drain().await;
+            return Err(TenantError::AlreadyServed(id.clone()));
+        }
         let start = async {
             let record = self.inner.book.load_or_create(id, name)?;
             TenantRuntime::start(

@@ -67,6 +67,7 @@ fn refusal(e: TenantError) -> ApiError {
         TenantError::Connector(e @ ConnectorError::OneTenantOnly { .. }) => {
             ApiError::Conflict(e.to_string())
         }
+        e @ TenantError::AlreadyServed(_) => ApiError::Conflict(e.to_string()),
         e @ (TenantError::Connector(ConnectorError::Connect(_)) | TenantError::Start { .. }) => {
             error!(error = %chain(&e), "cannot start a tenant");
             ApiError::Unavailable(

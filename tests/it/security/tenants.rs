@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use flue_gateway::tenants::{Stopped, TenantConnections, connector};
+use flue_gateway::tenants::{Stopped, TenantConnections, TenantError, connector};
 use flue_proto::{Deployment, DeploymentStatus, RegisterServer, Tenant, TenantId};
 use flue_tests::{Flue, Nats, WAIT, bin};
 use serde_json::{Value, json};
@@ -219,6 +219,30 @@ async fn readyz_is_ready_only_while_every_tenant_runtime_is_connected() {
         .start_runtime(&tenant("acme"), "Acme", connections)
         .await
         .expect("second runtime starts");
+    // A tenant is never served twice (its tasks would run twice).
+    let again = connector::connect(&other.url(), async_nats::ConnectOptions::new(), "again")
+        .await
+        .expect("second broker reached");
+    let refused = gateway
+        .tenants()
+        .start_runtime(
+            &tenant("acme"),
+            "",
+            TenantConnections {
+                tenant: again.clone(),
+                events: None,
+            },
+        )
+        .await
+        .expect_err("acme is served already");
+    assert!(
+        matches!(refused, TenantError::AlreadyServed(_)),
+        "{refused}"
+    );
+    assert!(
+        again.is_closed(),
+        "the refused runtime's connection is closed"
+    );
     let (status, body) = fx.call(Method::GET, "/v1/tenants", None).await;
     assert_eq!(status, StatusCode::OK);
     let ids: Vec<_> = body
