@@ -48,6 +48,8 @@ pub fn router(tenants: Tenants) -> Router {
         .route("/livez", get(health::livez))
         .route("/healthz", get(health::livez))
         .route("/readyz", get(health::readyz))
+        // The same for every tenant, and loaded before anyone signs in.
+        .route("/assets/{name}", get(dashboard::asset))
         .route("/v1/tenants", post(tenants::create).get(tenants::list))
         .fallback(tenants::dispatch)
         .method_not_allowed_fallback(wrong_method)
@@ -62,7 +64,8 @@ pub fn router(tenants: Tenants) -> Router {
         .with_state(tenants)
 }
 
-/// One tenant's routes: its `/v1` API and its dashboard.
+/// One tenant's routes: its `/v1` API and its dashboard page (whose assets are served by
+/// [`router`]).
 ///
 /// Every route under `/v1` needs the tenant's broker connections and answers 503 at once
 /// while they are away; the dashboard does not.
@@ -99,7 +102,6 @@ pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Ro
         ));
     Router::new()
         .route("/", get(dashboard::page))
-        .route("/assets/{name}", get(dashboard::asset))
         .merge(v1)
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
