@@ -42,7 +42,7 @@ pub fn tenant_of(_request: &Request, default: &TenantId) -> Option<TenantId> {
 pub enum TenantError {
     /// The body is not acceptable (name too long, …).
     #[error(transparent)]
-    Invalid(#[from] flue_proto::tenant::TenantError),
+    Invalid(#[from] flue_proto::tenant::TenantNameError),
     /// The connector cannot provision or reach it.
     #[error(transparent)]
     Connector(#[from] ConnectorError),

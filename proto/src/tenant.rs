@@ -23,9 +23,9 @@ pub struct CreateTenant {
     pub name: String,
 }
 
-/// Why a [`CreateTenant`] is refused.
+/// Why a [`CreateTenant`] is refused (the id is checked by its type).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TenantError {
+pub enum TenantNameError {
     /// The name is longer than [`MAX_TENANT_NAME_LEN`].
     #[error("tenant name is {len} bytes long; at most {MAX_TENANT_NAME_LEN} are accepted")]
     NameTooLong {
@@ -39,14 +39,14 @@ pub enum TenantError {
 
 impl CreateTenant {
     /// Checks what the id's type does not: the name's length and characters.
-    pub fn validate(&self) -> Result<(), TenantError> {
+    pub fn validate(&self) -> Result<(), TenantNameError> {
         if self.name.len() > MAX_TENANT_NAME_LEN {
-            return Err(TenantError::NameTooLong {
+            return Err(TenantNameError::NameTooLong {
                 len: self.name.len(),
             });
         }
         if self.name.chars().any(char::is_control) {
-            return Err(TenantError::ControlCharacter);
+            return Err(TenantNameError::ControlCharacter);
         }
         Ok(())
     }
@@ -82,7 +82,7 @@ mod tests {
         };
         assert_eq!(
             long.validate(),
-            Err(TenantError::NameTooLong {
+            Err(TenantNameError::NameTooLong {
                 len: MAX_TENANT_NAME_LEN + 1
             })
         );
@@ -90,6 +90,6 @@ mod tests {
             id: ok.id,
             name: "a\nb".into(),
         };
-        assert_eq!(control.validate(), Err(TenantError::ControlCharacter));
+        assert_eq!(control.validate(), Err(TenantNameError::ControlCharacter));
     }
 }
