@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flue_proto::TenantId;
-use flue_proto::nats_url::NatsUrls;
+use flue_proto::nats_url::{NatsUrls, redact};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
@@ -120,13 +120,21 @@ pub enum Connector {
     Dev(Arc<DevConnector>),
 }
 
-/// [`Connector::Dev`]'s settings.
-#[derive(Debug)]
+/// [`Connector::Dev`]'s settings. Its `Debug` form hides the passwords in the URL.
 pub struct DevConnector {
     /// The broker URL(s), possibly with credentials (never logged).
     pub nats_url: String,
     /// The one tenant served.
     pub tenant: TenantId,
+}
+
+impl std::fmt::Debug for DevConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevConnector")
+            .field("nats_url", &redact(&self.nats_url))
+            .field("tenant", &self.tenant)
+            .finish()
+    }
 }
 
 impl Connector {
@@ -242,6 +250,17 @@ mod tests {
         let text = crate::error::chain(&e);
         assert!(!text.contains("s3cret"), "{text}");
         assert!(text.contains("nats://gw:***@127.0.0.1:1"), "{text}");
+    }
+
+    #[test]
+    fn the_connector_never_shows_the_broker_password() {
+        let connector = Connector::dev(
+            "nats://gw:s3cret@127.0.0.1:4222",
+            TenantId::new("default").expect("id"),
+        );
+        let shown = format!("{connector:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("nats://gw:***@127.0.0.1:4222"), "{shown}");
     }
 
     #[tokio::test]
