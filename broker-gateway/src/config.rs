@@ -83,8 +83,15 @@ pub struct Config {
     /// The state directory (mode 0700): the keys only the gateway holds ([`crate::state`]).
     #[arg(long, env = "FLUE_STATE_DIR", default_value = DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
-    /// The tenant every object of this gateway belongs to.
-    #[arg(long, env = "FLUE_TENANT", default_value = "default")]
+    /// The default tenant: the one served in development mode (an anonymous broker
+    /// connection serves one tenant), and the one `flue-gateway init` creates first.
+    /// In a tenant runtime's own copy of the configuration, that runtime's tenant.
+    #[arg(
+        long = "default-tenant",
+        visible_alias = "tenant",
+        env = "FLUE_DEFAULT_TENANT",
+        default_value = "default"
+    )]
     pub tenant: TenantId,
     /// Seconds to wait for an agent's answer when a deployment names no timeout.
     #[arg(long, env = "FLUE_DEFAULT_TIMEOUT_SECS", default_value_t = 3600,
@@ -352,9 +359,18 @@ mod tests {
     }
 
     #[test]
+    fn the_default_tenant_is_also_taken_as_tenant() {
+        for flag in ["--default-tenant", "--tenant"] {
+            let parsed = Config::try_parse_from(["flue-gateway", flag, "acme"]).expect("parses");
+            assert_eq!(parsed.tenant.as_str(), "acme", "{flag}");
+        }
+    }
+
+    #[test]
     fn bad_values_are_refused_before_start() {
         for args in [
             ["flue-gateway", "--tenant", "a.b"],
+            ["flue-gateway", "--default-tenant", "a*"],
             ["flue-gateway", "--default-timeout-secs", "0"],
             ["flue-gateway", "--timeout-sweep-ms", "0"],
             ["flue-gateway", "--listen", "nowhere"],

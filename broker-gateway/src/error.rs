@@ -41,6 +41,9 @@ pub enum Error {
     /// The broker connection's TLS files cannot be used.
     #[error("cannot set up TLS for the broker connection")]
     NatsTls(#[from] flue_proto::nats_tls::NatsTlsError),
+    /// A tenant's runtime could not be started.
+    #[error("cannot serve a tenant")]
+    Tenant(#[from] Box<crate::tenants::TenantError>),
     /// Writing the "listening" line to standard output failed.
     #[error("cannot write to standard output")]
     Stdout(#[source] std::io::Error),

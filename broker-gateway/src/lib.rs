@@ -18,6 +18,7 @@
 //! - [`serve`]: HTTP connections (bound, header timeout, graceful stop);
 //! - [`link`]: whether the broker connection is up;
 //! - [`state`]: the state directory and the keys only the gateway holds;
+//! - [`tenants`]: one runtime per tenant, the registry, and how tenants are reached;
 //! - [`auth`]: bearer tokens, roles and the middleware in front of `/v1`;
 //! - [`tls`]: the HTTPS server configuration and the broker's TLS configuration blocks.
 
@@ -40,6 +41,7 @@ pub mod service;
 pub mod stack_events;
 pub mod state;
 pub mod store;
+pub mod tenants;
 pub mod timeouts;
 pub mod tls;
 pub mod waiters;
@@ -50,37 +52,36 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream;
-use flue_proto::nats_tls::NatsTls;
 use flue_proto::nats_url::NatsUrls;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 pub use api::ApiError;
 pub use config::Config;
 pub use error::Error;
 
-use broker::Broker;
-use service::Service;
-use store::Store;
+use tenants::{Connector, Tenants};
 
-/// Longest wait for background tasks and in-flight requests at shutdown.
+/// Longest wait for in-flight HTTP requests at shutdown (each tenant runtime then has
+/// its own grace period for its tasks).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// A running gateway: listener bound, streams, consumers and buckets in place, state recovered.
+/// A running gateway: listener bound, every tenant's runtime started (streams, consumers
+/// and buckets in place, state recovered).
 #[derive(Debug)]
 pub struct Gateway {
     local_addr: SocketAddr,
     https: bool,
     router: axum::Router,
-    service: Service,
-    client: async_nats::Client,
+    tenants: Tenants,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
 }
 
 impl Gateway {
-    /// Connects to the broker, sets up streams, buckets and the response consumer,
-    /// recovers pending deployments, binds the listener and starts serving.
+    /// Starts the runtime of every tenant that exists (in development mode the one
+    /// `--default-tenant`, over `--nats-url`), binds the listener and starts serving.
     pub async fn start(config: Config) -> Result<Self, Error> {
         // Keys and certificates are read before anything else, so a state directory or
         // a path that cannot be used stops the start before the broker is touched.
@@ -90,73 +91,49 @@ impl Gateway {
             .map(|(cert, key)| tls::server_config(cert, key))
             .transpose()?;
         warn_plaintext(&config, https.is_some());
-        let (client, reconnected) = connect(&config.nats_url, &config.nats_tls()).await?;
-        // Every JetStream call (KV reads and writes, API requests, publish acks) of the
-        // gateway is bounded by this, so that an API call waits at most that long on it.
-        let js = jetstream::ContextBuilder::new()
-            .timeout(config.broker_timeout())
-            .build(client.clone());
-        let broker = Broker::new(js.clone());
-        broker
-            .ensure_streams(config.stream_max_age(), config.max_servers)
-            .await?;
-        check_consumer_limits(&broker, config.max_servers).await;
-        let events = events::Events::open(js.clone(), config.event_retention()).await?;
-        let store = Store::open(&js).await?;
-        let presence = presence::PresenceTracker::open(&js, &config).await?;
-        let webhooks = webhooks::Webhooks::open(&js, config.webhook_policy()).await?;
-        broker.response_consumer().await?;
-        let revoked = auth::Revoked::open(&js).await?;
+        let nats_tls = config.nats_tls();
+        nats_tls.check()?;
         let auth = match config.insecure_no_auth {
-            true => auth::Auth::insecure(keys.token_secret.clone(), config.tenant.clone(), revoked),
-            false => auth::Auth::tokens(keys.token_secret.clone(), config.tenant.clone(), revoked),
+            true => auth::Auth::insecure(keys.token_secret.clone(), config.tenant.clone()),
+            false => auth::Auth::tokens(keys.token_secret.clone(), config.tenant.clone()),
         };
-
+        let connector = Connector::dev(config.nats_url.clone(), config.tenant.clone(), nats_tls);
+        let config = Arc::new(config);
         let shutdown = CancellationToken::new();
-        let service = Service::new(
-            Arc::new(config),
-            store,
-            broker,
-            events,
-            presence,
-            webhooks,
+        let tenants = Tenants::new(
+            config.clone(),
             keys,
+            connector,
+            auth.revocations().clone(),
             shutdown.clone(),
-        );
-        service.recover().await?;
+        )?;
+        if let Err(e) = Box::pin(tenants.start_existing()).await {
+            tenants.shutdown().await;
+            return Err(Box::new(e).into());
+        }
 
-        let listen = service.config.listen;
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|source| Error::Bind {
-                addr: listen,
-                source,
-            })?;
-        let local_addr = listener.local_addr().map_err(|source| Error::Bind {
-            addr: listen,
-            source,
-        })?;
-        let link = link::BrokerLink::new(client.clone(), reconnected);
-        let waiters = waiters::Waiters::default();
-        let router = api::router(service.clone(), link.clone(), waiters.clone(), auth.clone());
-        let rules = serve::ConnectionRules {
-            max_connections: usize::try_from(service.config.max_connections).unwrap_or(usize::MAX),
-            header_timeout: Duration::from_millis(service.config.header_timeout_ms),
+        let listen = config.listen;
+        let bound = async {
+            let listener = tokio::net::TcpListener::bind(listen).await?;
+            let local_addr = listener.local_addr()?;
+            Ok((listener, local_addr))
         };
-
-        let tasks = &service.tasks;
-        tasks.spawn(responses::consume(service.clone(), shutdown.child_token()));
-        tasks.spawn(timeouts::sweep(service.clone(), shutdown.child_token()));
-        tasks.spawn(service::republish(service.clone(), shutdown.child_token()));
-        tasks.spawn(presence::run(service.clone(), shutdown.child_token()));
-        tasks.spawn(webhooks::run(service.clone(), shutdown.child_token()));
-        tasks.spawn(auth.revoked().clone().follow(shutdown.child_token()));
-        tasks.spawn(waiters::run(
-            service.store.clone(),
-            waiters,
-            link.reconnected(),
-            shutdown.child_token(),
-        ));
+        let (listener, local_addr) = match bound.await {
+            Ok(bound) => bound,
+            Err(source) => {
+                tenants.shutdown().await;
+                return Err(Error::Bind {
+                    addr: listen,
+                    source,
+                });
+            }
+        };
+        let router = api::router(tenants.clone(), auth);
+        let rules = serve::ConnectionRules {
+            max_connections: usize::try_from(config.max_connections).unwrap_or(usize::MAX),
+            header_timeout: Duration::from_millis(config.header_timeout_ms),
+        };
+        let tasks = TaskTracker::new();
         let serves_https = https.is_some();
         tasks.spawn(serve::serve(
             listener,
@@ -170,14 +147,10 @@ impl Gateway {
             local_addr,
             https: serves_https,
             router,
-            service,
-            client,
+            tenants,
+            shutdown,
+            tasks,
         })
-    }
-
-    /// The address the HTTP API is bound to.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
     }
 
     /// The API's base URL: `https://ADDR` when serving HTTPS, else `http://ADDR`.
@@ -186,40 +159,50 @@ impl Gateway {
         format!("{scheme}://{}", self.local_addr)
     }
 
+    /// The address the HTTP API is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
     /// The whole application, for in-process calls (`tower::ServiceExt::oneshot`).
     pub fn router(&self) -> axum::Router {
         self.router.clone()
     }
 
-    /// Resolves once the gateway stops (shutdown asked, or the HTTP server failed).
-    pub async fn stopped(&self) {
-        self.service.shutdown.cancelled().await;
+    /// The tenant runtimes it serves.
+    pub fn tenants(&self) -> &Tenants {
+        &self.tenants
     }
 
-    /// Stops serving, waits (bounded) for the background tasks, and drains the broker connection.
-    pub async fn shutdown(self) {
-        self.service.shutdown.cancel();
-        self.service.tasks.close();
-        if tokio::time::timeout(SHUTDOWN_GRACE, self.service.tasks.wait())
+    /// Resolves once the gateway stops (shutdown asked, or the HTTP server failed).
+    pub async fn stopped(&self) {
+        self.shutdown.cancelled().await;
+    }
+
+    /// Stops serving, stops every tenant runtime (each waits, bounded, for its tasks and
+    /// drains its broker connections); true when everything stopped within its grace.
+    pub async fn shutdown(self) -> bool {
+        self.shutdown.cancel();
+        self.tasks.close();
+        let served = tokio::time::timeout(SHUTDOWN_GRACE, self.tasks.wait())
             .await
-            .is_err()
-        {
+            .is_ok();
+        if !served {
             warn!(
                 grace_secs = SHUTDOWN_GRACE.as_secs(),
-                "tasks still running at the end of the shutdown grace period"
+                "connections still open at the end of the shutdown grace period"
             );
         }
-        if let Err(e) = self.client.drain().await {
-            warn!(error = %e, "cannot drain the broker connection");
-        }
+        let clean = self.tenants.shutdown().await && served;
         info!("gateway stopped");
+        clean
     }
 }
 
 impl Drop for Gateway {
     fn drop(&mut self) {
         // A gateway dropped without `shutdown` still stops its tasks.
-        self.service.shutdown.cancel();
+        self.shutdown.cancel();
     }
 }
 
@@ -257,88 +240,5 @@ fn warn_plaintext(config: &Config, https: bool) {
         config.nats_tls().required() || urls.servers().iter().all(|u| u.starts_with("tls://"));
     if off_host && !tls {
         warn!(nats_url = %urls.redacted(), "the broker connection leaves this host WITHOUT TLS: give --nats-ca (and tls:// URLs)");
-    }
-}
-
-/// Warns when the broker lets fewer servers register than `max_servers`: the request
-/// stream's own limit could not be set, or the account allows fewer consumers.
-async fn check_consumer_limits(broker: &Broker, max_servers: i32) {
-    let max_servers = i64::from(max_servers);
-    let limits = match broker.consumer_limits().await {
-        Ok(limits) => limits,
-        Err(e) => {
-            warn!(error = %error::chain(&e), "cannot read the broker's consumer limits");
-            return;
-        }
-    };
-    match limits.effective() {
-        Some(limit) if limit >= max_servers => {
-            info!(limit, max_servers, "broker consumer limit checked");
-        }
-        Some(limit) => warn!(
-            limit,
-            max_servers,
-            stream_limit = limits.stream,
-            account_limit = limits.account,
-            "the broker allows fewer consumers than --max-servers: registrations past the limit will be refused"
-        ),
-        None => warn!(
-            max_servers,
-            default = broker::BROKER_DEFAULT_MAX_CONSUMERS,
-            "the request stream has no consumer limit of its own: the broker's default applies (1,000 on nats-server 2.15 unless its configuration lifts it)"
-        ),
-    }
-}
-
-/// Connects to the broker (over TLS when `tls` asks for it); the receiver changes each
-/// time the connection is made again.
-async fn connect(
-    url: &str,
-    tls: &NatsTls,
-) -> Result<(async_nats::Client, watch::Receiver<u64>), Error> {
-    tls.check()?;
-    let urls = NatsUrls::parse(url);
-    let (connected, reconnected) = watch::channel(0_u64);
-    let connected = Arc::new(connected);
-    let client = tls
-        .apply(urls.with_credentials(async_nats::ConnectOptions::new()))
-        .name("flue-gateway")
-        .event_callback(move |event| {
-            let connected = connected.clone();
-            async move {
-                match event {
-                    async_nats::Event::Connected => {
-                        info!("broker connected");
-                        connected.send_modify(|n| *n += 1);
-                    }
-                    async_nats::Event::Disconnected => {
-                        warn!("broker connection lost; reconnecting")
-                    }
-                    other => warn!(event = %other, "broker event"),
-                }
-            }
-        })
-        .connect(urls.servers())
-        .await
-        .map_err(|source| Error::Connect {
-            url: urls.redacted(),
-            source,
-        })?;
-    Ok((client, reconnected))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn connect_errors_hide_passwords() {
-        // Nothing listens on port 1, so the connection is refused at once.
-        let e = connect("nats://gw:s3cret@127.0.0.1:1", &NatsTls::default())
-            .await
-            .expect_err("nothing listens on port 1");
-        let text = error::chain(&e);
-        assert!(!text.contains("s3cret"), "{text}");
-        assert!(text.contains("nats://gw:***@127.0.0.1:1"), "{text}");
     }
 }

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flue_proto::{
-    Config, ConfigId, ConfigSpec, CreateDeployment, Deployment, DeploymentId, DeploymentStatus,
-    ErrorBody, PutStack, RegisterServer, Registration, Server, ServerId, Stack, StackId,
+    Config, ConfigId, ConfigSpec, CreateDeployment, CreateTenant, Deployment, DeploymentId,
+    DeploymentStatus, ErrorBody, PutStack, RegisterServer, Registration, Server, ServerId, Stack,
+    StackId, Tenant,
 };
 use reqwest::{Method, RequestBuilder, Url};
 use serde::Serialize;
@@ -118,6 +119,16 @@ impl Client {
     /// The gateway's base URL, always ending with `/`.
     pub fn base_url(&self) -> &Url {
         &self.base
+    }
+
+    /// `POST /v1/tenants`: creates a tenant (or returns the one stored under that id).
+    pub async fn create_tenant(&self, tenant: &CreateTenant) -> Result<Tenant, ClientError> {
+        self.send_json(Method::POST, "v1/tenants", tenant).await
+    }
+
+    /// `GET /v1/tenants`: the tenants the gateway serves, by id.
+    pub async fn list_tenants(&self) -> Result<Vec<Tenant>, ClientError> {
+        self.get("v1/tenants").await
     }
 
     /// `POST /v1/configs`: creates a config (or returns the identical one already stored).

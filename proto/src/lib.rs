@@ -10,6 +10,7 @@
 //! - [`event`]: lifecycle events (CloudEvents), their subjects and filters, heartbeats;
 //! - [`webhook`]: webhook subscriptions;
 //! - [`nats_url`], [`nats_tls`]: broker URLs with their credentials, and client TLS;
+//! - [`tenant`]: the tenant API's bodies;
 //! - [`limits`]: nesting depth and `script` environment limits on what the API accepts.
 
 pub mod auth;
@@ -26,6 +27,7 @@ pub mod output;
 pub mod server;
 pub mod stack;
 pub mod subject;
+pub mod tenant;
 pub mod webhook;
 
 pub use config::{
@@ -51,6 +53,7 @@ pub use stack::{
     ActionResult, ActionRun, OpStatus, Operation, Pending, PutStack, Stack, StackAction,
     StackState, StackStatus, Unit,
 };
+pub use tenant::{CreateTenant, Tenant};
 
 /// A random subject-safe token (UUID v4, simple hex form).
 pub(crate) fn random_token() -> String {

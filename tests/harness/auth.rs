@@ -22,15 +22,22 @@ use time::OffsetDateTime;
 /// How long the harness's tokens live: longer than any test.
 const TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// One token per role for the `default` tenant (operator: no tenant), and the secret.
+/// One token per role for one tenant (`default` unless told; operator: no tenant), and
+/// the secret.
 pub struct Tokens {
     secret: Vec<u8>,
     by_role: BTreeMap<Role, String>,
 }
 
 impl Tokens {
-    /// Makes (or reads) the keys of the state dir at `path` and mints one token per role.
+    /// Makes (or reads) the keys of the state dir at `path` and mints one token per role
+    /// of tenant `default`.
     pub fn new(path: &Path) -> Tokens {
+        Tokens::for_tenant(path, &default_tenant())
+    }
+
+    /// [`Tokens::new`] for the tenant `tenant` (a gateway started with `--default-tenant`).
+    pub fn for_tenant(path: &Path, tenant: &TenantId) -> Tokens {
         let keys = StateDir::open(path)
             .expect("open the gateway state dir")
             .gateway_keys()
@@ -39,14 +46,14 @@ impl Tokens {
         let by_role = Role::ALL
             .into_iter()
             .map(|role| {
-                let tenant = (role != Role::Operator).then(default_tenant);
+                let tenant = (role != Role::Operator).then(|| tenant.clone());
                 (role, mint(&secret, role, tenant, TTL))
             })
             .collect();
         Tokens { secret, by_role }
     }
 
-    /// The token of `role` (tenant `default`).
+    /// The token of `role`.
     pub fn get(&self, role: Role) -> &str {
         &self.by_role[&role]
     }
@@ -79,6 +86,7 @@ impl Tokens {
                 "register" | "deregister" | "delete" | "remove",
                 ..,
             ] => self.get(Role::Admin),
+            ["tenant", ..] => self.get(Role::Operator),
             _ => self.get(Role::Engine),
         }
     }

@@ -282,7 +282,13 @@ impl Gateway {
         let state_dir = state.path().join("gateway");
         std::fs::create_dir_all(state.path()).expect("state parent");
         // Keys made here first, so the tests can mint tokens the gateway accepts.
-        let tokens = Arc::new(Tokens::new(&state_dir));
+        // Tokens of the tenant it serves by default (`--default-tenant`, alias `--tenant`).
+        let tenant = extra
+            .windows(2)
+            .find(|w| w[0] == "--default-tenant" || w[0] == "--tenant")
+            .map_or_else(|| "default".to_owned(), |w| w[1].to_owned());
+        let tenant = tenant.parse().expect("a tenant id");
+        let tokens = Arc::new(Tokens::for_tenant(&state_dir, &tenant));
         let mut args: Vec<String> = vec![
             "--listen".into(),
             "127.0.0.1:0".into(),

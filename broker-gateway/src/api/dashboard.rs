@@ -9,7 +9,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
-use crate::service::Service;
+use crate::tenants::Tenants;
 
 const PAGE: &str = include_str!("../../assets/dashboard.html");
 const SCRIPT: &str = include_str!("../../assets/dashboard.js");
@@ -21,9 +21,11 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
      frame-ancestors 'none'";
 
 /// `GET /`: the dashboard page, naming this gateway's tenant.
-pub async fn page(State(service): State<Service>) -> Response {
-    // A tenant id is `[A-Za-z0-9_-]`, so it needs no escaping in HTML.
-    let html = PAGE.replace("{{tenant}}", service.config.tenant.as_str());
+pub async fn page(State(tenants): State<Tenants>) -> Response {
+    // Served before anyone signs in, so it names the default tenant; the token decides
+    // which tenant's data it then reads. A tenant id is `[A-Za-z0-9_-]`, so it needs no
+    // escaping in HTML.
+    let html = PAGE.replace("{{tenant}}", tenants.default_tenant().as_str());
     let mut response = ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response();
     let headers = response.headers_mut();
     headers.insert(

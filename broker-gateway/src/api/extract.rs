@@ -28,7 +28,7 @@ impl<T: DeserializeOwned> FromRequest<Service> for JsonBody<T> {
 
 /// Maps axum's JSON rejections to the contract: syntax → 400, data → 422 with serde's
 /// message, content type → 415, length → 413.
-fn map_rejection(rejection: JsonRejection, limit: usize) -> ApiError {
+pub(crate) fn map_rejection(rejection: JsonRejection, limit: usize) -> ApiError {
     match rejection {
         JsonRejection::JsonDataError(e) => ApiError::InvalidBody(inner_text(&e)),
         JsonRejection::JsonSyntaxError(e) => ApiError::MalformedJson(inner_text(&e)),

@@ -1,47 +1,50 @@
-//! `/livez`, `/healthz` and `/readyz`: liveness and readiness for orchestrators.
+//! `/livez`, `/healthz` and `/readyz`: liveness and readiness for orchestrators, for the
+//! whole gateway (every tenant runtime at once).
 
 use axum::Json;
-use axum::extract::Extension;
+use axum::extract::State;
 use axum::http::StatusCode;
 use flue_proto::{BrokerState, Health, HealthStatus};
 
-use crate::link::BrokerLink;
-use crate::waiters::Waiters;
+use crate::tenants::Tenants;
 
 /// `GET /livez` (and its alias `/healthz`): 200 while the process serves HTTP, whatever
 /// the broker does; restarting the gateway would not bring the broker back.
-pub async fn livez(
-    Extension(link): Extension<BrokerLink>,
-    Extension(waiters): Extension<Waiters>,
-) -> Json<Health> {
-    Json(health(&link, &waiters, HealthStatus::Ok))
+pub async fn livez(State(tenants): State<Tenants>) -> Json<Health> {
+    let (connected, long_polls) = survey(&tenants);
+    Json(health(HealthStatus::Ok, connected, long_polls))
 }
 
-/// `GET /readyz`: 200 while the broker connection is up, 503 while it is not (calls that
-/// need it answer 503 then too).
-pub async fn readyz(
-    Extension(link): Extension<BrokerLink>,
-    Extension(waiters): Extension<Waiters>,
-) -> (StatusCode, Json<Health>) {
-    if link.is_connected() {
-        (
-            StatusCode::OK,
-            Json(health(&link, &waiters, HealthStatus::Ok)),
-        )
+/// `GET /readyz`: 200 while every tenant's broker connections are up, 503 while one is
+/// not (that tenant's calls that need the broker answer 503 then too).
+pub async fn readyz(State(tenants): State<Tenants>) -> (StatusCode, Json<Health>) {
+    let (connected, long_polls) = survey(&tenants);
+    if connected {
+        let body = health(HealthStatus::Ok, connected, long_polls);
+        (StatusCode::OK, Json(body))
     } else {
-        let body = health(&link, &waiters, HealthStatus::Unavailable);
+        let body = health(HealthStatus::Unavailable, connected, long_polls);
         (StatusCode::SERVICE_UNAVAILABLE, Json(body))
     }
 }
 
-fn health(link: &BrokerLink, waiters: &Waiters, status: HealthStatus) -> Health {
+/// Whether every runtime is connected, and the long polls of all of them. No tenant is
+/// named: these endpoints answer anyone.
+fn survey(tenants: &Tenants) -> (bool, usize) {
+    let runtimes = tenants.runtimes();
+    let connected = runtimes.iter().all(|r| r.is_ready());
+    let long_polls = runtimes.iter().map(|r| r.long_polls()).sum();
+    (connected, long_polls)
+}
+
+fn health(status: HealthStatus, connected: bool, long_polls: usize) -> Health {
     Health {
         status,
-        broker: if link.is_connected() {
+        broker: if connected {
             BrokerState::Connected
         } else {
             BrokerState::Disconnected
         },
-        long_polls: waiters.waiting(),
+        long_polls,
     }
 }

@@ -12,6 +12,7 @@ pub mod listing;
 pub mod references;
 pub mod servers;
 pub mod stacks;
+pub mod tenants;
 pub mod webhooks;
 
 use std::time::Duration;
@@ -30,20 +31,60 @@ pub use error::ApiError;
 use crate::auth::{self, Auth};
 use crate::link::BrokerLink;
 use crate::service::Service;
+use crate::tenants::Tenants;
 use crate::waiters::Waiters;
 
-/// The whole application, ready to serve or to call with `tower::ServiceExt::oneshot`.
+/// The whole application, ready to serve or to call with `tower::ServiceExt::oneshot`:
+/// the health endpoints (every tenant at once), the tenant API, and everything else
+/// handed to the runtime of the caller's tenant ([`tenant_router`]).
 ///
-/// Every route under `/v1` needs a token (401 / 403 / 404 from [`crate::auth`], before
-/// the body is read) and the broker (503 at once while it is away); the dashboard page
-/// and the health endpoints need neither.
-pub fn router(service: Service, link: BrokerLink, waiters: Waiters, auth: Auth) -> Router {
-    let config = &service.config;
+/// Every `/v1` request needs a token (401 / 403 from [`crate::auth`], before the body is
+/// read), whose tenant picks the runtime; every request's body is read within its bounds
+/// here, and its answer must start within the request timeout, whichever tenant it is
+/// for. The dashboard page and the health endpoints need no token.
+pub fn router(tenants: Tenants, auth: Auth) -> Router {
+    let config = tenants.config();
     let body = guard::BodyRules {
         max_bytes: config.max_body_bytes,
         timeout: Duration::from_millis(config.body_timeout_ms),
     };
     let request_timeout = Duration::from_secs(config.request_timeout_secs);
+    Router::new()
+        .route("/livez", get(health::livez))
+        .route("/healthz", get(health::livez))
+        .route("/readyz", get(health::readyz))
+        // The same for every tenant, and loaded before anyone signs in.
+        .route("/", get(dashboard::page))
+        .route("/assets/{name}", get(dashboard::asset))
+        .route("/v1/tenants", post(tenants::create).get(tenants::list))
+        .route("/v1/tenants/{tenant}/tokens", post(auth::api::tenant_token))
+        .fallback(tenants::dispatch)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(DefaultBodyLimit::max(body.max_bytes))
+        .layer(middleware::from_fn_with_state(
+            request_timeout,
+            guard::deadline,
+        ))
+        .layer(middleware::from_fn_with_state(body, guard::read_body))
+        .layer(middleware::from_fn_with_state(
+            auth.clone(),
+            auth::authenticate,
+        ))
+        .layer(Extension(auth))
+        .layer(CatchPanicLayer::custom(guard::panic_response))
+        // The span names the path only: a query may carry an event-stream ticket.
+        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request<Body>| {
+            tracing::debug_span!("request", method = %request.method(), path = %request.uri().path())
+        }))
+        .with_state(tenants)
+}
+
+/// One tenant's routes: its `/v1` API (the dashboard page and its assets are served by
+/// [`router`]).
+///
+/// Every route under `/v1` needs the tenant's broker connections and answers 503 at once
+/// while they are away; the dashboard does not.
+pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Router {
     let v1 = Router::new()
         .route("/v1/configs", post(configs::create))
         .route("/v1/configs/{id}", get(configs::get))
@@ -61,7 +102,6 @@ pub fn router(service: Service, link: BrokerLink, waiters: Waiters, auth: Auth) 
         .route("/v1/events/tickets", post(auth::api::create_ticket))
         .route("/v1/tokens", post(auth::api::create_token))
         .route("/v1/tokens/{id}", delete(auth::api::revoke_token))
-        .route("/v1/tenants/{tenant}/tokens", post(auth::api::tenant_token))
         .route("/v1/webhooks", post(webhooks::create).get(webhooks::list))
         .route(
             "/v1/webhooks/{id}",
@@ -79,36 +119,14 @@ pub fn router(service: Service, link: BrokerLink, waiters: Waiters, auth: Auth) 
             guard::require_broker,
         ));
     Router::new()
-        .route("/", get(dashboard::page))
-        .route("/assets/{name}", get(dashboard::asset))
-        .route("/livez", get(health::livez))
-        .route("/healthz", get(health::livez))
-        .route("/readyz", get(health::readyz))
         .merge(v1)
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
-        .layer(DefaultBodyLimit::max(body.max_bytes))
-        .layer(middleware::from_fn_with_state(
-            request_timeout,
-            guard::deadline,
-        ))
-        .layer(middleware::from_fn_with_state(body, guard::read_body))
-        .layer(middleware::from_fn_with_state(
-            auth.clone(),
-            auth::authenticate,
-        ))
-        .layer(Extension(auth))
         .layer(Extension(waiters))
-        .layer(Extension(link))
-        .layer(CatchPanicLayer::custom(guard::panic_response))
-        // The span names the path only: a query may carry an event-stream ticket.
-        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request<Body>| {
-            tracing::debug_span!("request", method = %request.method(), path = %request.uri().path())
-        }))
         .with_state(service)
 }
 
-async fn unknown_route(uri: Uri) -> ApiError {
+pub(crate) async fn unknown_route(uri: Uri) -> ApiError {
     ApiError::NotFound(format!("no route for {}", uri.path()))
 }
 

@@ -50,8 +50,7 @@ pub async fn tenant_token(
         value: tenant.clone(),
         reason: format!("{e}"),
     })?;
-    // This gateway serves one tenant; a gateway serving many looks the tenant up.
-    if &tenant != auth.tenant() {
+    if auth.revocations().get(&tenant).is_none() {
         return Err(ApiError::NotFound(format!(
             "tenant {:?} not found",
             tenant.as_str()
@@ -87,7 +86,12 @@ pub async fn revoke_token(
             reason: "a token id is 1 to 64 characters of [A-Za-z0-9_-]".to_owned(),
         });
     }
-    auth.revoked()
+    let tenant = principal.tenant.as_ref().unwrap_or(auth.tenant());
+    let revoked = auth
+        .revocations()
+        .get(tenant)
+        .ok_or_else(|| ApiError::NotFound(format!("tenant {:?} not found", tenant.as_str())))?;
+    revoked
         .revoke(&id, OffsetDateTime::now_utc().unix_timestamp())
         .await?;
     info!(token.id = %id, by = %principal.token_id, "token revoked");

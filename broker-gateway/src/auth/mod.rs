@@ -23,7 +23,7 @@ use flue_proto::auth::Role;
 use tracing::warn;
 
 pub use middleware::authenticate;
-pub use revoked::Revoked;
+pub use revoked::{Revocations, Revoked};
 
 /// Token id a request carries under `--insecure-no-auth`.
 pub const INSECURE_TOKEN_ID: &str = "insecure-no-auth";
@@ -46,7 +46,7 @@ pub struct Principal {
 pub struct Auth {
     secret: Arc<[u8]>,
     tenant: TenantId,
-    revoked: Revoked,
+    revocations: Revocations,
     insecure: bool,
 }
 
@@ -61,29 +61,31 @@ impl std::fmt::Debug for Auth {
 
 impl Auth {
     /// Every `/v1` request needs a valid token of a role allowed on its route.
-    pub fn tokens(secret: Arc<[u8]>, tenant: TenantId, revoked: Revoked) -> Self {
+    /// `tenant` is the default tenant; each tenant's runtime registers its revocation
+    /// list in [`Auth::revocations`] when it starts.
+    pub fn tokens(secret: Arc<[u8]>, tenant: TenantId) -> Self {
         Self {
             secret,
             tenant,
-            revoked,
+            revocations: Revocations::default(),
             insecure: false,
         }
     }
 
     /// `--insecure-no-auth`: every request is admin, engine, listener and viewer of
     /// `tenant`. Warns loudly, since anyone who reaches the gateway then owns it.
-    pub fn insecure(secret: Arc<[u8]>, tenant: TenantId, revoked: Revoked) -> Self {
+    pub fn insecure(secret: Arc<[u8]>, tenant: TenantId) -> Self {
         warn!(
             tenant = %tenant,
             "--insecure-no-auth: the HTTP API accepts every request without a token; anyone who can reach the gateway is its administrator. Development only"
         );
         Self {
             insecure: true,
-            ..Self::tokens(secret, tenant, revoked)
+            ..Self::tokens(secret, tenant)
         }
     }
 
-    /// The tenant this gateway serves.
+    /// The default tenant (`--default-tenant`): the one `--insecure-no-auth` serves.
     pub fn tenant(&self) -> &TenantId {
         &self.tenant
     }
@@ -93,9 +95,16 @@ impl Auth {
         &self.secret
     }
 
-    /// The revocation list.
-    pub fn revoked(&self) -> &Revoked {
-        &self.revoked
+    /// The revocation lists of the tenants served.
+    pub fn revocations(&self) -> &Revocations {
+        &self.revocations
+    }
+
+    /// Whether a token of `tenant` with id `jti` was revoked.
+    pub fn is_revoked(&self, tenant: Option<&TenantId>, jti: &str) -> bool {
+        tenant
+            .and_then(|t| self.revocations.get(t))
+            .is_some_and(|r| r.contains(jti))
     }
 
     /// Whether authentication is off (`--insecure-no-auth`).

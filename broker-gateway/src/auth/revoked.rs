@@ -13,6 +13,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
+use flue_proto::TenantId;
 use flue_proto::auth::MAX_TOKEN_TTL_SECS;
 use flue_proto::subject::REVOKED_TOKENS_BUCKET;
 use futures_util::StreamExt as _;
@@ -155,5 +156,37 @@ impl Revoked {
                 () = tokio::time::sleep(RESTART_PAUSE) => {}
             }
         }
+    }
+}
+
+/// The revocation list of every tenant served, by tenant (each tenant's runtime opens its
+/// own bucket, in its own account); cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Revocations(Arc<RwLock<std::collections::HashMap<TenantId, Revoked>>>);
+
+impl Revocations {
+    /// Registers `tenant`'s list (its runtime started).
+    pub fn insert(&self, tenant: TenantId, revoked: Revoked) {
+        self.0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(tenant, revoked);
+    }
+
+    /// Forgets `tenant`'s list (its runtime stopped).
+    pub fn remove(&self, tenant: &TenantId) {
+        self.0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(tenant);
+    }
+
+    /// `tenant`'s list, while it is served.
+    pub fn get(&self, tenant: &TenantId) -> Option<Revoked> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(tenant)
+            .cloned()
     }
 }

@@ -113,6 +113,7 @@ struct Running {
 #[derive(Debug, Clone)]
 pub struct Webhooks {
     records: Records,
+    /// The events account's context: the event stream and the delivery consumers.
     js: jetstream::Context,
     http: http::HttpClient,
     running: Arc<Mutex<HashMap<String, Running>>>,
@@ -120,14 +121,18 @@ pub struct Webhooks {
 }
 
 impl Webhooks {
-    /// Opens (creating if missing) the subscriptions' bucket; deliveries follow `policy`.
+    /// Opens (creating if missing) the subscriptions' bucket in the tenant account
+    /// (`js`: they hold the webhooks' secrets); their consumers are made on the event
+    /// stream through `events_js`, the tenant's events account.
+    /// Deliveries follow `policy` (which addresses they may reach).
     pub async fn open(
         js: &jetstream::Context,
+        events_js: &jetstream::Context,
         policy: address::AddressPolicy,
     ) -> Result<Self, StoreError> {
         Ok(Self {
             records: Records::open(js).await?,
-            js: js.clone(),
+            js: events_js.clone(),
             http: http::HttpClient::new(policy),
             running: Arc::default(),
             next_run: Arc::default(),

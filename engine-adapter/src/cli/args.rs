@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use flue_proto::{ConfigId, DeploymentId, EventType, ServerId, StackId};
+use flue_proto::{ConfigId, DeploymentId, EventType, ServerId, StackId, TenantId};
 use time::OffsetDateTime;
 
 /// Default gateway address, the gateway's own default `--listen`.
@@ -63,6 +63,29 @@ pub enum Command {
     Events(EventsArgs),
     /// A live view of a stack's or a server's deployments: state and latest output.
     Watch(WatchArgs),
+    /// Create and list the tenants a gateway serves (an operator's commands).
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+}
+
+/// `flue tenant …`
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant (idempotent): its broker accounts, then its runtime in the
+    /// gateway; prints the tenant.
+    Create {
+        /// Tenant id (letters, digits, '_' and '-'; also its broker account's name).
+        id: TenantId,
+        /// Human name.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List the tenants the gateway serves.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `flue events`
@@ -462,5 +485,7 @@ mod tests {
     fn ids_are_validated_by_clap() {
         let err = Cli::try_parse_from(["flue", "server", "show", "a.b"]).expect_err("bad id");
         assert!(err.to_string().contains("'.'"), "{err}");
+        let err = Cli::try_parse_from(["flue", "tenant", "create", "a>"]).expect_err("bad id");
+        assert!(err.to_string().contains("'>'"), "{err}");
     }
 }

@@ -12,11 +12,13 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use flue_proto::{Action, CreateDeployment, DeploymentId, DeploymentStatus, RegisterServer};
+use flue_proto::{
+    Action, CreateDeployment, CreateTenant, DeploymentId, DeploymentStatus, RegisterServer,
+};
 
 pub use args::{
     Cli, Command, ConfigCommand, CreateConfigArgs, DEFAULT_GATEWAY, DeployArgs, DeploymentCommand,
-    EventsArgs, ServerCommand, StackApplyArgs, StackCommand, StackOpArgs, WatchArgs,
+    EventsArgs, ServerCommand, StackApplyArgs, StackCommand, StackOpArgs, TenantCommand, WatchArgs,
 };
 pub use render::error_message;
 
@@ -147,6 +149,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<Outcome, CliError> {
             out.write_all(render::pretty_json(&config).as_bytes())?;
         }
         Command::Server(command) => server(&client, command, out).await?,
+        Command::Tenant(command) => tenant(&client, command, out).await?,
         Command::Deploy(args) => return deploy(&client, args, out).await,
         Command::Stack(command) => return stack::run(&client, command, out).await,
         Command::Events(args) => return events::run(&client, args, out).await,
@@ -223,6 +226,32 @@ async fn server(
         ServerCommand::Deregister { id } => {
             client.delete_server(&id).await?;
             format!("server {id} deregistered\n")
+        }
+    };
+    out.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+async fn tenant(
+    client: &Client,
+    command: TenantCommand,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    let text = match command {
+        TenantCommand::Create { id, name } => {
+            let body = CreateTenant {
+                id,
+                name: name.unwrap_or_default(),
+            };
+            render::pretty_json(&client.create_tenant(&body).await?)
+        }
+        TenantCommand::List { json } => {
+            let tenants = client.list_tenants().await?;
+            if json {
+                render::pretty_json(&tenants)
+            } else {
+                render::tenants_table(&tenants)
+            }
         }
     };
     out.write_all(text.as_bytes())?;

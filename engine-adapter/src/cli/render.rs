@@ -3,7 +3,7 @@
 use std::error::Error;
 use std::fmt::Write as _;
 
-use flue_proto::{Deployment, Registration, Server};
+use flue_proto::{Deployment, Registration, Server, Tenant};
 use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -102,6 +102,14 @@ pub(crate) fn servers_table(servers: &[Server]) -> String {
         })
         .collect();
     table(["ID", "NAME", "PRESENCE", "CREATED_AT"], &rows)
+}
+
+pub(crate) fn tenants_table(tenants: &[Tenant]) -> String {
+    let rows: Vec<[String; 3]> = tenants
+        .iter()
+        .map(|t| [t.id.to_string(), t.name.clone(), timestamp(t.created_at)])
+        .collect();
+    table(["ID", "NAME", "CREATED_AT"], &rows)
 }
 
 pub(crate) fn timestamp(at: OffsetDateTime) -> String {

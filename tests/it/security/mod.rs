@@ -7,5 +7,6 @@ mod http_roles;
 mod http_tickets;
 mod netns;
 mod references;
+mod tenants;
 mod tls;
 mod webhook_targets;

@@ -1,0 +1,257 @@
+//! One gateway, many tenants: the registry of tenant runtimes, and which tenant a
+//! request is for.
+//!
+//! Each tenant is served by its own [`TenantRuntime`] (its service, tasks and router),
+//! reached through its own broker connections (the [`Connector`]). [`Tenants`] starts the
+//! runtimes of the tenants that exist at start, starts one for a tenant created while
+//! serving, dispatches by [`tenant_of`], and stops them all at shutdown. A caller is only
+//! ever handed to its own tenant's runtime, so another tenant's objects are simply not
+//! found there.
+
+pub mod book;
+pub mod connector;
+pub mod runtime;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use axum::extract::Request;
+use flue_proto::{CreateTenant, Tenant, TenantId};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+pub use book::TenantBook;
+pub use connector::{Connection, Connector, ConnectorError, TenantConnections};
+pub use runtime::{Stopped, TenantRuntime};
+
+use crate::Config;
+use crate::auth::Revocations;
+use crate::error::Error;
+use crate::state::GatewayKeys;
+
+/// The tenant a request is for: the authenticated caller's (`auth::Principal`, put there
+/// by the middleware; `--insecure-no-auth` makes every caller the default tenant's).
+/// `None` when the caller has no tenant (an operator) or was not authenticated.
+///
+/// The one place that decides it.
+pub fn tenant_of(request: &Request) -> Option<TenantId> {
+    request
+        .extensions()
+        .get::<crate::auth::Principal>()
+        .and_then(|p| p.tenant.clone())
+}
+
+/// Why a tenant could not be created or started.
+#[derive(Debug, thiserror::Error)]
+pub enum TenantError {
+    /// The body is not acceptable (name too long, …).
+    #[error(transparent)]
+    Invalid(#[from] flue_proto::tenant::TenantNameError),
+    /// The connector cannot provision or reach it.
+    #[error(transparent)]
+    Connector(#[from] ConnectorError),
+    /// A runtime serves it already (a second one would run its tasks twice).
+    #[error("tenant {0} is served already")]
+    AlreadyServed(TenantId),
+    /// Its runtime could not start (broker calls, state directory).
+    #[error("cannot start tenant {tenant}")]
+    Start {
+        /// The tenant.
+        tenant: TenantId,
+        /// Cause.
+        #[source]
+        source: Error,
+    },
+}
+
+/// Whether [`Tenants::create`] made the tenant or found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// Created now.
+    New,
+    /// It existed already (its record is returned unchanged).
+    Existing,
+}
+
+/// The running tenants; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Tenants {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: Arc<Config>,
+    keys: GatewayKeys,
+    connector: Connector,
+    /// Each runtime registers its token revocation list here.
+    revocations: Revocations,
+    book: TenantBook,
+    /// Never held across an `.await`.
+    runtimes: RwLock<BTreeMap<TenantId, Arc<TenantRuntime>>>,
+    /// Serialises creations, so that two requests for one new tenant start one runtime.
+    creating: tokio::sync::Mutex<()>,
+    shutdown: CancellationToken,
+}
+
+impl Tenants {
+    /// An empty registry; runtimes stop when `shutdown` is cancelled (or by
+    /// [`Tenants::shutdown`]).
+    pub fn new(
+        config: Arc<Config>,
+        keys: GatewayKeys,
+        connector: Connector,
+        revocations: Revocations,
+        shutdown: CancellationToken,
+    ) -> Result<Self, Error> {
+        let book = TenantBook::open(&config.state_dir)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                keys,
+                connector,
+                revocations,
+                book,
+                runtimes: RwLock::default(),
+                creating: tokio::sync::Mutex::new(()),
+                shutdown,
+            }),
+        })
+    }
+
+    /// The gateway's configuration (`tenant` is the default tenant).
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The tenant served to requests that name none (`--default-tenant`).
+    pub fn default_tenant(&self) -> &TenantId {
+        &self.inner.config.tenant
+    }
+
+    /// Starts the runtime of every tenant the connector knows.
+    pub async fn start_existing(&self) -> Result<(), TenantError> {
+        for id in self.inner.connector.tenants()? {
+            let connections = self.inner.connector.connect(&id).await?;
+            self.start_runtime(&id, "", connections).await?;
+        }
+        Ok(())
+    }
+
+    /// Creates a tenant (provisioned on the broker, then served) unless it exists.
+    pub async fn create(&self, body: CreateTenant) -> Result<(Tenant, Created), TenantError> {
+        body.validate()?;
+        if let Some(runtime) = self.get(&body.id) {
+            return Ok((runtime.tenant().clone(), Created::Existing));
+        }
+        let _creating = self.inner.creating.lock().await;
+        if let Some(runtime) = self.get(&body.id) {
+            return Ok((runtime.tenant().clone(), Created::Existing));
+        }
+        let connector = &self.inner.connector;
+        connector.provision(&body.id).await?;
+        let connections = connector.connect(&body.id).await?;
+        let runtime = self
+            .start_unlocked(&body.id, &body.name, connections)
+            .await?;
+        info!(tenant = %body.id, "tenant created");
+        Ok((runtime.tenant().clone(), Created::New))
+    }
+
+    /// Starts and registers the runtime of `id` on `connections` (its record made,
+    /// named `name`, when missing); refused when `id` is served already.
+    pub async fn start_runtime(
+        &self,
+        id: &TenantId,
+        name: &str,
+        connections: TenantConnections,
+    ) -> Result<Arc<TenantRuntime>, TenantError> {
+        let _creating = self.inner.creating.lock().await;
+        self.start_unlocked(id, name, connections).await
+    }
+
+    /// [`Tenants::start_runtime`], the caller holding `creating`.
+    async fn start_unlocked(
+        &self,
+        id: &TenantId,
+        name: &str,
+        connections: TenantConnections,
+    ) -> Result<Arc<TenantRuntime>, TenantError> {
+        if self.get(id).is_some() {
+            connections.drain().await;
+            return Err(TenantError::AlreadyServed(id.clone()));
+        }
+        let start = async {
+            let record = self.inner.book.load_or_create(id, name)?;
+            // Boxed: the runtime's start is a large future, and a caller's stack (a test's
+            // thread) should not have to hold it.
+            Box::pin(TenantRuntime::start(
+                &self.inner.config,
+                record,
+                connections.clone(),
+                self.inner.keys.clone(),
+                &self.inner.revocations,
+                &self.inner.shutdown,
+            ))
+            .await
+        };
+        let runtime = match start.await {
+            Ok(runtime) => Arc::new(runtime),
+            Err(source) => {
+                // Nothing holds them: a failed start leaves no connection behind.
+                connections.drain().await;
+                return Err(TenantError::Start {
+                    tenant: id.clone(),
+                    source,
+                });
+            }
+        };
+        self.write().insert(id.clone(), runtime.clone());
+        Ok(runtime)
+    }
+
+    /// The runtime of `id`, if it is served.
+    pub fn get(&self, id: &TenantId) -> Option<Arc<TenantRuntime>> {
+        self.read().get(id).cloned()
+    }
+
+    /// Every runtime, by tenant id.
+    pub fn runtimes(&self) -> Vec<Arc<TenantRuntime>> {
+        self.read().values().cloned().collect()
+    }
+
+    /// Every tenant served, by id.
+    pub fn list(&self) -> Vec<Tenant> {
+        self.read().values().map(|r| r.tenant().clone()).collect()
+    }
+
+    /// Stops serving `id`: its runtime is forgotten first (its callers get 404 from then
+    /// on), then stopped. `None` when it was not served.
+    pub async fn stop(&self, id: &TenantId) -> Option<Stopped> {
+        let runtime = self.write().remove(id)?;
+        self.inner.revocations.remove(id);
+        Some(runtime.shutdown().await)
+    }
+
+    /// Stops every runtime (side by side) and forgets them; true when all stopped clean.
+    pub async fn shutdown(&self) -> bool {
+        let runtimes: Vec<_> = std::mem::take(&mut *self.write()).into_values().collect();
+        let stopped = futures_util::future::join_all(runtimes.iter().map(|r| r.shutdown())).await;
+        stopped.iter().all(|s| *s == Stopped::Clean)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<TenantId, Arc<TenantRuntime>>> {
+        // A panic while holding the lock leaves the map itself consistent.
+        self.inner
+            .runtimes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<TenantId, Arc<TenantRuntime>>> {
+        self.inner
+            .runtimes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}

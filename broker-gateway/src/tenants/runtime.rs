@@ -1,0 +1,225 @@
+//! One tenant's part of the gateway: its service (store, broker, events, presence,
+//! webhooks), its background tasks, its long polls and its router.
+//!
+//! Everything here is what a single-tenant gateway was: a runtime keeps its own copy of
+//! the configuration with `tenant` set to its tenant, so the code under it reads
+//! `service.config.tenant` as before. Its state is reached through its tenant account's
+//! connection, its event stream (events, SSE, webhook consumers) through its events
+//! account's connection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use flue_proto::{Tenant, TenantId};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::connector::TenantConnections;
+use crate::auth::{Revocations, Revoked};
+use crate::broker::{self, Broker};
+use crate::error::{self, Error};
+use crate::link::BrokerLink;
+use crate::service::Service;
+use crate::state::GatewayKeys;
+use crate::store::Store;
+use crate::waiters::Waiters;
+use crate::{Config, api, events, presence, responses, service, timeouts, waiters, webhooks};
+
+/// Longest wait for a runtime's background tasks when it stops.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How a runtime stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// Every background task ended within [`SHUTDOWN_GRACE`] and its broker connections
+    /// are closed.
+    Clean,
+    /// Some were still running when the grace period ran out, or a connection did not
+    /// close in time (logged).
+    GraceExceeded,
+}
+
+/// A running tenant: streams, consumers and buckets in place, state recovered, tasks
+/// running. Stopped by [`TenantRuntime::shutdown`] (or its parent token).
+#[derive(Debug)]
+pub struct TenantRuntime {
+    tenant: Tenant,
+    service: Service,
+    link: BrokerLink,
+    waiters: Waiters,
+    router: axum::Router,
+    connections: TenantConnections,
+}
+
+impl TenantRuntime {
+    /// Sets up `tenant`'s streams, buckets and response consumer over `connections`,
+    /// recovers its pending deployments and starts its background tasks, stopped when
+    /// `parent` is cancelled or by [`TenantRuntime::shutdown`].
+    pub async fn start(
+        base: &Config,
+        tenant: Tenant,
+        connections: TenantConnections,
+        keys: GatewayKeys,
+        revocations: &Revocations,
+        parent: &CancellationToken,
+    ) -> Result<Self, Error> {
+        let mut config = base.clone();
+        config.tenant = tenant.id.clone();
+        // Every JetStream call (KV reads and writes, API requests, publish acks) of the
+        // gateway is bounded by this, so that an API call waits at most that long on it.
+        let context = |client: &async_nats::Client| {
+            jetstream::ContextBuilder::new()
+                .timeout(config.broker_timeout())
+                .build(client.clone())
+        };
+        let js = context(&connections.tenant.client);
+        let events_js = context(&connections.events().client);
+        let broker = Broker::new(js.clone());
+        broker
+            .ensure_streams(config.stream_max_age(), config.max_servers)
+            .await?;
+        check_consumer_limits(&broker, config.max_servers).await;
+        let events = events::Events::open(events_js.clone(), config.event_retention()).await?;
+        let store = Store::open(&js).await?;
+        let presence = presence::PresenceTracker::open(&js, &config).await?;
+        let webhooks = webhooks::Webhooks::open(&js, &events_js, config.webhook_policy()).await?;
+        broker.response_consumer().await?;
+        // Revoked HTTP tokens live in the tenant's own account, like everything of it.
+        let revoked = Revoked::open(&js).await?;
+
+        let shutdown = parent.child_token();
+        let service = Service::new(
+            Arc::new(config),
+            store,
+            broker,
+            events,
+            presence,
+            webhooks,
+            keys,
+            shutdown.clone(),
+        );
+        service.recover().await?;
+
+        let tenant_conn = &connections.tenant;
+        let mut link = BrokerLink::new(tenant_conn.client.clone(), tenant_conn.reconnected.clone());
+        if let Some(events) = &connections.events {
+            link = link.with_events(events.client.clone());
+        }
+        let waiters = Waiters::default();
+        let router = api::tenant_router(service.clone(), link.clone(), waiters.clone());
+
+        let tasks = &service.tasks;
+        tasks.spawn(responses::consume(service.clone(), shutdown.child_token()));
+        tasks.spawn(timeouts::sweep(service.clone(), shutdown.child_token()));
+        tasks.spawn(service::republish(service.clone(), shutdown.child_token()));
+        tasks.spawn(presence::run(service.clone(), shutdown.child_token()));
+        tasks.spawn(webhooks::run(service.clone(), shutdown.child_token()));
+        tasks.spawn(revoked.clone().follow(shutdown.child_token()));
+        revocations.insert(tenant.id.clone(), revoked);
+        tasks.spawn(waiters::run(
+            service.store.clone(),
+            waiters.clone(),
+            link.reconnected(),
+            shutdown.child_token(),
+        ));
+        info!(tenant = %tenant.id, "tenant runtime started");
+        Ok(Self {
+            tenant,
+            service,
+            link,
+            waiters,
+            router,
+            connections,
+        })
+    }
+
+    /// The tenant served.
+    pub fn tenant(&self) -> &Tenant {
+        &self.tenant
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &TenantId {
+        &self.tenant.id
+    }
+
+    /// The tenant's routes (`/v1/…`, the dashboard), for requests of its callers.
+    pub fn router(&self) -> axum::Router {
+        self.router.clone()
+    }
+
+    /// True while its broker connections are up (its `/v1` calls can be served).
+    pub fn is_ready(&self) -> bool {
+        self.link.is_connected()
+    }
+
+    /// Long polls waiting right now.
+    pub fn long_polls(&self) -> usize {
+        self.waiters.waiting()
+    }
+
+    /// True once it was told to stop (its tasks end, its long polls return).
+    pub fn is_stopping(&self) -> bool {
+        self.service.shutdown.is_cancelled()
+    }
+
+    /// Stops its background tasks (bounded by [`SHUTDOWN_GRACE`]), then drains its broker
+    /// connections and waits (bounded) until they are closed. Calls of its router still in flight end early (long polls return).
+    pub async fn shutdown(&self) -> Stopped {
+        self.service.shutdown.cancel();
+        self.service.tasks.close();
+        let stopped = match tokio::time::timeout(SHUTDOWN_GRACE, self.service.tasks.wait()).await {
+            Ok(()) => Stopped::Clean,
+            Err(_) => {
+                warn!(
+                    tenant = %self.tenant.id,
+                    grace_secs = SHUTDOWN_GRACE.as_secs(),
+                    "tenant tasks still running at the end of the shutdown grace period"
+                );
+                Stopped::GraceExceeded
+            }
+        };
+        if !self.connections.drain().await {
+            warn!(tenant = %self.tenant.id, "tenant broker connections could not be drained and closed (broker away, or too slow)");
+            return Stopped::GraceExceeded;
+        }
+        info!(tenant = %self.tenant.id, "tenant runtime stopped");
+        stopped
+    }
+
+    /// True once its broker connections are closed for good (after [`Self::shutdown`]).
+    pub fn is_closed(&self) -> bool {
+        self.connections.is_closed()
+    }
+}
+
+/// Warns when the broker lets fewer servers register than `max_servers`: the request
+/// stream's own limit could not be set, or the account allows fewer consumers.
+async fn check_consumer_limits(broker: &Broker, max_servers: i32) {
+    let max_servers = i64::from(max_servers);
+    let limits = match broker.consumer_limits().await {
+        Ok(limits) => limits,
+        Err(e) => {
+            warn!(error = %error::chain(&e), "cannot read the broker's consumer limits");
+            return;
+        }
+    };
+    match limits.effective() {
+        Some(limit) if limit >= max_servers => {
+            info!(limit, max_servers, "broker consumer limit checked");
+        }
+        Some(limit) => warn!(
+            limit,
+            max_servers,
+            stream_limit = limits.stream,
+            account_limit = limits.account,
+            "the broker allows fewer consumers than --max-servers: registrations past the limit will be refused"
+        ),
+        None => warn!(
+            max_servers,
+            default = broker::BROKER_DEFAULT_MAX_CONSUMERS,
+            "the request stream has no consumer limit of its own: the broker's default applies (1,000 on nats-server 2.15 unless its configuration lifts it)"
+        ),
+    }
+}
