@@ -126,6 +126,11 @@ pub struct Config {
     #[arg(long, env = "FLUE_MAX_CONNECTIONS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: u64,
+    /// DEVELOPMENT ONLY, INSECURE: apply agents' answers that carry no signature (from
+    /// agents run with --insecure-unsigned-requests). Anyone who can publish on a response
+    /// subject can then decide deployments. Signed answers are still checked.
+    #[arg(long, env = "FLUE_INSECURE_UNSIGNED_ANSWERS")]
+    pub insecure_unsigned_answers: bool,
 }
 
 impl Config {
@@ -154,6 +159,7 @@ impl Config {
             body_timeout_ms: 30_000,
             request_timeout_secs: 90,
             max_connections: 10_000,
+            insecure_unsigned_answers: false,
         }
     }
 
@@ -222,6 +228,7 @@ impl fmt::Debug for Config {
             .field("body_timeout_ms", &self.body_timeout_ms)
             .field("request_timeout_secs", &self.request_timeout_secs)
             .field("max_connections", &self.max_connections)
+            .field("insecure_unsigned_answers", &self.insecure_unsigned_answers)
             .finish()
     }
 }

@@ -79,6 +79,11 @@ impl Gateway {
         // The keys first: a state directory that cannot be used stops the start before
         // anything is touched on the broker.
         let keys = state::StateDir::open(&config.state_dir)?.gateway_keys()?;
+        if config.insecure_unsigned_answers {
+            warn!(
+                "INSECURE: --insecure-unsigned-answers: agents' answers without a signature are applied; anyone who can publish on a response subject can decide deployments. Development only."
+            );
+        }
         let (client, reconnected) = connect(&config.nats_url).await?;
         // Every JetStream call (KV reads and writes, API requests, publish acks) of the
         // gateway is bounded by this, so that an API call waits at most that long on it.

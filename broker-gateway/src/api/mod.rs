@@ -50,6 +50,10 @@ pub fn router(service: Service, link: BrokerLink, waiters: Waiters) -> Router {
         )
         .route("/v1/servers/{id}/deployments", get(servers::deployments))
         .route(
+            "/v1/servers/{id}/credentials",
+            post(servers::rotate_credentials),
+        )
+        .route(
             "/v1/deployments",
             post(deployments::create).get(deployments::list),
         )

@@ -162,12 +162,12 @@ async fn at_start_the_agent_kills_a_hook_group_its_ledger_says_was_running_befor
         let key = LedgerKey::of_request(&req);
         let at = time::OffsetDateTime::now_utc();
         ledger
-            .record_started(&key, at, None)
+            .record_started(&key, at, None, None)
             .await
             .expect("started");
         let hook = HookProcess::of(pgid).expect("the survivor runs");
         ledger
-            .record_hook(&key, at, hook, None)
+            .record_hook(&key, at, hook, None, None)
             .await
             .expect("hook");
     }
