@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use flue_proto::{AgentMessage, DeploymentId, DeploymentResult, DeploymentStatus, subject};
-use flue_tests::{Agent, Flue, WAIT, file_lines, wait_until};
+use flue_tests::{Flue, WAIT, file_lines, wait_until};
 use futures_util::StreamExt;
 
 /// Waits for the agent's `finished` answer for `id` on a core subscription to its
@@ -269,13 +269,9 @@ async fn sigterm_lets_a_running_hook_finish_then_exits_cleanly() {
 #[tokio::test]
 async fn sigterm_past_the_grace_period_interrupts_the_hook_and_reports_it() {
     let (flue, started, _never) = blocking_setup("never").await;
-    let mut agent = Agent::spawn_with(
-        &flue.nats.url(),
-        "s1",
-        &flue.path("agent-s1"),
-        &[],
-        &["--shutdown-grace-secs", "1"],
-    );
+    let mut agent = flue
+        .spawn_agent_with("s1", "agent-s1", &[], &["--shutdown-grace-secs", "1"])
+        .await;
     agent.ready().await;
     let d = flue.deploy("block", "s1", &[]).await;
     wait_until("hook start", WAIT, || {
@@ -301,15 +297,26 @@ async fn idle_agent_exits_cleanly_on_sigterm() {
 }
 
 #[tokio::test]
-async fn agent_waits_for_registration_and_never_creates_a_consumer() {
+async fn agent_waits_for_its_consumer_and_never_creates_one() {
     let flue = Flue::start().await;
-    let agent = flue.spawn_agent("late");
-    agent.logs().wait_for("consumer", WAIT).await;
+    // Credentials come with the registration, which also makes the consumer: take the
+    // consumer away (the server and its keys stay), as a broker that lost it would.
+    flue.register("late").await;
     let js = jetstream::new(flue.nats.client().await);
     let mut stream = js
         .get_stream(subject::REQUEST_STREAM)
         .await
         .expect("stream");
+    let consumer = subject::request_consumer(
+        &"default".parse().expect("tenant"),
+        &"late".parse().expect("server"),
+    );
+    stream
+        .delete_consumer(&consumer)
+        .await
+        .expect("delete consumer");
+    let agent = flue.spawn_agent_as_is("late", "agent-late", &[], &[]);
+    agent.logs().wait_for("consumer", WAIT).await;
     let consumers = stream.info().await.expect("info").state.consumer_count;
     assert_eq!(
         consumers, 0,

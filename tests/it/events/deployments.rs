@@ -582,7 +582,7 @@ async fn servers_report_registration_and_deregistration() {
     assert!(listed.is_empty(), "{listed:?}");
     // A new agent (fresh state) gets only what is queued from now on: the requests of
     // the first registration, done or expired, are gone with it.
-    let _agent = Agent::start(&env.nats.url(), "box", &env.path("agent-box-2"), &[]).await;
+    let _agent = env.agent_in("box", "agent-box-2", &[], &[]).await;
     let fresh = env.deploy("count", "box", &[("tag", "fresh")]).await;
     assert_eq!(
         env.finished(&fresh.id).await.status,

@@ -10,7 +10,7 @@ use async_nats::jetstream;
 use flue_agent::ledger::{Ledger, LedgerKey};
 use flue_agent::process::HookProcess;
 use flue_proto::{DeploymentRequest, DeploymentStatus, ServerId, TenantId, subject};
-use flue_tests::{Agent, Flue, WAIT, file_lines, wait_until};
+use flue_tests::{Flue, WAIT, file_lines, wait_until};
 
 /// How long a killed group may take to disappear from `/proc`: far below the hook's 25 s.
 const GONE_WITHIN: Duration = Duration::from_secs(10);
@@ -172,7 +172,7 @@ async fn at_start_the_agent_kills_a_hook_group_its_ledger_says_was_running_befor
             .expect("hook");
     }
 
-    let _agent = Agent::start(&flue.nats.url(), "s1", &state_dir, &[]).await;
+    let _agent = flue.agent_in("s1", "agent-s1", &[], &[]).await;
     let done = flue.finished(&d.id).await;
     assert_eq!(done.status, DeploymentStatus::Failed, "{done:?}");
     assert_eq!(done.status_reason.as_deref(), Some("interrupted"));
