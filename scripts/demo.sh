@@ -101,7 +101,9 @@ servers=(db web head compute1 compute2 compute3)
 section "registering servers ${servers[*]}, starting their agents"
 agent_ready() { grep -q 'agent ready' "$1"; }
 for server in "${servers[@]}"; do
-  "$flue" server register "$server" --name "demo $server server" --env >"$demo/agent-$server.env"
+  # The credentials file (0600) is the agent's identity and pins the gateway's signing key.
+  "$flue" server register "$server" --name "demo $server server" --env \
+    --creds "$demo/agent-$server.creds" >"$demo/agent-$server.env"
   log="$demo/agent-$server.log"
   (
     set -a

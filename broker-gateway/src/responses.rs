@@ -66,7 +66,7 @@ mod lanes;
 mod signers;
 
 use lanes::Lanes;
-pub use signers::{FRESH as SIGNER_FRESH, SignedMessage, Signers};
+pub use signers::{SignedMessage, Signers};
 
 /// First pause after the consumer failed; doubled up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(100);

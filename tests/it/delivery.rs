@@ -178,28 +178,24 @@ async fn redelivered_request_is_answered_from_the_ledger_not_rerun() {
     let first = flue.finished(&d.id).await;
     assert_eq!(first.status, DeploymentStatus::Complete);
 
-    // Hand the agent the very same request again, as a broker redelivery would.
+    // Hand the agent the very same message again, as a broker that lost its consumer's
+    // state would: the consumer made again delivers the stream from its start. (The same
+    // bytes published as a new message are a replay, refused: see security/signing.rs.)
     let client = flue.nats.client().await;
     let js = jetstream::new(client.clone());
     let tenant = "default".parse().expect("tenant");
     let server = "s1".parse().expect("server");
-    let req_subject = subject::request(&tenant, &server);
-    let original = js
-        .get_stream(subject::REQUEST_STREAM)
-        .await
-        .expect("stream")
-        .get_last_raw_message_by_subject(&req_subject)
-        .await
-        .expect("the queued request");
     let mut answers = client
         .subscribe(subject::response(&tenant, &server))
         .await
         .expect("subscribe");
-    js.publish(req_subject, original.payload.clone())
+    js.get_stream(subject::REQUEST_STREAM)
         .await
-        .expect("publish")
+        .expect("stream")
+        .delete_consumer(&subject::request_consumer(&tenant, &server))
         .await
-        .expect("ack");
+        .expect("delete the consumer");
+    flue.register("s1").await;
 
     let answer = next_finished(&mut answers, &d.id, "the agent answers the redelivery").await;
 

@@ -23,10 +23,13 @@ pub const FRESH: Duration = Duration::from_secs(2);
 /// Bounds the memory; cleared when it grows past this.
 const MAX_KEPT: usize = 4096;
 
+/// A server's key as read (`None`: no key recorded) and when it was read.
+type Kept = HashMap<(TenantId, ServerId), (Option<String>, Instant)>;
+
 /// Recently read answer-signing keys, by server; cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct Signers {
-    kept: Arc<Mutex<HashMap<(TenantId, ServerId), (Option<String>, Instant)>>>,
+    kept: Arc<Mutex<Kept>>,
 }
 
 /// A signed message as received: its claims and signature headers and its body.
@@ -40,9 +43,7 @@ pub struct SignedMessage<'a> {
 }
 
 impl Signers {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<(TenantId, ServerId), (Option<String>, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
         self.kept.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -227,10 +227,17 @@ async fn server(
                 ),
                 (None, None) => {}
             }
-            if env {
-                render::agent_env(&registration)
-            } else {
-                render::pretty_json(&registration)
+            match (env, &creds) {
+                // The agent reads FLUE_CREDS: the environment printed is then complete.
+                (true, Some(path)) => format!(
+                    "{}FLUE_CREDS={}\n",
+                    render::agent_env(&registration),
+                    std::path::absolute(path)
+                        .unwrap_or_else(|_| path.clone())
+                        .display()
+                ),
+                (true, None) => render::agent_env(&registration),
+                (false, _) => render::pretty_json(&registration),
             }
         }
         ServerCommand::RotateCredentials { id, creds, force } => {

@@ -372,7 +372,9 @@ async fn answers_held_by_a_gateway_that_died_never_come_out_of_order() {
     let d = env.deploy("quick", "web", &[]).await;
     wait_event(&mut tap, &d.id, EventType::DeploymentQueued).await;
     env.gateway.kill().await;
-    let _agent = env.agent("web", &[]).await;
+    // The credentials kept at registration: the gateway is down.
+    let _agent = env.spawn_agent_as_is("web", "agent-web", &[], &[]);
+    _agent.ready().await;
     let client = env.nats.client().await;
     let js = jetstream::new(client.clone());
     let stream = js

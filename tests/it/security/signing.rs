@@ -85,14 +85,13 @@ fn signed_headers(claims: &impl serde::Serialize, key: &KeyPair) -> HeaderMap {
     headers
 }
 
+/// A key and how it changes the claims before signing.
+type Signer<'a> = (&'a KeyPair, &'a dyn Fn(&mut RequestClaims));
+
 /// Publishes `forged` (signed by `key` with `claims` changed by `tweak`, or unsigned),
 /// queues a real deployment behind it, starts the agent, and returns the rejection
 /// event once the real deployment completed.
-async fn refused(
-    flue: &Flue,
-    forged: &DeploymentRequest,
-    sign: Option<(&KeyPair, &dyn Fn(&mut RequestClaims))>,
-) -> CloudEvent {
+async fn refused(flue: &Flue, forged: &DeploymentRequest, sign: Option<Signer<'_>>) -> CloudEvent {
     let mut tap = EventTap::from_start(&flue.nats.client().await).await;
     let payload = forged.encode();
     let headers = match sign {
