@@ -154,6 +154,46 @@ async fn a_request_signed_for_another_server_is_never_run_and_is_reported() {
 }
 
 #[tokio::test]
+async fn a_request_signed_for_another_tenant_is_never_run_and_is_reported() {
+    let flue = Flue::start().await;
+    flue.register("s").await;
+    let marker = flue.path("ran");
+    let forged = forged_request(&flue, "f1", &marker).await;
+    let key = gateway_key(&flue);
+    let other = |c: &mut RequestClaims| c.tenant = "globex".parse().expect("tenant");
+    let rejected = refused(&flue, &forged, Some((&key, &other))).await;
+    assert_eq!(rejected.data["code"], "wrong_tenant", "{}", rejected.data);
+    assert!(!marker.exists(), "the request for another tenant ran");
+}
+
+#[tokio::test]
+async fn signed_bytes_that_are_no_request_are_reported_undecodable() {
+    let flue = Flue::start().await;
+    flue.register("s").await;
+    let mut tap = EventTap::from_start(&flue.nats.client().await).await;
+    let payload = b"{\"not\": \"a request\"}".to_vec();
+    let now = OffsetDateTime::now_utc();
+    let claims = RequestClaims {
+        v: signing::CLAIMS_VERSION,
+        tenant: tenant(),
+        server: server("s"),
+        deployment: DeploymentId::new("x").expect("id"),
+        digest: RequestDigest::of(&payload),
+        created: now,
+        expires: now + time::Duration::hours(1),
+    };
+    let seq = publish_request(&flue, payload, signed_headers(&claims, &gateway_key(&flue))).await;
+    let _agent = flue.agent("s", &[]).await;
+    let rejected = tap
+        .wait_for("the bytes rejected", WAIT, |e| {
+            e.ty == EventType::ServerRequestRejected && e.data["stream_seq"] == seq
+        })
+        .await;
+    assert_eq!(rejected.data["code"], "undecodable", "{}", rejected.data);
+    assert_eq!(rejected.deployment, None, "attributed to a deployment");
+}
+
+#[tokio::test]
 async fn an_expired_request_is_never_run_and_is_reported() {
     let flue = Flue::start().await;
     flue.register("s").await;
