@@ -120,8 +120,9 @@ servers=(db web head compute1 compute2 compute3)
 section "registering servers ${servers[*]}, starting their agents"
 agent_ready() { grep -q 'agent ready' "$1"; }
 for server in "${servers[@]}"; do
+  # The credentials file (0600) is the agent's identity and pins the gateway's signing key.
   FLUE_TOKEN="$admin_token" "$flue" server register "$server" --name "demo $server server" --env \
-    >"$demo/agent-$server.env"
+    --creds "$demo/agent-$server.creds" >"$demo/agent-$server.env"
   log="$demo/agent-$server.log"
   (
     set -a

@@ -2,14 +2,18 @@
 //! `finished` with JetStream de-duplication ids, acking the request, and keeping a result
 //! within one message.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::{self, message::PublishMessage};
+use flue_proto::signing::{self, AnswerClaims};
 use flue_proto::{
     AgentMessage, DeploymentId, DeploymentResult, DeploymentStatus, PROTOCOL_VERSION,
     RequestDigest, ServerId, TenantId, subject,
 };
+use nkeys::KeyPair;
+use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -32,23 +36,42 @@ const HEADROOM: usize = 4096;
 /// Used when the broker has not told its limit (NATS's default).
 const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
 
-/// Publishes this agent's answers on `flue.<tenant>.resp.<server>`.
-#[derive(Debug, Clone)]
+/// Publishes this agent's answers on `flue.<tenant>.resp.<server>`, each signed with the
+/// agent's user key (the gateway applies nothing unsigned).
+#[derive(Clone)]
 pub struct Responder {
     js: jetstream::Context,
     subject: String,
     tenant: TenantId,
     server: ServerId,
+    /// The user key from the credentials file; `None` only with
+    /// `--insecure-unsigned-requests`, when answers go out unsigned.
+    signer: Option<Arc<KeyPair>>,
+}
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Responder")
+            .field("subject", &self.subject)
+            .field("signer", &self.signer.as_ref().map(|k| k.public_key()))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Responder {
-    /// A responder for `server` of `tenant`.
-    pub fn new(js: jetstream::Context, tenant: TenantId, server: ServerId) -> Self {
+    /// A responder for `server` of `tenant`, signing with `signer`.
+    pub fn new(
+        js: jetstream::Context,
+        tenant: TenantId,
+        server: ServerId,
+        signer: Option<Arc<KeyPair>>,
+    ) -> Self {
         Self {
             subject: subject::response(&tenant, &server),
             js,
             tenant,
             server,
+            signer,
         }
     }
 
@@ -62,9 +85,22 @@ impl Responder {
     /// before, ahead of anything queued later) and returns the broker's PubAck to come.
     pub async fn send(&self, msg: &AgentMessage) -> Result<PublishAckFuture, String> {
         let payload = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
-        let publish = PublishMessage::build()
-            .payload(payload.into())
-            .message_id(msg.msg_id(&self.tenant, &self.server));
+        let mut publish =
+            PublishMessage::build().message_id(msg.msg_id(&self.tenant, &self.server));
+        if let Some(key) = &self.signer {
+            let claims = AnswerClaims {
+                v: signing::CLAIMS_VERSION,
+                tenant: self.tenant.clone(),
+                server: self.server.clone(),
+                digest: RequestDigest::of(&payload),
+                at: OffsetDateTime::now_utc(),
+            };
+            let signed = signing::sign(&claims, key).map_err(|e| e.to_string())?;
+            publish = publish
+                .header(signing::ANSWER_CLAIMS_HEADER, signed.claims.as_str())
+                .header(signing::SIGNATURE_HEADER, signed.signature.as_str());
+        }
+        let publish = publish.payload(payload.into());
         self.js
             .send_publish(self.subject.clone(), publish)
             .await
@@ -178,7 +214,6 @@ pub fn fit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use time::OffsetDateTime;
 
     fn result(stdout: usize, stderr: usize) -> DeploymentResult {
         DeploymentResult {

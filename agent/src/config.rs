@@ -60,6 +60,9 @@ pub struct Config {
     /// The credentials file minted at registration ([`flue_proto::creds::AgentCredentials`]),
     /// read at start.
     pub creds_file: Option<PathBuf>,
+    /// Development only: run without credentials, taking requests nobody signed
+    /// (`--insecure-unsigned-requests`). Without it, no credentials file means no start.
+    pub insecure_unsigned_requests: bool,
 }
 
 impl Config {
@@ -77,6 +80,7 @@ impl Config {
             ledger_retention: retention_from_days(DEFAULT_LEDGER_RETENTION_DAYS),
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             creds_file: None,
+            insecure_unsigned_requests: false,
         }
     }
 
@@ -163,6 +167,15 @@ pub struct RunArgs {
     /// --creds FILE`); a secret, mode 0600.
     #[arg(long, env = "FLUE_CREDS")]
     pub creds: Option<PathBuf>,
+    /// DEVELOPMENT ONLY, INSECURE: start without --creds and run requests nobody signed,
+    /// answering unsigned. Anyone who can publish on this server's request subject can
+    /// then run hooks on it.
+    #[arg(
+        long,
+        env = "FLUE_INSECURE_UNSIGNED_REQUESTS",
+        conflicts_with = "creds"
+    )]
+    pub insecure_unsigned_requests: bool,
 }
 
 /// `days` as a duration, saturating rather than overflowing for absurd values.
@@ -192,6 +205,7 @@ impl From<RunArgs> for Config {
             ledger_retention: retention_from_days(a.ledger_retention_days),
             heartbeat_interval: Duration::from_secs(a.heartbeat_secs),
             creds_file: a.creds,
+            insecure_unsigned_requests: a.insecure_unsigned_requests,
         }
     }
 }

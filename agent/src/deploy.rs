@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
 use flue_proto::nats_url::NatsUrls;
+use flue_proto::signing::{Refusal, RefusalCode};
 use flue_proto::{
     AgentMessage, DeploymentId, DeploymentRequest, DeploymentResult, PROTOCOL_VERSION,
     RequestDigest,
@@ -28,6 +29,10 @@ use crate::process::{HookProcess, Launch, StopReason};
 use crate::progress::{self, Redactor};
 use crate::worker::Agent;
 
+mod verify;
+
+use verify::{replayed, signed_for, stream_seq, verify};
+
 /// How often a running hook's request is touched (`+WPI`) so the broker, whose ack wait
 /// the gateway sets to 10 s, does not redeliver it.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(3);
@@ -37,21 +42,44 @@ pub const DELIVERED_QUEUE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Handles one pulled request. Errors are ledger failures only: the agent must stop.
 ///
+/// Before anything else (before `delivered`, before the ledger records `started`), the
+/// message must be signed by the gateway this agent pinned, for this server of this
+/// tenant, unexpired ([`verify`]), and must not be a replayed copy of a request already
+/// handled. A refused message is answered `rejected` with the reason and terminated.
+///
 /// Every answer carries the digest of the message's bytes, so the gateway applies it only
 /// to the deployment whose recorded request this very message is.
 pub async fn handle(agent: &Agent, msg: jetstream::Message) -> Result<(), Error> {
     let digest = RequestDigest::of(&msg.payload);
+    if let Err(refusal) = verify(agent, &msg) {
+        reject(agent, &msg, digest, refusal).await;
+        return Ok(());
+    }
     let req: DeploymentRequest = match serde_json::from_slice(&msg.payload) {
         Ok(req) => req,
         Err(e) => {
-            reject(agent, &msg, digest, &format!("unreadable request: {e}")).await;
+            let refusal =
+                Refusal::new(RefusalCode::Undecodable, format!("unreadable request: {e}"));
+            reject(agent, &msg, digest, refusal).await;
             return Ok(());
         }
     };
     let span = info_span!("deployment", deployment.id = %req.deployment_id);
     async {
+        if let Err(refusal) = signed_for(agent, &msg, &req) {
+            reject(agent, &msg, digest, refusal).await;
+            return Ok(());
+        }
+        // Keyed by the whole request identity, not the id alone: an id can come back for a
+        // new request once the broker has lost its state, and that one must run.
+        let key = ledger_key(agent, &req, &digest)?;
+        let seq = stream_seq(&msg);
+        if let Some(refusal) = replayed(agent, &key, &digest, seq)? {
+            reject(agent, &msg, digest, refusal).await;
+            return Ok(());
+        }
         announce_delivery(agent, &req.deployment_id, &digest).await;
-        handle_request(agent, &msg, &req, &digest).await
+        handle_request(agent, &msg, &req, &key, &digest).await
     }
     .instrument(span)
     .await
@@ -93,18 +121,21 @@ async fn announce_delivery(agent: &Agent, id: &DeploymentId, digest: &RequestDig
     );
 }
 
-/// A message that is not a request this agent can read: reported as `rejected` (its
-/// stream sequence, digest and why), never as an answer for whatever deployment id its
-/// bytes may name, then terminated so that the queue moves on. Nothing is recorded in the
-/// ledger: nothing runs, and a redelivery is rejected again under the same message id.
-async fn reject(agent: &Agent, msg: &jetstream::Message, digest: RequestDigest, reason: &str) {
-    let stream_seq = msg.info().map_or(0, |info| info.stream_sequence);
-    warn!(subject = %msg.subject, stream_seq, reason, "rejecting a message on the request queue");
+/// A message this agent does not run (unreadable, unsigned, badly signed, for another
+/// server or tenant, expired, replayed): reported as `rejected` (its stream sequence,
+/// digest, code and why), never as an answer for whatever deployment id its bytes may
+/// name, then terminated so that the queue moves on. Nothing is recorded in the ledger:
+/// nothing runs, and a redelivery is rejected again under the same message id.
+async fn reject(agent: &Agent, msg: &jetstream::Message, digest: RequestDigest, refusal: Refusal) {
+    let stream_seq = stream_seq(msg);
+    let reason = refusal.to_string();
+    warn!(subject = %msg.subject, stream_seq, code = %refusal.code, reason, "rejecting a message on the request queue");
     let rejected = AgentMessage::Rejected {
         v: PROTOCOL_VERSION,
         stream_seq,
         request_digest: digest,
-        reason: reason.to_owned(),
+        reason,
+        code: Some(refusal.code),
         at: OffsetDateTime::now_utc(),
     };
     if !agent
@@ -124,11 +155,11 @@ async fn handle_request(
     agent: &Agent,
     msg: &jetstream::Message,
     req: &DeploymentRequest,
+    key: &LedgerKey,
     digest: &RequestDigest,
 ) -> Result<(), Error> {
-    // Keyed by the whole request identity, not the id alone: an id can come back for a new
-    // request once the broker has lost its state, and that one must run.
-    let key = ledger_key(agent, req, digest)?;
+    let key = key.clone();
+    let seq = Some(stream_seq(msg));
     let result = match agent.ledger.get(&key)? {
         // An entry without a digest was written by an older agent for this key: it is
         // taken as this request's, as that agent would have.
@@ -140,12 +171,12 @@ async fn handle_request(
             warn!(
                 "found started but never finished (agent stopped mid-hook), reporting it interrupted"
             );
-            record(agent, &key, digest, failed("interrupted", at)).await?
+            record(agent, &key, digest, seq, failed("interrupted", at)).await?
         }
         None => match refusal(agent, req) {
             Some(reason) => {
                 warn!(reason = %reason, "refusing the request");
-                record(agent, &key, digest, failed(&reason, None)).await?
+                record(agent, &key, digest, seq, failed(&reason, None)).await?
             }
             None => apply(agent, msg, req, &key, digest).await?,
         },
@@ -228,11 +259,15 @@ async fn record(
     agent: &Agent,
     key: &LedgerKey,
     digest: &RequestDigest,
+    seq: Option<u64>,
     result: DeploymentResult,
 ) -> Result<DeploymentResult, Error> {
     let budget = answer::result_budget(&agent.broker.client);
     let result = answer::fit(key.deployment_id(), Some(digest), result, budget);
-    agent.ledger.record_done(key, &result, Some(digest)).await?;
+    agent
+        .ledger
+        .record_done(key, &result, Some(digest), seq)
+        .await?;
     Ok(result)
 }
 
@@ -244,19 +279,20 @@ async fn apply(
     key: &LedgerKey,
     digest: &RequestDigest,
 ) -> Result<DeploymentResult, Error> {
+    let seq = Some(stream_seq(msg));
     let item = HookItem::from_request(req);
     let hook = match hook::find(&agent.config.hook_dirs, &item.group) {
         Ok(hook) => hook,
         Err(reason) => {
             warn!(group = %item.group, reason = %reason, "no hook");
-            return record(agent, key, digest, failed(&reason, None)).await;
+            return record(agent, key, digest, seq, failed(&reason, None)).await;
         }
     };
 
     let started_at = OffsetDateTime::now_utc();
     agent
         .ledger
-        .record_started(key, started_at, Some(digest))
+        .record_started(key, started_at, Some(digest), seq)
         .await?;
     let started = AgentMessage::Started {
         v: PROTOCOL_VERSION,
@@ -294,7 +330,7 @@ async fn apply(
             Ok(group) => {
                 agent
                     .ledger
-                    .record_hook(key, started_at, group, Some(digest))
+                    .record_hook(key, started_at, group, Some(digest), seq)
                     .await
             }
             Err(_) => Ok(()),
@@ -318,7 +354,7 @@ async fn apply(
         code = ?result.deploy_status_code,
         "hook finished"
     );
-    record(agent, key, digest, result).await
+    record(agent, key, digest, seq, result).await
 }
 
 /// How hooks are started: under the guard (this executable), which kills the hook's

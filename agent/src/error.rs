@@ -26,6 +26,12 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// Neither `--creds` nor `--insecure-unsigned-requests` was given: the agent cannot
+    /// tell the gateway's requests from anyone else's, so it does not start.
+    #[error(
+        "no credentials file: give --creds FILE (from `flue server register ID --creds FILE`), or --insecure-unsigned-requests for development"
+    )]
+    NoCredentials,
     /// The broker URL or connect options were refused before any connection attempt.
     #[error("cannot connect to {url}")]
     Connect {

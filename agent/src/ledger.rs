@@ -54,6 +54,10 @@ pub enum Entry {
         /// Digest of the request message; absent in entries of agents older than it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         digest: Option<RequestDigest>,
+        /// Sequence of the request message in the request stream: a signed copy of the
+        /// request arriving as another message is a replay. Absent in older entries.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream_seq: Option<u64>,
     },
     /// The final result, exactly as published.
     Done {
@@ -62,6 +66,10 @@ pub enum Entry {
         /// Digest of the request message; absent in entries of agents older than it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         digest: Option<RequestDigest>,
+        /// Sequence of the request message in the request stream: a signed copy of the
+        /// request arriving as another message is a replay. Absent in older entries.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream_seq: Option<u64>,
     },
 }
 
@@ -70,6 +78,13 @@ impl Entry {
     pub fn digest(&self) -> Option<&RequestDigest> {
         match self {
             Self::Started { digest, .. } | Self::Done { digest, .. } => digest.as_ref(),
+        }
+    }
+
+    /// Stream sequence of the request message the entry was recorded for, if known.
+    pub fn stream_seq(&self) -> Option<u64> {
+        match self {
+            Self::Started { stream_seq, .. } | Self::Done { stream_seq, .. } => *stream_seq,
         }
     }
 }
@@ -169,23 +184,25 @@ impl Ledger {
         self.read(key, key.as_str())
     }
 
-    /// Durably records that the hook of the request `key` (whose message has `digest`)
+    /// Durably records that the hook of the request `key` (whose message has `digest`, at `stream_seq` in the stream)
     /// is starting now.
     pub async fn record_started(
         &self,
         key: &LedgerKey,
         at: OffsetDateTime,
         digest: Option<&RequestDigest>,
+        stream_seq: Option<u64>,
     ) -> Result<(), LedgerError> {
         let entry = Entry::Started {
             at: Some(at),
             hook: None,
             digest: digest.cloned(),
+            stream_seq,
         };
         self.put(key, &entry).await
     }
 
-    /// Durably records that the hook of the request `key` (whose message has `digest`),
+    /// Durably records that the hook of the request `key` (whose message has `digest`, at `stream_seq` in the stream),
     /// started at `at`, runs as `hook`.
     pub async fn record_hook(
         &self,
@@ -193,11 +210,13 @@ impl Ledger {
         at: OffsetDateTime,
         hook: HookProcess,
         digest: Option<&RequestDigest>,
+        stream_seq: Option<u64>,
     ) -> Result<(), LedgerError> {
         let entry = Entry::Started {
             at: Some(at),
             hook: Some(hook),
             digest: digest.cloned(),
+            stream_seq,
         };
         self.put(key, &entry).await
     }
@@ -218,16 +237,18 @@ impl Ledger {
         Ok(found)
     }
 
-    /// Durably records the final result of the request `key` (whose message has `digest`).
+    /// Durably records the final result of the request `key` (whose message has `digest`, at `stream_seq` in the stream).
     pub async fn record_done(
         &self,
         key: &LedgerKey,
         result: &DeploymentResult,
         digest: Option<&RequestDigest>,
+        stream_seq: Option<u64>,
     ) -> Result<(), LedgerError> {
         let entry = Entry::Done {
             result: result.clone(),
             digest: digest.cloned(),
+            stream_seq,
         };
         self.put(key, &entry).await
     }
@@ -273,6 +294,7 @@ impl Ledger {
                     at: None,
                     hook: None,
                     digest: None,
+                    stream_seq: None,
                 }
             })
         }))

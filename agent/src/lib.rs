@@ -108,7 +108,7 @@ pub mod worker;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 pub use config::{Config, RunArgs};
 pub use error::Error;
@@ -120,6 +120,27 @@ const FLUSH_ON_EXIT: Duration = Duration::from_secs(2);
 /// running hook). Returns an error only when exactly-once cannot be kept (the ledger
 /// failed) or the broker URL is unusable.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
+    // Before anything else: an agent that cannot tell the gateway's requests from
+    // anyone else's does not start (secure by default).
+    let credentials = credentials::load(&config)?.map(std::sync::Arc::new);
+    if credentials.is_none() {
+        if !config.insecure_unsigned_requests {
+            return Err(Error::NoCredentials);
+        }
+        warn!(
+            "INSECURE: --insecure-unsigned-requests: running requests nobody signed and answering unsigned; anyone who can publish on this server's request subject can run hooks here. Development only."
+        );
+    }
+    // The user seed signs every answer; it was checked when the connection was set up.
+    let signer = match &credentials {
+        Some(c) => Some(std::sync::Arc::new(
+            nkeys::KeyPair::from_seed(&c.user.seed).map_err(|e| Error::Credentials {
+                path: config.creds_file.clone().unwrap_or_default(),
+                reason: format!("the user nkey seed is not valid: {e}"),
+            })?,
+        )),
+        None => None,
+    };
     std::fs::create_dir_all(&config.state_dir).map_err(|source| Error::StateDir {
         path: config.state_dir.clone(),
         source,
@@ -128,7 +149,6 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     // Before anything is pulled: a request found `started` is reported interrupted only
     // once nothing of its hook runs any more.
     orphans::kill_unfinished_hooks(&ledger).await?;
-    let credentials = credentials::load(&config)?.map(std::sync::Arc::new);
     let broker = connect::connect(&config, credentials.as_deref()).await?;
     info!(
         tenant = %config.tenant,
@@ -157,6 +177,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
             broker.js.clone(),
             config.tenant.clone(),
             config.server_id.clone(),
+            signer,
         ),
         config,
         credentials,

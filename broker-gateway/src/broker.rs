@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
-use flue_proto::{DeploymentRequest, ServerId, TenantId, subject};
+use flue_proto::signing::{self, RequestClaims};
+use flue_proto::{DeploymentRequest, RequestDigest, ServerId, TenantId, subject};
 use tracing::{info, warn};
 
 /// How long JetStream remembers a message id to drop a duplicate publish.
@@ -421,8 +422,15 @@ impl Broker {
     }
 
     /// Publishes a request on its server's queue, with the deployment id as message id,
-    /// and waits for the broker's acknowledgement.
-    pub async fn publish_request(&self, request: &DeploymentRequest) -> Result<(), BrokerError> {
+    /// signed by `key` (the gateway's `signing.nk`: the claims name the server, the
+    /// deployment, the body's digest and the expiry, see [`RequestClaims::of`]), and waits
+    /// for the broker's acknowledgement. Every path that publishes a request (at once,
+    /// deferred, at start) comes through here, so none goes out unsigned.
+    pub async fn publish_request(
+        &self,
+        request: &DeploymentRequest,
+        key: &nkeys::KeyPair,
+    ) -> Result<(), BrokerError> {
         let err = |e: BoxError| BrokerError::Publish {
             deployment: request.deployment_id.to_string(),
             source: e,
@@ -433,13 +441,17 @@ impl Broker {
                 deployment: request.deployment_id.to_string(),
                 source,
             })?;
+        let claims = RequestClaims::of(request, RequestDigest::of(&payload));
+        let signed = signing::sign(&claims, key).map_err(|e| err(e.into()))?;
         let ack = self
             .js
             .send_publish(
                 subject::request(&request.tenant, &request.server),
                 jetstream::message::PublishMessage::build()
                     .payload(payload.into())
-                    .message_id(request.msg_id()),
+                    .message_id(request.msg_id())
+                    .header(signing::REQUEST_CLAIMS_HEADER, signed.claims.as_str())
+                    .header(signing::SIGNATURE_HEADER, signed.signature.as_str()),
             )
             .await
             .map_err(|e| err(e.into()))?;

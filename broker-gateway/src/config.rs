@@ -175,6 +175,11 @@ pub struct Config {
     /// engine, listener and viewer of `--tenant`. Logged as a warning at start.
     #[arg(long, env = "FLUE_INSECURE_NO_AUTH")]
     pub insecure_no_auth: bool,
+    /// DEVELOPMENT ONLY, INSECURE: apply agents' answers that carry no signature (from
+    /// agents run with --insecure-unsigned-requests). Anyone who can publish on a response
+    /// subject can then decide deployments. Signed answers are still checked.
+    #[arg(long, env = "FLUE_INSECURE_UNSIGNED_ANSWERS")]
+    pub insecure_unsigned_answers: bool,
 }
 
 impl Config {
@@ -210,6 +215,7 @@ impl Config {
             request_timeout_secs: 90,
             max_connections: 10_000,
             insecure_no_auth: false,
+            insecure_unsigned_answers: false,
         }
     }
 
@@ -303,6 +309,7 @@ impl fmt::Debug for Config {
             .field("request_timeout_secs", &self.request_timeout_secs)
             .field("max_connections", &self.max_connections)
             .field("insecure_no_auth", &self.insecure_no_auth)
+            .field("insecure_unsigned_answers", &self.insecure_unsigned_answers)
             .finish()
     }
 }

@@ -97,6 +97,11 @@ impl Gateway {
             true => auth::Auth::insecure(keys.token_secret.clone(), config.tenant.clone()),
             false => auth::Auth::tokens(keys.token_secret.clone(), config.tenant.clone()),
         };
+        if config.insecure_unsigned_answers {
+            warn!(
+                "INSECURE: --insecure-unsigned-answers: agents' answers without a signature are applied; anyone who can publish on a response subject can decide deployments. Development only."
+            );
+        }
         let connector = Connector::dev(config.nats_url.clone(), config.tenant.clone(), nats_tls);
         let config = Arc::new(config);
         let shutdown = CancellationToken::new();

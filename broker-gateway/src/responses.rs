@@ -17,6 +17,11 @@
 //! never retried. A message the agent could not read at all comes back as `rejected` and
 //! is reported as `server.request_rejected`, attributed to no deployment.
 //!
+//! Before anything else, a message must be signed by the current key of the server whose
+//! subject it came on (`Server.keys.signing`, the agent's NATS user key): one that is
+//! unsigned, badly signed or from a server without a key is terminated, logged and
+//! reported as `server.answer_rejected`, and nothing of it is applied.
+//!
 //! Messages of one server (one subject) are handled one after the other in stream
 //! order, different servers' side by side, so a deployment's events come out in the
 //! order its agent reported them: `delivered`, `started`, its progress, then how it
@@ -32,7 +37,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_nats::jetstream::{AckKind, Message};
-use flue_proto::event::{RequestRejectedEventData, progress_event_id, request_rejected_event_id};
+use flue_proto::event::{
+    AnswerRejectedEventData, RequestRejectedEventData, answer_rejected_event_id, progress_event_id,
+    request_rejected_event_id,
+};
+use flue_proto::signing::{self, Refusal};
 use flue_proto::{
     AgentMessage, CloudEvent, Deployment, DeploymentId, EventType, RequestDigest, ServerId,
     StackId, TenantId,
@@ -54,8 +63,10 @@ use crate::service::Service;
 use crate::store::StoreError;
 
 mod lanes;
+mod signers;
 
 use lanes::Lanes;
+pub use signers::{SignedMessage, Signers};
 
 /// First pause after the consumer failed; doubled up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -229,6 +240,19 @@ async fn handle(service: &Service, owners: &Owners, message: Message) -> String 
         settle(&message, AckKind::Term).await;
         return subject;
     };
+    match authentic(service, (&tenant, &server), &message).await {
+        Ok(Ok(())) => {}
+        Ok(Err(refusal)) => {
+            refuse(service, (&tenant, &server), &message, refusal).await;
+            settle(&message, AckKind::Term).await;
+            return subject;
+        }
+        Err(e) => {
+            debug!(error = %chain(&e), server.id = %server, "cannot read the server's key to check an answer; will retry");
+            settle(&message, AckKind::Nak(Some(RETRY_DELAY))).await;
+            return subject;
+        }
+    }
     let parsed: AgentMessage = match serde_json::from_slice(&message.payload) {
         Ok(parsed) => parsed,
         Err(e) => {
@@ -278,6 +302,61 @@ async fn handle(service: &Service, owners: &Owners, message: Message) -> String 
     }
     settle(&message, AckKind::Nak(Some(RETRY_DELAY))).await;
     subject
+}
+
+/// Whether `message` was signed by the current key of the server whose subject it came
+/// on ([`Signers`]); an unsigned one passes only with `--insecure-unsigned-answers`.
+async fn authentic(
+    service: &Service,
+    who: (&TenantId, &ServerId),
+    message: &Message,
+) -> Result<Result<(), Refusal>, StoreError> {
+    let header = |name: &str| {
+        message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str())
+    };
+    let signed = SignedMessage {
+        claims: header(signing::ANSWER_CLAIMS_HEADER),
+        signature: header(signing::SIGNATURE_HEADER),
+        body: &message.payload,
+    };
+    if service.config.insecure_unsigned_answers
+        && signed.claims.is_none()
+        && signed.signature.is_none()
+    {
+        return Ok(Ok(()));
+    }
+    service.signers.check(&service.store, who, &signed).await
+}
+
+/// Reports an agent message refused for its signature: logged (never its contents) and
+/// `server.answer_rejected`; nothing of it is applied.
+async fn refuse(
+    service: &Service,
+    (tenant, server): (&TenantId, &ServerId),
+    message: &Message,
+    refusal: Refusal,
+) {
+    let stream_seq = message.info().map_or(0, |info| info.stream_sequence);
+    warn!(server.id = %server, stream_seq, code = %refusal.code, reason = %refusal.detail, "agent message refused: not signed by the server's current key; dropped");
+    let data = AnswerRejectedEventData {
+        server_id: server.clone(),
+        stream_seq,
+        code: refusal.code,
+        reason: refusal.detail,
+    };
+    let event = CloudEvent::new(
+        EventType::ServerAnswerRejected,
+        tenant,
+        answer_rejected_event_id(server, stream_seq),
+        format!("servers/{server}"),
+        &data,
+    )
+    .server(server);
+    service.events.emit(&event).await;
 }
 
 /// Where a message came from, by its subject, and whether it was handled before.
@@ -466,18 +545,20 @@ async fn rejected(
         stream_seq,
         request_digest,
         reason,
+        code,
         ..
     } = parsed
     else {
         return Ok(());
     };
     let server = from.server;
-    warn!(server.id = %server, stream_seq, digest = %request_digest, reason, "agent rejected a message on its request queue");
+    warn!(server.id = %server, stream_seq, digest = %request_digest, code = code.map_or("", |c| c.as_str()), reason, "agent rejected a message on its request queue");
     let data = RequestRejectedEventData {
         server_id: server.clone(),
         stream_seq: *stream_seq,
         request_digest: request_digest.clone(),
         reason: reason.clone(),
+        code: *code,
     };
     let event = CloudEvent::new(
         EventType::ServerRequestRejected,

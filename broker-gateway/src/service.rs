@@ -117,6 +117,8 @@ pub struct Service {
     pub webhooks: Webhooks,
     /// The gateway's own keys (request signing, sealing, HTTP tokens).
     pub keys: GatewayKeys,
+    /// Servers' answer-signing keys, recently read.
+    pub signers: crate::responses::Signers,
     /// Deployments waiting for an answer.
     pub timeouts: TimeoutSet,
     /// Deployments whose request still has to be published, by server.
@@ -150,6 +152,7 @@ impl Service {
             presence,
             webhooks,
             keys,
+            signers: crate::responses::Signers::default(),
             timeouts: TimeoutSet::default(),
             deferred: Deferred::default(),
             unread: Arc::default(),
@@ -230,7 +233,7 @@ impl Service {
             .publish(&record.event(EventType::DeploymentQueued))
             .await?;
         self.broker
-            .publish_request(&request(record, config))
+            .publish_request(&request(record, config), &self.keys.signing)
             .await?;
         self.store
             .update_deployment(&d.tenant, &d.id, apply_published)

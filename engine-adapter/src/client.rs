@@ -149,6 +149,20 @@ impl Client {
         self.send_json(Method::POST, "v1/servers", server).await
     }
 
+    /// `POST /v1/servers/{id}/credentials`: mints new credentials for the server; the
+    /// answer's `credentials` holds them (a secret, handed out once).
+    pub async fn rotate_server_credentials(
+        &self,
+        id: &ServerId,
+    ) -> Result<Registration, ClientError> {
+        self.send_json(
+            Method::POST,
+            &format!("v1/servers/{id}/credentials"),
+            &serde_json::json!({}),
+        )
+        .await
+    }
+
     /// `GET /v1/servers/{id}`.
     pub async fn get_server(&self, id: &ServerId) -> Result<Server, ClientError> {
         self.get(&format!("v1/servers/{id}")).await

@@ -240,9 +240,10 @@ pub enum AgentMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         request_digest: Option<RequestDigest>,
     },
-    /// A message on the agent's request queue that is not a request it can read; the
-    /// agent dropped it (terminated it on the queue). It names no deployment: nothing in
-    /// such a message can be trusted to.
+    /// A message on the agent's request queue that is not a request it can read, or that
+    /// it refused (unsigned, badly signed, for another server, expired, replayed); the
+    /// agent dropped it (terminated it on the queue) and ran nothing. It names no
+    /// deployment: nothing in such a message can be trusted to.
     Rejected {
         /// Protocol version.
         v: u32,
@@ -250,8 +251,12 @@ pub enum AgentMessage {
         stream_seq: u64,
         /// Digest of the message's bytes.
         request_digest: RequestDigest,
-        /// Why it could not be read (`unreadable request: …`).
+        /// Why it could not be read or was refused (`unreadable request: …`, `bad_signature:
+        /// …`).
         reason: String,
+        /// The refusal's code; absent from agents older than signed requests.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<crate::signing::RefusalCode>,
         /// When the agent rejected it.
         #[serde(with = "time::serde::rfc3339")]
         at: OffsetDateTime,
@@ -597,6 +602,7 @@ mod tests {
             stream_seq: 7,
             request_digest: digest.clone(),
             reason: "unreadable request".into(),
+            code: Some(crate::signing::RefusalCode::Undecodable),
             at: OffsetDateTime::UNIX_EPOCH,
         };
         assert_eq!(rejected.deployment_id(), None);

@@ -77,6 +77,10 @@ pub enum EventType {
     /// request queue (not a request of this protocol) and dropped it; no deployment is
     /// concerned, since nothing in such a message can be trusted to name one.
     ServerRequestRejected,
+    /// `io.flue.server.answer_rejected`: the gateway refused a message on the server's
+    /// response subject (unsigned, not signed by the server's current key, or for a server
+    /// it does not know) and applied nothing of it.
+    ServerAnswerRejected,
     /// `io.flue.group.member_joined`: a deployment group gained a member (scale out).
     GroupMemberJoined,
     /// `io.flue.group.member_left`: a deployment group lost a member (scale in).
@@ -107,12 +111,13 @@ pub enum EventType {
 
 impl EventType {
     /// Every type, in documentation order.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::ServerRegistered,
         Self::ServerDeregistered,
         Self::ServerOnline,
         Self::ServerOffline,
         Self::ServerRequestRejected,
+        Self::ServerAnswerRejected,
         Self::GroupMemberJoined,
         Self::GroupMemberLeft,
         Self::DeploymentQueued,
@@ -135,7 +140,8 @@ impl EventType {
             | Self::ServerDeregistered
             | Self::ServerOnline
             | Self::ServerOffline
-            | Self::ServerRequestRejected => EventKind::Server,
+            | Self::ServerRequestRejected
+            | Self::ServerAnswerRejected => EventKind::Server,
             Self::GroupMemberJoined | Self::GroupMemberLeft => EventKind::Group,
             Self::DeploymentQueued
             | Self::DeploymentDelivered
@@ -159,6 +165,7 @@ impl EventType {
             Self::ServerOnline => "online",
             Self::ServerOffline => "offline",
             Self::ServerRequestRejected => "request_rejected",
+            Self::ServerAnswerRejected => "answer_rejected",
             Self::GroupMemberJoined => "member_joined",
             Self::GroupMemberLeft => "member_left",
             Self::DeploymentQueued => "queued",
@@ -190,7 +197,7 @@ impl fmt::Display for EventType {
 /// An unknown event type name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown event type {0:?} (known: server.registered, server.deregistered, server.online, server.offline, server.request_rejected, group.member_joined, group.member_left, deployment.queued, deployment.delivered, deployment.started, deployment.progress, deployment.completed, deployment.failed, deployment.timed_out, stack.operation_started, stack.operation_progress, stack.operation_completed, stack.operation_failed)"
+    "unknown event type {0:?} (known: server.registered, server.deregistered, server.online, server.offline, server.request_rejected, server.answer_rejected, group.member_joined, group.member_left, deployment.queued, deployment.delivered, deployment.started, deployment.progress, deployment.completed, deployment.failed, deployment.timed_out, stack.operation_started, stack.operation_progress, stack.operation_completed, stack.operation_failed)"
 )]
 pub struct UnknownEventType(pub String);
 
@@ -422,8 +429,31 @@ pub struct RequestRejectedEventData {
     pub stream_seq: u64,
     /// SHA-256 of its bytes, hex.
     pub request_digest: crate::RequestDigest,
-    /// Why the agent could not read it.
+    /// Why the agent could not read it or refused it.
     pub reason: String,
+    /// The refusal's code (`unsigned`, `bad_signature`, `replayed`, …); absent from agents
+    /// older than signed requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<crate::signing::RefusalCode>,
+}
+
+/// `data` of `server.answer_rejected`: a message on the server's response subject the
+/// gateway refused and applied nothing of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnswerRejectedEventData {
+    /// The server whose response subject it came on.
+    pub server_id: ServerId,
+    /// Its sequence in the response stream (`FLUE_RESP`).
+    pub stream_seq: u64,
+    /// The refusal's code.
+    pub code: crate::signing::RefusalCode,
+    /// What was wrong.
+    pub reason: String,
+}
+
+/// Id of a `server.answer_rejected` event: `server:<id>:answer_rejected:<stream seq>`.
+pub fn answer_rejected_event_id(server: &ServerId, stream_seq: u64) -> String {
+    format!("server:{server}:answer_rejected:{stream_seq}")
 }
 
 /// Id of a `server.request_rejected` event:

@@ -7,6 +7,7 @@
 //!   the messages on the request and response queues;
 //! - [`creds`]: NATS `.creds` files and the agent's credentials bundle;
 //! - [`digest`]: the digest tying an agent's answer to the exact request it answers;
+//! - [`signing`]: signed requests (gateway) and answers (agent), and refusal codes;
 //! - [`event`]: lifecycle events (CloudEvents), their subjects and filters, heartbeats;
 //! - [`webhook`]: webhook subscriptions;
 //! - [`nats_url`], [`nats_tls`]: broker URLs with their credentials, and client TLS;
@@ -25,6 +26,7 @@ pub mod nats_tls;
 pub mod nats_url;
 pub mod output;
 pub mod server;
+pub mod signing;
 pub mod stack;
 pub mod subject;
 pub mod tenant;

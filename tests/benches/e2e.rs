@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, stream};
 use flue_proto::{ConfigSpec, CreateDeployment, DeploymentStatus};
-use flue_tests::{Agent, Flue, write_executable};
+use flue_tests::{Flue, write_executable};
 use futures_util::StreamExt;
 use serde_json::json;
 
@@ -80,12 +80,10 @@ async fn main() {
     }
     let mut pending = Vec::new();
     for n in &names {
-        pending.push(Agent::spawn(
-            &flue.nats.url(),
-            n,
-            &flue.path(&format!("agent-{n}")),
-            std::slice::from_ref(&hooks),
-        ));
+        pending.push(
+            flue.spawn_agent_with(n, &format!("agent-{n}"), std::slice::from_ref(&hooks), &[])
+                .await,
+        );
     }
     for a in &pending {
         a.ready().await;

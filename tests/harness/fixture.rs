@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use flue_engine::Client;
+use flue_proto::creds::AgentCredentials;
 use flue_proto::{
     Config, ConfigSpec, CreateDeployment, Deployment, DeploymentId, DeploymentStatus,
-    RegisterServer, ServerId,
+    RegisterServer, Server, ServerId,
 };
 use tempfile::TempDir;
 
@@ -116,35 +117,136 @@ impl Flue {
         self.gateway.http()
     }
 
-    /// Registers a server.
+    /// Registers a server, keeping the credentials the registration minted in
+    /// [`Flue::creds_path`]; when it was registered before (no credentials handed out)
+    /// and the kept file does not hold its current key, new ones are minted by rotation.
     pub async fn register(&self, server: &str) {
-        self.admin_client()
+        let registration = self
+            .admin_client()
             .register_server(&RegisterServer {
                 id: ServerId::new(server).expect("server id"),
                 name: String::new(),
             })
             .await
             .expect("register server");
+        match registration.credentials {
+            Some(text) => self.save_creds(server, &text),
+            None => self.refresh_creds(&registration.server).await,
+        }
     }
 
-    /// Starts an agent for `server` with its own state dir and the given hook dirs; waits until ready.
+    /// Where the harness keeps `server`'s agent credentials: `<scratch>/creds/<server>.creds`.
+    pub fn creds_path(&self, server: &str) -> PathBuf {
+        self.path("creds").join(format!("{server}.creds"))
+    }
+
+    /// The credentials file of `server`'s agent, valid for its current registration:
+    /// registers the server when it is not (a test that registers after starting its
+    /// agent now registers first), rotates its credentials when the kept file is not
+    /// the one recorded (the test registered it through the API itself).
+    pub async fn creds(&self, server: &str) -> PathBuf {
+        let id = ServerId::new(server).expect("server id");
+        let servers = self
+            .admin_client()
+            .list_servers()
+            .await
+            .expect("list servers");
+        match servers.into_iter().find(|s| s.id == id) {
+            Some(registered) => self.refresh_creds(&registered).await,
+            None => self.register(server).await,
+        }
+        self.creds_path(server)
+    }
+
+    /// Rotates `server`'s credentials unless the kept file holds its recorded key.
+    async fn refresh_creds(&self, server: &Server) {
+        let path = self.creds_path(server.id.as_str());
+        let kept = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| AgentCredentials::parse(&t).ok())
+            .and_then(|c| nkeys::KeyPair::from_seed(&c.user.seed).ok())
+            .map(|k| k.public_key());
+        let recorded = server.keys.as_ref().map(|k| k.signing.clone());
+        if kept.is_some() && kept == recorded {
+            return;
+        }
+        let rotated = self
+            .admin_client()
+            .rotate_server_credentials(&server.id)
+            .await
+            .expect("rotate credentials");
+        let text = rotated
+            .credentials
+            .expect("a rotation hands out credentials");
+        self.save_creds(server.id.as_str(), &text);
+    }
+
+    fn save_creds(&self, server: &str, text: &str) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = self.creds_path(server);
+        std::fs::create_dir_all(path.parent().expect("creds dir")).expect("creds dir");
+        std::fs::write(&path, text).expect("write credentials");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .expect("chmod credentials");
+    }
+
+    /// Starts an agent for `server` with its own state dir, the given hook dirs and its
+    /// credentials ([`Flue::creds`]); waits until ready.
     pub async fn agent(&self, server: &str, hook_dirs: &[PathBuf]) -> Agent {
-        let agent = self.spawn_agent_with(server, hook_dirs);
+        self.agent_in(server, &format!("agent-{server}"), hook_dirs, &[])
+            .await
+    }
+
+    /// Starts an agent for `server` with the state dir `<scratch>/<state>`, hook dirs and
+    /// extra flags, with its credentials; waits until ready.
+    pub async fn agent_in(
+        &self,
+        server: &str,
+        state: &str,
+        hook_dirs: &[PathBuf],
+        extra: &[&str],
+    ) -> Agent {
+        let agent = self.spawn_agent_with(server, state, hook_dirs, extra).await;
         agent.ready().await;
         agent
     }
 
-    /// Spawns an agent without waiting for readiness.
-    pub fn spawn_agent(&self, server: &str) -> Agent {
-        self.spawn_agent_with(server, &[])
+    /// Spawns an agent with its credentials without waiting for readiness.
+    pub async fn spawn_agent(&self, server: &str) -> Agent {
+        self.spawn_agent_with(server, &format!("agent-{server}"), &[], &[])
+            .await
     }
 
-    fn spawn_agent_with(&self, server: &str, hook_dirs: &[PathBuf]) -> Agent {
-        let flags: Vec<&str> = self.agent_flags.iter().map(String::as_str).collect();
+    /// Spawns an agent (state dir `<scratch>/<state>`, hook dirs, extra flags) with its
+    /// credentials ([`Flue::creds`]) without waiting for readiness.
+    pub async fn spawn_agent_with(
+        &self,
+        server: &str,
+        state: &str,
+        hook_dirs: &[PathBuf],
+        extra: &[&str],
+    ) -> Agent {
+        self.creds(server).await;
+        self.spawn_agent_as_is(server, state, hook_dirs, extra)
+    }
+
+    /// Spawns an agent with the kept credentials file as it is (registering nothing):
+    /// for tests of an agent whose server is not (or no longer) registered.
+    pub fn spawn_agent_as_is(
+        &self,
+        server: &str,
+        state: &str,
+        hook_dirs: &[PathBuf],
+        extra: &[&str],
+    ) -> Agent {
+        let creds = self.creds_path(server).display().to_string();
+        let mut flags = vec!["--creds", creds.as_str()];
+        flags.extend(self.agent_flags.iter().map(String::as_str));
+        flags.extend_from_slice(extra);
         Agent::spawn_with(
             &self.nats.url(),
             server,
-            &self.path(&format!("agent-{server}")),
+            &self.path(state),
             hook_dirs,
             &flags,
         )

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use flue_proto::{AgentMessage, DeploymentId, DeploymentResult, DeploymentStatus, subject};
-use flue_tests::{Agent, Flue, WAIT, file_lines, wait_until};
+use flue_tests::{Flue, WAIT, file_lines, wait_until};
 use futures_util::StreamExt;
 
 /// Waits for the agent's `finished` answer for `id` on a core subscription to its
@@ -178,28 +178,24 @@ async fn redelivered_request_is_answered_from_the_ledger_not_rerun() {
     let first = flue.finished(&d.id).await;
     assert_eq!(first.status, DeploymentStatus::Complete);
 
-    // Hand the agent the very same request again, as a broker redelivery would.
+    // Hand the agent the very same message again, as a broker that lost its consumer's
+    // state would: the consumer made again delivers the stream from its start. (The same
+    // bytes published as a new message are a replay, refused: see security/signing.rs.)
     let client = flue.nats.client().await;
     let js = jetstream::new(client.clone());
     let tenant = "default".parse().expect("tenant");
     let server = "s1".parse().expect("server");
-    let req_subject = subject::request(&tenant, &server);
-    let original = js
-        .get_stream(subject::REQUEST_STREAM)
-        .await
-        .expect("stream")
-        .get_last_raw_message_by_subject(&req_subject)
-        .await
-        .expect("the queued request");
     let mut answers = client
         .subscribe(subject::response(&tenant, &server))
         .await
         .expect("subscribe");
-    js.publish(req_subject, original.payload.clone())
+    js.get_stream(subject::REQUEST_STREAM)
         .await
-        .expect("publish")
+        .expect("stream")
+        .delete_consumer(&subject::request_consumer(&tenant, &server))
         .await
-        .expect("ack");
+        .expect("delete the consumer");
+    flue.register("s1").await;
 
     let answer = next_finished(&mut answers, &d.id, "the agent answers the redelivery").await;
 
@@ -269,13 +265,9 @@ async fn sigterm_lets_a_running_hook_finish_then_exits_cleanly() {
 #[tokio::test]
 async fn sigterm_past_the_grace_period_interrupts_the_hook_and_reports_it() {
     let (flue, started, _never) = blocking_setup("never").await;
-    let mut agent = Agent::spawn_with(
-        &flue.nats.url(),
-        "s1",
-        &flue.path("agent-s1"),
-        &[],
-        &["--shutdown-grace-secs", "1"],
-    );
+    let mut agent = flue
+        .spawn_agent_with("s1", "agent-s1", &[], &["--shutdown-grace-secs", "1"])
+        .await;
     agent.ready().await;
     let d = flue.deploy("block", "s1", &[]).await;
     wait_until("hook start", WAIT, || {
@@ -301,15 +293,26 @@ async fn idle_agent_exits_cleanly_on_sigterm() {
 }
 
 #[tokio::test]
-async fn agent_waits_for_registration_and_never_creates_a_consumer() {
+async fn agent_waits_for_its_consumer_and_never_creates_one() {
     let flue = Flue::start().await;
-    let agent = flue.spawn_agent("late");
-    agent.logs().wait_for("consumer", WAIT).await;
+    // Credentials come with the registration, which also makes the consumer: take the
+    // consumer away (the server and its keys stay), as a broker that lost it would.
+    flue.register("late").await;
     let js = jetstream::new(flue.nats.client().await);
     let mut stream = js
         .get_stream(subject::REQUEST_STREAM)
         .await
         .expect("stream");
+    let consumer = subject::request_consumer(
+        &"default".parse().expect("tenant"),
+        &"late".parse().expect("server"),
+    );
+    stream
+        .delete_consumer(&consumer)
+        .await
+        .expect("delete consumer");
+    let agent = flue.spawn_agent_as_is("late", "agent-late", &[], &[]);
+    agent.logs().wait_for("consumer", WAIT).await;
     let consumers = stream.info().await.expect("info").state.consumer_count;
     assert_eq!(
         consumers, 0,

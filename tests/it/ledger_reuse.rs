@@ -2,7 +2,7 @@
 //! broker lost its store is a new request, and its hook runs.
 
 use flue_proto::{CreateDeployment, DeploymentStatus};
-use flue_tests::{Flue, WAIT, file_lines};
+use flue_tests::{Flue, file_lines};
 use serde_json::json;
 
 /// A script that appends `$tag` to `counter`, so the test can count hook runs and see
@@ -36,7 +36,7 @@ async fn reused_deployment_id_after_broker_state_loss_runs_the_new_request() {
     let counter = flue.path("counter");
     let script = counting_script(&counter);
     flue.script_config("c", &script, &["tag"], &[]).await;
-    let agent = flue.agent("s1", &[]).await;
+    let mut agent = flue.agent("s1", &[]).await;
 
     let first = deploy_job_1(&flue, "first").await;
     let done = flue.finished(&first.id).await;
@@ -48,11 +48,11 @@ async fn reused_deployment_id_after_broker_state_loss_runs_the_new_request() {
     let before = agent.logs().len();
     flue.nats.wipe_and_restart().await;
     flue.gateway.restart().await;
+    // Registered anew, the server has new keys: its agent restarts (same state dir, so
+    // the same ledger) with the credentials this registration handed out.
     flue.register("s1").await;
-    agent
-        .logs()
-        .wait_for_after(before, "agent ready", WAIT)
-        .await;
+    assert!(agent.terminate().await.success());
+    agent.restart().await;
     flue.script_config("c", &script, &["tag"], &[]).await;
 
     let second = deploy_job_1(&flue, "second").await;

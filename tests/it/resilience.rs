@@ -69,7 +69,9 @@ async fn gateway_killed_mid_run_loses_nothing() {
 
     // The gateway dies with all 20 queued; the agent answers while it is gone.
     flue.gateway.kill().await;
-    let _agent = flue.agent("s1", &[]).await;
+    // The credentials kept at registration: the gateway is down.
+    let agent = flue.spawn_agent_as_is("s1", "agent-s1", &[], &[]);
+    agent.ready().await;
     wait_until("all hooks to have run", WAIT, || {
         (file_lines(&counter).len() == 20).then_some(())
     })

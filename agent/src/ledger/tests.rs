@@ -44,15 +44,15 @@ async fn transitions_survive_reopening_the_database() {
         let ledger = Ledger::open(&path).expect("open");
         assert_eq!(ledger.get(&key("d1")).expect("get"), None);
         ledger
-            .record_started(&key("d1"), at, None)
+            .record_started(&key("d1"), at, None, None)
             .await
             .expect("started");
         ledger
-            .record_started(&key("d2"), at, None)
+            .record_started(&key("d2"), at, None, None)
             .await
             .expect("started");
         ledger
-            .record_done(&key("d2"), &result(), None)
+            .record_done(&key("d2"), &result(), None, None)
             .await
             .expect("done");
     }
@@ -62,14 +62,16 @@ async fn transitions_survive_reopening_the_database() {
         Some(Entry::Started {
             at: Some(at),
             hook: None,
-            digest: None
+            digest: None,
+            stream_seq: None,
         })
     );
     assert_eq!(
         ledger.get(&key("d2")).expect("get"),
         Some(Entry::Done {
             result: result(),
-            digest: None
+            digest: None,
+            stream_seq: None,
         })
     );
     assert_eq!(ledger.get(&key("d3")).expect("get"), None);
@@ -81,11 +83,11 @@ async fn a_new_request_reusing_a_deployment_id_does_not_see_the_old_entry() {
     let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
     let first = request_at("job-1", CREATED);
     ledger
-        .record_done(&LedgerKey::of_request(&first), &result(), None)
+        .record_done(&LedgerKey::of_request(&first), &result(), None, None)
         .await
         .expect("done");
     ledger
-        .record_started(&key("job-2"), CREATED, None)
+        .record_started(&key("job-2"), CREATED, None, None)
         .await
         .expect("started");
 
@@ -98,7 +100,8 @@ async fn a_new_request_reusing_a_deployment_id_does_not_see_the_old_entry() {
             .expect("get"),
         Some(Entry::Done {
             result: result(),
-            digest: None
+            digest: None,
+            stream_seq: None,
         })
     );
     // A later request with the same id (the broker lost its state) is new.
@@ -143,7 +146,7 @@ async fn record_done_at(ledger: &Ledger, name: &str, at: OffsetDateTime) {
         ..result()
     };
     ledger
-        .record_done(&key(name), &result, None)
+        .record_done(&key(name), &result, None, None)
         .await
         .expect("done");
 }
@@ -191,11 +194,11 @@ async fn started_and_unreadable_entries_are_kept_however_old() {
     let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
     let long_ago = OffsetDateTime::UNIX_EPOCH;
     ledger
-        .record_started(&key("s_old"), long_ago, None)
+        .record_started(&key("s_old"), long_ago, None, None)
         .await
         .expect("started");
     ledger
-        .record_started(&key("s_recent"), AFTER, None)
+        .record_started(&key("s_recent"), AFTER, None, None)
         .await
         .expect("started");
     ledger
@@ -209,7 +212,8 @@ async fn started_and_unreadable_entries_are_kept_however_old() {
         Some(Entry::Started {
             at: Some(long_ago),
             hook: None,
-            digest: None
+            digest: None,
+            stream_seq: None,
         })
     );
     assert_eq!(
@@ -217,7 +221,8 @@ async fn started_and_unreadable_entries_are_kept_however_old() {
         Some(Entry::Started {
             at: Some(AFTER),
             hook: None,
-            digest: None
+            digest: None,
+            stream_seq: None,
         })
     );
     assert_eq!(
@@ -225,7 +230,8 @@ async fn started_and_unreadable_entries_are_kept_however_old() {
         Some(Entry::Started {
             at: None,
             hook: None,
-            digest: None
+            digest: None,
+            stream_seq: None,
         })
     );
     assert_eq!(ledger.get(&key("done_old")).expect("get"), None);
@@ -252,7 +258,8 @@ async fn an_unreadable_entry_counts_as_interrupted() {
         Some(Entry::Started {
             at: None,
             hook: None,
-            digest: None
+            digest: None,
+            stream_seq: None,
         })
     );
 }
@@ -267,16 +274,16 @@ async fn a_started_entry_keeps_its_hook_process_and_old_entries_still_decode() {
         boot_id: "b00t".into(),
     };
     ledger
-        .record_started(&key("d1"), CREATED, None)
+        .record_started(&key("d1"), CREATED, None, None)
         .await
         .expect("started");
     assert_eq!(ledger.unfinished_hooks().expect("scan"), []);
     ledger
-        .record_hook(&key("d1"), CREATED, hook.clone(), None)
+        .record_hook(&key("d1"), CREATED, hook.clone(), None, None)
         .await
         .expect("hook");
     ledger
-        .record_started(&key("d2"), CREATED, None)
+        .record_started(&key("d2"), CREATED, None, None)
         .await
         .expect("started");
     assert_eq!(
@@ -284,7 +291,8 @@ async fn a_started_entry_keeps_its_hook_process_and_old_entries_still_decode() {
         Some(Entry::Started {
             at: Some(CREATED),
             hook: Some(hook.clone()),
-            digest: None
+            digest: None,
+            stream_seq: None,
         })
     );
     assert_eq!(
@@ -292,7 +300,7 @@ async fn a_started_entry_keeps_its_hook_process_and_old_entries_still_decode() {
         [(key("d1").to_string(), hook)]
     );
     ledger
-        .record_done(&key("d1"), &result(), None)
+        .record_done(&key("d1"), &result(), None, None)
         .await
         .expect("done");
     assert_eq!(ledger.unfinished_hooks().expect("scan"), []);
@@ -305,7 +313,8 @@ async fn a_started_entry_keeps_its_hook_process_and_old_entries_still_decode() {
         Entry::Started {
             at: Some(CREATED),
             hook: None,
-            digest: None
+            digest: None,
+            stream_seq: None,
         }
     );
 }
@@ -316,7 +325,7 @@ async fn entries_keep_the_digest_of_their_request_and_old_entries_still_read() {
     let ledger = Ledger::open(&dir.path().join("ledger")).expect("open");
     let digest = RequestDigest::of(b"request");
     ledger
-        .record_done(&key("d1"), &result(), Some(&digest))
+        .record_done(&key("d1"), &result(), Some(&digest), None)
         .await
         .expect("done");
     let entry = ledger.get(&key("d1")).expect("get").expect("entry");
@@ -331,7 +340,8 @@ async fn entries_keep_the_digest_of_their_request_and_old_entries_still_read() {
         ledger.get(&key("d2")).expect("get"),
         Some(Entry::Done {
             result: result(),
-            digest: None
+            digest: None,
+            stream_seq: None,
         })
     );
 }
@@ -350,11 +360,11 @@ async fn two_messages_with_one_request_identity_are_kept_apart() {
         "stable across redeliveries"
     );
     ledger
-        .record_done(&key("d1"), &result(), Some(&real))
+        .record_done(&key("d1"), &result(), Some(&real), None)
         .await
         .expect("done");
     ledger
-        .record_started(&apart, CREATED, Some(&forged))
+        .record_started(&apart, CREATED, Some(&forged), None)
         .await
         .expect("started");
     let first = ledger.get(&key("d1")).expect("get").expect("entry");

@@ -95,6 +95,10 @@ pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Ro
         )
         .route("/v1/servers/{id}/deployments", get(servers::deployments))
         .route(
+            "/v1/servers/{id}/credentials",
+            post(servers::rotate_credentials),
+        )
+        .route(
             "/v1/deployments",
             post(deployments::create).get(deployments::list),
         )

@@ -1,5 +1,6 @@
-//! `/v1/servers`: registration (which creates the server's request consumer), reads and
-//! deregistration; registering and deregistering are reported as server events.
+//! `/v1/servers`: registration (which creates the server's request consumer and mints its
+//! agent's credentials), credential rotation, reads and deregistration; registering and
+//! deregistering are reported as server events.
 
 use axum::Json;
 use axum::extract::State;
@@ -46,6 +47,8 @@ pub async fn register(
     let (status, server) = match service.store.create_server(&server).await? {
         None => {
             credentials = Some(minted.text);
+            // A server registered again after a deregistration has new keys.
+            service.signers.forget(tenant, &server.id);
             info!(server.id = %server.id, consumer, "server registered");
             service
                 .events
@@ -75,6 +78,41 @@ pub async fn register(
             credentials,
         }),
     ))
+}
+
+/// `POST /v1/servers/{id}/credentials`: mints new keys for a registered server, records
+/// their public halves in place of the old ones (compare-and-set) and returns the new
+/// credentials file, once, as `credentials` of a [`Registration`]. From then on answers
+/// signed with the old key are refused; the agent must be restarted with the new file.
+pub async fn rotate_credentials(
+    State(service): State<Service>,
+    PathId(id): PathId<ServerId>,
+) -> Result<Json<Registration>, ApiError> {
+    let tenant = &service.config.tenant;
+    known_server(&service, &id).await?;
+    let minted = credentials::mint(&service, &id)?;
+    let server = service
+        .store
+        .replace_server_keys(tenant, &id, &minted.keys)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("server {:?} not found", id.as_str())))?;
+    service.signers.forget(tenant, &id);
+    // P1: revoke old user key at the broker
+    info!(server.id = %id, "server credentials rotated");
+    let agent = AgentBootstrap {
+        nats_url: service.config.agent_nats_url(),
+        tenant: tenant.clone(),
+        server_id: id.clone(),
+        request_stream: subject::REQUEST_STREAM.to_owned(),
+        request_consumer: subject::request_consumer(tenant, &id),
+        response_subject: subject::response(tenant, &id),
+        inbox_prefix: subject::agent_inbox_prefix(tenant, &id),
+    };
+    Ok(Json(Registration {
+        server,
+        agent,
+        credentials: Some(minted.text),
+    }))
 }
 
 /// `GET /v1/servers`: every server of the tenant, oldest first.

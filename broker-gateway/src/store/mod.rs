@@ -135,6 +135,38 @@ impl Store {
         .await
     }
 
+    /// Replaces server `id`'s public keys with `keys` under compare-and-set (a
+    /// concurrent registration or rotation is re-read, then overwritten); returns the
+    /// stored server, or `None` when it is not registered.
+    pub async fn replace_server_keys(
+        &self,
+        tenant: &TenantId,
+        id: &ServerId,
+        keys: &flue_proto::ServerKeys,
+    ) -> Result<Option<Server>, StoreError> {
+        let key = key2(tenant, id);
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let Some((mut server, revision)) =
+                get::<Server>(&self.servers, SERVERS_BUCKET, key.clone()).await?
+            else {
+                return Ok(None);
+            };
+            server.keys = Some(keys.clone());
+            match self.servers.update(&key, encode(&server), revision).await {
+                Ok(_) => return Ok(Some(server)),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                Err(e) => {
+                    return Err(StoreError::Write {
+                        bucket: SERVERS_BUCKET,
+                        key,
+                        source: e.into(),
+                    });
+                }
+            }
+        }
+        Err(StoreError::Contention { key })
+    }
+
     /// Removes server `id`'s record and its entries in the deployment index (the
     /// deployment records stay). The index goes first, so that a removal interrupted
     /// half-way still finds the server and can be repeated.

@@ -302,6 +302,25 @@ pub enum ServerCommand {
         /// Print the agent's environment (FLUE_NATS_URL=… lines) instead of JSON.
         #[arg(long)]
         env: bool,
+        /// Write the agent's credentials file here (mode 0600); the gateway hands it out
+        /// only on the first registration.
+        #[arg(long)]
+        creds: Option<PathBuf>,
+        /// Overwrite the --creds file if it exists.
+        #[arg(long, requires = "creds")]
+        force: bool,
+    },
+    /// Mint new credentials for a registered server and write them (mode 0600); answers
+    /// signed with the old ones are refused from then on.
+    RotateCredentials {
+        /// Server id.
+        id: ServerId,
+        /// Where to write the new credentials file.
+        #[arg(long)]
+        creds: PathBuf,
+        /// Overwrite the file if it exists (the old credentials file, usually).
+        #[arg(long)]
+        force: bool,
     },
     /// List registered servers.
     List {

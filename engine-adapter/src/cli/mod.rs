@@ -2,6 +2,7 @@
 //! the commands, and how their results and errors are shown.
 
 mod args;
+mod creds;
 mod events;
 mod inputs;
 mod render;
@@ -57,6 +58,15 @@ pub enum CliError {
     /// A file named on the command line could not be read.
     #[error("cannot read {}", path.display())]
     Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// A file could not be written.
+    #[error("cannot write {}", path.display())]
+    Write {
         /// The file.
         path: PathBuf,
         /// Why.
@@ -194,17 +204,60 @@ async fn server(
     out: &mut impl Write,
 ) -> Result<(), CliError> {
     let text = match command {
-        ServerCommand::Register { id, name, env } => {
+        ServerCommand::Register {
+            id,
+            name,
+            env,
+            creds,
+            force,
+        } => {
+            if let Some(path) = &creds {
+                creds::check_writable(path, force)?;
+            }
             let body = RegisterServer {
                 id,
                 name: name.unwrap_or_default(),
             };
-            let registration = client.register_server(&body).await?;
-            if env {
-                render::agent_env(&registration)
-            } else {
-                render::pretty_json(&registration)
+            let mut registration = client.register_server(&body).await?;
+            // The secret goes to the file only, never to the terminal.
+            match (registration.credentials.take(), &creds) {
+                (Some(text), Some(path)) => creds::write(path, &text, force)?,
+                (Some(_), None) => eprintln!(
+                    "credentials were minted but not saved (no --creds FILE); get new ones with `flue server rotate-credentials {} --creds FILE`",
+                    registration.server.id
+                ),
+                (None, Some(path)) => eprintln!(
+                    "server {} was registered before: no new credentials; {} not written (use `flue server rotate-credentials`)",
+                    registration.server.id,
+                    path.display()
+                ),
+                (None, None) => {}
             }
+            match (env, &creds) {
+                // The agent reads FLUE_CREDS: the environment printed is then complete.
+                (true, Some(path)) => format!(
+                    "{}FLUE_CREDS={}\n",
+                    render::agent_env(&registration),
+                    std::path::absolute(path)
+                        .unwrap_or_else(|_| path.clone())
+                        .display()
+                ),
+                (true, None) => render::agent_env(&registration),
+                (false, _) => render::pretty_json(&registration),
+            }
+        }
+        ServerCommand::RotateCredentials { id, creds, force } => {
+            creds::check_writable(&creds, force)?;
+            let mut registration = client.rotate_server_credentials(&id).await?;
+            let text = registration
+                .credentials
+                .take()
+                .ok_or_else(|| CliError::Usage("the gateway returned no credentials".to_owned()))?;
+            creds::write(&creds, &text, force)?;
+            format!(
+                "new credentials of server {id} written to {}; restart its agent with them (the old ones are refused from now on)\n",
+                creds.display()
+            )
         }
         ServerCommand::List { json } => {
             let servers = client.list_servers().await?;

@@ -372,7 +372,9 @@ async fn answers_held_by_a_gateway_that_died_never_come_out_of_order() {
     let d = env.deploy("quick", "web", &[]).await;
     wait_event(&mut tap, &d.id, EventType::DeploymentQueued).await;
     env.gateway.kill().await;
-    let _agent = env.agent("web", &[]).await;
+    // The credentials kept at registration: the gateway is down.
+    let _agent = env.spawn_agent_as_is("web", "agent-web", &[], &[]);
+    _agent.ready().await;
     let client = env.nats.client().await;
     let js = jetstream::new(client.clone());
     let stream = js
@@ -582,7 +584,7 @@ async fn servers_report_registration_and_deregistration() {
     assert!(listed.is_empty(), "{listed:?}");
     // A new agent (fresh state) gets only what is queued from now on: the requests of
     // the first registration, done or expired, are gone with it.
-    let _agent = Agent::start(&env.nats.url(), "box", &env.path("agent-box-2"), &[]).await;
+    let _agent = env.agent_in("box", "agent-box-2", &[], &[]).await;
     let fresh = env.deploy("count", "box", &[("tag", "fresh")]).await;
     assert_eq!(
         env.finished(&fresh.id).await.status,

@@ -40,15 +40,8 @@ async fn tap(flue: &Flue) -> EventTap {
 }
 
 async fn start_agent(flue: &Flue, server: &str, flags: &[&str]) -> Agent {
-    let agent = Agent::spawn_with(
-        &flue.nats.url(),
-        server,
-        &flue.path(&format!("agent-{server}")),
-        &[],
-        flags,
-    );
-    agent.ready().await;
-    agent
+    flue.agent_in(server, &format!("agent-{server}"), &[], flags)
+        .await
 }
 
 async fn presence(flue: &Flue, server: &str) -> Presence {
@@ -172,14 +165,15 @@ async fn an_agent_replaced_while_online_is_reported_restarted() {
 #[tokio::test]
 async fn an_agent_started_before_registration_goes_online_once_registered() {
     let flue = Flue::start_with(FAST_GATEWAY).await;
+    // Credentials exist only for a registered server: register, keep them, and take the
+    // server away again, so that its agent starts while it is not registered.
+    flue.register("s").await;
+    flue.client()
+        .delete_server(&ServerId::new("s").expect("id"))
+        .await
+        .expect("deregister");
     let mut tap = tap(&flue).await;
-    let agent = Agent::spawn_with(
-        &flue.nats.url(),
-        "s",
-        &flue.path("agent-s"),
-        &[],
-        FAST_AGENT,
-    );
+    let agent = flue.spawn_agent_as_is("s", "agent-s", &[], FAST_AGENT);
     // Its heartbeats are ignored until then; it waits for its queue meanwhile.
     agent
         .logs()
@@ -316,13 +310,7 @@ async fn two_agents_with_one_server_id_do_not_make_it_flap() {
         })
         .await;
     // A second agent, with its own state dir, configured with the same server id.
-    let mut second = Agent::spawn_with(
-        &flue.nats.url(),
-        "s",
-        &flue.path("agent-s-twin"),
-        &[],
-        FAST_AGENT,
-    );
+    let mut second = flue.spawn_agent_as_is("s", "agent-s-twin", &[], FAST_AGENT);
     second.ready().await;
     let taken = tap
         .wait_for("the second agent online", WAIT, |e| {

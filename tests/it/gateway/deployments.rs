@@ -6,6 +6,7 @@ use async_nats::jetstream;
 use axum::http::{Method, StatusCode};
 use flue_gateway::store::Store;
 use flue_gateway::{Config, Gateway};
+use flue_proto::signing;
 use flue_proto::{
     AgentMessage, DeploymentId, DeploymentRequest, DeploymentResult, DeploymentStatus,
     PROTOCOL_VERSION, RequestDigest, ServerId, TenantId, subject,
@@ -43,29 +44,41 @@ async fn pull_request(js: &jetstream::Context) -> (DeploymentRequest, String) {
     )
 }
 
-async fn answer(js: &jetstream::Context, server: &str, message: &AgentMessage) {
+/// Publishes `message` on `server`'s response subject as its agent would: with its
+/// de-duplication id, signed with the server's user key.
+async fn answer(fx: &Fixture, js: &jetstream::Context, server: &str, message: &AgentMessage) {
     let id = message.msg_id(
         &TenantId::new("default").expect("id"),
         &ServerId::new(server).expect("id"),
     );
-    answer_with_id(js, server, message, &id).await;
+    answer_with_id(fx, js, server, message, &id).await;
 }
 
 async fn answer_with_id(
+    fx: &Fixture,
     js: &jetstream::Context,
     server: &str,
     message: &AgentMessage,
     msg_id: &str,
 ) {
-    let subject = subject::response(
-        &TenantId::new("default").expect("id"),
-        &ServerId::new(server).expect("id"),
-    );
+    let tenant = TenantId::new("default").expect("id");
+    let server_id = ServerId::new(server).expect("id");
+    let payload = serde_json::to_vec(message).expect("json");
+    let claims = signing::AnswerClaims {
+        v: signing::CLAIMS_VERSION,
+        tenant: tenant.clone(),
+        server: server_id.clone(),
+        digest: RequestDigest::of(&payload),
+        at: OffsetDateTime::now_utc(),
+    };
+    let signed = signing::sign(&claims, &fx.user_key(server)).expect("signs");
     js.send_publish(
-        subject,
+        subject::response(&tenant, &server_id),
         jetstream::message::PublishMessage::build()
-            .payload(serde_json::to_vec(message).expect("json").into())
-            .message_id(msg_id),
+            .payload(payload.into())
+            .message_id(msg_id)
+            .header(signing::ANSWER_CLAIMS_HEADER, signed.claims.as_str())
+            .header(signing::SIGNATURE_HEADER, signed.signature.as_str()),
     )
     .await
     .expect("publish")
@@ -175,21 +188,19 @@ async fn deployment_life_with_redaction_and_long_poll() {
         at: OffsetDateTime::now_utc(),
         request_digest: Some(request.digest()),
     };
-    let ((s, seen), ()) = tokio::join!(poll, answer(&js, "web1", &start));
+    let ((s, seen), ()) = tokio::join!(poll, answer(&fx, &js, "web1", &start));
     assert_eq!(
         (s, seen["status"].as_str()),
         (StatusCode::OK, Some("IN_PROGRESS"))
     );
 
     // Answers from another server are ignored; the owner's result is applied once.
-    let (s, _) = fx
-        .call(Method::POST, "/v1/servers", Some(json!({"id": "web2"})))
-        .await;
-    assert_eq!(s, StatusCode::CREATED);
+    assert_eq!(fx.register("web2").await, StatusCode::CREATED);
     // (Its own message id: the response stream de-duplicates ids across all subjects.)
     let spoof = finished(&js, "d1", DeploymentStatus::Failed).await;
-    answer_with_id(&js, "web2", &spoof, "web2-d1-finished").await;
+    answer_with_id(&fx, &js, "web2", &spoof, "web2-d1-finished").await;
     answer(
+        &fx,
         &js,
         "web1",
         &finished(&js, "d1", DeploymentStatus::Complete).await,
@@ -238,6 +249,7 @@ async fn unanswered_deployments_time_out() {
     // A late answer changes nothing.
     let js = fx.jetstream().await;
     answer(
+        &fx,
         &js,
         "web1",
         &finished(&js, "slow", DeploymentStatus::Complete).await,
@@ -265,7 +277,7 @@ async fn a_started_deployment_is_left_to_the_agent_past_its_expiry() {
         at: OffsetDateTime::now_utc(),
         request_digest: Some(request.digest()),
     };
-    answer(&js, "web1", &start).await;
+    answer(&fx, &js, "web1", &start).await;
     let (_, seen) = fx
         .call(
             Method::GET,
@@ -293,7 +305,7 @@ async fn a_started_deployment_is_left_to_the_agent_past_its_expiry() {
         result.status_reason = Some("timed out".into());
         result.outputs.clear();
     }
-    answer(&js, "web1", &killed).await;
+    answer(&fx, &js, "web1", &killed).await;
     let (_, done) = fx
         .call(Method::GET, "/v1/deployments/d1?wait_secs=20", None)
         .await;
@@ -386,6 +398,7 @@ async fn answers_are_applied_after_a_broker_restart() {
     fx.nats.restart().await;
     let js = fx.jetstream().await;
     answer(
+        &fx,
         &js,
         "web1",
         &finished(&js, "d1", DeploymentStatus::Complete).await,

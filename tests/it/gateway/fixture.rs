@@ -18,6 +18,9 @@ pub struct Fixture {
     /// One token per role, from the gateway's temp state dir.
     pub tokens: Tokens,
     state: tempfile::TempDir,
+    /// The user seed of each server registered through [`Fixture::register`]: the test
+    /// plays its agent, whose answers must be signed with it.
+    pub seeds: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl Fixture {
@@ -42,7 +45,29 @@ impl Fixture {
             nats,
             tokens,
             state,
+            seeds: Default::default(),
         }
+    }
+
+    /// Registers server `id`, keeping the user seed of the credentials it hands out.
+    pub async fn register(&self, id: &str) -> StatusCode {
+        let (s, body) = self
+            .call(Method::POST, "/v1/servers", Some(json!({"id": id})))
+            .await;
+        if let Some(text) = body["credentials"].as_str() {
+            let creds = flue_proto::creds::AgentCredentials::parse(text).expect("credentials");
+            self.seeds
+                .lock()
+                .expect("seeds")
+                .insert(id.to_owned(), creds.user.seed);
+        }
+        s
+    }
+
+    /// The user key of server `id`, registered through [`Fixture::register`].
+    pub fn user_key(&self, id: &str) -> nkeys::KeyPair {
+        let seeds = self.seeds.lock().expect("seeds");
+        nkeys::KeyPair::from_seed(seeds.get(id).expect("registered here")).expect("seed")
     }
 
     /// The gateway's state dir, for a second gateway with the same keys.
@@ -131,8 +156,5 @@ pub async fn config_and_server(fx: &Fixture) {
         .call(Method::POST, "/v1/configs", Some(script_config("c1")))
         .await;
     assert_eq!(s, StatusCode::CREATED);
-    let (s, _) = fx
-        .call(Method::POST, "/v1/servers", Some(json!({"id": "web1"})))
-        .await;
-    assert_eq!(s, StatusCode::CREATED);
+    assert_eq!(fx.register("web1").await, StatusCode::CREATED);
 }

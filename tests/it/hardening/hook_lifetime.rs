@@ -10,7 +10,7 @@ use async_nats::jetstream;
 use flue_agent::ledger::{Ledger, LedgerKey};
 use flue_agent::process::HookProcess;
 use flue_proto::{DeploymentRequest, DeploymentStatus, ServerId, TenantId, subject};
-use flue_tests::{Agent, Flue, WAIT, file_lines, wait_until};
+use flue_tests::{Flue, WAIT, file_lines, wait_until};
 
 /// How long a killed group may take to disappear from `/proc`: far below the hook's 25 s.
 const GONE_WITHIN: Duration = Duration::from_secs(10);
@@ -162,17 +162,17 @@ async fn at_start_the_agent_kills_a_hook_group_its_ledger_says_was_running_befor
         let key = LedgerKey::of_request(&req);
         let at = time::OffsetDateTime::now_utc();
         ledger
-            .record_started(&key, at, None)
+            .record_started(&key, at, None, None)
             .await
             .expect("started");
         let hook = HookProcess::of(pgid).expect("the survivor runs");
         ledger
-            .record_hook(&key, at, hook, None)
+            .record_hook(&key, at, hook, None, None)
             .await
             .expect("hook");
     }
 
-    let _agent = Agent::start(&flue.nats.url(), "s1", &state_dir, &[]).await;
+    let _agent = flue.agent_in("s1", "agent-s1", &[], &[]).await;
     let done = flue.finished(&d.id).await;
     assert_eq!(done.status, DeploymentStatus::Failed, "{done:?}");
     assert_eq!(done.status_reason.as_deref(), Some("interrupted"));

@@ -22,9 +22,7 @@ fn about(ty: EventType, server: &str) -> impl Fn(&CloudEvent) -> bool + '_ {
 }
 
 async fn start_agent(flue: &Flue, server: &str, state: &str) -> Agent {
-    let agent = Agent::spawn_with(&flue.nats.url(), server, &flue.path(state), &[], SLOW_AGENT);
-    agent.ready().await;
-    agent
+    flue.agent_in(server, state, &[], SLOW_AGENT).await
 }
 
 #[tokio::test]

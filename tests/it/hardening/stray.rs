@@ -1,8 +1,8 @@
-//! Stray messages on a server's request queue cannot decide a real deployment: an
-//! undecodable one is reported as rejected (a `server.request_rejected` event) and
-//! attributed to no deployment; a decodable forgery for a queued deployment runs (there
-//! are no signatures yet) but its answers carry the digest of the forged request, which
-//! does not match the record, so the real request still decides the deployment.
+//! Stray messages on a server's request queue cannot decide a real deployment: garbage is
+//! reported as rejected (a `server.request_rejected` event, code `unsigned`) and
+//! attributed to no deployment; a well-formed forgery for a queued deployment is refused
+//! before anything runs (it is not signed by the gateway), so the real request still
+//! decides the deployment. The signature cases one by one are in `security/signing.rs`.
 
 use async_nats::jetstream;
 use flue_proto::{
@@ -72,8 +72,7 @@ async fn stray_garbage_ahead_of_a_request_is_reported_and_decides_nothing() {
     assert_eq!(rejected.deployment, None, "attributed to a deployment");
     assert_eq!(rejected.data["server_id"], "s", "{}", rejected.data);
     assert_eq!(rejected.data["stream_seq"], seq, "{}", rejected.data);
-    let reason = rejected.data["reason"].as_str().unwrap_or_default();
-    assert!(reason.contains("unreadable request"), "{reason}");
+    assert_eq!(rejected.data["code"], "unsigned", "{}", rejected.data);
     tap.wait_for("victim completed", WAIT, |e| {
         about_deployment(&victim)(e) && e.ty == EventType::DeploymentCompleted
     })
@@ -97,12 +96,18 @@ async fn stray_garbage_ahead_of_a_request_is_reported_and_decides_nothing() {
 }
 
 #[tokio::test]
-async fn a_forged_request_for_a_queued_deployment_cannot_change_its_record() {
+async fn an_unsigned_forgery_for_a_queued_deployment_never_runs_nor_changes_its_record() {
     let flue = Flue::start().await;
     flue.register("s").await;
     flue.script_config("real", REAL, &[], &["result"]).await;
+    let marker = flue.path("forged-ran");
     let forged_config = flue
-        .script_config("forged", "echo forged; exit 3\n", &[], &[])
+        .script_config(
+            "forged",
+            &format!("touch '{}'; exit 3\n", marker.display()),
+            &[],
+            &[],
+        )
         .await;
     let now = OffsetDateTime::now_utc();
     let forged = DeploymentRequest {
@@ -120,20 +125,23 @@ async fn a_forged_request_for_a_queued_deployment_cannot_change_its_record() {
         created_at: now,
         expires_at: now + time::Duration::hours(1),
     };
+    let mut tap = EventTap::from_start(&flue.nats.client().await).await;
     // The forgery is ahead of the real request on the queue.
-    publish_on_queue(&flue, "s", serde_json::to_vec(&forged).expect("json")).await;
+    let seq = publish_on_queue(&flue, "s", serde_json::to_vec(&forged).expect("json")).await;
     let id = deploy_real(&flue, "d1").await;
 
-    let agent = flue.agent("s", &[]).await;
-    // The forgery ran (nothing can tell it from a real request before issue 10's
-    // signatures), and its answers reached the gateway, which refused them.
-    agent.logs().wait_for("exited with status 3", WAIT).await;
-    flue.gateway
-        .logs()
-        .wait_for("stray agent answer", WAIT)
+    let _agent = flue.agent("s", &[]).await;
+    let rejected = tap
+        .wait_for("the forgery rejected", WAIT, |e| {
+            e.ty == EventType::ServerRequestRejected && e.data["stream_seq"] == seq
+        })
         .await;
+    assert_eq!(rejected.data["code"], "unsigned", "{}", rejected.data);
     let done = flue.finished(&id).await;
     assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
     assert_eq!(done.outputs["result"], "real");
     assert!(!done.deploy_stdout.contains("forged"), "{done:?}");
+    // The agent handles one message at a time, in order: the forgery was settled before
+    // the real request ran, and its hook never did.
+    assert!(!marker.exists(), "the forged request's hook ran");
 }

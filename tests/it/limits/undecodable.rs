@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use bytes::Bytes;
+use flue_proto::creds::AgentCredentials;
+use flue_proto::signing;
 use flue_proto::{
-    AgentMessage, DeploymentId, DeploymentStatus, PROTOCOL_VERSION, SKIPPED_RECORDS_HEADER,
-    ServerId, TenantId, subject,
+    AgentMessage, DeploymentId, DeploymentStatus, PROTOCOL_VERSION, RequestDigest,
+    SKIPPED_RECORDS_HEADER, ServerId, TenantId, subject,
 };
 use flue_tests::{Flue, WAIT};
 use reqwest::StatusCode;
@@ -52,14 +54,27 @@ async fn an_undecodable_deployment_record_is_skipped_by_listings_and_its_answers
         at: OffsetDateTime::now_utc(),
         request_digest: None,
     };
-    js.publish(
-        subject::response(&tenant, &server),
-        serde_json::to_vec(&started).expect("ser").into(),
-    )
-    .await
-    .expect("publish")
-    .await
-    .expect("ack");
+    // Signed with the agent's key, as its agent would: it reaches the record.
+    let body = serde_json::to_vec(&started).expect("ser");
+    let creds = std::fs::read_to_string(flue.creds_path("s1")).expect("credentials");
+    let creds = AgentCredentials::parse(&creds).expect("credentials");
+    let claims = signing::AnswerClaims {
+        v: signing::CLAIMS_VERSION,
+        tenant: tenant.clone(),
+        server: server.clone(),
+        digest: RequestDigest::of(&body),
+        at: OffsetDateTime::now_utc(),
+    };
+    let key = nkeys::KeyPair::from_seed(&creds.user.seed).expect("seed");
+    let signed = signing::sign(&claims, &key).expect("signs");
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(signing::ANSWER_CLAIMS_HEADER, signed.claims.as_str());
+    headers.insert(signing::SIGNATURE_HEADER, signed.signature.as_str());
+    js.publish_with_headers(subject::response(&tenant, &server), headers, body.into())
+        .await
+        .expect("publish")
+        .await
+        .expect("ack");
 
     let base = flue.gateway.url().to_owned();
     let http = flue.http();
