@@ -16,7 +16,8 @@
 //! - [`waiters`]: long polls sharing one watch of the deployments;
 //! - [`serve`]: HTTP connections (bound, header timeout, graceful stop);
 //! - [`link`]: whether the broker connection is up;
-//! - [`state`]: the state directory and the keys only the gateway holds.
+//! - [`state`]: the state directory and the keys only the gateway holds;
+//! - [`natsauth`]: broker authentication (operator, accounts, users) and `flue-gateway init`.
 
 pub mod api;
 pub mod broker;
@@ -27,6 +28,7 @@ pub mod events;
 pub mod fit;
 pub mod link;
 pub mod listen;
+pub mod natsauth;
 pub mod presence;
 pub mod record;
 pub mod responses;

@@ -5,6 +5,7 @@
 //! - [`config`], [`deployment`], [`server`], [`stack`]: the JSON bodies of the HTTP API and of
 //!   the messages on the request and response queues;
 //! - [`creds`]: NATS `.creds` files and the agent's credentials bundle;
+//! - [`jsapi`]: NATS's own subjects (JetStream API, KV, claim updates) broker permissions name;
 //! - [`digest`]: the digest tying an agent's answer to the exact request it answers;
 //! - [`event`]: lifecycle events (CloudEvents), their subjects and filters, heartbeats;
 //! - [`webhook`]: webhook subscriptions;
@@ -16,6 +17,7 @@ pub mod deployment;
 pub mod digest;
 pub mod event;
 pub mod ids;
+pub mod jsapi;
 pub mod limits;
 pub mod nats_url;
 pub mod output;

@@ -9,6 +9,7 @@ mod events;
 mod fixture;
 mod logs;
 mod procs;
+mod secure;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,6 +19,7 @@ pub use events::EventTap;
 pub use fixture::Flue;
 pub use logs::Logs;
 pub use procs::{Agent, Gateway, Nats};
+pub use secure::{NatsProcess, REFUSED_WAIT, SecureNats, admin, connect_options};
 
 /// Upper bound for any single wait in a test; generous because CI machines are shared.
 pub const WAIT: Duration = Duration::from_secs(60);

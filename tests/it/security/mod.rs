@@ -1,0 +1,55 @@
+//! Security: what the broker and the gateway refuse, against real processes.
+
+mod broker_agent;
+mod broker_auth;
+mod broker_leaf;
+
+use std::sync::{Arc, Mutex};
+
+use flue_proto::creds::UserCreds;
+use flue_tests::{SecureNats, WAIT, connect_options};
+use futures_util::StreamExt as _;
+
+/// What the broker told a client it refused (`-ERR 'Permissions Violation …'` and others).
+pub type Refusals = Arc<Mutex<Vec<String>>>;
+
+/// Connects as `creds` (with `inbox` as its inbox prefix, when given) and collects the
+/// errors the broker sends it: a refused publish returns `Ok` and a refused JetStream call
+/// only times out, so these are how a test knows the broker, not chance, refused it.
+pub async fn refusals(
+    secure: &SecureNats,
+    creds: &UserCreds,
+    inbox: Option<String>,
+) -> (async_nats::Client, Refusals) {
+    let errors: Refusals = Arc::default();
+    let sink = errors.clone();
+    let mut options = connect_options(creds).event_callback(move |event| {
+        let sink = sink.clone();
+        async move {
+            sink.lock().expect("lock").push(event.to_string());
+        }
+    });
+    if let Some(inbox) = inbox {
+        options = options.custom_inbox_prefix(inbox);
+    }
+    let client = options
+        .connect(secure.nats.url())
+        .await
+        .expect("minted user connects");
+    (client, errors)
+}
+
+/// The subjects `sub` received up to and including `marker` (bounded by [`WAIT`]).
+pub async fn wait_for_marker(sub: &mut async_nats::Subscriber, marker: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    loop {
+        let msg = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .unwrap_or_else(|_| panic!("no {marker} within {WAIT:?}; saw {seen:?}"))
+            .expect("subscription open");
+        if msg.subject.as_str() == marker {
+            return seen;
+        }
+        seen.push(msg.subject.to_string());
+    }
+}
