@@ -57,6 +57,17 @@ impl NatsProcess {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
+    /// Makes the server read its configuration file again (SIGHUP).
+    pub fn reload(&self) {
+        let pid = self.child.id().expect("nats-server running");
+        let ok = std::process::Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill -HUP {pid} failed");
+    }
+
     /// What the server printed.
     pub fn logs(&self) -> &Logs {
         &self.logs
@@ -144,7 +155,10 @@ impl SecureNats {
     /// A connection of a fresh system account user (pushes account JWTs).
     pub async fn system(&self) -> async_nats::Client {
         let creds = self.auth.system_creds().expect("system user");
-        self.nats.connect(&creds).await.expect("system user connects")
+        self.nats
+            .connect(&creds)
+            .await
+            .expect("system user connects")
     }
 
     /// Connections of fresh gateway users of `tenant`: its tenant account, its events account.
@@ -154,7 +168,10 @@ impl SecureNats {
             .gateway_creds(&tenant.parse().expect("tenant id"))
             .expect("gateway users");
         (
-            self.nats.connect(&main).await.expect("gateway user connects"),
+            self.nats
+                .connect(&main)
+                .await
+                .expect("gateway user connects"),
             self.nats
                 .connect(&events)
                 .await

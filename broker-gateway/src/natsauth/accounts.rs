@@ -100,7 +100,9 @@ pub fn jwt_file(
 /// The directory of `tenant`'s accounts (0700, made when missing).
 pub fn tenant_dir(root: &Path, tenant: &TenantId) -> Result<StateDir, NatsAuthError> {
     StateDir::open(&root.join(ACCOUNTS_DIR))?;
-    Ok(StateDir::open(&root.join(ACCOUNTS_DIR).join(tenant.as_str()))?)
+    Ok(StateDir::open(
+        &root.join(ACCOUNTS_DIR).join(tenant.as_str()),
+    )?)
 }
 
 /// The tenants that have accounts, sorted.

@@ -123,8 +123,13 @@ pub fn run(admin: Admin) -> Result<(), NatsAuthError> {
         }
         Admin::LeafConfig(args) => {
             let auth = NatsAuth::open(&args.state_dir)?;
-            let conf =
-                auth.write_leaf_conf(&args.tenant, &args.listen, &args.hub, args.tls_ca, &args.out)?;
+            let conf = auth.write_leaf_conf(
+                &args.tenant,
+                &args.listen,
+                &args.hub,
+                args.tls_ca,
+                &args.out,
+            )?;
             println!("leaf node configuration {}", conf.display());
         }
     }

@@ -120,7 +120,8 @@ pub struct LeafSettings {
 }
 
 /// A leaf node's configuration: operator mode with the hub's operator, a memory resolver
-/// holding only the tenant's account (so only that tenant's users connect), one remote to
+/// holding only the tenant's account and the system account it requires (so only that
+/// tenant's users connect), one remote to
 /// the hub bound to that account.
 pub fn leaf(settings: &LeafSettings, trust: &Trust<'_>) -> String {
     let mut out = String::from(

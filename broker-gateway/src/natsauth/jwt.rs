@@ -401,10 +401,7 @@ mod tests {
             decode::<User>(&forged),
             Err(JwtError::BadSignature)
         ));
-        assert!(matches!(
-            decode::<User>("a.b"),
-            Err(JwtError::Malformed(_))
-        ));
+        assert!(matches!(decode::<User>("a.b"), Err(JwtError::Malformed(_))));
     }
 
     #[test]

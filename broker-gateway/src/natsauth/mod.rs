@@ -242,7 +242,12 @@ impl NatsAuth {
         let trust = Trust {
             operator_jwt: &self.operator_jwt,
             system_account: &self.system.public_key(),
-            accounts: vec![(account.key.public_key(), account.jwt)],
+            // nats-server refuses to start without the operator's system account; its
+            // JWT is public and no user of it is bound to the hub through this leaf.
+            accounts: vec![
+                (self.system.public_key(), self.system_jwt.to_string()),
+                (account.key.public_key(), account.jwt),
+            ],
         };
         dir.write_secret(LEAF_CONF, &broker_conf::leaf(&settings, &trust))?;
         Ok(dir.path().join(LEAF_CONF))

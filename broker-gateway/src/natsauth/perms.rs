@@ -78,7 +78,9 @@ mod tests {
     fn an_agent_gets_only_its_own_subjects() {
         let perms = agent(&id("acme"), &id("web1"), &[id("st")]);
         let publish = &perms.publish.allow;
-        assert!(publish.contains(&"$JS.flue.API.CONSUMER.MSG.NEXT.FLUE_REQ.req-4-acme-web1".into()));
+        assert!(
+            publish.contains(&"$JS.flue.API.CONSUMER.MSG.NEXT.FLUE_REQ.req-4-acme-web1".into())
+        );
         assert!(publish.contains(&"$JS.ACK.FLUE_REQ.req-4-acme-web1.>".into()));
         assert!(publish.contains(&"flue.acme.resp.web1".into()));
         assert!(publish.contains(&"$KV.flue_data.acme.st.>".into()));
@@ -106,11 +108,7 @@ mod tests {
     fn a_listener_publishes_no_flue_subject() {
         let perms = listener(&id("acme"));
         assert!(
-            perms
-                .publish
-                .allow
-                .iter()
-                .all(|s| s.starts_with("$JS.")),
+            perms.publish.allow.iter().all(|s| s.starts_with("$JS.")),
             "{:?}",
             perms.publish.allow
         );

@@ -26,12 +26,20 @@ async fn anonymous_and_foreign_users_are_refused_at_connect() {
     // A user signed by an account the operator never signed.
     let stranger = KeyPair::new_account();
     let user = KeyPair::new_user();
-    let mut claims = Claims::new(user.public_key(), "stranger", User::new(Permissions::default()));
+    let mut claims = Claims::new(
+        user.public_key(),
+        "stranger",
+        User::new(Permissions::default()),
+    );
     let creds = UserCreds {
         jwt: jwt::encode(&stranger, &mut claims, 1).expect("encodes"),
         seed: user.seed().expect("seed"),
     };
-    let e = secure.nats.connect(&creds).await.expect_err("foreign user refused");
+    let e = secure
+        .nats
+        .connect(&creds)
+        .await
+        .expect_err("foreign user refused");
     assert!(e.to_lowercase().contains("authorization"), "{e}");
 
     // The real proof of the encoder: a user it signed for a known account gets in.
@@ -50,8 +58,14 @@ async fn a_tenants_gateway_user_never_reaches_another_tenants_streams_or_subject
         ..Default::default()
     };
     // Both accounts hold a stream of the same name over the same subjects.
-    alpha_js.create_stream(config()).await.expect("alpha's stream");
-    beta_js.create_stream(config()).await.expect("beta's stream");
+    alpha_js
+        .create_stream(config())
+        .await
+        .expect("alpha's stream");
+    beta_js
+        .create_stream(config())
+        .await
+        .expect("beta's stream");
 
     let mut everything = alpha.subscribe(">").await.expect("alpha subscribes to >");
     alpha.flush().await.expect("flush");
@@ -61,9 +75,12 @@ async fn a_tenants_gateway_user_never_reaches_another_tenants_streams_or_subject
         .expect("publish")
         .await
         .expect("beta's request stored");
-    beta.publish("flue.alpha.req.web1", Bytes::from_static(b"beta writes alpha's name"))
-        .await
-        .expect("publish");
+    beta.publish(
+        "flue.alpha.req.web1",
+        Bytes::from_static(b"beta writes alpha's name"),
+    )
+    .await
+    .expect("publish");
     beta.flush().await.expect("flush");
     // Whatever crossed would reach alpha's `>` before alpha's own later message.
     alpha
@@ -72,7 +89,8 @@ async fn a_tenants_gateway_user_never_reaches_another_tenants_streams_or_subject
         .expect("publish");
     let seen = wait_for_marker(&mut everything, "alpha.marker").await;
     assert!(
-        seen.iter().all(|s| !s.contains("beta") && !s.starts_with("flue.")),
+        seen.iter()
+            .all(|s| !s.contains("beta") && !s.starts_with("flue.")),
         "alpha saw {seen:?}"
     );
     let alpha_stream = alpha_js
@@ -85,8 +103,18 @@ async fn a_tenants_gateway_user_never_reaches_another_tenants_streams_or_subject
         .state
         .messages;
     assert_eq!(alpha_stream, 0, "beta's messages landed in alpha's stream");
-    let names: Vec<String> = alpha_js.stream_names().collect::<Vec<_>>().await.into_iter().map(|n| n.expect("name")).collect();
-    assert_eq!(names, [subject::REQUEST_STREAM], "alpha lists only its own stream");
+    let names: Vec<String> = alpha_js
+        .stream_names()
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .map(|n| n.expect("name"))
+        .collect();
+    assert_eq!(
+        names,
+        [subject::REQUEST_STREAM],
+        "alpha lists only its own stream"
+    );
     let beta_stream = beta_js
         .get_stream(subject::REQUEST_STREAM)
         .await
@@ -96,7 +124,10 @@ async fn a_tenants_gateway_user_never_reaches_another_tenants_streams_or_subject
         .expect("info")
         .state
         .messages;
-    assert_eq!(beta_stream, 2, "what beta published stays in beta's own stream");
+    assert_eq!(
+        beta_stream, 2,
+        "what beta published stays in beta's own stream"
+    );
 }
 
 /// Events of `tenant` in its events account: the stream and two events.
@@ -111,11 +142,14 @@ async fn tenant_events(secure: &SecureNats, tenant: &str) -> async_nats::Client 
     .await
     .expect("event stream");
     for n in 1..=2 {
-        js.publish(format!("flue.{tenant}.evt.server.~.web1.n{n}"), Bytes::from(format!("{tenant} event {n}")))
-            .await
-            .expect("publish")
-            .await
-            .expect("event stored");
+        js.publish(
+            format!("flue.{tenant}.evt.server.~.web1.n{n}"),
+            Bytes::from(format!("{tenant} event {n}")),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("event stored");
     }
     events
 }
@@ -126,12 +160,18 @@ async fn a_listener_replays_its_tenants_events_and_can_do_nothing_else() {
     let alpha_events = tenant_events(&secure, "alpha").await;
     let _beta_events = tenant_events(&secure, "beta").await;
     let (alpha_main, _) = secure.gateway("alpha").await;
-    let creds = secure.auth.listener_creds(&"alpha".parse().expect("id")).expect("listener");
+    let creds = secure
+        .auth
+        .listener_creds(&"alpha".parse().expect("id"))
+        .expect("listener");
     let (listener, errors) = refusals(&secure, &creds, None).await;
     let js = jetstream::with_domain(listener.clone(), JS_DOMAIN);
 
     // Replay from the start with an ordered consumer.
-    let stream = js.get_stream(EVENT_STREAM).await.expect("listener reads the stream info");
+    let stream = js
+        .get_stream(EVENT_STREAM)
+        .await
+        .expect("listener reads the stream info");
     let replay = stream
         .create_consumer(consumer::pull::OrderedConfig {
             deliver_policy: consumer::DeliverPolicy::All,
@@ -156,18 +196,30 @@ async fn a_listener_replays_its_tenants_events_and_can_do_nothing_else() {
 
     // It cannot publish an event, through JetStream or core NATS.
     let forged = js
-        .publish("flue.alpha.evt.server.~.web1.forged", Bytes::from_static(b"forged"))
+        .publish(
+            "flue.alpha.evt.server.~.web1.forged",
+            Bytes::from_static(b"forged"),
+        )
         .await;
     if let Ok(ack) = forged {
         assert!(ack.await.is_err(), "a listener's event was stored");
     }
     listener
-        .publish("flue.alpha.evt.server.~.web1.forged2", Bytes::from_static(b"forged"))
+        .publish(
+            "flue.alpha.evt.server.~.web1.forged2",
+            Bytes::from_static(b"forged"),
+        )
         .await
         .expect("core publish returns ok even when denied");
     // Nor subscribe to the tenant account's subjects (a different account entirely).
-    let mut requests = listener.subscribe("flue.alpha.req.>").await.expect("subscribe call");
-    let mut marker = listener.subscribe("_INBOX.marker").await.expect("allowed sub");
+    let mut requests = listener
+        .subscribe("flue.alpha.req.>")
+        .await
+        .expect("subscribe call");
+    let mut marker = listener
+        .subscribe("_INBOX.marker")
+        .await
+        .expect("allowed sub");
     listener.flush().await.expect("flush");
     alpha_main
         .publish("flue.alpha.req.web1", Bytes::from_static(b"a request"))
@@ -197,8 +249,16 @@ async fn a_listener_replays_its_tenants_events_and_can_do_nothing_else() {
         .messages;
     assert_eq!(stored, 2, "nothing the listener published was stored");
     let errors = errors.lock().expect("lock").join("\n");
-    assert!(errors.contains("Permissions Violation for Publish to \"flue.alpha.evt.server.~.web1.forged2\""), "{errors}");
-    assert!(errors.contains("Permissions Violation for Subscription to \"flue.alpha.req.>\""), "{errors}");
+    assert!(
+        errors.contains(
+            "Permissions Violation for Publish to \"flue.alpha.evt.server.~.web1.forged2\""
+        ),
+        "{errors}"
+    );
+    assert!(
+        errors.contains("Permissions Violation for Subscription to \"flue.alpha.req.>\""),
+        "{errors}"
+    );
 }
 
 #[tokio::test]
@@ -218,9 +278,16 @@ async fn init_keeps_its_keys_and_writes_only_private_files() {
         "an existing account is kept"
     );
     let rewritten = std::fs::read_to_string(state.join("broker/nats-server.conf")).expect("conf");
-    assert!(rewritten.len() > conf.len(), "the new tenant's accounts are preloaded");
+    assert!(
+        rewritten.len() > conf.len(),
+        "the new tenant's accounts are preloaded"
+    );
     for entry in walk(&state) {
-        let mode = std::fs::metadata(&entry).expect("meta").permissions().mode() & 0o777;
+        let mode = std::fs::metadata(&entry)
+            .expect("meta")
+            .permissions()
+            .mode()
+            & 0o777;
         let expected = if entry.is_dir() { 0o700 } else { 0o600 };
         assert_eq!(mode, expected, "{}", entry.display());
     }

@@ -21,6 +21,15 @@ pub async fn refusals(
     creds: &UserCreds,
     inbox: Option<String>,
 ) -> (async_nats::Client, Refusals) {
+    refusals_at(&secure.nats.url(), creds, inbox).await
+}
+
+/// [`refusals`] on the broker at `url` (a leaf node).
+pub async fn refusals_at(
+    url: &str,
+    creds: &UserCreds,
+    inbox: Option<String>,
+) -> (async_nats::Client, Refusals) {
     let errors: Refusals = Arc::default();
     let sink = errors.clone();
     let mut options = connect_options(creds).event_callback(move |event| {
@@ -32,10 +41,7 @@ pub async fn refusals(
     if let Some(inbox) = inbox {
         options = options.custom_inbox_prefix(inbox);
     }
-    let client = options
-        .connect(secure.nats.url())
-        .await
-        .expect("minted user connects");
+    let client = options.connect(url).await.expect("minted user connects");
     (client, errors)
 }
 
