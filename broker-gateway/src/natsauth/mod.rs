@@ -101,10 +101,10 @@ impl NatsAuth {
 
     /// Opens a state directory `init` has set up.
     pub fn open(root: &Path) -> Result<Self, NatsAuthError> {
-        let state = StateDir::open(root)?;
         if !root.join(OPERATOR_KEY).exists() {
             return Err(NatsAuthError::NotInitialised(root.to_owned()));
         }
+        let state = StateDir::open(root)?;
         let missing = || Err("missing: run `flue-gateway init`".to_owned());
         let operator = accounts::key(&state, OPERATOR_KEY, KeyPair::new_operator)?;
         let system = accounts::key(&state, SYSTEM_KEY, KeyPair::new_account)?;
