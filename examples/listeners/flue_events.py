@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """Flue's lifecycle events with a plain NATS client (nats-py), no Flue code involved.
 
-    pip install nats-py==2.16.0
+    pip install 'nats-py[nkeys]==2.16.0'
     python3 flue_events.py nats://127.0.0.1:4222 default                 # live, from now on
     python3 flue_events.py nats://127.0.0.1:4222 default --seq 1         # replay from sequence 1
     python3 flue_events.py nats://127.0.0.1:4222 default --since 2026-11-21T10:00:00Z
     python3 flue_events.py ... --subject 'flue.default.evt.*.*.web1.>'   # one server only
     python3 flue_events.py ... --seq 1 --idle 2                          # stop after 2 s of quiet
+    python3 flue_events.py ... --creds listener.creds --domain flue      # a secured broker
+
+On a secured broker (operator mode, `flue-gateway init`) connect with a listener's
+credentials: a user of the tenant's events account that may read and replay that tenant's
+events and nothing else. Address the hub's JetStream domain (`flue`), which also works behind
+a leaf node.
 
 Each line printed: the stream sequence, the CloudEvent type, its subject and id. Events
 live in the JetStream stream FLUE_EVT on subjects
@@ -32,6 +38,8 @@ async def main() -> None:
     start.add_argument("--seq", type=int, help="replay from this stream sequence")
     start.add_argument("--since", help="replay from this RFC 3339 time")
     p.add_argument("--idle", type=float, help="exit after this many seconds without an event")
+    p.add_argument("--creds", help="listener credentials file (.creds) for a secured broker")
+    p.add_argument("--domain", help="JetStream domain of the hub broker (flue on a secured one)")
     args = p.parse_args()
 
     if args.seq is not None:
@@ -42,8 +50,8 @@ async def main() -> None:
     else:
         config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
 
-    nc = await nats.connect(args.url)
-    js = nc.jetstream()
+    nc = await nats.connect(args.url, user_credentials=args.creds)
+    js = nc.jetstream(domain=args.domain)
     subject = args.subject or f"flue.{args.tenant}.evt.>"
     sub = await js.subscribe(subject, ordered_consumer=True, config=config)
     try:

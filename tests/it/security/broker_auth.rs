@@ -1,21 +1,19 @@
 //! Broker authentication against a real nats-server in operator mode, configured by
-//! `flue-gateway init`: no anonymous clients, tenants isolated by accounts, listeners
-//! confined to their tenant's events, `init` idempotent. Agents: `broker_agent.rs`.
+//! `flue-gateway init`: no anonymous clients, tenants isolated by accounts, `init`
+//! idempotent. Agents: `broker_agent.rs`; listeners: `broker_listener.rs`.
 
 use std::os::unix::fs::PermissionsExt as _;
 
-use async_nats::jetstream::{self, consumer, stream};
+use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
 use flue_gateway::natsauth::jwt::{self, Claims, Permissions, User};
 use flue_proto::creds::UserCreds;
-use flue_proto::event::EVENT_STREAM;
-use flue_proto::jsapi::JS_DOMAIN;
 use flue_proto::subject;
-use flue_tests::{SecureNats, WAIT, admin};
+use flue_tests::{SecureNats, admin};
 use futures_util::StreamExt as _;
 use nkeys::KeyPair;
 
-use super::{refusals, wait_for_marker};
+use super::wait_for_marker;
 
 #[tokio::test]
 async fn anonymous_and_foreign_users_are_refused_at_connect() {
@@ -130,135 +128,70 @@ async fn a_tenants_gateway_user_never_reaches_another_tenants_streams_or_subject
     );
 }
 
-/// Events of `tenant` in its events account: the stream and two events.
-async fn tenant_events(secure: &SecureNats, tenant: &str) -> async_nats::Client {
-    let (_, events) = secure.gateway(tenant).await;
-    let js = jetstream::new(events.clone());
-    js.create_stream(stream::Config {
-        name: EVENT_STREAM.to_owned(),
-        subjects: vec![flue_proto::event::EVENT_SUBJECTS.to_owned()],
-        ..Default::default()
-    })
-    .await
-    .expect("event stream");
-    for n in 1..=2 {
-        js.publish(
-            format!("flue.{tenant}.evt.server.~.web1.n{n}"),
-            Bytes::from(format!("{tenant} event {n}")),
-        )
-        .await
-        .expect("publish")
-        .await
-        .expect("event stored");
-    }
-    events
-}
-
 #[tokio::test]
-async fn a_listener_replays_its_tenants_events_and_can_do_nothing_else() {
-    let secure = SecureNats::start(&["alpha", "beta"], None).await;
-    let alpha_events = tenant_events(&secure, "alpha").await;
-    let _beta_events = tenant_events(&secure, "beta").await;
-    let (alpha_main, _) = secure.gateway("alpha").await;
-    let creds = secure
+async fn a_tenant_created_at_run_time_is_pushed_to_the_running_broker() {
+    let secure = SecureNats::start(&["acme"], None).await;
+    let late: flue_proto::TenantId = "late".parse().expect("id");
+    // Not in the broker's preload, so the broker does not know it yet.
+    let system = secure.system().await;
+    secure
         .auth
-        .listener_creds(&"alpha".parse().expect("id"))
-        .expect("listener");
-    let (listener, errors) = refusals(&secure, &creds, None).await;
-    let js = jetstream::with_domain(listener.clone(), JS_DOMAIN);
-
-    // Replay from the start with an ordered consumer.
-    let stream = js
-        .get_stream(EVENT_STREAM)
+        .create_tenant(&late, &system)
         .await
-        .expect("listener reads the stream info");
-    let replay = stream
-        .create_consumer(consumer::pull::OrderedConfig {
-            deliver_policy: consumer::DeliverPolicy::All,
+        .expect("created and pushed");
+    let (main, events) = secure.gateway("late").await;
+    jetstream::new(main)
+        .create_stream(stream::Config {
+            name: subject::REQUEST_STREAM.to_owned(),
+            subjects: vec![subject::REQUEST_SUBJECTS.to_owned()],
             ..Default::default()
         })
         .await
-        .expect("listener creates an ordered consumer");
-    let mut messages = replay.messages().await.expect("messages");
-    let mut payloads = Vec::new();
-    while payloads.len() < 2 {
-        let msg = tokio::time::timeout(WAIT, messages.next())
-            .await
-            .expect("replayed in time")
-            .expect("a message")
-            .expect("no error");
-        payloads.push(String::from_utf8_lossy(&msg.payload).into_owned());
-    }
-    assert_eq!(payloads, ["alpha event 1", "alpha event 2"]);
-    // A message get by sequence also works (the gateway's FLUE_EVT has no direct get).
-    let first = stream.get_raw_message(1).await.expect("message get");
-    assert_eq!(&first.payload[..], b"alpha event 1");
+        .expect("the new tenant account has JetStream");
+    events
+        .flush()
+        .await
+        .expect("the events account user is connected");
+    let tenants = secure.auth.tenants().expect("tenants");
+    assert_eq!(tenants, ["acme".parse().expect("id"), late]);
+}
 
-    // It cannot publish an event, through JetStream or core NATS.
-    let forged = js
-        .publish(
-            "flue.alpha.evt.server.~.web1.forged",
-            Bytes::from_static(b"forged"),
-        )
-        .await;
-    if let Ok(ack) = forged {
-        assert!(ack.await.is_err(), "a listener's event was stored");
-    }
-    listener
-        .publish(
-            "flue.alpha.evt.server.~.web1.forged2",
-            Bytes::from_static(b"forged"),
-        )
+#[tokio::test]
+async fn an_account_jwt_the_broker_refuses_is_reported_and_another_operators_account_admits_no_one()
+{
+    let secure = SecureNats::start(&["acme"], None).await;
+    let system = secure.system().await;
+    let e = flue_gateway::natsauth::push::push(&system, "not a jwt")
         .await
-        .expect("core publish returns ok even when denied");
-    // Nor subscribe to the tenant account's subjects (a different account entirely).
-    let mut requests = listener
-        .subscribe("flue.alpha.req.>")
-        .await
-        .expect("subscribe call");
-    let mut marker = listener
-        .subscribe("_INBOX.marker")
-        .await
-        .expect("allowed sub");
-    listener.flush().await.expect("flush");
-    alpha_main
-        .publish("flue.alpha.req.web1", Bytes::from_static(b"a request"))
-        .await
-        .expect("publish");
-    alpha_main.flush().await.expect("flush");
-    alpha_events
-        .publish("_INBOX.marker", Bytes::from_static(b"m"))
-        .await
-        .expect("publish");
-    alpha_events.flush().await.expect("flush");
-    if tokio::time::timeout(WAIT, marker.next()).await.is_err() {
-        panic!("no marker; refused: {:?}", errors.lock().expect("lock"));
-    }
+        .expect_err("refused");
     assert!(
-        futures_util::FutureExt::now_or_never(requests.next()).is_none(),
-        "the listener received a tenant-account message"
+        matches!(e, flue_gateway::natsauth::push::PushError::Refused { .. }),
+        "{e}"
     );
-    let stored = jetstream::new(alpha_events.clone())
-        .get_stream(EVENT_STREAM)
+
+    // An account JWT signed by another operator: nats-server 2.15 answers "jwt updated" (its
+    // resolver stores what it is sent), but it never admits a user of that account.
+    let stranger = KeyPair::new_operator();
+    let account = KeyPair::new_account();
+    let mut claims = Claims::new(
+        account.public_key(),
+        "intruder",
+        jwt::Account::new(jwt::AccountLimits::unlimited_with_jetstream()),
+    );
+    let forged = jwt::encode(&stranger, &mut claims, 1).expect("encodes");
+    let _ = flue_gateway::natsauth::push::push(&system, &forged).await;
+    let user = KeyPair::new_user();
+    let mut claims = Claims::new(user.public_key(), "u", User::new(Permissions::default()));
+    let creds = UserCreds {
+        jwt: jwt::encode(&account, &mut claims, 1).expect("encodes"),
+        seed: user.seed().expect("seed"),
+    };
+    let e = secure
+        .nats
+        .connect(&creds)
         .await
-        .expect("stream")
-        .info()
-        .await
-        .expect("info")
-        .state
-        .messages;
-    assert_eq!(stored, 2, "nothing the listener published was stored");
-    let errors = errors.lock().expect("lock").join("\n");
-    assert!(
-        errors.contains(
-            "Permissions Violation for Publish to \"flue.alpha.evt.server.~.web1.forged2\""
-        ),
-        "{errors}"
-    );
-    assert!(
-        errors.contains("Permissions Violation for Subscription to \"flue.alpha.req.>\""),
-        "{errors}"
-    );
+        .expect_err("a user of the forged account is refused");
+    assert!(e.to_lowercase().contains("authorization"), "{e}");
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 mod broker_agent;
 mod broker_auth;
 mod broker_leaf;
+mod broker_listener;
 
 use std::sync::{Arc, Mutex};
 
