@@ -48,10 +48,10 @@ pub fn consumer_create(stream: &str) -> Vec<String> {
     subjects
 }
 
-/// Reading, pulling from and deleting any consumer of `stream` (ordered consumers
-/// re-create themselves under new names).
+/// Reading and pulling from any consumer of `stream` (ordered consumers re-create
+/// themselves under new names).
 pub fn any_consumer_of(stream: &str) -> Vec<String> {
-    ["INFO", "MSG.NEXT", "DELETE"]
+    ["INFO", "MSG.NEXT"]
         .iter()
         .flat_map(|op| api(&format!("CONSUMER.{op}.{stream}.*")))
         .collect()

@@ -40,10 +40,11 @@ pub fn agent(tenant: &TenantId, server: &ServerId, stacks: &[StackId]) -> Permis
 }
 
 /// A listener's rights in its tenant's events account: reading the event stream (info,
-/// direct get), creating, reading, pulling from and deleting consumers on it (ordered
+/// message and direct get), creating, reading and pulling from consumers on it (ordered
 /// consumers re-create theirs), their flow control and acks, subscribing to the tenant's
-/// event subjects and to inboxes. It cannot publish an event: the only stream and subjects
-/// of the account are the events, and no publish right names them.
+/// event subjects and to inboxes. It cannot publish an event (no publish right names one)
+/// nor delete a consumer (the gateway's webhook and SSE consumers live on this stream too;
+/// an ephemeral consumer goes away by itself once idle).
 pub fn listener(tenant: &TenantId) -> Permissions {
     let mut perms = Permissions::default();
     let publish = &mut perms.publish.allow;

@@ -103,7 +103,8 @@ async fn an_agent_behind_a_leaf_node_pulls_and_answers_on_the_hub() {
         .expect("the agent connects to the leaf node");
     let js = jetstream::with_domain(agent, JS_DOMAIN);
     // The leaf node logs its connection before the hub's interest in `$JS.flue.API.>` has
-    // crossed it; until then a request finds no responders (at once, not after a timeout).
+    // crossed it; until then a request fails at once (no responders, or a JetStream error
+    // while the interest settles). The last error is reported if it never works.
     let name = subject::request_consumer(&tenant, &server);
     let deadline = tokio::time::Instant::now() + WAIT;
     let mut tick = tokio::time::interval(Duration::from_millis(50));
@@ -111,9 +112,7 @@ async fn an_agent_behind_a_leaf_node_pulls_and_answers_on_the_hub() {
         tick.tick().await;
         match js.get_consumer_from_stream(&name, REQUEST_STREAM).await {
             Ok(consumer) => break consumer,
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                assert!(e.to_string().contains("no responders"), "{e}");
-            }
+            Err(_) if tokio::time::Instant::now() < deadline => {}
             Err(e) => panic!("consumer info across the leaf node: {e}"),
         }
     };

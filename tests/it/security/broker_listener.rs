@@ -10,7 +10,7 @@ use flue_proto::jsapi::JS_DOMAIN;
 use flue_tests::{SecureNats, WAIT, repo_root};
 use futures_util::StreamExt as _;
 
-use super::refusals;
+use super::{refusals, until_live, wait_for_marker};
 
 /// Events of `tenant` in its events account: the stream and two events.
 async fn tenant_events(secure: &SecureNats, tenant: &str) -> async_nats::Client {
@@ -80,6 +80,8 @@ async fn a_listener_replays_its_tenants_events_and_can_do_nothing_else() {
     // A message get by sequence also works (the gateway's FLUE_EVT has no direct get).
     let first = stream.get_raw_message(1).await.expect("message get");
     assert!(String::from_utf8_lossy(&first.payload).contains("alpha:1"));
+    // Done reading: the ordered consumer stops pulling.
+    drop(messages);
 
     // It cannot publish an event, through JetStream or core NATS.
     let forged = js
@@ -108,19 +110,19 @@ async fn a_listener_replays_its_tenants_events_and_can_do_nothing_else() {
         .await
         .expect("allowed sub");
     listener.flush().await.expect("flush");
+    until_live(&mut marker, &alpha_events, "_INBOX.marker").await;
     alpha_main
         .publish("flue.alpha.req.web1", Bytes::from_static(b"a request"))
         .await
         .expect("publish");
     alpha_main.flush().await.expect("flush");
+    // A message of the tenant account would have arrived before this later marker.
     alpha_events
         .publish("_INBOX.marker", Bytes::from_static(b"m"))
         .await
         .expect("publish");
     alpha_events.flush().await.expect("flush");
-    if tokio::time::timeout(WAIT, marker.next()).await.is_err() {
-        panic!("no marker; refused: {:?}", errors.lock().expect("lock"));
-    }
+    let _ = wait_for_marker(&mut marker, "_INBOX.marker").await;
     assert!(
         futures_util::FutureExt::now_or_never(requests.next()).is_none(),
         "the listener received a tenant-account message"
@@ -144,6 +146,44 @@ async fn a_listener_replays_its_tenants_events_and_can_do_nothing_else() {
     );
     assert!(
         errors.contains("Permissions Violation for Subscription to \"flue.alpha.req.>\""),
+        "{errors}"
+    );
+}
+
+#[tokio::test]
+async fn a_listener_cannot_delete_the_gateways_consumers() {
+    let secure = SecureNats::start(&["alpha"], None).await;
+    let events = tenant_events(&secure, "alpha").await;
+    let stream = jetstream::new(events)
+        .get_stream(EVENT_STREAM)
+        .await
+        .expect("stream");
+    stream
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("webhook-1".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("the gateway's durable consumer");
+    let creds = secure
+        .auth
+        .listener_creds(&"alpha".parse().expect("id"))
+        .expect("listener");
+    let (listener, errors) = refusals(&secure, &creds, None).await;
+    let deleted = jetstream::with_domain(listener, JS_DOMAIN)
+        .delete_consumer_from_stream("webhook-1", EVENT_STREAM)
+        .await;
+    assert!(deleted.is_err(), "the listener deleted a consumer");
+    let mut names: Vec<String> = stream
+        .consumer_names()
+        .map(|n| n.expect("name"))
+        .collect()
+        .await;
+    names.sort();
+    assert_eq!(names, ["webhook-1"], "the consumer is still there");
+    let errors = errors.lock().expect("lock").join("\n");
+    assert!(
+        errors.contains("CONSUMER.DELETE.FLUE_EVT.webhook-1"),
         "{errors}"
     );
 }
