@@ -8,6 +8,11 @@ use std::path::{Path, PathBuf};
 use flue_proto::jsapi::JS_DOMAIN;
 use serde::{Deserialize, Serialize};
 
+/// A client's CONNECT carries its user JWT, and an agent's grows by about 310 bytes per
+/// stack it takes part in: nats-server's default limit of 4 KiB refuses an agent of 10
+/// stacks ("maximum control line exceeded"). 64 KiB admits about 200.
+const MAX_CONTROL_LINE: &str = "# A CONNECT carries the user JWT; an agent's grows with its stacks (~310 bytes each).\nmax_control_line: 65536\n";
+
 /// TLS files of a listener or of a connection to the hub.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TlsFiles {
@@ -79,6 +84,7 @@ pub fn hub(settings: &HubSettings, trust: &Trust<'_>, resolver_dir: &Path) -> St
          # signed by an account the operator signed; there are no anonymous connections.\n\n",
     );
     let _ = writeln!(out, "listen: {}", quote(&settings.listen));
+    out.push_str(MAX_CONTROL_LINE);
     out.push_str(&settings.tls.block(""));
     let _ = writeln!(out, "\noperator: {}", quote(trust.operator_jwt));
     let _ = writeln!(out, "system_account: {}", quote(trust.system_account));
@@ -130,6 +136,7 @@ pub fn leaf(settings: &LeafSettings, trust: &Trust<'_>) -> String {
          # and the hub checks the leaf user's.\n\n",
     );
     let _ = writeln!(out, "listen: {}", quote(&settings.listen));
+    out.push_str(MAX_CONTROL_LINE);
     let _ = writeln!(out, "\noperator: {}", quote(trust.operator_jwt));
     let _ = writeln!(out, "system_account: {}", quote(trust.system_account));
     out.push_str("resolver: MEMORY\n");
@@ -197,6 +204,7 @@ mod tests {
             "store_dir: \"/var/lib/a \\\"b\\\"\"",
             "default_max_consumers: -1",
             "listen: \"0.0.0.0:7422\"",
+            "max_control_line: 65536",
         ] {
             assert!(conf.contains(part), "{part} missing in\n{conf}");
         }

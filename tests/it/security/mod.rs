@@ -1,6 +1,7 @@
 //! Security: what the broker and the gateway refuse, against real processes.
 
 mod broker_agent;
+mod broker_agent_refusals;
 mod broker_auth;
 mod broker_leaf;
 mod broker_listener;
