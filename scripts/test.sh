@@ -8,9 +8,10 @@ FLUE_NATS_SERVER="$(bash scripts/ensure-nats.sh)"
 export FLUE_NATS_SERVER
 # The README's non-Rust listener (examples/listeners/flue_events.py) is tested with nats-py.
 NATS_PY_PIN=2.16.0
-if ! .venv/bin/python -c "import nats" 2>/dev/null; then
-  echo "installing nats-py ${NATS_PY_PIN} into .venv (for the Python listener test)" >&2
-  .venv/bin/pip install --quiet --disable-pip-version-check "nats-py==${NATS_PY_PIN}" >&2
+# The [nkeys] extra signs in with a listener's .creds file on a secured broker.
+if ! .venv/bin/python -c "import nats, nkeys" 2>/dev/null; then
+  echo "installing nats-py[nkeys] ${NATS_PY_PIN} into .venv (for the Python listener tests)" >&2
+  .venv/bin/pip install --quiet --disable-pip-version-check "nats-py[nkeys]==${NATS_PY_PIN}" >&2
 fi
 # The dashboard test drives Debian's headless `chromium` (or $FLUE_CHROMIUM).
 if [ -z "${FLUE_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then

@@ -20,7 +20,8 @@
 //! - [`state`]: the state directory and the keys only the gateway holds;
 //! - [`tenants`]: one runtime per tenant, the registry, and how tenants are reached;
 //! - [`auth`]: bearer tokens, roles and the middleware in front of `/v1`;
-//! - [`tls`]: the HTTPS server configuration and the broker's TLS configuration blocks.
+//! - [`tls`]: the HTTPS server configuration and the broker's TLS configuration blocks;
+//! - [`natsauth`]: broker authentication (operator, accounts, users) and `flue-gateway init`.
 
 pub mod api;
 pub mod auth;
@@ -33,6 +34,7 @@ pub mod events;
 pub mod fit;
 pub mod link;
 pub mod listen;
+pub mod natsauth;
 pub mod presence;
 pub mod record;
 pub mod responses;

@@ -1,11 +1,23 @@
-//! `flue-gateway`: parses the flags, logs to stderr, and runs the gateway until SIGINT or SIGTERM.
-//! `flue-gateway token …` mints an HTTP API token offline instead ([`flue_gateway::auth::command`]).
+//! `flue-gateway`: parses the flags, logs to stderr, and runs the gateway until SIGINT or SIGTERM
+//! (or runs one administration command: `init`, `tenant create`, `leaf-config`; or
+//! `token`, minting an HTTP API token offline, [`flue_gateway::auth::command`]).
 
 use anyhow::Context as _;
-use clap::Parser as _;
+use clap::Parser;
+use flue_gateway::natsauth::admin::{self, Admin};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
+
+/// The gateway's flags, or an administration command.
+#[derive(Parser)]
+#[command(name = "flue-gateway", version, about = "Flue broker gateway")]
+struct Cli {
+    #[command(flatten)]
+    config: flue_gateway::Config,
+    #[command(subcommand)]
+    admin: Option<Admin>,
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -16,7 +28,10 @@ async fn main() -> anyhow::Result<()> {
         println!("{token}");
         return Ok(());
     }
-    let config = flue_gateway::Config::parse();
+    let Cli { config, admin } = Cli::parse();
+    if let Some(admin) = admin {
+        return admin::run(admin).context("flue-gateway failed");
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(

@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
 """Flue's lifecycle events with a plain NATS client (nats-py), no Flue code involved.
 
-    pip install nats-py==2.16.0
+    pip install 'nats-py[nkeys]==2.16.0'
     python3 flue_events.py nats://127.0.0.1:4222 default                 # live, from now on
     python3 flue_events.py nats://127.0.0.1:4222 default --seq 1         # replay from sequence 1
     python3 flue_events.py nats://127.0.0.1:4222 default --since 2026-11-21T10:00:00Z
     python3 flue_events.py ... --subject 'flue.default.evt.*.*.web1.>'   # one server only
     python3 flue_events.py ... --seq 1 --idle 2                          # stop after 2 s of quiet
     python3 flue_events.py tls://broker:4222 default --ca ca.pem        # TLS, verified against ca.pem
+    python3 flue_events.py ... --creds listener.creds --domain flue      # a secured broker
+
+On a secured broker (operator mode, `flue-gateway init`) connect with a listener's
+credentials: a user of the tenant's events account that may read and replay that tenant's
+events and nothing else. Address the hub's JetStream domain (`flue`), which also works behind
+a leaf node.
 
 Each line printed: the stream sequence, the CloudEvent type, its subject and id. Events
 live in the JetStream stream FLUE_EVT on subjects
@@ -37,6 +43,8 @@ async def main() -> None:
     p.add_argument("--idle", type=float, help="exit after this many seconds without an event")
     p.add_argument("--ca", help="CA certificate (PEM) the broker's certificate must chain to; "
                    "given, the connection is TLS and only this CA is trusted")
+    p.add_argument("--creds", help="listener credentials file (.creds) for a secured broker")
+    p.add_argument("--domain", help="JetStream domain of the hub broker (flue on a secured one)")
     args = p.parse_args()
 
     if args.seq is not None:
@@ -57,8 +65,10 @@ async def main() -> None:
     if args.ca:
         # A CA given means TLS: never a plaintext fallback.
         options["tls"] = ssl.create_default_context(cafile=args.ca)
+    if args.creds:
+        options["user_credentials"] = args.creds
     nc = await nats.connect(args.url, **options)
-    js = nc.jetstream()
+    js = nc.jetstream(domain=args.domain)
     subject = args.subject or f"flue.{args.tenant}.evt.>"
     sub = await js.subscribe(subject, ordered_consumer=True, config=config)
     try:

@@ -6,6 +6,7 @@
 //! - [`config`], [`deployment`], [`server`], [`stack`]: the JSON bodies of the HTTP API and of
 //!   the messages on the request and response queues;
 //! - [`creds`]: NATS `.creds` files and the agent's credentials bundle;
+//! - [`jsapi`]: NATS's own subjects (JetStream API, KV, claim updates) broker permissions name;
 //! - [`digest`]: the digest tying an agent's answer to the exact request it answers;
 //! - [`signing`]: signed requests (gateway) and answers (agent), and refusal codes;
 //! - [`event`]: lifecycle events (CloudEvents), their subjects and filters, heartbeats;
@@ -21,6 +22,7 @@ pub mod deployment;
 pub mod digest;
 pub mod event;
 pub mod ids;
+pub mod jsapi;
 pub mod limits;
 pub mod nats_tls;
 pub mod nats_url;

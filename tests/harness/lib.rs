@@ -11,6 +11,7 @@ mod fixture;
 mod logs;
 pub mod netns;
 mod procs;
+mod secure;
 pub mod tenant_net;
 mod tls;
 
@@ -23,6 +24,7 @@ pub use events::EventTap;
 pub use fixture::Flue;
 pub use logs::Logs;
 pub use procs::{Agent, Gateway, Nats};
+pub use secure::{NatsProcess, REFUSED_WAIT, SecureNats, admin, connect_options};
 pub use tls::{CertFiles, TestCa, install_crypto_provider};
 
 /// Upper bound for any single wait in a test; generous because CI machines are shared.

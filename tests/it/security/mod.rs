@@ -1,5 +1,10 @@
 //! Security (issue 10): tenant isolation and every refusal, proven against real processes.
 
+mod broker_agent;
+mod broker_agent_refusals;
+mod broker_auth;
+mod broker_leaf;
+mod broker_listener;
 mod broker_tls;
 mod credentials;
 mod http_auth;
@@ -12,3 +17,86 @@ mod signing;
 mod tenants;
 mod tls;
 mod webhook_targets;
+
+use std::sync::{Arc, Mutex};
+
+use flue_proto::creds::UserCreds;
+use flue_tests::{SecureNats, WAIT, connect_options};
+use futures_util::StreamExt as _;
+
+/// What the broker told a client it refused (`-ERR 'Permissions Violation …'` and others).
+pub type Refusals = Arc<Mutex<Vec<String>>>;
+
+/// Connects as `creds` (with `inbox` as its inbox prefix, when given) and collects the
+/// errors the broker sends it: a refused publish returns `Ok` and a refused JetStream call
+/// only times out, so these are how a test knows the broker, not chance, refused it.
+pub async fn refusals(
+    secure: &SecureNats,
+    creds: &UserCreds,
+    inbox: Option<String>,
+) -> (async_nats::Client, Refusals) {
+    refusals_at(&secure.nats.url(), creds, inbox).await
+}
+
+/// [`refusals`] on the broker at `url` (a leaf node).
+pub async fn refusals_at(
+    url: &str,
+    creds: &UserCreds,
+    inbox: Option<String>,
+) -> (async_nats::Client, Refusals) {
+    let errors: Refusals = Arc::default();
+    let sink = errors.clone();
+    let mut options = connect_options(creds).event_callback(move |event| {
+        let sink = sink.clone();
+        async move {
+            sink.lock().expect("lock").push(event.to_string());
+        }
+    });
+    if let Some(inbox) = inbox {
+        options = options.custom_inbox_prefix(inbox);
+    }
+    let client = options.connect(url).await.expect("minted user connects");
+    (client, errors)
+}
+
+/// The subjects `sub` received up to and including `marker` (bounded by [`WAIT`]).
+pub async fn wait_for_marker(sub: &mut async_nats::Subscriber, marker: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    loop {
+        let msg = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .unwrap_or_else(|_| panic!("no {marker} within {WAIT:?}; saw {seen:?}"))
+            .expect("subscription open");
+        if msg.subject.as_str() == marker {
+            return seen;
+        }
+        seen.push(msg.subject.to_string());
+    }
+}
+
+/// Publishes `marker` on `publisher` until `sub` receives it (every 100 ms, at most [`WAIT`]):
+/// the subscription is in place at the broker from then on, even when the client's flush
+/// came back before the broker had handled the subscription.
+pub async fn until_live(
+    sub: &mut async_nats::Subscriber,
+    publisher: &async_nats::Client,
+    marker: &str,
+) {
+    let attempts = async {
+        loop {
+            publisher
+                .publish(marker.to_owned(), bytes::Bytes::from_static(b"m"))
+                .await
+                .expect("publish");
+            publisher.flush().await.expect("flush");
+            if let Ok(Some(_)) =
+                tokio::time::timeout(std::time::Duration::from_millis(100), sub.next()).await
+            {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, attempts)
+        .await
+        .unwrap_or_else(|_| panic!("{marker} never arrived within {WAIT:?}"));
+}

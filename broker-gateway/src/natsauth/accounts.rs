@@ -1,0 +1,210 @@
+//! The broker's keys in the state directory, and minting accounts and users with them.
+//!
+//! | file | what |
+//! |---|---|
+//! | `operator.nk`, `operator.jwt` | the operator: signs every account JWT |
+//! | `system.nk`, `system.jwt` | the system account (the broker's own; account JWTs are pushed through it) |
+//! | `accounts/<tenant>/account.nk`, `.jwt` | the tenant's account: its streams, KV buckets, heartbeats; signs its users |
+//! | `accounts/<tenant>/events.nk`, `.jwt` | the tenant's events account: only the event stream `FLUE_EVT` |
+//!
+//! Keys are made once and kept; an account JWT is re-signed (a later `iat`) when a user is
+//! revoked, never made afresh, so revocations survive.
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use flue_proto::TenantId;
+use flue_proto::creds::UserCreds;
+use nkeys::KeyPair;
+
+use super::NatsAuthError;
+use super::jwt::{self, Account, AccountLimits, Claims, Permissions, User};
+use crate::state::StateDir;
+
+/// Operator seed file.
+pub const OPERATOR_KEY: &str = "operator.nk";
+/// Operator JWT file.
+pub const OPERATOR_JWT: &str = "operator.jwt";
+/// System account seed file.
+pub const SYSTEM_KEY: &str = "system.nk";
+/// System account JWT file.
+pub const SYSTEM_JWT: &str = "system.jwt";
+/// Directory of the tenants' accounts.
+pub const ACCOUNTS_DIR: &str = "accounts";
+
+/// Which of a tenant's two accounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccountKind {
+    /// The tenant account: requests, responses, KV buckets, heartbeats.
+    Tenant,
+    /// The events account: the event stream only.
+    Events,
+}
+
+impl AccountKind {
+    /// Both kinds, tenant account first.
+    pub const BOTH: [Self; 2] = [Self::Tenant, Self::Events];
+
+    fn stem(self) -> &'static str {
+        match self {
+            Self::Tenant => "account",
+            Self::Events => "events",
+        }
+    }
+
+    fn name(self, tenant: &TenantId) -> String {
+        match self {
+            Self::Tenant => tenant.to_string(),
+            Self::Events => format!("{tenant} events"),
+        }
+    }
+}
+
+/// Now, in unix seconds.
+pub fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// The seed in `name` (made with `make` when missing) as a key pair.
+pub fn key(dir: &StateDir, name: &str, make: fn() -> KeyPair) -> Result<KeyPair, NatsAuthError> {
+    let seed = dir.load_or_create(name, || make().seed().map_err(|e| e.to_string()))?;
+    KeyPair::from_seed(&seed).map_err(|e| NatsAuthError::BadKey {
+        path: dir.path().join(name),
+        reason: e.to_string(),
+    })
+}
+
+/// The JWT in `name`, signed first by `sign` when missing.
+pub fn jwt_file(
+    dir: &StateDir,
+    name: &str,
+    sign: impl FnOnce() -> Result<String, jwt::JwtError>,
+) -> Result<String, NatsAuthError> {
+    let mut made = None;
+    let text = dir.load_or_create(name, || match sign() {
+        Ok(jwt) => Ok(jwt),
+        Err(e) => {
+            let reason = e.to_string();
+            made = Some(e);
+            Err(reason)
+        }
+    });
+    match (text, made) {
+        (_, Some(e)) => Err(e.into()),
+        (text, None) => Ok(text?),
+    }
+}
+
+/// The directory of `tenant`'s accounts (0700, made when missing).
+pub fn tenant_dir(root: &Path, tenant: &TenantId) -> Result<StateDir, NatsAuthError> {
+    StateDir::open(&root.join(ACCOUNTS_DIR))?;
+    Ok(StateDir::open(
+        &root.join(ACCOUNTS_DIR).join(tenant.as_str()),
+    )?)
+}
+
+/// The tenants that have accounts, sorted.
+pub fn tenants(root: &Path) -> Result<Vec<TenantId>, NatsAuthError> {
+    let dir = root.join(ACCOUNTS_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(NatsAuthError::Io { path: dir, source }),
+    };
+    let mut tenants = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| NatsAuthError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        let name = entry.file_name();
+        // Only directories named like a tenant id that hold an account key count.
+        if let Some(tenant) = name.to_str().and_then(|n| n.parse::<TenantId>().ok())
+            && entry.path().join("account.nk").exists()
+        {
+            tenants.push(tenant);
+        }
+    }
+    tenants.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    Ok(tenants)
+}
+
+/// One of a tenant's accounts: its key and its current JWT.
+pub struct AccountKeys {
+    /// The account's key pair: signs its users.
+    pub key: KeyPair,
+    /// The account JWT the broker knows.
+    pub jwt: String,
+}
+
+/// Loads (or makes, signed by `operator`) one of `tenant`'s accounts.
+pub fn account(
+    dir: &StateDir,
+    tenant: &TenantId,
+    kind: AccountKind,
+    operator: &KeyPair,
+) -> Result<AccountKeys, NatsAuthError> {
+    let key = key(dir, &format!("{}.nk", kind.stem()), KeyPair::new_account)?;
+    let jwt = jwt_file(dir, &format!("{}.jwt", kind.stem()), || {
+        let account = Account::new(AccountLimits::unlimited_with_jetstream());
+        let mut claims = Claims::new(key.public_key(), kind.name(tenant), account);
+        jwt::encode(operator, &mut claims, now())
+    })?;
+    Ok(AccountKeys { key, jwt })
+}
+
+/// Adds `user_pub` to the revocations of one of `tenant`'s accounts (JWTs of that user
+/// issued now or before are refused), re-signs and stores the account JWT, and returns it.
+pub fn revoke(
+    dir: &StateDir,
+    kind: AccountKind,
+    operator: &KeyPair,
+    user_pub: &str,
+) -> Result<String, NatsAuthError> {
+    check_user_key(user_pub)?;
+    let name = format!("{}.jwt", kind.stem());
+    let current = dir.load_or_create(&name, || Err("the account JWT is missing".into()))?;
+    let mut claims: Claims<Account> = jwt::decode(&current)?;
+    let now = now();
+    claims.nats.revocations.insert(user_pub.to_owned(), now);
+    // The broker keeps an update only if it is newer than the JWT it has.
+    let issued = now.max(claims.iat + 1);
+    let jwt = jwt::encode(operator, &mut claims, issued)?;
+    dir.write_secret(&name, &jwt)?;
+    Ok(jwt)
+}
+
+/// A new user of `account` (a fresh nkey) with `permissions`: its `.creds`.
+pub fn mint_user(
+    account: &KeyPair,
+    name: &str,
+    permissions: Permissions,
+) -> Result<UserCreds, NatsAuthError> {
+    let user = KeyPair::new_user();
+    let jwt = sign_user(account, &user.public_key(), name, permissions)?;
+    let seed = user.seed().map_err(jwt::JwtError::Key)?;
+    Ok(UserCreds { jwt, seed })
+}
+
+/// A user JWT for the user key `user_pub` (whose seed someone else holds), signed by
+/// `account`.
+pub fn sign_user(
+    account: &KeyPair,
+    user_pub: &str,
+    name: &str,
+    permissions: Permissions,
+) -> Result<String, NatsAuthError> {
+    check_user_key(user_pub)?;
+    let mut claims = Claims::new(user_pub, name, User::new(permissions));
+    Ok(jwt::encode(account, &mut claims, now())?)
+}
+
+/// Refuses anything but a user public key (`U…`).
+fn check_user_key(user_pub: &str) -> Result<(), NatsAuthError> {
+    match KeyPair::from_public_key(user_pub).map(|k| k.key_pair_type()) {
+        Ok(nkeys::KeyPairType::User) => Ok(()),
+        _ => Err(NatsAuthError::NotAUserKey(user_pub.to_owned())),
+    }
+}

@@ -1,0 +1,390 @@
+//! Broker authentication, the NATS way: nats-server in operator mode, one NATS account per
+//! tenant (plus one holding only its events), users minted by the gateway.
+//!
+//! Key hierarchy: the **operator** (`O…`) signs the **accounts** (`A…`): the system
+//! account and, per tenant, its tenant account and its events account; each account
+//! signs its **users** (`U…`): the gateway's own users (whole account), agents (their own
+//! queue, answers, heartbeats, inbox and stacks' data keys: [`perms::agent`]), listeners
+//! (the events account, read only: [`perms::listener`]) and leaf nodes (the tenant
+//! account). Every seed but the users' stays in the gateway's state directory.
+//!
+//! - [`jwt`]: NATS JWT claims and their encoding;
+//! - [`perms`]: the agent's and the listener's permission sets;
+//! - [`accounts`]: keys and account JWTs in the state directory, minting users;
+//! - [`broker_conf`]: the hub's and a leaf node's nats-server configuration;
+//! - [`push`]: sending account JWTs to the running broker (new tenants, revocations);
+//! - [`admin`]: the `init`, `tenant create` and `leaf-config` subcommands.
+
+pub mod accounts;
+pub mod admin;
+pub mod broker_conf;
+pub mod jwt;
+pub mod perms;
+pub mod push;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use flue_proto::creds::UserCreds;
+use flue_proto::{ServerId, StackId, TenantId};
+use nkeys::KeyPair;
+use tokio::sync::Mutex;
+
+pub use accounts::AccountKind;
+use accounts::{OPERATOR_JWT, OPERATOR_KEY, SYSTEM_JWT, SYSTEM_KEY};
+use broker_conf::{HubSettings, LeafSettings, Trust};
+use jwt::{Account, AccountLimits, Claims, Operator, Permissions};
+
+use crate::state::{StateDir, StateError};
+
+/// Directory of the broker's files in the state directory.
+pub const BROKER_DIR: &str = "broker";
+/// The hub broker's configuration file, in [`BROKER_DIR`].
+pub const BROKER_CONF: &str = "nats-server.conf";
+/// The full resolver's directory, in [`BROKER_DIR`].
+pub const RESOLVER_DIR: &str = "jwt";
+/// A leaf node's configuration file, in the directory `leaf-config` writes.
+pub const LEAF_CONF: &str = "leaf.conf";
+/// A leaf node's credentials file, next to [`LEAF_CONF`].
+pub const LEAF_CREDS: &str = "leaf.creds";
+
+/// The broker's keys: mints users, re-signs accounts, writes broker configurations.
+///
+/// Cheap to clone. Its `Debug` form shows public keys only.
+#[derive(Clone)]
+pub struct NatsAuth {
+    root: PathBuf,
+    operator: Arc<KeyPair>,
+    operator_jwt: Arc<str>,
+    system: Arc<KeyPair>,
+    system_jwt: Arc<str>,
+    /// Serialises rewriting and pushing account JWTs: two revocations pushed out of order
+    /// would let the older JWT (without the later revocation) win.
+    updates: Arc<Mutex<()>>,
+}
+
+impl fmt::Debug for NatsAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NatsAuth")
+            .field("root", &self.root)
+            .field("operator", &self.operator.public_key())
+            .field("system_account", &self.system.public_key())
+            .finish()
+    }
+}
+
+impl NatsAuth {
+    /// Creates what is missing (operator, system account, `tenant`'s accounts) in the state
+    /// directory `root`, keeping every key that exists.
+    pub fn init(root: &Path, tenant: &TenantId) -> Result<Self, NatsAuthError> {
+        let state = StateDir::open(root)?;
+        let operator = accounts::key(&state, OPERATOR_KEY, KeyPair::new_operator)?;
+        let system = accounts::key(&state, SYSTEM_KEY, KeyPair::new_account)?;
+        let operator_jwt = accounts::jwt_file(&state, OPERATOR_JWT, || {
+            let mut claims = Claims::new(
+                operator.public_key(),
+                "flue",
+                Operator::new(system.public_key()),
+            );
+            jwt::encode(&operator, &mut claims, accounts::now())
+        })?;
+        let system_jwt = accounts::jwt_file(&state, SYSTEM_JWT, || {
+            let account = Account::new(AccountLimits::unlimited_without_jetstream());
+            let mut claims = Claims::new(system.public_key(), "SYS", account);
+            jwt::encode(&operator, &mut claims, accounts::now())
+        })?;
+        let auth = Self::from_parts(root, operator, operator_jwt, system, system_jwt);
+        auth.create_tenant_offline(tenant)?;
+        Ok(auth)
+    }
+
+    /// Opens a state directory `init` has set up.
+    pub fn open(root: &Path) -> Result<Self, NatsAuthError> {
+        if !root.join(OPERATOR_KEY).exists() {
+            return Err(NatsAuthError::NotInitialised(root.to_owned()));
+        }
+        let state = StateDir::open(root)?;
+        let missing = || Err("missing: run `flue-gateway init`".to_owned());
+        let operator = accounts::key(&state, OPERATOR_KEY, KeyPair::new_operator)?;
+        let system = accounts::key(&state, SYSTEM_KEY, KeyPair::new_account)?;
+        let operator_jwt = state.load_or_create(OPERATOR_JWT, missing)?;
+        let system_jwt = state.load_or_create(SYSTEM_JWT, missing)?;
+        Ok(Self::from_parts(
+            root,
+            operator,
+            operator_jwt,
+            system,
+            system_jwt,
+        ))
+    }
+
+    fn from_parts(
+        root: &Path,
+        operator: KeyPair,
+        operator_jwt: String,
+        system: KeyPair,
+        system_jwt: String,
+    ) -> Self {
+        Self {
+            root: root.to_owned(),
+            operator: Arc::new(operator),
+            operator_jwt: operator_jwt.into(),
+            system: Arc::new(system),
+            system_jwt: system_jwt.into(),
+            updates: Arc::new(Mutex::new(())),
+        }
+    }
+
+    /// The operator's public key (`O…`).
+    pub fn operator_public_key(&self) -> String {
+        self.operator.public_key()
+    }
+
+    /// The tenants that have accounts.
+    pub fn tenants(&self) -> Result<Vec<TenantId>, NatsAuthError> {
+        accounts::tenants(&self.root)
+    }
+
+    /// The public key of one of `tenant`'s accounts.
+    pub fn account_public_key(
+        &self,
+        tenant: &TenantId,
+        kind: AccountKind,
+    ) -> Result<String, NatsAuthError> {
+        Ok(self.account(tenant, kind)?.key.public_key())
+    }
+
+    /// Makes `tenant`'s two accounts in the state directory (kept if they exist); the
+    /// broker learns of them at its next start (preload) or by [`NatsAuth::push_all`].
+    pub fn create_tenant_offline(&self, tenant: &TenantId) -> Result<(), NatsAuthError> {
+        let dir = accounts::tenant_dir(&self.root, tenant)?;
+        for kind in AccountKind::BOTH {
+            accounts::account(&dir, tenant, kind, &self.operator)?;
+        }
+        Ok(())
+    }
+
+    /// Makes `tenant`'s accounts and pushes them to the broker `system` is connected to.
+    pub async fn create_tenant(
+        &self,
+        tenant: &TenantId,
+        system: &async_nats::Client,
+    ) -> Result<(), NatsAuthError> {
+        let _updating = self.updates.lock().await;
+        self.create_tenant_offline(tenant)?;
+        for kind in AccountKind::BOTH {
+            push::push(system, &self.account(tenant, kind)?.jwt).await?;
+        }
+        Ok(())
+    }
+
+    /// Pushes every account JWT (system account included) to the broker `system` is
+    /// connected to, e.g. after a broker lost its resolver directory.
+    pub async fn push_all(&self, system: &async_nats::Client) -> Result<(), NatsAuthError> {
+        let _updating = self.updates.lock().await;
+        for (_, jwt) in self.account_jwts()? {
+            push::push(system, &jwt).await?;
+        }
+        Ok(())
+    }
+
+    /// Every account JWT by public key: the system account's, then each tenant's two.
+    pub fn account_jwts(&self) -> Result<Vec<(String, String)>, NatsAuthError> {
+        let mut all = vec![(self.system.public_key(), self.system_jwt.to_string())];
+        for tenant in self.tenants()? {
+            for kind in AccountKind::BOTH {
+                let account = self.account(&tenant, kind)?;
+                all.push((account.key.public_key(), account.jwt));
+            }
+        }
+        Ok(all)
+    }
+
+    /// Writes the hub broker's configuration (`<state>/broker/nats-server.conf`, every
+    /// account preloaded) and returns its path.
+    pub fn write_broker_conf(&self, settings: &HubSettings) -> Result<PathBuf, NatsAuthError> {
+        let broker = StateDir::open(&self.root.join(BROKER_DIR))?;
+        let resolver = broker.path().join(RESOLVER_DIR);
+        StateDir::open(&resolver)?;
+        let trust = Trust {
+            operator_jwt: &self.operator_jwt,
+            system_account: &self.system.public_key(),
+            accounts: self.account_jwts()?,
+        };
+        broker.write_secret(BROKER_CONF, &broker_conf::hub(settings, &trust, &resolver))?;
+        Ok(broker.path().join(BROKER_CONF))
+    }
+
+    /// Writes a leaf node's configuration and its leaf user's credentials for `tenant`'s
+    /// network into `out` (`leaf.conf`, `leaf.creds`, both 0600) and returns the
+    /// configuration's path. `listen` is the leaf's client listener, `hub` the hub's leaf
+    /// node URL.
+    pub fn write_leaf_conf(
+        &self,
+        tenant: &TenantId,
+        listen: &str,
+        hub: &str,
+        hub_ca: Option<PathBuf>,
+        out: &Path,
+    ) -> Result<PathBuf, NatsAuthError> {
+        let dir = StateDir::open(out)?;
+        let account = self.account(tenant, AccountKind::Tenant)?;
+        let creds = self.leaf_creds(tenant)?;
+        dir.write_secret(LEAF_CREDS, &creds.to_text())?;
+        let settings = LeafSettings {
+            listen: listen.to_owned(),
+            hub: hub.to_owned(),
+            credentials: dir.path().join(LEAF_CREDS),
+            account: account.key.public_key(),
+            hub_ca,
+        };
+        let trust = Trust {
+            operator_jwt: &self.operator_jwt,
+            system_account: &self.system.public_key(),
+            // nats-server refuses to start without the operator's system account; its
+            // JWT is public and no user of it is bound to the hub through this leaf.
+            accounts: vec![
+                (self.system.public_key(), self.system_jwt.to_string()),
+                (account.key.public_key(), account.jwt),
+            ],
+        };
+        dir.write_secret(LEAF_CONF, &broker_conf::leaf(&settings, &trust))?;
+        Ok(dir.path().join(LEAF_CONF))
+    }
+
+    /// The gateway's users of `tenant` (a fresh nkey each call): the whole tenant account,
+    /// and the whole events account.
+    pub fn gateway_creds(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<(UserCreds, UserCreds), NatsAuthError> {
+        let name = format!("flue-gateway {tenant}");
+        let tenant_user = accounts::mint_user(
+            &self.account(tenant, AccountKind::Tenant)?.key,
+            &name,
+            Permissions::default(),
+        )?;
+        let events_user = accounts::mint_user(
+            &self.account(tenant, AccountKind::Events)?.key,
+            &name,
+            Permissions::default(),
+        )?;
+        Ok((tenant_user, events_user))
+    }
+
+    /// A system account user (a fresh nkey), to push account JWTs with.
+    pub fn system_creds(&self) -> Result<UserCreds, NatsAuthError> {
+        accounts::mint_user(&self.system, "flue-gateway system", Permissions::default())
+    }
+
+    /// The user JWT of server `server`'s agent, for the user key `user_pub` (the agent's
+    /// seed is made by registration, not here), allowing exactly [`perms::agent`].
+    /// Joining another stack needs a new JWT.
+    pub fn agent_jwt(
+        &self,
+        tenant: &TenantId,
+        server: &ServerId,
+        user_pub: &str,
+        stacks: &[StackId],
+    ) -> Result<String, NatsAuthError> {
+        accounts::sign_user(
+            &self.account(tenant, AccountKind::Tenant)?.key,
+            user_pub,
+            &format!("agent {tenant}/{server}"),
+            perms::agent(tenant, server, stacks),
+        )
+    }
+
+    /// A new listener user of `tenant`'s events account ([`perms::listener`]).
+    pub fn listener_creds(&self, tenant: &TenantId) -> Result<UserCreds, NatsAuthError> {
+        accounts::mint_user(
+            &self.account(tenant, AccountKind::Events)?.key,
+            &format!("listener {tenant}"),
+            perms::listener(tenant),
+        )
+    }
+
+    /// A new leaf node user of `tenant`'s account (the whole account: the leaf node
+    /// checks its own clients' permissions).
+    pub fn leaf_creds(&self, tenant: &TenantId) -> Result<UserCreds, NatsAuthError> {
+        accounts::mint_user(
+            &self.account(tenant, AccountKind::Tenant)?.key,
+            &format!("leaf {tenant}"),
+            Permissions::default(),
+        )
+    }
+
+    /// Revokes the user `user_pub` of one of `tenant`'s accounts: every JWT of that key
+    /// issued until now is refused, and the broker `system` is connected to closes its
+    /// connections as soon as it has the re-signed account JWT (pushed here).
+    pub async fn revoke_user(
+        &self,
+        tenant: &TenantId,
+        kind: AccountKind,
+        user_pub: &str,
+        system: &async_nats::Client,
+    ) -> Result<(), NatsAuthError> {
+        let _updating = self.updates.lock().await;
+        let dir = self.tenant_dir(tenant)?;
+        let jwt = accounts::revoke(&dir, kind, &self.operator, user_pub)?;
+        push::push(system, &jwt).await?;
+        Ok(())
+    }
+
+    fn tenant_dir(&self, tenant: &TenantId) -> Result<StateDir, NatsAuthError> {
+        let path = self.root.join(accounts::ACCOUNTS_DIR).join(tenant.as_str());
+        if !path.join("account.nk").exists() {
+            return Err(NatsAuthError::UnknownTenant(tenant.clone()));
+        }
+        accounts::tenant_dir(&self.root, tenant)
+    }
+
+    fn account(
+        &self,
+        tenant: &TenantId,
+        kind: AccountKind,
+    ) -> Result<accounts::AccountKeys, NatsAuthError> {
+        accounts::account(&self.tenant_dir(tenant)?, tenant, kind, &self.operator)
+    }
+}
+
+/// Why broker authentication could not be set up or used.
+#[derive(Debug, thiserror::Error)]
+pub enum NatsAuthError {
+    /// The state directory or a file in it.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// A directory could not be read.
+    #[error("cannot read {}", path.display())]
+    Io {
+        /// The directory.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A seed file holds no valid nkey.
+    #[error("{} is not a valid nkey seed: {reason}", path.display())]
+    BadKey {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A JWT could not be made or read.
+    #[error(transparent)]
+    Jwt(#[from] jwt::JwtError),
+    /// `flue-gateway init` has not run on this state directory.
+    #[error("{} holds no operator key: run `flue-gateway init --state-dir {}` first", .0.display(), .0.display())]
+    NotInitialised(PathBuf),
+    /// The tenant has no accounts.
+    #[error("tenant {0} has no broker accounts: create it first")]
+    UnknownTenant(TenantId),
+    /// Not a user public key (`U…`).
+    #[error("{0:?} is not a NATS user public key")]
+    NotAUserKey(String),
+    /// The broker did not take an account JWT.
+    #[error(transparent)]
+    Push(#[from] push::PushError),
+}

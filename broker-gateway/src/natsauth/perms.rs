@@ -1,0 +1,118 @@
+//! The permission sets of the users the gateway mints: what exactly an agent and a
+//! listener may publish and subscribe to. Everything not allowed is refused by the broker.
+//!
+//! Gateway, system and leaf users carry no permissions: each has its whole account (the
+//! account is the boundary between tenants).
+
+use flue_proto::event::{EVENT_STREAM, tenant_events};
+use flue_proto::jsapi;
+use flue_proto::subject::{self, DATA_BUCKET, REQUEST_STREAM};
+use flue_proto::{ServerId, StackId, TenantId};
+
+use super::jwt::Permissions;
+
+/// An agent's rights (server `server` of `tenant`, taking part in `stacks`): info, next
+/// and ack on its own request consumer; publishing its own response and heartbeat
+/// subjects; its own inbox prefix; and the data-space keys of its stacks (put, direct get,
+/// the bucket's stream info, watching a key's subject). No consumer creation, no
+/// wildcard beyond these.
+pub fn agent(tenant: &TenantId, server: &ServerId, stacks: &[StackId]) -> Permissions {
+    let consumer = subject::request_consumer(tenant, server);
+    let mut perms = Permissions::default();
+    let publish = &mut perms.publish.allow;
+    publish.extend(jsapi::consumer_info(REQUEST_STREAM, &consumer));
+    publish.extend(jsapi::consumer_next(REQUEST_STREAM, &consumer));
+    publish.push(jsapi::consumer_acks(REQUEST_STREAM, &consumer));
+    publish.push(subject::response(tenant, server));
+    publish.push(subject::heartbeat(tenant, server));
+    let subscribe = &mut perms.subscribe.allow;
+    subscribe.push(format!("{}.>", subject::agent_inbox_prefix(tenant, server)));
+    if !stacks.is_empty() {
+        publish.extend(jsapi::stream_info(&jsapi::kv_stream(DATA_BUCKET)));
+    }
+    for stack in stacks {
+        let keys = subject::data_stack_filter(tenant, stack);
+        publish.extend(jsapi::kv_put(DATA_BUCKET, &keys));
+        publish.extend(jsapi::kv_get(DATA_BUCKET, &keys));
+        subscribe.push(jsapi::kv_watch(DATA_BUCKET, &keys));
+    }
+    perms
+}
+
+/// A listener's rights in its tenant's events account: reading the event stream (info,
+/// message and direct get), creating, reading and pulling from consumers on it (ordered
+/// consumers re-create theirs), their flow control and acks, subscribing to the tenant's
+/// event subjects and to inboxes. It cannot publish an event (no publish right names one)
+/// nor delete a consumer (the gateway's webhook and SSE consumers live on this stream too;
+/// an ephemeral consumer goes away by itself once idle).
+pub fn listener(tenant: &TenantId) -> Permissions {
+    let mut perms = Permissions::default();
+    let publish = &mut perms.publish.allow;
+    publish.extend(jsapi::consumer_create(EVENT_STREAM));
+    publish.extend(jsapi::any_consumer_of(EVENT_STREAM));
+    publish.extend(jsapi::stream_info(EVENT_STREAM));
+    publish.extend(jsapi::stream_get(EVENT_STREAM));
+    // nats-py looks the stream up by subject before subscribing.
+    publish.extend(jsapi::api("STREAM.NAMES"));
+    publish.push(jsapi::flow_control(EVENT_STREAM));
+    publish.push(jsapi::consumer_acks(EVENT_STREAM, "*"));
+    let subscribe = &mut perms.subscribe.allow;
+    // Inboxes of the events account carry nothing but this tenant's events and the
+    // JetStream API's answers about them.
+    subscribe.push("_INBOX.>".to_owned());
+    subscribe.push(tenant_events(tenant));
+    perms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id<T: std::str::FromStr>(s: &str) -> T
+    where
+        T::Err: std::fmt::Debug,
+    {
+        s.parse().expect("valid id")
+    }
+
+    #[test]
+    fn an_agent_gets_only_its_own_subjects() {
+        let perms = agent(&id("acme"), &id("web1"), &[id("st")]);
+        let publish = &perms.publish.allow;
+        assert!(
+            publish.contains(&"$JS.flue.API.CONSUMER.MSG.NEXT.FLUE_REQ.req-4-acme-web1".into())
+        );
+        assert!(publish.contains(&"$JS.ACK.FLUE_REQ.req-4-acme-web1.>".into()));
+        assert!(publish.contains(&"flue.acme.resp.web1".into()));
+        assert!(publish.contains(&"$KV.flue_data.acme.st.>".into()));
+        assert!(
+            publish
+                .iter()
+                .all(|s| !s.contains("CREATE") && s != ">" && !s.starts_with("flue.acme.>")),
+            "{publish:?}"
+        );
+        assert_eq!(
+            perms.subscribe.allow,
+            ["_INBOX_flue.acme.web1.>", "$KV.flue_data.acme.st.>"]
+        );
+        let no_stacks = agent(&id("acme"), &id("web1"), &[]);
+        assert!(
+            no_stacks
+                .publish
+                .allow
+                .iter()
+                .all(|s| !s.contains("flue_data"))
+        );
+    }
+
+    #[test]
+    fn a_listener_publishes_no_flue_subject() {
+        let perms = listener(&id("acme"));
+        assert!(
+            perms.publish.allow.iter().all(|s| s.starts_with("$JS.")),
+            "{:?}",
+            perms.publish.allow
+        );
+        assert!(perms.subscribe.allow.contains(&"flue.acme.evt.>".into()));
+    }
+}

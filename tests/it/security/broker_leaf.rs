@@ -1,0 +1,206 @@
+//! A tenant network's leaf node written by `flue-gateway leaf-config`, on loopback: an
+//! agent connected to it reaches its queue on the hub; another tenant's user is refused; a
+//! revocation reaches the leaf node only with a re-written configuration and a reload.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer};
+use bytes::Bytes;
+use flue_gateway::broker::Broker;
+use flue_gateway::natsauth::AccountKind;
+use flue_proto::creds::UserCreds;
+use flue_proto::jsapi::JS_DOMAIN;
+use flue_proto::subject::{self, REQUEST_STREAM};
+use flue_proto::{ServerId, TenantId};
+use flue_tests::{NatsProcess, SecureNats, WAIT, admin, connect_options, free_port, wait_until};
+use futures_util::StreamExt as _;
+use nkeys::KeyPair;
+
+use super::refusals_at;
+
+/// A hub with tenants `acme` and `other`, `web1`'s queue holding one request, and a leaf
+/// node for `acme`'s network connected to it.
+async fn hub_and_leaf() -> (SecureNats, NatsProcess, tempfile::TempDir, String) {
+    let secure = SecureNats::start(&["acme", "other"], Some(free_port())).await;
+    let (gateway, _) = secure.gateway("acme").await;
+    let js = jetstream::new(gateway);
+    let broker = Broker::new(js.clone());
+    broker
+        .ensure_streams(Duration::from_secs(3600), 100)
+        .await
+        .expect("streams");
+    let (tenant, server) = ids();
+    broker
+        .ensure_request_consumer(&tenant, &server)
+        .await
+        .expect("consumer");
+    js.publish(
+        subject::request(&tenant, &server),
+        Bytes::from_static(b"request for web1"),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("stored");
+    let hub_leaf = secure
+        .nats
+        .logs()
+        .wait_for("Listening for leafnode connections on ", WAIT)
+        .await;
+    let hub_leaf = hub_leaf
+        .rsplit(' ')
+        .next()
+        .expect("address")
+        .trim()
+        .to_owned();
+    let out = tempfile::tempdir().expect("tempdir");
+    let hub = format!("nats-leaf://{hub_leaf}");
+    write_leaf_conf(&secure, &hub, out.path()).await;
+    let leaf = NatsProcess::start(&out.path().join("leaf/leaf.conf")).await;
+    leaf.logs()
+        .wait_for("Leafnode connection created", WAIT)
+        .await;
+    (secure, leaf, out, hub)
+}
+
+/// `flue-gateway leaf-config` for `acme` into `<dir>/leaf`.
+async fn write_leaf_conf(secure: &SecureNats, hub: &str, dir: &std::path::Path) {
+    admin(&[
+        "leaf-config",
+        "--state-dir",
+        secure.state_dir().to_str().expect("utf-8"),
+        "--tenant",
+        "acme",
+        "--hub",
+        hub,
+        "--out",
+        dir.join("leaf").to_str().expect("utf-8"),
+    ])
+    .await;
+}
+
+fn ids() -> (TenantId, ServerId) {
+    ("acme".parse().expect("id"), "web1".parse().expect("id"))
+}
+
+#[tokio::test]
+async fn an_agent_behind_a_leaf_node_pulls_and_answers_on_the_hub() {
+    let (secure, leaf, _dir, _) = hub_and_leaf().await;
+    let (tenant, server) = ids();
+    let key = KeyPair::new_user();
+    let jwt = secure
+        .auth
+        .agent_jwt(&tenant, &server, &key.public_key(), &[])
+        .expect("jwt");
+    let creds = UserCreds {
+        jwt,
+        seed: key.seed().expect("seed"),
+    };
+    let agent = connect_options(&creds)
+        .custom_inbox_prefix(subject::agent_inbox_prefix(&tenant, &server))
+        .connect(leaf.url())
+        .await
+        .expect("the agent connects to the leaf node");
+    let js = jetstream::with_domain(agent, JS_DOMAIN);
+    // The leaf node logs its connection before the hub's interest in `$JS.flue.API.>` has
+    // crossed it; until then a request fails at once (no responders, or a JetStream error
+    // while the interest settles). The last error is reported if it never works.
+    let name = subject::request_consumer(&tenant, &server);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    let consumer: consumer::PullConsumer = loop {
+        tick.tick().await;
+        match js.get_consumer_from_stream(&name, REQUEST_STREAM).await {
+            Ok(consumer) => break consumer,
+            Err(_) if tokio::time::Instant::now() < deadline => {}
+            Err(e) => panic!("consumer info across the leaf node: {e}"),
+        }
+    };
+    let mut batch = consumer
+        .fetch()
+        .max_messages(1)
+        .messages()
+        .await
+        .expect("pull");
+    let msg = tokio::time::timeout(WAIT, batch.next())
+        .await
+        .expect("in time")
+        .expect("a message")
+        .expect("no error");
+    assert_eq!(&msg.payload[..], b"request for web1");
+    msg.double_ack().await.expect("ack confirmed by the hub");
+    js.publish(
+        subject::response(&tenant, &server),
+        Bytes::from_static(b"answer"),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("answer stored on the hub");
+}
+
+#[tokio::test]
+async fn a_leaf_node_admits_no_other_tenants_user_and_no_anonymous_client() {
+    let (secure, leaf, _dir, _) = hub_and_leaf().await;
+    let (other, _) = secure
+        .auth
+        .gateway_creds(&"other".parse().expect("id"))
+        .expect("users");
+    let e = connect_options(&other)
+        .connect(leaf.url())
+        .await
+        .expect_err("refused");
+    assert!(
+        e.to_string().to_lowercase().contains("authorization"),
+        "{e}"
+    );
+    assert!(
+        async_nats::connect(leaf.url()).await.is_err(),
+        "anonymous client refused"
+    );
+}
+
+#[tokio::test]
+async fn a_revoked_agent_behind_a_leaf_node_is_cut_off_once_the_leaf_reloads_its_config() {
+    let (secure, leaf, dir, hub) = hub_and_leaf().await;
+    let (tenant, server) = ids();
+    let key = KeyPair::new_user();
+    let jwt = secure
+        .auth
+        .agent_jwt(&tenant, &server, &key.public_key(), &[])
+        .expect("jwt");
+    let creds = UserCreds {
+        jwt,
+        seed: key.seed().expect("seed"),
+    };
+    let inbox = subject::agent_inbox_prefix(&tenant, &server);
+    let (agent, events) = refusals_at(&leaf.url(), &creds, Some(inbox)).await;
+    let system = secure.system().await;
+    secure
+        .auth
+        .revoke_user(&tenant, AccountKind::Tenant, &key.public_key(), &system)
+        .await
+        .expect("revoked on the hub");
+    // The leaf node's memory resolver never hears of it: the revoked user still gets in.
+    let _still_admitted = connect_options(&creds)
+        .connect(leaf.url())
+        .await
+        .expect("the leaf node still admits the revoked user before its reload");
+    // A re-written leaf configuration carries the re-signed account JWT; a reload applies it.
+    write_leaf_conf(&secure, &hub, dir.path()).await;
+    leaf.reload();
+    wait_until(
+        "the leaf node closes the revoked user's connection",
+        WAIT,
+        || {
+            let seen = events.lock().expect("lock").join("\n");
+            seen.contains("User Authentication Revoked").then_some(())
+        },
+    )
+    .await;
+    assert!(
+        connect_options(&creds).connect(leaf.url()).await.is_err(),
+        "admitted after the reload"
+    );
+    drop(agent);
+}
