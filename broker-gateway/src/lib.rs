@@ -32,6 +32,7 @@ pub mod listen;
 pub mod presence;
 pub mod record;
 pub mod responses;
+pub mod sealing;
 pub mod serve;
 pub mod service;
 pub mod stack_events;

@@ -19,6 +19,7 @@ pub mod ids;
 pub mod limits;
 pub mod nats_url;
 pub mod output;
+pub mod seal;
 pub mod server;
 pub mod stack;
 pub mod subject;
