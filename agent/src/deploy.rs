@@ -320,11 +320,7 @@ async fn apply(
         OffsetDateTime::now_utc(),
     );
     // Sealed before the ledger sees it: the ledger keeps the answer as published.
-    let result = sealing::seal_outputs(
-        agent.credentials.as_deref(),
-        result,
-        &req.config.outputs,
-    );
+    let result = sealing::seal_outputs(agent.credentials.as_deref(), result, &req.config.outputs);
     info!(
         status = %result.status,
         reason = result.status_reason.as_deref().unwrap_or(""),

@@ -50,7 +50,12 @@ impl Keys {
 
 /// Names of the hidden inputs of `req` that carry a value.
 fn hidden_inputs(req: &DeploymentRequest) -> BTreeSet<&String> {
-    let declared = req.config.inputs.iter().filter(|i| i.hidden).map(|i| &i.name);
+    let declared = req
+        .config
+        .inputs
+        .iter()
+        .filter(|i| i.hidden)
+        .map(|i| &i.name);
     declared
         .chain(&req.hidden_inputs)
         .filter(|name| req.input_values.contains_key(*name))

@@ -90,12 +90,11 @@ pub fn seal_at_rest<'a>(
 pub fn seal_config_defaults(config: &mut Config, gateway: &XKey) -> Result<(), SealFailure> {
     for input in config.inputs.iter_mut().filter(|i| i.hidden) {
         if let Some(default) = &mut input.default {
-            *default = seal::seal(default, gateway, gateway).map_err(|source| {
-                SealFailure::Seal {
+            *default =
+                seal::seal(default, gateway, gateway).map_err(|source| SealFailure::Seal {
                     name: input.name.clone(),
                     source,
-                }
-            })?;
+                })?;
         }
     }
     Ok(())
@@ -154,12 +153,13 @@ pub fn for_server(
         };
         let plain = open_at_rest(name, value, gateway)?;
         let context = format!("{}.{}.{name}", d.id, d.created_at.unix_timestamp_nanos());
-        *value = seal::seal_derived(&plain, gateway, &server, context.as_bytes()).map_err(
-            |source| SealFailure::Seal {
-                name: name.clone(),
-                source,
-            },
-        )?;
+        *value =
+            seal::seal_derived(&plain, gateway, &server, context.as_bytes()).map_err(|source| {
+                SealFailure::Seal {
+                    name: name.clone(),
+                    source,
+                }
+            })?;
     }
     Ok((values, config))
 }

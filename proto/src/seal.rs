@@ -144,7 +144,10 @@ mod tests {
             open(&sealed, &other, &gateway),
             Err(SealError::Open)
         ));
-        assert!(matches!(open(&sealed, &agent, &other), Err(SealError::Open)));
+        assert!(matches!(
+            open(&sealed, &agent, &other),
+            Err(SealError::Open)
+        ));
         assert!(matches!(
             open(&json!("plain"), &agent, &gateway),
             Err(SealError::NotSealed)

@@ -71,35 +71,59 @@ impl Flue {
         (hooks, item_file)
     }
 
-    /// Registers a server.
+    /// Registers a server, keeping the credentials file its registration minted (as
+    /// `flue server register ID --creds FILE` does) for [`Flue::agent`] to pass on.
     pub async fn register(&self, server: &str) {
-        self.client()
+        let registration = self
+            .client()
             .register_server(&RegisterServer {
                 id: ServerId::new(server).expect("server id"),
                 name: String::new(),
             })
             .await
             .expect("register server");
+        if let Some(text) = registration.credentials {
+            crate::write_secret(&self.creds_path(server), &text);
+        }
     }
 
-    /// Starts an agent for `server` with its own state dir and the given hook dirs; waits until ready.
+    /// Where [`Flue::register`] keeps `server`'s credentials file.
+    pub fn creds_path(&self, server: &str) -> PathBuf {
+        self.path(&format!("{server}.creds"))
+    }
+
+    /// `--creds FILE` when `server` was registered through [`Flue::register`].
+    fn creds_args(&self, server: &str) -> Vec<String> {
+        let path = self.creds_path(server);
+        if path.exists() {
+            vec!["--creds".into(), path.display().to_string()]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Starts an agent for `server` with its own state dir, the given hook dirs and the
+    /// server's credentials (when registered here); waits until ready.
     pub async fn agent(&self, server: &str, hook_dirs: &[PathBuf]) -> Agent {
-        Agent::start(
-            &self.nats.url(),
-            server,
-            &self.path(&format!("agent-{server}")),
-            hook_dirs,
-        )
-        .await
+        let agent = self.spawn_agent_with(server, hook_dirs);
+        agent.ready().await;
+        agent
     }
 
     /// Spawns an agent without waiting for readiness.
     pub fn spawn_agent(&self, server: &str) -> Agent {
-        Agent::spawn(
+        self.spawn_agent_with(server, &[])
+    }
+
+    fn spawn_agent_with(&self, server: &str, hook_dirs: &[PathBuf]) -> Agent {
+        let creds = self.creds_args(server);
+        let extra: Vec<&str> = creds.iter().map(String::as_str).collect();
+        Agent::spawn_with(
             &self.nats.url(),
             server,
             &self.path(&format!("agent-{server}")),
-            &[],
+            hook_dirs,
+            &extra,
         )
     }
 

@@ -105,6 +105,11 @@ impl Nats {
         }
     }
 
+    /// The JetStream store directory (`-sd`): the broker's bytes on disk.
+    pub fn store_dir(&self) -> &Path {
+        self.store.path()
+    }
+
     /// `nats://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)

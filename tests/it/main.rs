@@ -12,4 +12,5 @@ mod hardening;
 mod ledger_reuse;
 mod limits;
 mod resilience;
+mod security;
 mod stack;

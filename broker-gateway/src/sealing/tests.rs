@@ -19,14 +19,21 @@ fn a_request_carries_hidden_values_sealed_to_the_server_and_the_same_bytes_each_
     let r = sealed_record(&gateway);
     assert!(seal::is_sealed(&r.deployment.input_values["secret"]));
     let public = || seal::public_key(&agent.public_key());
-    let (values, config) = for_server(&r, &config(), &gateway, public().map_err(|_| {
-        SealFailure::NoServerKey(r.deployment.server_id.clone())
-    }))
+    let (values, config) = for_server(
+        &r,
+        &config(),
+        &gateway,
+        public().map_err(|_| SealFailure::NoServerKey(r.deployment.server_id.clone())),
+    )
     .expect("sealed for the server");
     let opened = seal::open(&values["secret"], &agent, &gateway).expect("the agent opens it");
     assert_eq!(opened, json!("s3cret"));
     assert_eq!(values["foo"], json!("given"), "plain values stay plain");
-    let secret = config.inputs.iter().find(|i| i.name == "secret").expect("decl");
+    let secret = config
+        .inputs
+        .iter()
+        .find(|i| i.name == "secret")
+        .expect("decl");
     assert_eq!(secret.default, None, "hidden defaults never travel");
     let (again, _) = for_server(&r, &config, &gateway, Ok(public().expect("key"))).expect("again");
     assert_eq!(values, again, "rebuilt requests keep their digest");
@@ -50,8 +57,14 @@ fn outputs_are_kept_only_when_sealed_by_the_servers_agent() {
     let server = Ok(seal::public_key(&agent.public_key()).expect("key"));
     let to_gateway = seal::public_key(&gateway.public_key()).expect("key");
     let mut outputs: BTreeMap<String, Value> = [
-        ("pw".to_owned(), seal::seal(&json!("out-s3cret"), &agent, &to_gateway).expect("s")),
-        ("forged".to_owned(), seal::seal(&json!("x"), &intruder, &to_gateway).expect("s")),
+        (
+            "pw".to_owned(),
+            seal::seal(&json!("out-s3cret"), &agent, &to_gateway).expect("s"),
+        ),
+        (
+            "forged".to_owned(),
+            seal::seal(&json!("x"), &intruder, &to_gateway).expect("s"),
+        ),
         ("plain".to_owned(), json!("visible")),
     ]
     .into();
@@ -77,7 +90,12 @@ fn outputs_are_kept_only_when_sealed_by_the_servers_agent() {
     r.deployment.outputs = [("leaked".to_owned(), json!("in the clear"))].into();
     assert!(settle_hidden_outputs(&mut r, &BTreeSet::new()));
     assert!(r.deployment.outputs.is_empty());
-    assert!(r.deployment.status_reason.expect("reason").contains("\"leaked\""));
+    assert!(
+        r.deployment
+            .status_reason
+            .expect("reason")
+            .contains("\"leaked\"")
+    );
 
     let mut fine = record();
     fine.deployment.outputs = outputs;
@@ -104,7 +122,10 @@ fn hidden_defaults_are_sealed_in_stored_configs() {
     seal_config_defaults(&mut c, &gateway).expect("sealed");
     let secret = c.inputs.iter().find(|i| i.name == "secret").expect("decl");
     let sealed = secret.default.as_ref().expect("default");
-    assert_eq!(seal::open(sealed, &gateway, &gateway).expect("opens"), json!("s3cret"));
+    assert_eq!(
+        seal::open(sealed, &gateway, &gateway).expect("opens"),
+        json!("s3cret")
+    );
     let foo = c.inputs.iter().find(|i| i.name == "foo").expect("decl");
     assert_eq!(foo.default, Some(json!("dflt")));
 }

@@ -1,0 +1,3 @@
+//! Issue 10, security: what the broker, the stores and the logs may hold.
+
+mod sealing;

@@ -1,0 +1,332 @@
+//! Hidden values sealed end to end: hooks get them in the clear, while every byte the
+//! broker holds (streams, KV, its store on disk), every API read, event and log line
+//! holds ciphertext or `<hidden>` only.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use async_nats::jetstream;
+use flue_proto::{
+    ConfigId, ConfigSpec, CreateDeployment, Deployment, DeploymentStatus, OutputRef, ServerId,
+};
+use flue_tests::{Agent, Flue};
+use futures_util::StreamExt;
+use serde_json::json;
+
+/// A distinctive random string, so that any copy of it anywhere is found.
+fn random_secret(label: &str) -> String {
+    let mut bytes = [0_u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).expect("rand");
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("flue{label}{hex}")
+}
+
+/// Creates a `script` config from its JSON inputs and outputs.
+async fn config(
+    flue: &Flue,
+    id: &str,
+    script: &str,
+    inputs: serde_json::Value,
+    outputs: serde_json::Value,
+) {
+    let spec: ConfigSpec = serde_json::from_value(json!({
+        "id": id, "group": "script", "config": script, "inputs": inputs, "outputs": outputs,
+    }))
+    .expect("spec");
+    flue.client().create_config(&spec).await.expect("config");
+}
+
+async fn deploy(flue: &Flue, body: CreateDeployment) -> Deployment {
+    let d = flue
+        .client()
+        .create_deployment(&body)
+        .await
+        .expect("deployment");
+    let done = flue.finished(&d.id).await;
+    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+    done
+}
+
+fn id<T: std::str::FromStr>(s: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    s.parse().expect("id")
+}
+
+/// Every message of every stream (KV buckets are the `KV_*` streams), read raw by
+/// sequence: payload and headers. Also counts them per stream.
+async fn stream_bytes(client: async_nats::Client) -> (Vec<u8>, BTreeMap<String, usize>) {
+    let js = jetstream::new(client);
+    let names: Vec<String> = js
+        .stream_names()
+        .map(|n| n.expect("stream name"))
+        .collect()
+        .await;
+    let (mut all, mut counts) = (Vec::new(), BTreeMap::new());
+    for name in names {
+        let mut stream = js.get_stream(&name).await.expect("stream");
+        let state = stream.info().await.expect("info").state.clone();
+        let mut read = 0;
+        for seq in state.first_sequence..=state.last_sequence {
+            // Deleted or purged messages leave gaps: nothing to read there.
+            let Ok(message) = stream.get_raw_message(seq).await else {
+                continue;
+            };
+            all.extend_from_slice(&message.payload);
+            for (key, values) in message.headers.iter() {
+                all.extend_from_slice(key.to_string().as_bytes());
+                for value in values {
+                    all.extend_from_slice(value.as_str().as_bytes());
+                }
+            }
+            read += 1;
+        }
+        counts.insert(name, read);
+    }
+    (all, counts)
+}
+
+/// Every file under `dir`, concatenated.
+fn files_bytes(dir: &Path) -> Vec<u8> {
+    let mut all = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                all.extend_from_slice(&bytes);
+            }
+        }
+    }
+    all
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+async fn api_text(flue: &Flue, path: &str) -> String {
+    let url = format!("{}{path}", flue.gateway.url());
+    let response = reqwest::get(&url).await.expect("GET");
+    assert!(
+        response.status().is_success(),
+        "GET {path}: {}",
+        response.status()
+    );
+    response.text().await.expect("body")
+}
+
+#[tokio::test]
+async fn hidden_inputs_and_outputs_reach_hooks_in_the_clear_and_are_stored_and_published_only_sealed()
+ {
+    let flue = Flue::start().await;
+    let secret_in = random_secret("in");
+    let secret_out = random_secret("out");
+    let secret_default = random_secret("default");
+    let visible = random_secret("visible");
+    let out_file = flue.path("out-secret");
+    std::fs::write(&out_file, &secret_out).expect("write");
+    let seen = |n: &str| flue.path(&format!("seen-{n}"));
+    for server in ["s1", "s2"] {
+        flue.register(server).await;
+    }
+    let _agents: Vec<Agent> = vec![flue.agent("s1", &[]).await, flue.agent("s2", &[]).await];
+
+    // The hooks print the secrets too: their output must come back hidden.
+    config(
+        &flue,
+        "makes-token",
+        &format!(
+            "#!/bin/sh\necho \"using $pw and $shown\"\nprintf '%s' \"$pw\" > '{}'\ncat '{}' > \"$heat_outputs_path.token\"\n",
+            seen("1").display(),
+            out_file.display()
+        ),
+        json!([{"name": "pw", "hidden": true}, {"name": "shown"}]),
+        json!([{"name": "token", "hidden": true}]),
+    )
+    .await;
+    config(
+        &flue,
+        "uses-token",
+        &format!(
+            "#!/bin/sh\necho \"got $tok with $dflt\"\nprintf '%s %s' \"$tok\" \"$dflt\" > '{}'\n",
+            seen("2").display()
+        ),
+        json!([{"name": "tok"}, {"name": "dflt", "hidden": true, "default": secret_default}]),
+        json!([]),
+    )
+    .await;
+    // Declares `pw` plain: it stays hidden because it comes from a hidden input.
+    config(
+        &flue,
+        "reuses-pw",
+        &format!(
+            "#!/bin/sh\nprintf '%s' \"$pw\" > '{}'\n",
+            seen("3").display()
+        ),
+        json!([{"name": "pw"}, {"name": "shown"}]),
+        json!([]),
+    )
+    .await;
+
+    let first = deploy(
+        &flue,
+        CreateDeployment {
+            input_values: [
+                ("pw".to_owned(), json!(secret_in)),
+                ("shown".to_owned(), json!(visible)),
+            ]
+            .into(),
+            ..CreateDeployment::new(id::<ConfigId>("makes-token"), id::<ServerId>("s1"))
+        },
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(seen("1")).expect("seen"), secret_in);
+    assert_eq!(first.outputs["token"], json!("<hidden>"));
+    assert_eq!(first.input_values["pw"], json!("<hidden>"));
+    assert_eq!(
+        first.deploy_stdout,
+        format!("using <hidden> and {visible}\n")
+    );
+
+    let reference = OutputRef {
+        deployment_id: first.id.clone(),
+        output: "token".into(),
+    };
+    let second = deploy(
+        &flue,
+        CreateDeployment {
+            input_refs: [("tok".to_owned(), reference)].into(),
+            ..CreateDeployment::new(id::<ConfigId>("uses-token"), id::<ServerId>("s2"))
+        },
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(seen("2")).expect("seen"),
+        format!("{secret_out} {secret_default}")
+    );
+    assert_eq!(second.deploy_stdout, "got <hidden> with <hidden>\n");
+
+    let third = deploy(
+        &flue,
+        CreateDeployment {
+            inputs_from: Some(first.id.clone()),
+            ..CreateDeployment::new(id::<ConfigId>("reuses-pw"), id::<ServerId>("s2"))
+        },
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(seen("3")).expect("seen"), secret_in);
+    assert_eq!(third.input_values["pw"], json!("<hidden>"));
+
+    // Every byte the broker holds: messages of every stream, by sequence...
+    let (raw, counts) = stream_bytes(flue.nats.client().await).await;
+    for stream in [
+        "FLUE_REQ",
+        "FLUE_RESP",
+        "FLUE_EVT",
+        "KV_flue_deployments",
+        "KV_flue_configs",
+    ] {
+        assert!(
+            counts.get(stream).is_some_and(|n| *n > 0),
+            "{stream} read: {counts:?}"
+        );
+    }
+    // ...and its store on disk (the file store is not compressed).
+    let disk = files_bytes(flue.nats.store_dir());
+    // The scans do see what is there: the plain input is in both.
+    assert!(contains(&raw, &visible) && contains(&disk, &visible));
+    let reads = [
+        api_text(&flue, "/v1/deployments").await,
+        api_text(&flue, &format!("/v1/deployments/{}", first.id)).await,
+        api_text(&flue, &format!("/v1/deployments/{}", second.id)).await,
+        api_text(&flue, &format!("/v1/deployments/{}", third.id)).await,
+        api_text(&flue, "/v1/configs/uses-token").await,
+    ];
+    let logs: Vec<String> = flue
+        .gateway
+        .logs()
+        .lines()
+        .into_iter()
+        .chain(_agents.iter().flat_map(|a| a.logs().lines()))
+        .collect();
+    // The agents' state dirs: their ledgers keep answers as published.
+    let agent_files: Vec<u8> = ["s1", "s2"]
+        .iter()
+        .flat_map(|s| files_bytes(&flue.path(&format!("agent-{s}"))))
+        .collect();
+    for secret in [&secret_in, &secret_out, &secret_default] {
+        assert!(!contains(&raw, secret), "a stream holds {secret}");
+        assert!(
+            !contains(&disk, secret),
+            "the broker's store holds {secret}"
+        );
+        assert!(
+            !contains(&agent_files, secret),
+            "an agent's state dir holds {secret}"
+        );
+        for read in &reads {
+            assert!(
+                !read.contains(secret.as_str()),
+                "an API read shows {secret}: {read}"
+            );
+        }
+        for line in &logs {
+            assert!(
+                !line.contains(secret.as_str()),
+                "a log line shows {secret}: {line}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_agent_without_credentials_refuses_hidden_values_and_never_runs_the_hook() {
+    let flue = Flue::start().await;
+    flue.register("bare").await;
+    // Started without the credentials file its registration minted.
+    let _agent = Agent::start(&flue.nats.url(), "bare", &flue.path("agent-bare"), &[]).await;
+    let ran = flue.path("ran");
+    config(
+        &flue,
+        "needs-pw",
+        &format!("#!/bin/sh\ntouch '{}'\n", ran.display()),
+        json!([{"name": "pw", "hidden": true}]),
+        json!([]),
+    )
+    .await;
+    config(
+        &flue,
+        "plain",
+        &format!("#!/bin/sh\ntouch '{}'\n", ran.display()),
+        json!([{"name": "who"}]),
+        json!([]),
+    )
+    .await;
+    let d = flue
+        .client()
+        .create_deployment(&CreateDeployment {
+            input_values: [("pw".to_owned(), json!(random_secret("pw")))].into(),
+            ..CreateDeployment::new(id::<ConfigId>("needs-pw"), id::<ServerId>("bare"))
+        })
+        .await
+        .expect("deployment");
+    let done = flue.finished(&d.id).await;
+    assert_eq!(done.status, DeploymentStatus::Failed);
+    let reason = done.status_reason.unwrap_or_default();
+    assert!(
+        reason.contains("no credentials") && reason.contains("--creds"),
+        "{reason}"
+    );
+    assert!(!ran.exists(), "the hook ran");
+    // The same agent still runs what has nothing hidden: the refusal is about the values.
+    let plain = flue.deploy("plain", "bare", &[("who", "x")]).await;
+    let done = flue.finished(&plain.id).await;
+    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+    assert!(ran.exists(), "the plain hook ran before its result came");
+}
