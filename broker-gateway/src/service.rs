@@ -249,14 +249,25 @@ impl Service {
         Ok(())
     }
 
-    /// The request of `record`, sealed to its server's current key; refused when that
-    /// is not the request whose digest was recorded (the server's keys changed since).
+    /// The request of `record`, its hidden values sealed to its server's current key;
+    /// refused when that key is not the one the recorded digest was computed with (the
+    /// server's credentials were rotated in between), as the agent's answers would then
+    /// name another digest and be ignored.
     async fn sealed_request(
         &self,
         record: &DeploymentRecord,
         config: &StoredConfig,
     ) -> Result<DeploymentRequest, PublishError> {
         let d = &record.deployment;
+        let hidden = record
+            .hidden_inputs
+            .iter()
+            .any(|name| d.input_values.contains_key(name));
+        if !hidden {
+            // Nothing depends on the server's key: the record alone makes the bytes.
+            let none = Err(SealFailure::NoServerKey(d.server_id.clone()));
+            return Ok(request(record, config, &self.keys.sealing, none)?);
+        }
         let server = match self.store.server(&d.tenant, &d.server_id).await? {
             Some(server) => sealing::server_key(&server),
             None => Err(SealFailure::NoServerKey(d.server_id.clone())),

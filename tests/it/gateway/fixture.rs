@@ -5,6 +5,8 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use flue_gateway::{Config, Gateway};
+use flue_proto::creds::AgentCredentials;
+use flue_proto::seal;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -40,6 +42,15 @@ impl Fixture {
             nats,
             state,
         }
+    }
+
+    /// Opens a hidden value stored by the fixture's gateway (sealed to its own key).
+    pub fn open_at_rest(&self, value: &Value) -> Value {
+        let keys = flue_gateway::state::StateDir::open(&self.state_dir())
+            .expect("state dir")
+            .gateway_keys()
+            .expect("keys");
+        seal::open(value, &keys.sealing, &keys.sealing).expect("opens")
     }
 
     /// The `--state-dir` of the fixture's gateway (for a second gateway with the same keys).
@@ -117,13 +128,16 @@ pub fn script_config(id: &str) -> Value {
     })
 }
 
-pub async fn config_and_server(fx: &Fixture) {
+/// Returns the credentials minted for `web1` (its agent's keys).
+pub async fn config_and_server(fx: &Fixture) -> AgentCredentials {
     let (s, _) = fx
         .call(Method::POST, "/v1/configs", Some(script_config("c1")))
         .await;
     assert_eq!(s, StatusCode::CREATED);
-    let (s, _) = fx
+    let (s, registration) = fx
         .call(Method::POST, "/v1/servers", Some(json!({"id": "web1"})))
         .await;
     assert_eq!(s, StatusCode::CREATED);
+    let text = registration["credentials"].as_str().expect("credentials");
+    AgentCredentials::parse(text).expect("credentials parse")
 }
