@@ -223,7 +223,32 @@ async fn hidden_inputs_and_outputs_reach_hooks_in_the_clear_and_are_stored_and_p
     assert_eq!(std::fs::read_to_string(seen("3")).expect("seen"), secret_in);
     assert_eq!(third.input_values["pw"], json!("<hidden>"));
 
-    // Every byte the broker holds: messages of every stream, by sequence...
+    let reads = [
+        format!("/v1/deployments/{}", first.id),
+        format!("/v1/deployments/{}", second.id),
+        format!("/v1/deployments/{}", third.id),
+        "/v1/configs/uses-token".to_owned(),
+    ];
+    let everything = everything(&flue, &_agents, &reads).await;
+    // The scans do see what is there: the plain input is in the broker's bytes.
+    assert!(
+        everything
+            .iter()
+            .any(|(place, bytes)| place == "stream messages" && contains(bytes, &visible))
+    );
+    assert!(
+        everything
+            .iter()
+            .any(|(place, bytes)| place == "broker store" && contains(bytes, &visible))
+    );
+    assert_nowhere(&everything, &[&secret_in, &secret_out, &secret_default]);
+}
+
+/// The bytes of every place a hidden value must not be, by name: every message of every
+/// stream (KV buckets included) and the broker's store on disk, which must each hold
+/// something; the agents' state dirs (ledgers); API reads (the listing and `paths`);
+/// the gateway's and the agents' logs.
+async fn everything(flue: &Flue, agents: &[Agent], paths: &[String]) -> Vec<(String, Vec<u8>)> {
     let (raw, counts) = stream_bytes(flue.nats.client().await).await;
     for stream in [
         "FLUE_REQ",
@@ -237,52 +262,122 @@ async fn hidden_inputs_and_outputs_reach_hooks_in_the_clear_and_are_stored_and_p
             "{stream} read: {counts:?}"
         );
     }
-    // ...and its store on disk (the file store is not compressed).
+    // The file store is not compressed: a value in the clear would be there as it is.
     let disk = files_bytes(flue.nats.store_dir());
-    // The scans do see what is there: the plain input is in both.
-    assert!(contains(&raw, &visible) && contains(&disk, &visible));
-    let reads = [
-        api_text(&flue, "/v1/deployments").await,
-        api_text(&flue, &format!("/v1/deployments/{}", first.id)).await,
-        api_text(&flue, &format!("/v1/deployments/{}", second.id)).await,
-        api_text(&flue, &format!("/v1/deployments/{}", third.id)).await,
-        api_text(&flue, "/v1/configs/uses-token").await,
+    let mut places = vec![
+        ("stream messages".to_owned(), raw),
+        ("broker store".to_owned(), disk),
     ];
-    let logs: Vec<String> = flue
-        .gateway
-        .logs()
-        .lines()
-        .into_iter()
-        .chain(_agents.iter().flat_map(|a| a.logs().lines()))
-        .collect();
-    // The agents' state dirs: their ledgers keep answers as published.
-    let agent_files: Vec<u8> = ["s1", "s2"]
-        .iter()
-        .flat_map(|s| files_bytes(&flue.path(&format!("agent-{s}"))))
-        .collect();
-    for secret in [&secret_in, &secret_out, &secret_default] {
-        assert!(!contains(&raw, secret), "a stream holds {secret}");
-        assert!(
-            !contains(&disk, secret),
-            "the broker's store holds {secret}"
-        );
-        assert!(
-            !contains(&agent_files, secret),
-            "an agent's state dir holds {secret}"
-        );
-        for read in &reads {
-            assert!(
-                !read.contains(secret.as_str()),
-                "an API read shows {secret}: {read}"
-            );
-        }
-        for line in &logs {
-            assert!(
-                !line.contains(secret.as_str()),
-                "a log line shows {secret}: {line}"
-            );
+    for agent in agents {
+        let dir = flue.path(&format!("agent-{}", agent.server));
+        places.push((
+            format!("state dir of agent {}", agent.server),
+            files_bytes(&dir),
+        ));
+        places.push((
+            format!("log of agent {}", agent.server),
+            agent.logs().lines().join("\n").into_bytes(),
+        ));
+    }
+    places.push((
+        "gateway log".to_owned(),
+        flue.gateway.logs().lines().join("\n").into_bytes(),
+    ));
+    let listing = "/v1/deployments".to_owned();
+    for path in std::iter::once(&listing).chain(paths) {
+        places.push((
+            format!("GET {path}"),
+            api_text(flue, path).await.into_bytes(),
+        ));
+    }
+    places
+}
+
+fn assert_nowhere(places: &[(String, Vec<u8>)], secrets: &[&str]) {
+    for secret in secrets {
+        for (place, bytes) in places {
+            assert!(!contains(bytes, secret), "{place} holds {secret}");
         }
     }
+}
+
+#[tokio::test]
+async fn a_stacks_hidden_parameter_and_hidden_output_are_stored_and_published_only_sealed() {
+    let (env, agents) = crate::stack::cluster(&["s1", "s2"]).await;
+    let secret_param = random_secret("param");
+    let secret_out = random_secret("stackout");
+    let param_file = env.path("param.txt");
+    std::fs::write(&param_file, format!("{secret_param}\n")).expect("write");
+    let out_file = env.path("out-secret");
+    std::fs::write(&out_file, &secret_out).expect("write");
+    let (seen_a, seen_b) = (env.path("seen-a"), env.path("seen-b"));
+    let template = env.path("t.yaml");
+    std::fs::write(
+        &template,
+        format!(
+            r#"heat_template_version: 2018-08-31
+parameters:
+  pw: {{type: string, hidden: true}}
+resources:
+  gen_cfg:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      inputs: [{{name: pw}}]
+      outputs: [{{name: token, hidden: true}}]
+      config: |
+        #!/bin/sh
+        echo "pw is $pw"
+        printf '%s' "$pw" > '{seen_a}'
+        cat '{out_file}' > "$heat_outputs_path.token"
+  gen:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {{get_resource: gen_cfg}}
+      server: s1
+      input_values: {{pw: {{get_param: pw}}}}
+  use_cfg:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      inputs: [{{name: tok}}]
+      config: |
+        #!/bin/sh
+        printf '%s' "$tok" > '{seen_b}'
+  use:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {{get_resource: use_cfg}}
+      server: s2
+      input_values: {{tok: {{get_attr: [gen, token]}}}}
+"#,
+            seen_a = seen_a.display(),
+            seen_b = seen_b.display(),
+            out_file = out_file.display(),
+        ),
+    )
+    .expect("template");
+    let t = template.display().to_string();
+    let f = format!("pw={}", param_file.display());
+    let run = crate::stack::flue(
+        &env,
+        &["stack", "create", "h", "-t", &t, "--parameter-file", &f],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    assert_eq!(
+        std::fs::read_to_string(&seen_a).expect("seen"),
+        secret_param
+    );
+    assert_eq!(std::fs::read_to_string(&seen_b).expect("seen"), secret_out);
+    // The gateway compares sealed values by what they hold: nothing changed, nothing runs.
+    let run = crate::stack::flue(
+        &env,
+        &["stack", "update", "h", "-t", &t, "--parameter-file", &f],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    assert!(run.stdout.contains("unchanged, not run"), "{run}");
+    let everything = everything(&env, &agents, &["/v1/stacks/h".to_owned()]).await;
+    assert_nowhere(&everything, &[&secret_param, &secret_out]);
 }
 
 #[tokio::test]
