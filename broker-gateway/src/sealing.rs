@@ -29,7 +29,9 @@ pub enum SealFailure {
     #[error("server {0} has an invalid sealing key")]
     BadServerKey(ServerId),
     /// A stored hidden value does not open with the gateway's key.
-    #[error("hidden value {name:?} cannot be opened with the gateway's sealing key")]
+    #[error(
+        "stored hidden value {name:?} cannot be opened with the gateway's sealing key (was the state directory replaced?); give the value again"
+    )]
     AtRest {
         /// The input, output or default.
         name: String,
@@ -51,8 +53,11 @@ pub enum SealFailure {
 impl From<SealFailure> for ApiError {
     fn from(e: SealFailure) -> Self {
         match e {
-            // The client can act on it (rotate the server's credentials).
-            SealFailure::NoServerKey(_) => ApiError::Conflict(e.to_string()),
+            // The client can act on these: rotate the server's credentials; give a value
+            // again that was stored under a sealing key the gateway no longer has.
+            SealFailure::NoServerKey(_) | SealFailure::AtRest { .. } => {
+                ApiError::Conflict(e.to_string())
+            }
             // The gateway's own state is at fault: logged, answered 500 without a cause.
             e => ApiError::Keys(crate::error::chain(&e)),
         }
@@ -106,8 +111,22 @@ pub fn opened_inputs(
     record: &DeploymentRecord,
     gateway: &XKey,
 ) -> Result<BTreeMap<String, Value>, SealFailure> {
-    let mut values = record.deployment.input_values.clone();
-    for name in &record.hidden_inputs {
+    opened_values(
+        &record.deployment.input_values,
+        &record.hidden_inputs,
+        gateway,
+    )
+}
+
+/// `values` with those named in `sealed` (sealed at rest) opened: to check or compare
+/// what a hook would get, never to store or show.
+pub fn opened_values<'a>(
+    values: &BTreeMap<String, Value>,
+    sealed: impl IntoIterator<Item = &'a String>,
+    gateway: &XKey,
+) -> Result<BTreeMap<String, Value>, SealFailure> {
+    let mut values = values.clone();
+    for name in sealed {
         if let Some(value) = values.get_mut(name) {
             *value = open_at_rest(name, value, gateway)?;
         }

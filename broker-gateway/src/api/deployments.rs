@@ -28,7 +28,7 @@ use crate::record::{
     DeploymentRecord, hidden_inputs, hidden_outputs, hidden_union, same_config_content,
     same_request, timeout_deadline, with_defaults,
 };
-use crate::sealing::{opened_inputs, seal_at_rest, server_key};
+use crate::sealing::{opened_inputs, opened_values, seal_at_rest, server_key};
 use crate::service::{Service, request};
 use crate::store::deployment_key;
 use crate::store::{Listing, StoreError};
@@ -174,7 +174,9 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
             .map(|i| i.name.clone()),
     );
     let mut input_values = with_defaults(&config, values);
-    check_input_values(&config.group, &input_values, |name| {
+    // The limits are about what the hook gets: carried hidden values are checked opened.
+    let opened = opened_values(&input_values, &sealed_at_rest, &service.keys.sealing)?;
+    check_input_values(&config.group, &opened, |name| {
         if body.input_refs.contains_key(name) {
             format!("input_refs.{name}")
         } else if given.contains(name) {

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use async_nats::jetstream;
 use flue_proto::{
-    ConfigId, ConfigSpec, CreateDeployment, Deployment, DeploymentStatus, OutputRef, ServerId,
+    AgentMessage, ConfigId, ConfigSpec, CreateDeployment, Deployment, DeploymentResult,
+    DeploymentStatus, OutputRef, PROTOCOL_VERSION, RequestDigest, ServerId, TenantId, subject,
 };
 use flue_tests::{Agent, Flue};
 use futures_util::StreamExt;
@@ -55,36 +56,35 @@ where
 }
 
 /// Every message of every stream (KV buckets are the `KV_*` streams), read raw by
-/// sequence: payload and headers. Also counts them per stream.
-async fn stream_bytes(client: async_nats::Client) -> (Vec<u8>, BTreeMap<String, usize>) {
+/// sequence, payloads and headers, by stream.
+async fn stream_bytes(client: async_nats::Client) -> BTreeMap<String, Vec<u8>> {
     let js = jetstream::new(client);
     let names: Vec<String> = js
         .stream_names()
         .map(|n| n.expect("stream name"))
         .collect()
         .await;
-    let (mut all, mut counts) = (Vec::new(), BTreeMap::new());
+    let mut streams = BTreeMap::new();
     for name in names {
         let mut stream = js.get_stream(&name).await.expect("stream");
         let state = stream.info().await.expect("info").state.clone();
-        let mut read = 0;
+        let mut bytes = Vec::new();
         for seq in state.first_sequence..=state.last_sequence {
             // Deleted or purged messages leave gaps: nothing to read there.
             let Ok(message) = stream.get_raw_message(seq).await else {
                 continue;
             };
-            all.extend_from_slice(&message.payload);
+            bytes.extend_from_slice(&message.payload);
             for (key, values) in message.headers.iter() {
-                all.extend_from_slice(key.to_string().as_bytes());
+                bytes.extend_from_slice(key.to_string().as_bytes());
                 for value in values {
-                    all.extend_from_slice(value.as_str().as_bytes());
+                    bytes.extend_from_slice(value.as_str().as_bytes());
                 }
             }
-            read += 1;
         }
-        counts.insert(name, read);
+        streams.insert(name, bytes);
     }
-    (all, counts)
+    streams
 }
 
 /// Every file under `dir`, concatenated.
@@ -135,7 +135,7 @@ async fn hidden_inputs_and_outputs_reach_hooks_in_the_clear_and_are_stored_and_p
     for server in ["s1", "s2"] {
         flue.register(server).await;
     }
-    let _agents: Vec<Agent> = vec![flue.agent("s1", &[]).await, flue.agent("s2", &[]).await];
+    let agents: Vec<Agent> = vec![flue.agent("s1", &[]).await, flue.agent("s2", &[]).await];
 
     // The hooks print the secrets too: their output must come back hidden.
     config(
@@ -229,7 +229,7 @@ async fn hidden_inputs_and_outputs_reach_hooks_in_the_clear_and_are_stored_and_p
         format!("/v1/deployments/{}", third.id),
         "/v1/configs/uses-token".to_owned(),
     ];
-    let everything = everything(&flue, &_agents, &reads).await;
+    let everything = everything(&flue, &agents, &reads).await;
     // The scans do see what is there: the plain input is in the broker's bytes.
     assert!(
         everything
@@ -249,7 +249,7 @@ async fn hidden_inputs_and_outputs_reach_hooks_in_the_clear_and_are_stored_and_p
 /// something; the agents' state dirs (ledgers); API reads (the listing and `paths`);
 /// the gateway's and the agents' logs.
 async fn everything(flue: &Flue, agents: &[Agent], paths: &[String]) -> Vec<(String, Vec<u8>)> {
-    let (raw, counts) = stream_bytes(flue.nats.client().await).await;
+    let streams = stream_bytes(flue.nats.client().await).await;
     for stream in [
         "FLUE_REQ",
         "FLUE_RESP",
@@ -258,10 +258,11 @@ async fn everything(flue: &Flue, agents: &[Agent], paths: &[String]) -> Vec<(Str
         "KV_flue_configs",
     ] {
         assert!(
-            counts.get(stream).is_some_and(|n| *n > 0),
-            "{stream} read: {counts:?}"
+            streams.get(stream).is_some_and(|b| !b.is_empty()),
+            "{stream} read"
         );
     }
+    let raw = streams.into_values().flatten().collect();
     // The file store is not compressed: a value in the clear would be there as it is.
     let disk = files_bytes(flue.nats.store_dir());
     let mut places = vec![
@@ -424,4 +425,87 @@ async fn an_agent_without_credentials_refuses_hidden_values_and_never_runs_the_h
     let done = flue.finished(&plain.id).await;
     assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
     assert!(ran.exists(), "the plain hook ran before its result came");
+}
+
+/// What an agent older than sealing (or a forger with the digest) would answer: the
+/// gateway refuses to keep a hidden output that did not come sealed by the server's agent.
+#[tokio::test]
+async fn a_hidden_output_that_arrives_unsealed_is_dropped_and_fails_its_deployment() {
+    let flue = Flue::start().await;
+    // No agent: the answer below is the only one.
+    flue.register("s1").await;
+    config(
+        &flue,
+        "makes-token",
+        "#!/bin/sh\n",
+        json!([]),
+        json!([{"name": "token", "hidden": true}, {"name": "note"}]),
+    )
+    .await;
+    let d = flue
+        .client()
+        .create_deployment(&CreateDeployment::new(
+            id::<ConfigId>("makes-token"),
+            id::<ServerId>("s1"),
+        ))
+        .await
+        .expect("deployment");
+    // The 202 comes once the request is on the queue: its bytes give the digest to name.
+    let js = jetstream::new(flue.nats.client().await);
+    let mut queue = js.get_stream("FLUE_REQ").await.expect("stream");
+    let last = queue.info().await.expect("info").state.last_sequence;
+    let request = queue.get_raw_message(last).await.expect("request");
+    let leaked = random_secret("leaked");
+    let answer = AgentMessage::Finished {
+        v: PROTOCOL_VERSION,
+        deployment_id: d.id.clone(),
+        result: DeploymentResult {
+            status: DeploymentStatus::Complete,
+            status_reason: None,
+            outputs: [
+                ("token".to_owned(), json!(leaked)),
+                ("note".to_owned(), json!("kept")),
+            ]
+            .into(),
+            deploy_stdout: String::new(),
+            deploy_stderr: String::new(),
+            deploy_status_code: Some(0),
+            started_at: None,
+            finished_at: time::OffsetDateTime::now_utc(),
+        },
+        request_digest: Some(RequestDigest::of(&request.payload)),
+    };
+    let tenant: TenantId = id("default");
+    js.publish(
+        subject::response(&tenant, &id("s1")),
+        serde_json::to_vec(&answer).expect("json").into(),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("ack");
+
+    let done = flue.finished(&d.id).await;
+    assert_eq!(done.status, DeploymentStatus::Failed);
+    let reason = done.status_reason.unwrap_or_default();
+    assert!(
+        reason.contains("\"token\"") && reason.contains("sealed"),
+        "{reason}"
+    );
+    assert!(!done.outputs.contains_key("token"), "{:?}", done.outputs);
+    assert_eq!(done.outputs["note"], json!("kept"));
+    // The forged answer holds it (the forger put it there); nothing the gateway wrote does.
+    let streams = stream_bytes(flue.nats.client().await).await;
+    for (name, bytes) in &streams {
+        if name != "FLUE_RESP" {
+            assert!(
+                !contains(bytes, &leaked),
+                "{name} holds the unsealed output"
+            );
+        }
+    }
+    assert!(
+        contains(&streams["FLUE_RESP"], &leaked),
+        "the scan reads the answer"
+    );
 }
