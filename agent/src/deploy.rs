@@ -27,6 +27,7 @@ use crate::item::HookItem;
 use crate::ledger::{Entry, LedgerKey};
 use crate::process::{HookProcess, Launch, StopReason};
 use crate::progress::{self, Redactor};
+use crate::sealing;
 use crate::worker::Agent;
 
 mod verify;
@@ -178,7 +179,13 @@ async fn handle_request(
                 warn!(reason = %reason, "refusing the request");
                 record(agent, &key, digest, seq, failed(&reason, None)).await?
             }
-            None => apply(agent, msg, req, &key, digest).await?,
+            None => match sealing::open_request(agent.credentials.as_deref(), req) {
+                Ok(opened) => apply(agent, msg, &opened, &key, digest).await?,
+                Err(refused) => {
+                    warn!(reason = %refused, "refusing the request");
+                    record(agent, &key, digest, seq, failed(&refused.to_string(), None)).await?
+                }
+            },
         },
     };
     answer_and_ack(agent, msg, &req.deployment_id, digest, result).await;
@@ -348,6 +355,8 @@ async fn apply(
         Some(started_at),
         OffsetDateTime::now_utc(),
     );
+    // Sealed before the ledger sees it: the ledger keeps the answer as published.
+    let result = sealing::seal_outputs(agent.credentials.as_deref(), result, &req.config.outputs);
     info!(
         status = %result.status,
         reason = result.status_reason.as_deref().unwrap_or(""),

@@ -102,6 +102,7 @@ pub mod orphans;
 pub mod process;
 pub mod progress;
 pub mod script;
+pub mod sealing;
 mod sys;
 pub mod worker;
 

@@ -297,12 +297,13 @@ pub fn apply_timeout(record: &mut DeploymentRecord, now: OffsetDateTime) -> bool
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use flue_proto::{Action, ConfigId, ConfigSpec, DeploymentId, ServerId, TenantId};
     use serde_json::json;
 
-    fn config() -> Config {
+    /// A `script` config with a plain input, a hidden one with a default, and one without.
+    pub(crate) fn config() -> Config {
         let spec: ConfigSpec = serde_json::from_value(json!({
             "group": "script",
             "inputs": [
@@ -315,7 +316,8 @@ mod tests {
         spec.into_config(ConfigId::new("c1").expect("id"), OffsetDateTime::UNIX_EPOCH)
     }
 
-    fn record() -> DeploymentRecord {
+    /// A queued deployment of [`config`] (its values as given, nothing sealed).
+    pub(crate) fn record() -> DeploymentRecord {
         let config = config();
         let now = OffsetDateTime::UNIX_EPOCH;
         DeploymentRecord {

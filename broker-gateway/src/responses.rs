@@ -32,7 +32,7 @@
 //! later one. That event is lost rather than reported late; the record, and the final
 //! result's full output, are not.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -41,6 +41,7 @@ use flue_proto::event::{
     AnswerRejectedEventData, RequestRejectedEventData, answer_rejected_event_id, progress_event_id,
     request_rejected_event_id,
 };
+use flue_proto::seal;
 use flue_proto::signing::{self, Refusal};
 use flue_proto::{
     AgentMessage, CloudEvent, Deployment, DeploymentId, EventType, RequestDigest, ServerId,
@@ -59,6 +60,7 @@ use crate::record::{
     DeploymentRecord, answers_request, apply_delivered, apply_finished, apply_started,
     end_event_type,
 };
+use crate::sealing::{self, SealFailure, settle_hidden_outputs};
 use crate::service::Service;
 use crate::store::StoreError;
 
@@ -382,6 +384,8 @@ async fn apply(
         return Ok(());
     };
     let kind = kind(parsed);
+    let (received, refused) = received_outputs(service, from, parsed).await?;
+    let parsed = received.as_ref().unwrap_or(parsed);
     let now = OffsetDateTime::now_utc();
     let mut foreign = false;
     let mut stray = false;
@@ -404,6 +408,7 @@ async fn apply(
                 AgentMessage::Finished { result, .. } => {
                     let changed = apply_finished(record, result, now);
                     if changed {
+                        settle_hidden_outputs(record, &refused);
                         fit_record(record, service.broker.payload_limit());
                     }
                     changed
@@ -441,6 +446,35 @@ async fn apply(
         }
     }
     Ok(())
+}
+
+/// A `finished` answer with sealed outputs, as it is stored: each opened from the
+/// sender's agent and sealed again to the gateway, with the names that did not open
+/// ([`sealing::received_outputs`]). `None` when there is nothing to open.
+async fn received_outputs(
+    service: &Service,
+    from: Sender<'_>,
+    parsed: &AgentMessage,
+) -> Result<(Option<AgentMessage>, BTreeSet<String>), HandleError> {
+    let AgentMessage::Finished { result, .. } = parsed else {
+        return Ok((None, BTreeSet::new()));
+    };
+    if !result.outputs.values().any(seal::is_sealed) {
+        return Ok((None, BTreeSet::new()));
+    }
+    let key = match service.store.server(from.tenant, from.server).await? {
+        Some(server) => sealing::server_key(&server),
+        None => Err(SealFailure::NoServerKey(from.server.clone())),
+    };
+    let mut received = parsed.clone();
+    let mut refused = BTreeSet::new();
+    if let AgentMessage::Finished { result, .. } = &mut received {
+        refused = sealing::received_outputs(&mut result.outputs, &service.keys.sealing, &key);
+    }
+    if !refused.is_empty() {
+        warn!(server.id = %from.server, outputs = ?refused, "sealed outputs that do not open from the server's agent; refused");
+    }
+    Ok((Some(received), refused))
 }
 
 /// The event reporting `message` when the record `d` shows its effect (the times tell)

@@ -25,12 +25,13 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::Config;
-use crate::broker::{Broker, BrokerError, TooLarge};
+use crate::broker::{Broker, BrokerError};
 use crate::deferred::{Deferred, Entry};
 use crate::error::chain;
 use crate::events::Events;
 use crate::presence::PresenceTracker;
 use crate::record::{DeploymentRecord, apply_published, timeout_deadline};
+use crate::sealing::{self, SealFailure};
 use crate::state::GatewayKeys;
 use crate::store::{Store, StoreError};
 use crate::timeouts::TimeoutSet;
@@ -63,14 +64,24 @@ pub enum PublishError {
     /// The deployment's config is gone (configs are never deleted by the gateway).
     #[error("config {0} of the deployment is missing")]
     MissingConfig(ConfigId),
+    /// Its hidden values cannot be sealed to its server.
+    #[error(transparent)]
+    Sealing(#[from] SealFailure),
+    /// The request built now is not the one recorded at creation.
+    #[error(
+        "the server's sealing key changed before the request was published; create the deployment again"
+    )]
+    Changed,
 }
 
 impl PublishError {
     /// Why publishing again can never succeed (the request is larger than the broker
-    /// takes), if that is the case.
-    fn permanent(&self) -> Option<&TooLarge> {
+    /// takes, its hidden values cannot be sealed to its server), if that is the case.
+    fn permanent(&self) -> Option<String> {
         match self {
-            Self::Broker(BrokerError::RequestTooLarge { source, .. }) => Some(source),
+            Self::Broker(BrokerError::RequestTooLarge { source, .. }) => Some(source.to_string()),
+            Self::Sealing(e) => Some(e.to_string()),
+            Self::Changed => Some(self.to_string()),
             _ => None,
         }
     }
@@ -226,6 +237,7 @@ impl Service {
         config: &StoredConfig,
     ) -> Result<(), PublishError> {
         let d = &record.deployment;
+        let request = self.sealed_request(record, config).await?;
         self.store
             .index_deployment(&d.tenant, &d.server_id, &d.id)
             .await?;
@@ -233,7 +245,7 @@ impl Service {
             .publish(&record.event(EventType::DeploymentQueued))
             .await?;
         self.broker
-            .publish_request(&request(record, config), &self.keys.signing)
+            .publish_request(&request, &self.keys.signing)
             .await?;
         self.store
             .update_deployment(&d.tenant, &d.id, apply_published)
@@ -242,14 +254,47 @@ impl Service {
         Ok(())
     }
 
+    /// The request of `record`, its hidden values sealed to its server's current key;
+    /// refused when that key is not the one the recorded digest was computed with (the
+    /// server's credentials were rotated in between), as the agent's answers would then
+    /// name another digest and be ignored.
+    async fn sealed_request(
+        &self,
+        record: &DeploymentRecord,
+        config: &StoredConfig,
+    ) -> Result<DeploymentRequest, PublishError> {
+        let d = &record.deployment;
+        let hidden = record
+            .hidden_inputs
+            .iter()
+            .any(|name| d.input_values.contains_key(name));
+        if !hidden {
+            // Nothing depends on the server's key: the record alone makes the bytes.
+            let none = Err(SealFailure::NoServerKey(d.server_id.clone()));
+            return Ok(request(record, config, &self.keys.sealing, none)?);
+        }
+        let server = match self.store.server(&d.tenant, &d.server_id).await? {
+            Some(server) => sealing::server_key(&server),
+            None => Err(SealFailure::NoServerKey(d.server_id.clone())),
+        };
+        let request = request(record, config, &self.keys.sealing, server)?;
+        if record
+            .request_digest
+            .as_ref()
+            .is_some_and(|recorded| recorded != &request.digest())
+        {
+            return Err(PublishError::Changed);
+        }
+        Ok(request)
+    }
+
     /// Fails a deployment whose request the broker can never take (FAILED with the sizes
     /// as reason, `deployment.failed`), so that its server's later requests go out;
     /// false when that could not be recorded (tried again with the deferred queue).
     async fn fail_unpublishable(&self, id: &DeploymentId, error: &PublishError) -> bool {
-        let Some(too_large) = error.permanent() else {
+        let Some(reason) = error.permanent() else {
             return false;
         };
-        let reason = too_large.to_string();
         let now = OffsetDateTime::now_utc();
         let failed = self
             .store
@@ -269,7 +314,7 @@ impl Service {
             Ok(Some(u)) => {
                 self.timeouts.remove(id);
                 if u.changed {
-                    warn!(deployment.id = %id, server.id = %u.record.deployment.server_id, reason, "deployment request too large for the broker; deployment failed");
+                    warn!(deployment.id = %id, server.id = %u.record.deployment.server_id, reason, "deployment request can never be published; deployment failed");
                     self.events
                         .emit(&u.record.event(EventType::DeploymentFailed))
                         .await;
@@ -448,24 +493,34 @@ impl Service {
     }
 }
 
-/// The request queued for the agent of a recorded deployment.
-pub fn request(record: &DeploymentRecord, config: &StoredConfig) -> DeploymentRequest {
+/// The request queued for the agent of a recorded deployment, its hidden values sealed
+/// to `server` (the server's public sealing key, needed only when there are any).
+///
+/// Rebuilding it from the same record and keys gives the same bytes, so the digest
+/// recorded at creation names every publish of it.
+pub fn request(
+    record: &DeploymentRecord,
+    config: &StoredConfig,
+    gateway: &nkeys::XKey,
+    server: Result<nkeys::XKey, SealFailure>,
+) -> Result<DeploymentRequest, SealFailure> {
     let d = &record.deployment;
-    DeploymentRequest {
+    let (input_values, config) = sealing::for_server(record, config, gateway, server)?;
+    Ok(DeploymentRequest {
         v: PROTOCOL_VERSION,
         tenant: d.tenant.clone(),
         server: d.server_id.clone(),
         deployment_id: d.id.clone(),
         name: d.name.clone(),
         action: d.action.clone(),
-        config: config.clone(),
-        input_values: d.input_values.clone(),
+        config,
+        input_values,
         hidden_inputs: record.hidden_inputs.clone(),
         stack_id: d.stack_id.clone(),
         resource_name: d.resource_name.clone(),
         created_at: d.created_at,
         expires_at: d.expires_at,
-    }
+    })
 }
 
 /// Every second until cancelled: reads the records recovery could not read, and

@@ -84,6 +84,14 @@ pub fn write_executable(path: &Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
+/// Writes a secret file (a credentials file) with mode 0600, as `flue server register
+/// --creds` does.
+pub fn write_secret(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).expect("write secret");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+}
+
 /// Waits until `check` returns `Some`, re-checking every 20 ms, for at most `limit`.
 ///
 /// For conditions that have no event to wait on (a file a hook writes, a process

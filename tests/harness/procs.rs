@@ -155,6 +155,11 @@ impl Nats {
         }
     }
 
+    /// The JetStream store directory (`-sd`): the broker's bytes on disk.
+    pub fn store_dir(&self) -> &Path {
+        self.store.path()
+    }
+
     /// `nats://127.0.0.1:<port>`, or `tls://…` when it speaks TLS only.
     pub fn url(&self) -> String {
         let scheme = if self.ca_file.is_some() {

@@ -10,6 +10,7 @@ use tracing::info;
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId};
 use crate::record::redacted_config;
+use crate::sealing::seal_config_defaults;
 use crate::service::Service;
 
 /// `POST /v1/configs`: 201 with the new config; 200 with the stored one when the same
@@ -24,7 +25,8 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<Config>), ApiError> {
     spec.validate()?;
     let id = spec.id.clone().unwrap_or_else(ConfigId::random);
-    let config = spec.into_config(id, OffsetDateTime::now_utc());
+    let mut config = spec.into_config(id, OffsetDateTime::now_utc());
+    seal_config_defaults(&mut config, &service.keys.sealing)?;
     service.broker.fits_json("config", &config)?;
     let tenant = &service.config.tenant;
     let Some(stored) = service.store.create_config(tenant, &config).await? else {

@@ -9,6 +9,7 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use flue_proto::limits::check_input_values;
+use flue_proto::seal;
 use flue_proto::{
     Action, Config, CreateDeployment, Deployment, DeploymentId, DeploymentStatus, IdError,
     ServerId, StackId,
@@ -28,6 +29,7 @@ use crate::record::{
     DeploymentRecord, hidden_inputs, hidden_outputs, hidden_union, same_config_content,
     same_request, timeout_deadline, with_defaults,
 };
+use crate::sealing::{opened_inputs, opened_values, seal_at_rest, server_key};
 use crate::service::{Service, request};
 use crate::store::deployment_key;
 use crate::store::{Listing, StoreError};
@@ -94,17 +96,13 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
             ApiError::NotFound(format!("config {:?} not found", body.config_id.as_str()))
         })?;
     check_action(&config, &body.action)?;
-    if service
+    let server = service
         .store
         .server(tenant, &body.server_id)
         .await?
-        .is_none()
-    {
-        return Err(ApiError::NotFound(format!(
-            "server {:?} not found",
-            body.server_id.as_str()
-        )));
-    }
+        .ok_or_else(|| {
+            ApiError::NotFound(format!("server {:?} not found", body.server_id.as_str()))
+        })?;
     let inputs_from = match &body.inputs_from {
         Some(id) => {
             let from = referenced(&service, "inputs_from", id).await?;
@@ -137,10 +135,19 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
     // Where each input value came from, to name it when it breaks a limit.
     let given: BTreeSet<String> = body.input_values.keys().cloned().collect();
     let mut inherited = BTreeSet::new();
+    // Inputs whose value is a hidden value the gateway stored, hence already sealed to it;
+    // every other hidden value is sealed below, before anything is stored.
+    let mut sealed_at_rest = BTreeSet::new();
     let (mut values, mut hidden) = match inputs_from {
         Some(from) => {
             let mut values = from.deployment.input_values;
             inherited.extend(values.keys().cloned());
+            sealed_at_rest.extend(
+                from.hidden_inputs
+                    .iter()
+                    .filter(|name| values.contains_key(*name) && !given.contains(*name))
+                    .cloned(),
+            );
             values.extend(body.input_values);
             (
                 values,
@@ -165,13 +172,32 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
             .get(&output.output)
             .cloned()
             .unwrap_or(serde_json::Value::Null);
+        if from.hidden_outputs.contains(&output.output)
+            && from.deployment.outputs.contains_key(&output.output)
+        {
+            sealed_at_rest.insert(name.clone());
+        } else {
+            sealed_at_rest.remove(name);
+        }
         values.insert(name.clone(), value);
         if !hidden.contains(name) {
             hidden.push(name.clone());
         }
     }
-    let input_values = with_defaults(&config, values);
-    check_input_values(&config.group, &input_values, |name| {
+    // Hidden defaults were sealed when the config was stored (those of older configs
+    // were not: they are sealed now like a given value).
+    sealed_at_rest.extend(
+        config
+            .inputs
+            .iter()
+            .filter(|i| i.hidden && !values.contains_key(&i.name))
+            .filter(|i| i.default.as_ref().is_some_and(seal::is_sealed))
+            .map(|i| i.name.clone()),
+    );
+    let mut input_values = with_defaults(&config, values);
+    // The limits are about what the hook gets: carried hidden values are checked opened.
+    let opened = opened_values(&input_values, &sealed_at_rest, &service.keys.sealing)?;
+    check_input_values(&config.group, &opened, |name| {
         if body.input_refs.contains_key(name) {
             format!("input_refs.{name}")
         } else if given.contains(name) {
@@ -183,6 +209,12 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
             format!("inputs[{}].default", i.unwrap_or_default())
         }
     })?;
+    let fresh: Vec<String> = hidden
+        .iter()
+        .filter(|name| !sealed_at_rest.contains(*name))
+        .cloned()
+        .collect();
+    seal_at_rest(&mut input_values, &fresh, &service.keys.sealing)?;
     let id_given = body.id.is_some();
     let id = body.id.unwrap_or_else(DeploymentId::random);
     let now = OffsetDateTime::now_utc();
@@ -218,7 +250,7 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
         hidden_outputs: hidden_outputs(&config),
         request_digest: None,
     };
-    let req = request(&record, &config);
+    let req = request(&record, &config, &service.keys.sealing, server_key(&server))?;
     service.broker.fits_json("deployment request", &req)?;
     // Recorded before the request is published, so that no answer can come first.
     record.request_digest = Some(req.digest());
@@ -303,8 +335,15 @@ async fn unchanged(
     config: &Config,
 ) -> Result<bool, ApiError> {
     let (a, b) = (&from.deployment, &new.deployment);
-    if a.server_id != b.server_id || a.input_values != b.input_values {
+    if a.server_id != b.server_id || a.input_values.len() != b.input_values.len() {
         return Ok(false);
+    }
+    // Sealed values differ on every seal: compare what they hold. One that does not open
+    // counts as changed, so the deployment runs.
+    let key = &service.keys.sealing;
+    match (opened_inputs(from, key), opened_inputs(new, key)) {
+        (Ok(theirs), Ok(ours)) if theirs == ours => {}
+        _ => return Ok(false),
     }
     if a.config_id == config.id {
         return Ok(true);

@@ -4,6 +4,7 @@
 
 use axum::http::{Method, StatusCode};
 use flue_gateway::store::Store;
+use flue_proto::seal;
 use flue_proto::{DeploymentId, TenantId};
 use serde_json::{Value, json};
 
@@ -35,7 +36,18 @@ async fn stored_inputs(fx: &Fixture, id: &str) -> Value {
         .await
         .expect("read")
         .expect("recorded");
-    serde_json::to_value(record.deployment.input_values).expect("json")
+    // Hidden values are stored sealed to the gateway: opened here to see what they hold.
+    let mut values = record.deployment.input_values;
+    for name in &record.hidden_inputs {
+        if let Some(value) = values.get_mut(name) {
+            assert!(
+                seal::is_sealed(value),
+                "{name} is stored in the clear: {value}"
+            );
+            *value = fx.open_at_rest(value);
+        }
+    }
+    serde_json::to_value(values).expect("json")
 }
 
 #[tokio::test]

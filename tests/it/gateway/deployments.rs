@@ -6,6 +6,7 @@ use async_nats::jetstream;
 use axum::http::{Method, StatusCode};
 use flue_gateway::store::Store;
 use flue_gateway::{Config, Gateway};
+use flue_proto::seal;
 use flue_proto::signing;
 use flue_proto::{
     AgentMessage, DeploymentId, DeploymentRequest, DeploymentResult, DeploymentStatus,
@@ -133,7 +134,7 @@ async fn post_deployment(fx: &Fixture, id: &str) -> serde_json::Value {
 #[tokio::test]
 async fn deployment_life_with_redaction_and_long_poll() {
     let fx = Fixture::start().await;
-    config_and_server(&fx).await;
+    let creds = config_and_server(&fx).await;
     let js = fx.jetstream().await;
     let body = json!({
         "id": "d1", "config_id": "c1", "server_id": "web1",
@@ -165,8 +166,11 @@ async fn deployment_life_with_redaction_and_long_poll() {
 
     let (request, msg_id) = pull_request(&js).await;
     assert_eq!(msg_id, "default.d1");
+    // Sealed to the server: its agent (and only it) opens the real value.
+    let server = seal::seed_key(&creds.settings.xkey_seed).expect("seed");
+    let gateway = seal::public_key(&creds.settings.gateway_xkey).expect("key");
     assert_eq!(
-        request.input_values["secret"],
+        seal::open(&request.input_values["secret"], &server, &gateway).expect("opens"),
         json!("s3cret"),
         "the agent gets the real value"
     );

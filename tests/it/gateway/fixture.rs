@@ -5,6 +5,8 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use flue_gateway::{Config, Gateway};
+use flue_proto::creds::AgentCredentials;
+use flue_proto::seal;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -68,6 +70,15 @@ impl Fixture {
     pub fn user_key(&self, id: &str) -> nkeys::KeyPair {
         let seeds = self.seeds.lock().expect("seeds");
         nkeys::KeyPair::from_seed(seeds.get(id).expect("registered here")).expect("seed")
+    }
+
+    /// Opens a hidden value stored by the fixture's gateway (sealed to its own key).
+    pub fn open_at_rest(&self, value: &Value) -> Value {
+        let keys = flue_gateway::state::StateDir::open(&self.state_dir())
+            .expect("state dir")
+            .gateway_keys()
+            .expect("keys");
+        seal::open(value, &keys.sealing, &keys.sealing).expect("opens")
     }
 
     /// The gateway's state dir, for a second gateway with the same keys.
@@ -151,10 +162,22 @@ pub fn script_config(id: &str) -> Value {
     })
 }
 
-pub async fn config_and_server(fx: &Fixture) {
+/// Returns the credentials minted for `web1` (its agent's keys).
+pub async fn config_and_server(fx: &Fixture) -> AgentCredentials {
     let (s, _) = fx
         .call(Method::POST, "/v1/configs", Some(script_config("c1")))
         .await;
     assert_eq!(s, StatusCode::CREATED);
-    assert_eq!(fx.register("web1").await, StatusCode::CREATED);
+    let (s, registration) = fx
+        .call(Method::POST, "/v1/servers", Some(json!({"id": "web1"})))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let text = registration["credentials"].as_str().expect("credentials");
+    let creds = AgentCredentials::parse(text).expect("credentials parse");
+    // The test plays web1's agent: its answers are signed with this seed.
+    fx.seeds
+        .lock()
+        .expect("seeds")
+        .insert("web1".to_owned(), creds.user.seed.clone());
+    creds
 }

@@ -13,6 +13,8 @@ mod http_roles;
 mod http_tickets;
 mod netns;
 mod references;
+mod scan;
+mod sealing;
 mod signing;
 mod tenants;
 mod tls;
