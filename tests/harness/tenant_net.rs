@@ -162,7 +162,13 @@ impl TenantNetworks {
         server: &str,
         hook_dirs: &[PathBuf],
     ) -> NsProcess {
-        let run = self.flue(&["server", "register", server]).await;
+        // The registration mints the agent's credentials (its NATS user, the gateway's
+        // keys it pins); the file is its identity, handed to it and to nothing else.
+        let creds = self.path(&format!("{server}.creds"));
+        let creds = creds.display().to_string();
+        let run = self
+            .flue(&["server", "register", server, "--creds", &creds])
+            .await;
         assert_eq!(run.code, 0, "register {server}: {run}");
         let state = self.path(&format!("agent-{server}"));
         let mut args = vec![
@@ -173,6 +179,8 @@ impl TenantNetworks {
             server.to_owned(),
             "--state-dir".to_owned(),
             state.display().to_string(),
+            "--creds".to_owned(),
+            creds,
         ];
         for d in hook_dirs {
             args.push("--hook-dir".to_owned());
