@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 2: runs every test against a real nats-server, gateway and agents.
 # Installs the pinned nats-server and nats-py into .venv/ if they are missing, and Debian's chromium
-# (for the dashboard test) when it is missing and this runs as root with apt-get.
+# (for the dashboard test) and iproute2 (for the network-namespace tests) when they are missing and
+# this runs as root with apt-get.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 FLUE_NATS_SERVER="$(bash scripts/ensure-nats.sh)"
@@ -23,6 +24,22 @@ if [ -z "${FLUE_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
     echo "warning: chromium is not installed, so the dashboard test will fail;" \
       "install it with \`sudo apt-get install chromium\` or set FLUE_CHROMIUM" >&2
   fi
+fi
+# The isolated-network tests (security::netns) make network namespaces and veth links: they
+# need root and iproute2's `ip` (and `ss`), and fail saying so without them.
+if ! command -v ip >/dev/null 2>&1 || ! command -v ss >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing iproute2 (for the network-namespace tests)" >&2
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >&2
+  else
+    echo "warning: iproute2 is not installed, so the network-namespace tests will fail;" \
+      "install it with \`sudo apt-get install iproute2\` and run the tests as root" >&2
+  fi
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "warning: not root, so the network-namespace tests (security::netns) will fail;" \
+    "CI runs the suite as root" >&2
 fi
 # The end-to-end tests start the real binaries, so build them first.
 cargo build --workspace --bins
