@@ -4,8 +4,8 @@
 # ordering, and the cluster scaled out from 2 to 3 compute members, with every lifecycle event
 # recorded by a listener and summarised at the end. When run as root it then shows an isolated
 # tenant network in network namespaces (a control plane with hub and gateway, a tenant
-# network with a NATS leaf node and two agents that reach nothing else); otherwise it says
-# why not. Everything lives in .flue-demo/ (wiped at start); every process and namespace
+# network with a NATS leaf node and two agents that reach nothing else), in operator mode with
+# TLS on the leaf link; otherwise it says why not. Everything lives in .flue-demo/ (wiped at start); every process and namespace
 # started here is stopped or removed on exit, error or Ctrl-C.
 set -euo pipefail
 
@@ -228,12 +228,16 @@ ns_tcp() {
   fi
 }
 
-# An isolated tenant network, in network namespaces (needs root): a control plane `cp` with
-# its own hub (JetStream domain flue, leaf-node port 7422) and gateway, both bound to cp's
-# loopback, and a tenant network `t1` linked to cp only, with a NATS leaf node and the
-# agents of db and web connected to it. The flue CLI runs inside cp.
+# An isolated tenant network, in network namespaces (needs root), run the secure way: a
+# control plane `cp` with its own hub and gateway, both bound to cp's loopback, and a tenant
+# network `t1` linked to cp only, with a NATS leaf node and the agents of db and web connected
+# to it. The hub comes from `flue-gateway init` (operator mode, TLS on its client and
+# leaf-node ports with a CA made here), the leaf node from `flue-gateway leaf-config` (tenant
+# t1's account only, the hub's certificate verified); the agents hold the credentials their
+# registration minted. The flue CLI runs inside cp.
 tenant_network_demo() {
   local cp="flue-demo-$$-cp" t1="flue-demo-$$-t1" dir="$demo/isolated"
+  local state="$demo/isolated/gateway-state"
   mkdir -p "$dir"
   ip netns add "$cp" && namespaces+=("$cp")
   ip netns add "$t1" && namespaces+=("$t1")
@@ -246,59 +250,73 @@ tenant_network_demo() {
   ip -n "$t1" link set v1b up
   echo "namespaces $cp (10.250.1.1) and $t1 (10.250.1.2), one veth link between them, no other route"
 
-  cat >"$dir/hub.conf" <<CONF
-server_name: hub
-listen: "127.0.0.1:4222"
-jetstream { domain: flue, store_dir: "$dir/hub-js", limits { default_max_consumers: -1 } }
-leafnodes { listen: "0.0.0.0:7422", no_advertise: true }
-CONF
-  cat >"$dir/leaf.conf" <<CONF
-server_name: leaf-t1
-listen: "127.0.0.1:4222"
-leafnodes { reconnect: "1s", remotes: [ { url: "nats-leaf://10.250.1.1:7422" } ] }
-CONF
-  ip netns exec "$cp" "$nats_server" -c "$dir/hub.conf" >"$dir/hub.log" 2>&1 &
+  # A CA of the demo's own, and the hub's certificate for the addresses it is dialled at.
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+    -subj "/CN=flue demo CA" -keyout "$dir/ca.key" -out "$dir/ca.pem" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=hub" \
+    -keyout "$dir/hub.key" -out "$dir/hub.csr" 2>/dev/null
+  openssl x509 -req -in "$dir/hub.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
+    -days 1 -out "$dir/hub.pem" 2>/dev/null \
+    -extfile <(printf 'subjectAltName=IP:127.0.0.1,IP:10.250.1.1\nextendedKeyUsage=serverAuth,clientAuth\n')
+  "$gateway_bin" init --state-dir "$state" --tenant t1 --store-dir "$dir/hub-js" \
+    --broker-listen 127.0.0.1:4222 --leafnode-listen 0.0.0.0:7422 \
+    --tls-cert "$dir/hub.pem" --tls-key "$dir/hub.key" --tls-ca "$dir/ca.pem" >/dev/null
+  "$gateway_bin" leaf-config --state-dir "$state" --tenant t1 --hub nats-leaf://10.250.1.1:7422 \
+    --tls-ca "$dir/ca.pem" --listen 127.0.0.1:4222 --out "$dir/leaf-t1" >/dev/null
+  echo "flue-gateway init: operator, system account and tenant t1's accounts, hub config with TLS" \
+    "(demo CA .flue-demo/isolated/ca.pem); flue-gateway leaf-config: t1's leaf node and its user"
+
+  ip netns exec "$cp" "$nats_server" -c "$state/broker/nats-server.conf" >"$dir/hub.log" 2>&1 &
   pids+=($!)
   wait_for "the hub in cp" 15 "${pids[-1]}" "nats hub" "$dir/hub.log" grep -qs 'Server is ready' "$dir/hub.log"
   ip netns exec "$cp" "$gateway_bin" --listen 127.0.0.1:8470 --nats-url nats://127.0.0.1:4222 \
-    --state-dir "$dir/gateway-state" >"$dir/gateway.out" 2>"$dir/gateway.log" &
+    --nats-ca "$dir/ca.pem" --state-dir "$state" >"$dir/gateway.out" 2>"$dir/gateway.log" &
   pids+=($!)
   wait_for "the gateway in cp" 30 "${pids[-1]}" flue-gateway "$dir/gateway.log" \
     grep -qs '^flue-gateway listening on' "$dir/gateway.out"
-  ip netns exec "$t1" "$nats_server" -c "$dir/leaf.conf" >"$dir/leaf.log" 2>&1 &
+  ip netns exec "$t1" "$nats_server" -c "$dir/leaf-t1/leaf.conf" >"$dir/leaf.log" 2>&1 &
   pids+=($!)
+  # Printed once TLS is verified and the leaf's user admitted ("Leafnode connection created"
+  # comes before the handshake).
   wait_for "the leaf node in t1" 15 "${pids[-1]}" "nats leaf" "$dir/leaf.log" \
-    grep -qs 'Leafnode connection created' "$dir/leaf.log"
-  echo "hub and gateway in cp on its loopback; leaf node in t1, connected to 10.250.1.1:7422"
+    grep -qs 'JetStream using domains' "$dir/leaf.log"
+  echo "hub (operator mode) and gateway in cp on its loopback; leaf node in t1, linked over TLS" \
+    "to 10.250.1.1:7422 as a user of tenant t1's account"
 
   echo "from t1: leaf-node port 10.250.1.1:7422 $(ns_tcp "$t1" 10.250.1.1 7422);" \
     "gateway port 10.250.1.1:8470 $(ns_tcp "$t1" 10.250.1.1 8470);" \
     "hub client port 10.250.1.1:4222 $(ns_tcp "$t1" 10.250.1.1 4222)"
   echo "from cp: gateway 127.0.0.1:8470 $(ns_tcp "$cp" 127.0.0.1 8470)"
 
-  local in_cp=(ip netns exec "$cp" "$flue" --gateway http://127.0.0.1:8470) server log
+  local token admin server log
+  token="$("$gateway_bin" token --state-dir "$state" --role engine --tenant t1 --name demo-engine)"
+  admin="$("$gateway_bin" token --state-dir "$state" --role admin --tenant t1 --name demo-admin)"
+  local in_cp=(ip netns exec "$cp" env FLUE_TOKEN="$token" "$flue" --gateway http://127.0.0.1:8470)
   for server in db web; do
-    "${in_cp[@]}" server register "$server" >/dev/null
+    ip netns exec "$cp" env FLUE_TOKEN="$admin" "$flue" --gateway http://127.0.0.1:8470 \
+      server register "$server" --creds "$dir/$server.creds" >/dev/null
     log="$dir/agent-$server.log"
-    ip netns exec "$t1" "$agent_bin" run --nats-url nats://127.0.0.1:4222 --server-id "$server" \
-      --state-dir "$dir/agent-$server" --hook-dir "$root/examples/hooks" --shutdown-grace-secs 5 \
-      >"$log" 2>&1 &
+    ip netns exec "$t1" "$agent_bin" run --nats-url nats://127.0.0.1:4222 --tenant t1 \
+      --server-id "$server" --creds "$dir/$server.creds" --state-dir "$dir/agent-$server" \
+      --hook-dir "$root/examples/hooks" --shutdown-grace-secs 5 >"$log" 2>&1 &
     pids+=($!)
     wait_for "agent $server in t1" 30 "${pids[-1]}" "flue-agent $server" "$log" grep -qs 'agent ready' "$log"
   done
-  echo "agents db and web ready in t1, connected to the leaf node only (JetStream domain flue)"
+  echo "agents db and web ready in t1 with their own credentials, connected to the leaf node only"
   echo "flue stack create shop (inside cp): examples/two-tier, every request and answer through the leaf node"
   "${in_cp[@]}" stack create shop -t examples/two-tier/stack.yaml -P data_dir="$dir/shop" ||
     die "stack shop did not complete in the tenant network"
 }
 
-section "an isolated tenant network in network namespaces"
+section "an isolated tenant network in network namespaces (operator mode, TLS on the leaf link)"
 if [ "$(id -u)" != 0 ]; then
   echo "not shown: creating network namespaces needs root (run the demo as root to see it)"
 elif ! command -v ip >/dev/null 2>&1; then
   echo "not shown: iproute2's \`ip\` is not installed"
+elif ! command -v openssl >/dev/null 2>&1; then
+  echo "not shown: \`openssl\` is not installed (it makes the demo's certificate authority)"
 else
-  echo "running as root: showing the isolated tenant network topology (docs/security.md)"
+  echo "running as root: showing the isolated tenant network topology, the secure way (docs/security.md)"
   tenant_network_demo
 fi
 
