@@ -9,6 +9,21 @@ use flue_proto::creds::AgentCredentials;
 use flue_proto::{ServerId, subject};
 use flue_tests::{Flue, WAIT, bin};
 
+/// Runs `flue ARGS` against `flue`'s gateway with the token the command needs.
+async fn flue_cli(flue: &Flue, args: &[&str]) -> std::process::Output {
+    let out = tokio::process::Command::new(bin("flue"))
+        .arg("--gateway")
+        .arg(flue.gateway.url())
+        .args(args)
+        .env("FLUE_TOKEN", flue.gateway.cli_token(args))
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(WAIT, out)
+        .await
+        .expect("flue finishes")
+        .expect("run flue")
+}
+
 /// The kept credentials of `server`.
 fn kept_creds(flue: &Flue, server: &str) -> AgentCredentials {
     let text = std::fs::read_to_string(flue.creds_path(server)).expect("kept credentials");
@@ -364,4 +379,64 @@ async fn subjects(stream: &mut async_nats::jetstream::stream::Stream, filter: &s
         .try_collect()
         .await
         .expect("subjects")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn listener_credentials_from_the_cli_let_the_python_listener_replay_its_tenants_events() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let flue = Flue::start_operator(&[]).await;
+    flue.register("web1").await;
+    let file = flue.path("listener.creds");
+    let path = file.display().to_string();
+    let args = ["events", "credentials", "--out", path.as_str()];
+    let out = flue_cli(&flue, &args).await;
+    assert!(out.status.success(), "{out:?}");
+    let mode = std::fs::metadata(&file)
+        .expect("written")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let first = std::fs::read_to_string(&file).expect("read");
+    assert!(first.contains("BEGIN NATS USER JWT"), "a .creds file");
+    // Never over a file without --force.
+    let again = flue_cli(&flue, &args).await;
+    assert!(!again.status.success(), "{again:?}");
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("--force"),
+        "{again:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).expect("read"), first);
+
+    let python = flue_tests::repo_root().join(".venv/bin/python");
+    let listener = tokio::process::Command::new(python)
+        .arg(flue_tests::repo_root().join("examples/listeners/flue_events.py"))
+        .args([
+            flue.nats.url().as_str(),
+            "default",
+            "--seq",
+            "1",
+            "--idle",
+            "1",
+            "--domain",
+            subject::JETSTREAM_DOMAIN,
+            "--creds",
+            path.as_str(),
+        ])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(WAIT, listener)
+        .await
+        .expect("in time")
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "listener failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("io.flue.server.registered"),
+        "the registration event, replayed: {stdout}"
+    );
 }
