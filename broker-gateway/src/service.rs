@@ -140,6 +140,9 @@ pub struct Service {
     pub shutdown: CancellationToken,
     /// Tracker of every task the gateway spawns, waited for at shutdown.
     pub tasks: TaskTracker,
+    /// The broker's keys, which mint agents' user JWTs ([`crate::rights`]); `None` in
+    /// development mode (anonymous broker).
+    pub nats_auth: Option<crate::natsauth::NatsAuth>,
 }
 
 impl Service {
@@ -169,7 +172,14 @@ impl Service {
             unread: Arc::default(),
             shutdown,
             tasks: TaskTracker::new(),
+            nats_auth: None,
         }
+    }
+
+    /// The same service minting agents' user JWTs with `auth` (operator mode).
+    pub fn with_nats_auth(mut self, auth: crate::natsauth::NatsAuth) -> Self {
+        self.nats_auth = Some(auth);
+        self
     }
 
     /// Publishes a recorded deployment's request, retrying a few times; on failure the
@@ -520,6 +530,7 @@ pub fn request(
         resource_name: d.resource_name.clone(),
         created_at: d.created_at,
         expires_at: d.expires_at,
+        agent_jwt: record.agent_jwt.clone(),
     })
 }
 

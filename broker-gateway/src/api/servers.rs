@@ -39,6 +39,8 @@ pub async fn register(
         name: body.name,
         created_at: OffsetDateTime::now_utc(),
         keys: Some(minted.keys),
+        stacks: Vec::new(),
+        agent_jwt: None,
         presence: None,
     };
     // Only the registration that recorded the server hands out the credentials whose

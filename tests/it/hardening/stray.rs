@@ -124,6 +124,7 @@ async fn an_unsigned_forgery_for_a_queued_deployment_never_runs_nor_changes_its_
         resource_name: None,
         created_at: now,
         expires_at: now + time::Duration::hours(1),
+        agent_jwt: None,
     };
     let mut tap = EventTap::from_start(&flue.nats.client().await).await;
     // The forgery is ahead of the real request on the queue.

@@ -58,6 +58,7 @@ async fn forged_request(flue: &Flue, id: &str, marker: &std::path::Path) -> Depl
         resource_name: None,
         created_at: now,
         expires_at: now + time::Duration::hours(1),
+        agent_jwt: None,
     }
 }
 

@@ -1,0 +1,91 @@
+//! An agent's data-space rights follow the stacks its server takes part in: the broker,
+//! not the agent's good will, keeps a hook inside its own stack's keys.
+//!
+//! The server record lists its stacks and holds the last NATS user JWT minted for its
+//! agent with their rights ([`Server::stacks`], [`Server::agent_jwt`]). A deployment in a
+//! stack the record does not list yet (the server's first one there) adds the stack and
+//! mints a new JWT for every listed stack, under compare-and-set, so that two first
+//! deployments in two stacks at once end with one JWT naming both. Every request of a
+//! deployment in a stack then carries the server's current JWT: whatever order requests
+//! reach the agent in, the one it runs a hook for grants that hook's stack.
+//!
+//! Nothing secret is stored: a user JWT is public, the user's seed never leaves the
+//! agent. A gateway without broker keys (development mode, anonymous broker) mints
+//! nothing, and its agents run without broker-enforced rights.
+
+use flue_proto::creds::UserJwtClaims;
+use flue_proto::{Server, StackId};
+use tracing::{info, warn};
+
+use crate::api::ApiError;
+use crate::error::chain;
+use crate::service::Service;
+
+/// The JWT a request of `server` in `stack` carries: the server's current one, minted
+/// anew first when it does not grant `stack` yet (or was minted for another user key,
+/// before a credentials rotation). `None` for a deployment outside stacks, or when the
+/// gateway has no broker keys or the server none of its own.
+pub async fn for_stack(
+    service: &Service,
+    server: &Server,
+    stack: Option<&StackId>,
+) -> Result<Option<String>, ApiError> {
+    let (Some(stack), Some(auth)) = (stack, &service.nats_auth) else {
+        return Ok(None);
+    };
+    if server.keys.is_none() {
+        return Ok(None);
+    }
+    if grants(server, stack) {
+        return Ok(server.agent_jwt.clone());
+    }
+    let tenant = &service.config.tenant;
+    let mut failed = None;
+    let updated = service
+        .store
+        .update_server(tenant, &server.id, |stored| {
+            if grants(stored, stack) {
+                return false;
+            }
+            let Some(keys) = &stored.keys else {
+                return false;
+            };
+            if !stored.stacks.contains(stack) {
+                stored.stacks.push(stack.clone());
+            }
+            match auth.agent_jwt(tenant, &stored.id, &keys.signing, &stored.stacks) {
+                Ok(jwt) => {
+                    stored.agent_jwt = Some(jwt);
+                    true
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
+        })
+        .await?;
+    if let Some(e) = failed {
+        warn!(error = %chain(&e), server.id = %server.id, stack.id = %stack, "cannot mint the agent's user JWT for a new stack");
+        return Err(ApiError::Internal(format!(
+            "cannot mint the agent's user JWT: {e}"
+        )));
+    }
+    let Some(updated) = updated else {
+        return Err(ApiError::NotFound(format!(
+            "server {:?} not found",
+            server.id.as_str()
+        )));
+    };
+    info!(server.id = %server.id, stack.id = %stack, stacks = updated.stacks.len(), "server joined a stack; its agent gets a new user JWT");
+    Ok(updated.agent_jwt)
+}
+
+/// True when the server's current JWT grants `stack` and is for its current user key.
+fn grants(server: &Server, stack: &StackId) -> bool {
+    let (Some(jwt), Some(keys)) = (&server.agent_jwt, &server.keys) else {
+        return false;
+    };
+    server.stacks.contains(stack)
+        && UserJwtClaims::verified(jwt).is_ok_and(|claims| claims.subject == keys.signing)
+}

@@ -1,0 +1,196 @@
+//! An agent's data-space rights follow the stacks its server takes part in (issue 10,
+//! point 3): the broker refuses another stack's keys, and a server that joins a stack
+//! gets a new user JWT its agent reconnects with before the hook runs.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::sync::Arc;
+
+use async_nats::jetstream;
+use bytes::Bytes;
+use flue_agent::rights::{self, RefusedJwt, Rights};
+use flue_gateway::natsauth::jwt::{self, Claims, Permissions, User};
+use flue_proto::StackId;
+use flue_proto::creds::UserCreds;
+use flue_proto::jsapi::JS_DOMAIN;
+use flue_proto::subject::{self, DATA_BUCKET};
+use flue_tests::REFUSED_WAIT;
+use nkeys::KeyPair;
+use tokio::sync::watch;
+
+use super::broker_agent::{server, tenant, world};
+
+fn stack(name: &str) -> StackId {
+    name.parse().expect("id")
+}
+
+/// The agent's configuration for `web1` of `acme`, with its state in `dir`.
+fn agent_config(dir: &std::path::Path) -> flue_agent::Config {
+    let mut config = flue_agent::Config::new(tenant(), server("web1"));
+    config.state_dir = dir.to_owned();
+    config
+}
+
+/// Connects as the agent does: every connection authenticated with the JWT `rights`
+/// hold at that moment; the receiver counts connections.
+async fn connect_as_agent(
+    url: &str,
+    rights: &Rights,
+    key: &KeyPair,
+) -> (async_nats::Client, watch::Receiver<u64>) {
+    let (tx, connects) = watch::channel(0_u64);
+    let tx = Arc::new(tx);
+    let key = KeyPair::from_seed(&key.seed().expect("seed")).expect("key");
+    let client = rights
+        .connect_options(key)
+        .custom_inbox_prefix(subject::agent_inbox_prefix(&tenant(), &server("web1")))
+        .request_timeout(Some(REFUSED_WAIT))
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                if matches!(event, async_nats::Event::Connected) {
+                    tx.send_modify(|n| *n += 1);
+                }
+            }
+        })
+        .connect(url)
+        .await
+        .expect("agent connects");
+    (client, connects)
+}
+
+#[tokio::test]
+async fn an_agent_that_joins_a_stack_reconnects_with_its_new_jwt_and_only_then_reaches_its_keys() {
+    let w = world().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = agent_config(dir.path());
+    let rights = Rights::load(&config, &w.creds)
+        .expect("credentials")
+        .expect("a JWT");
+    let (client, connects) = connect_as_agent(&w.secure.nats.url(), &rights, &w.key).await;
+    let js = jetstream::with_domain(client.clone(), JS_DOMAIN);
+    let store = js.get_key_value(DATA_BUCKET).await.expect("bucket info");
+
+    // Member of st1 only: st2's key can be neither read nor written.
+    assert!(
+        store.get("acme.st2.secret").await.is_err(),
+        "read st2's key"
+    );
+    assert!(
+        store
+            .put("acme.st2.secret", Bytes::from_static(b"before joining"))
+            .await
+            .is_err(),
+        "wrote st2's key"
+    );
+    let value = w.data.get("acme.st2.secret").await.expect("gateway reads");
+    assert_eq!(
+        value.as_deref(),
+        Some(&b"theirs"[..]),
+        "st2's key unchanged"
+    );
+
+    // web1 joins st2: the gateway mints a JWT for both stacks, a request brings it.
+    let joined = w
+        .secure
+        .auth
+        .agent_jwt(
+            &tenant(),
+            &server("web1"),
+            &w.key.public_key(),
+            &[stack("st1"), stack("st2")],
+        )
+        .expect("jwt");
+    let before = *connects.borrow();
+    rights::take(Some(&rights), &client, &connects, &joined).await;
+    assert!(*connects.borrow() > before, "the agent reconnected");
+    assert_eq!(rights.jwt(), joined);
+
+    let read = store.get("acme.st2.secret").await.expect("reads st2's key");
+    assert_eq!(read.as_deref(), Some(&b"theirs"[..]));
+    store
+        .put("acme.st2.secret", Bytes::from_static(b"joined"))
+        .await
+        .expect("writes st2's key");
+    let value = w.data.get("acme.st2.secret").await.expect("gateway reads");
+    assert_eq!(value.as_deref(), Some(&b"joined"[..]));
+    // Its own stack still works over the new connection.
+    store
+        .put("acme.st1.shared", Bytes::from_static(b"still mine"))
+        .await
+        .expect("writes st1's key");
+
+    // Saved 0600 and used at the next start instead of the credentials file's.
+    let saved = dir.path().join(rights::SAVED_JWT);
+    assert_eq!(std::fs::read_to_string(&saved).expect("saved"), joined);
+    let mode = std::fs::metadata(&saved)
+        .expect("meta")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let restarted = Rights::load(&config, &w.creds)
+        .expect("credentials")
+        .expect("a JWT");
+    assert_eq!(restarted.jwt(), joined);
+}
+
+/// A user JWT for `user`, issued by `account` at `iat`.
+fn user_jwt(account: &KeyPair, user: &str, iat: i64) -> String {
+    let mut claims = Claims::new(user, "agent", User::new(Permissions::default()));
+    jwt::encode(account, &mut claims, iat).expect("encodes")
+}
+
+#[test]
+fn an_agent_takes_only_a_newer_jwt_for_its_own_user_from_its_own_account() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = agent_config(dir.path());
+    let account = KeyPair::new_account();
+    let user = KeyPair::new_user();
+    let now = 1_900_000_000;
+    let creds = UserCreds {
+        jwt: user_jwt(&account, &user.public_key(), now),
+        seed: user.seed().expect("seed"),
+    };
+    let rights = Rights::load(&config, &creds)
+        .expect("credentials")
+        .expect("a JWT");
+
+    let other_user = user_jwt(&account, &KeyPair::new_user().public_key(), now + 1);
+    assert!(matches!(
+        rights.adopt(&other_user),
+        Err(RefusedJwt::OtherUser(_))
+    ));
+    let other_account = user_jwt(&KeyPair::new_account(), &user.public_key(), now + 1);
+    assert!(matches!(
+        rights.adopt(&other_account),
+        Err(RefusedJwt::OtherAccount(_))
+    ));
+    let older = user_jwt(&account, &user.public_key(), now - 1);
+    assert!(matches!(rights.adopt(&older), Err(RefusedJwt::Older)));
+    let mut forged = user_jwt(&account, &user.public_key(), now + 1);
+    forged.push('A');
+    assert!(matches!(rights.adopt(&forged), Err(RefusedJwt::Invalid(_))));
+    assert!(
+        !dir.path().join(rights::SAVED_JWT).exists(),
+        "nothing refused was saved"
+    );
+    assert_eq!(rights.jwt(), creds.jwt, "the rights held did not change");
+    assert!(
+        !rights.adopt(&creds.jwt).expect("the same one"),
+        "no change"
+    );
+
+    let newer = user_jwt(&account, &user.public_key(), now + 1);
+    assert!(rights.adopt(&newer).expect("taken"));
+    assert_eq!(rights.jwt(), newer);
+
+    // New credentials (a rotation: another user key) win over the saved JWT.
+    let rotated_user = KeyPair::new_user();
+    let rotated = UserCreds {
+        jwt: user_jwt(&account, &rotated_user.public_key(), now + 2),
+        seed: rotated_user.seed().expect("seed"),
+    };
+    let restarted = Rights::load(&config, &rotated)
+        .expect("credentials")
+        .expect("a JWT");
+    assert_eq!(restarted.jwt(), rotated.jwt);
+}
