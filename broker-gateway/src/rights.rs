@@ -89,3 +89,37 @@ fn grants(server: &Server, stack: &StackId) -> bool {
     server.stacks.contains(stack)
         && UserJwtClaims::verified(jwt).is_ok_and(|claims| claims.subject == keys.signing)
 }
+
+/// A deleted stack leaves the records of the servers its units deployed to: the next JWT
+/// minted for each (its next deployment in another stack, or a rotation) no longer grants
+/// it, and its current one is dropped so that the next stack deployment mints it anew.
+///
+/// Until its agent takes that JWT, the agent keeps its connection's rights to the
+/// deleted stack's keys (emptied by the delete). Revoking the user at the broker instead
+/// would cut it off with no JWT to reconnect with (it learns of new JWTs only through
+/// its queue), so it is not done here; a credentials rotation does that.
+pub async fn leave_stack(
+    service: &Service,
+    stack: &StackId,
+    servers: impl IntoIterator<Item = &flue_proto::ServerId>,
+) {
+    let tenant = &service.config.tenant;
+    let servers: std::collections::BTreeSet<_> = servers.into_iter().collect();
+    for id in servers {
+        let left = service
+            .store
+            .update_server(tenant, id, |stored| {
+                let before = stored.stacks.len();
+                stored.stacks.retain(|s| s != stack);
+                if stored.stacks.len() == before {
+                    return false;
+                }
+                stored.agent_jwt = None;
+                true
+            })
+            .await;
+        if let Err(e) = left {
+            warn!(error = %chain(&e), server.id = %id, stack.id = %stack, "cannot record that a server left a deleted stack; its next JWT still grants it");
+        }
+    }
+}
