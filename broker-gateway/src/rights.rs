@@ -123,3 +123,48 @@ pub async fn leave_stack(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use flue_proto::ServerKeys;
+    use nkeys::KeyPair;
+    use time::OffsetDateTime;
+
+    use super::*;
+    use crate::natsauth::jwt::{self, Claims, Permissions, User};
+
+    fn server(user: &str, stacks: &[&str], jwt_for: Option<&str>) -> Server {
+        let account = KeyPair::new_account();
+        let agent_jwt = jwt_for.map(|sub| {
+            let mut claims = Claims::new(sub, "agent", User::new(Permissions::default()));
+            jwt::encode(&account, &mut claims, 1_900_000_000).expect("jwt")
+        });
+        Server {
+            id: "web1".parse().expect("id"),
+            tenant: "acme".parse().expect("id"),
+            name: String::new(),
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            keys: Some(ServerKeys {
+                signing: user.to_owned(),
+                sealing: "X".to_owned(),
+            }),
+            stacks: stacks.iter().map(|s| s.parse().expect("id")).collect(),
+            agent_jwt,
+            presence: None,
+        }
+    }
+
+    #[test]
+    fn a_jwt_grants_a_stack_only_when_listed_and_for_the_servers_current_user() {
+        let user = KeyPair::new_user().public_key();
+        let st1: StackId = "st1".parse().expect("id");
+        assert!(grants(&server(&user, &["st1"], Some(&user)), &st1));
+        // Its first deployment there.
+        assert!(!grants(&server(&user, &["st2"], Some(&user)), &st1));
+        // Never minted, or dropped when a stack was deleted.
+        assert!(!grants(&server(&user, &["st1"], None), &st1));
+        // Minted for the user key of before a rotation.
+        let old = KeyPair::new_user().public_key();
+        assert!(!grants(&server(&user, &["st1"], Some(&old)), &st1));
+    }
+}
