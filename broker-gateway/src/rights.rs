@@ -30,7 +30,7 @@ pub async fn for_stack(
     server: &Server,
     stack: Option<&StackId>,
 ) -> Result<Option<String>, ApiError> {
-    let (Some(stack), Some(auth)) = (stack, &service.nats_auth) else {
+    let (Some(stack), Some(users)) = (stack, &service.users) else {
         return Ok(None);
     };
     if server.keys.is_none() {
@@ -53,7 +53,7 @@ pub async fn for_stack(
             if !stored.stacks.contains(stack) {
                 stored.stacks.push(stack.clone());
             }
-            match auth.agent_jwt(tenant, &stored.id, &keys.signing, &stored.stacks) {
+            match users.agent_jwt_in(&stored.id, &keys.signing, &stored.stacks) {
                 Ok(jwt) => {
                     stored.agent_jwt = Some(jwt);
                     true

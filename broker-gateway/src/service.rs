@@ -140,9 +140,9 @@ pub struct Service {
     pub shutdown: CancellationToken,
     /// Tracker of every task the gateway spawns, waited for at shutdown.
     pub tasks: TaskTracker,
-    /// The broker's keys, which mint agents' user JWTs ([`crate::rights`]); `None` in
-    /// development mode (anonymous broker).
-    pub nats_auth: Option<crate::natsauth::NatsAuth>,
+    /// The tenant's broker users (agents' JWTs, revocations, listeners); `None` with
+    /// `--insecure-dev-broker`, where the broker checks no user.
+    pub users: Option<crate::tenants::BrokerUsers>,
 }
 
 impl Service {
@@ -172,13 +172,13 @@ impl Service {
             unread: Arc::default(),
             shutdown,
             tasks: TaskTracker::new(),
-            nats_auth: None,
+            users: None,
         }
     }
 
-    /// The same service minting agents' user JWTs with `auth` (operator mode).
-    pub fn with_nats_auth(mut self, auth: crate::natsauth::NatsAuth) -> Self {
-        self.nats_auth = Some(auth);
+    /// The same service minting and revoking its tenant's broker users with `users`.
+    pub fn with_users(mut self, users: Option<crate::tenants::BrokerUsers>) -> Self {
+        self.users = users;
         self
     }
 

@@ -2,6 +2,7 @@
 //! point 3): the broker refuses another stack's keys, and a server that joins a stack
 //! gets a new user JWT its agent reconnects with before the hook runs.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt as _;
 use std::sync::Arc;
 
@@ -9,12 +10,13 @@ use async_nats::jetstream;
 use bytes::Bytes;
 use flue_agent::rights::{self, RefusedJwt, Rights};
 use flue_gateway::natsauth::jwt::{self, Claims, Permissions, User};
-use flue_proto::StackId;
-use flue_proto::creds::UserCreds;
+use flue_proto::creds::{AgentCredentials, UserCreds};
 use flue_proto::jsapi::JS_DOMAIN;
 use flue_proto::subject::{self, DATA_BUCKET};
-use flue_tests::REFUSED_WAIT;
+use flue_proto::{CreateDeployment, Deployment, DeploymentStatus, ServerId, StackId};
+use flue_tests::{Flue, REFUSED_WAIT, WAIT};
 use nkeys::KeyPair;
+use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::broker_agent::{server, tenant, world};
@@ -193,4 +195,159 @@ fn an_agent_takes_only_a_newer_jwt_for_its_own_user_from_its_own_account() {
         .expect("credentials")
         .expect("a JWT");
     assert_eq!(restarted.jwt(), rotated.jwt);
+}
+
+/// Creates a deployment of `config` on `server` in `stack` and returns it once finished.
+async fn run_in_stack(
+    flue: &Flue,
+    config: &str,
+    server: &str,
+    stack: &str,
+    inputs: &[(&str, &str)],
+) -> Deployment {
+    let d = create_in_stack(flue, config, server, stack, inputs).await;
+    flue.finished(&d.id).await
+}
+
+async fn create_in_stack(
+    flue: &Flue,
+    config: &str,
+    server: &str,
+    stack: &str,
+    inputs: &[(&str, &str)],
+) -> Deployment {
+    let input_values: BTreeMap<String, Value> = inputs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
+    flue.client()
+        .create_deployment(&CreateDeployment {
+            input_values,
+            stack_id: Some(stack.parse().expect("stack id")),
+            ..CreateDeployment::new(
+                config.parse().expect("config id"),
+                server.parse().expect("server id"),
+            )
+        })
+        .await
+        .expect("create deployment")
+}
+
+#[tokio::test]
+async fn a_two_server_stack_whose_servers_exchange_data_keys_completes_on_the_secured_broker() {
+    let flue = Flue::start_operator(&[]).await;
+    flue.register("db").await;
+    flue.register("web").await;
+    let db = flue.agent("db", &[]).await;
+    let web = flue.agent("web", &[]).await;
+    flue.script_config(
+        "wait-addr",
+        "#!/bin/sh\nset -e\nflue-agent data get db/address --wait 60s > \"$heat_outputs_path.address\"\n",
+        &[],
+        &["address"],
+    )
+    .await;
+    flue.script_config(
+        "put-addr",
+        "#!/bin/sh\nset -e\nflue-agent data put db/address \"$addr\"\n",
+        &["addr"],
+        &[],
+    )
+    .await;
+
+    let waiter = create_in_stack(&flue, "wait-addr", "web", "st1", &[]).await;
+    web.logs().wait_for("waiting for a data key", WAIT).await;
+    let put = run_in_stack(&flue, "put-addr", "db", "st1", &[("addr", "10.0.0.5")]).await;
+    assert_eq!(put.status, DeploymentStatus::Complete, "{put:?}");
+    let done = flue.finished(&waiter.id).await;
+    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+    assert_eq!(done.outputs.get("address"), Some(&json!("10.0.0.5")));
+    // Both agents ran their hook with the JWT their server got on joining st1.
+    for agent in [&db, &web] {
+        agent
+            .logs()
+            .wait_for("reconnected with the new user JWT", WAIT)
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn a_server_of_stack_a_only_is_refused_stack_b_keys_by_the_broker_until_it_joins_b() {
+    let flue = Flue::start_operator(&[]).await;
+    flue.register("s1").await;
+    flue.register("s2").await;
+    let _s1 = flue.agent("s1", &[]).await;
+    let _s2 = flue.agent("s2", &[]).await;
+    flue.script_config(
+        "put",
+        "#!/bin/sh\nset -e\nflue-agent data put k \"$v\"\n",
+        &["v"],
+        &[],
+    )
+    .await;
+    flue.script_config(
+        "get",
+        "#!/bin/sh\nset -e\nflue-agent data get k > \"$heat_outputs_path.v\"\n",
+        &[],
+        &["v"],
+    )
+    .await;
+    let theirs = run_in_stack(&flue, "put", "s2", "stB", &[("v", "theirs")]).await;
+    assert_eq!(theirs.status, DeploymentStatus::Complete, "{theirs:?}");
+    let mine = run_in_stack(&flue, "put", "s1", "stA", &[("v", "mine")]).await;
+    assert_eq!(mine.status, DeploymentStatus::Complete, "{mine:?}");
+
+    // s1's broker user as its agent holds it: the seed of its credentials file, the JWT
+    // its server got on joining stA (public, in the server record).
+    let s1: ServerId = "s1".parse().expect("id");
+    let record = flue.client().get_server(&s1).await.expect("server");
+    assert_eq!(record.stacks, [stack("stA")]);
+    let jwt_a = record.agent_jwt.clone().expect("a JWT for stA");
+    let saved = flue.path("agent-s1").join(rights::SAVED_JWT);
+    assert_eq!(std::fs::read_to_string(&saved).expect("saved"), jwt_a);
+    let text = std::fs::read_to_string(flue.creds_path("s1")).expect("creds");
+    let seed = AgentCredentials::parse(&text).expect("creds").user.seed;
+    let user = UserCreds { jwt: jwt_a, seed };
+    let inbox = subject::agent_inbox_prefix(&"default".parse().expect("id"), &s1);
+    let (client, refused) = super::refusals_at(&flue.nats.url(), &user, Some(inbox.clone())).await;
+    let store = jetstream::with_domain(client, JS_DOMAIN)
+        .get_key_value(DATA_BUCKET)
+        .await
+        .expect("bucket info");
+    assert!(
+        store.get("default.stB.k").await.is_err(),
+        "s1 read stB's key"
+    );
+    assert!(
+        store
+            .put("default.stB.k", Bytes::from_static(b"forged"))
+            .await
+            .is_err(),
+        "s1 wrote stB's key"
+    );
+    store
+        .get("default.stA.k")
+        .await
+        .expect("its own stack's key");
+    let refused = refused.lock().expect("lock").join("\n");
+    assert!(
+        refused.contains("DIRECT.GET.KV_flue_data.$KV.flue_data.default.stB.k"),
+        "{refused}"
+    );
+    // stB's key is unchanged, as stB's own server reads it.
+    let read = run_in_stack(&flue, "get", "s2", "stB", &[]).await;
+    assert_eq!(read.outputs.get("v"), Some(&json!("theirs")), "{read:?}");
+
+    // s1 joins stB: its hook there reads and writes stB's keys.
+    let joined = run_in_stack(&flue, "get", "s1", "stB", &[]).await;
+    assert_eq!(joined.status, DeploymentStatus::Complete, "{joined:?}");
+    assert_eq!(joined.outputs.get("v"), Some(&json!("theirs")));
+    let wrote = run_in_stack(&flue, "put", "s1", "stB", &[("v", "from s1")]).await;
+    assert_eq!(wrote.status, DeploymentStatus::Complete, "{wrote:?}");
+    let record = flue.client().get_server(&s1).await.expect("server");
+    assert_eq!(record.stacks, [stack("stA"), stack("stB")]);
+    let jwt_ab = record.agent_jwt.expect("a JWT for stA and stB");
+    assert_eq!(std::fs::read_to_string(&saved).expect("saved"), jwt_ab);
+    let read = run_in_stack(&flue, "get", "s2", "stB", &[]).await;
+    assert_eq!(read.outputs.get("v"), Some(&json!("from s1")), "{read:?}");
 }
