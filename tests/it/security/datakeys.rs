@@ -351,3 +351,68 @@ async fn a_server_of_stack_a_only_is_refused_stack_b_keys_by_the_broker_until_it
     let read = run_in_stack(&flue, "get", "s2", "stB", &[]).await;
     assert_eq!(read.outputs.get("v"), Some(&json!("from s1")), "{read:?}");
 }
+
+#[tokio::test]
+async fn a_deleted_stack_is_left_out_of_the_next_jwt_its_servers_get() {
+    let flue = Flue::start_operator(&[]).await;
+    flue.register("s1").await;
+    let _s1 = flue.agent("s1", &[]).await;
+    flue.script_config(
+        "put",
+        "#!/bin/sh\nset -e\nflue-agent data put k \"$v\"\n",
+        &["v"],
+        &[],
+    )
+    .await;
+    let put = run_in_stack(&flue, "put", "s1", "stA", &[("v", "a")]).await;
+    assert_eq!(put.status, DeploymentStatus::Complete, "{put:?}");
+    // The engine's record of stA names s1 as the server of one of its units.
+    let record: flue_proto::PutStack = serde_json::from_value(json!({
+        "status": {"action": "CREATE", "status": "COMPLETE"},
+        "state": {"units": {"r": {
+            "resource": "r", "server_id": "s1", "action": "CREATE", "status": "COMPLETE"
+        }}}
+    }))
+    .expect("stack record");
+    let client = flue.client();
+    client
+        .put_stack(&stack("stA"), &record)
+        .await
+        .expect("stack stored");
+    client
+        .delete_stack(&stack("stA"), None)
+        .await
+        .expect("stack deleted");
+    let s1: ServerId = "s1".parse().expect("id");
+    let server = client.get_server(&s1).await.expect("server");
+    assert!(server.stacks.is_empty(), "{:?}", server.stacks);
+    assert_eq!(server.agent_jwt, None);
+
+    let put = run_in_stack(&flue, "put", "s1", "stB", &[("v", "b")]).await;
+    assert_eq!(put.status, DeploymentStatus::Complete, "{put:?}");
+    let server = client.get_server(&s1).await.expect("server");
+    assert_eq!(server.stacks, [stack("stB")]);
+    let jwt_b = server.agent_jwt.expect("a JWT for stB");
+    assert_eq!(
+        std::fs::read_to_string(flue.path("agent-s1").join(rights::SAVED_JWT)).expect("saved"),
+        jwt_b,
+        "the agent took it"
+    );
+    // With it, the broker refuses stA's keys.
+    let text = std::fs::read_to_string(flue.creds_path("s1")).expect("creds");
+    let seed = AgentCredentials::parse(&text).expect("creds").user.seed;
+    let user = UserCreds { jwt: jwt_b, seed };
+    let inbox = subject::agent_inbox_prefix(&"default".parse().expect("id"), &s1);
+    let (client, refused) = super::refusals_at(&flue.nats.url(), &user, Some(inbox)).await;
+    let store = jetstream::with_domain(client, JS_DOMAIN)
+        .get_key_value(DATA_BUCKET)
+        .await
+        .expect("bucket info");
+    assert!(store.get("default.stA.k").await.is_err());
+    store.get("default.stB.k").await.expect("stB's key");
+    let refused = refused.lock().expect("lock").join("\n");
+    assert!(
+        refused.contains("DIRECT.GET.KV_flue_data.$KV.flue_data.default.stA.k"),
+        "{refused}"
+    );
+}
