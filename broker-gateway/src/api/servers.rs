@@ -32,7 +32,7 @@ pub async fn register(
         .broker
         .ensure_request_consumer(tenant, &body.id)
         .await?;
-    let minted = credentials::mint(&service, &body.id)?;
+    let minted = credentials::mint(&service, &body.id, &[])?;
     let server = Server {
         id: body.id,
         tenant: tenant.clone(),
@@ -92,7 +92,7 @@ pub async fn rotate_credentials(
 ) -> Result<Json<Registration>, ApiError> {
     let tenant = &service.config.tenant;
     let old = known_server(&service, &id).await?;
-    let minted = credentials::mint(&service, &id)?;
+    let minted = credentials::mint(&service, &id, &old.stacks)?;
     let server = service
         .store
         .replace_server_keys(tenant, &id, &minted.keys)

@@ -416,3 +416,45 @@ async fn a_deleted_stack_is_left_out_of_the_next_jwt_its_servers_get() {
         "{refused}"
     );
 }
+
+#[tokio::test]
+async fn rotated_credentials_grant_the_stacks_the_server_takes_part_in() {
+    let flue = Flue::start_operator(&[]).await;
+    flue.register("s1").await;
+    flue.register("s2").await;
+    let _s1 = flue.agent("s1", &[]).await;
+    let _s2 = flue.agent("s2", &[]).await;
+    flue.script_config(
+        "put",
+        "#!/bin/sh\nset -e\nflue-agent data put k \"$v\"\n",
+        &["v"],
+        &[],
+    )
+    .await;
+    for (server, stack) in [("s1", "stA"), ("s2", "stB")] {
+        let put = run_in_stack(&flue, "put", server, stack, &[("v", stack)]).await;
+        assert_eq!(put.status, DeploymentStatus::Complete, "{put:?}");
+    }
+    let s1: ServerId = "s1".parse().expect("id");
+    let rotated = flue
+        .admin_client()
+        .rotate_server_credentials(&s1)
+        .await
+        .expect("rotated");
+    let creds = AgentCredentials::parse(&rotated.credentials.expect("new credentials"))
+        .expect("credentials");
+    let inbox = subject::agent_inbox_prefix(&"default".parse().expect("id"), &s1);
+    let (client, refused) = super::refusals_at(&flue.nats.url(), &creds.user, Some(inbox)).await;
+    let store = jetstream::with_domain(client, JS_DOMAIN)
+        .get_key_value(DATA_BUCKET)
+        .await
+        .expect("bucket info");
+    let value = store.get("default.stA.k").await.expect("stA's key");
+    assert_eq!(value.as_deref(), Some(&b"stA"[..]));
+    assert!(store.get("default.stB.k").await.is_err(), "read stB's key");
+    let refused = refused.lock().expect("lock").join("\n");
+    assert!(
+        refused.contains("DIRECT.GET.KV_flue_data.$KV.flue_data.default.stB.k"),
+        "{refused}"
+    );
+}
