@@ -458,3 +458,82 @@ async fn rotated_credentials_grant_the_stacks_the_server_takes_part_in() {
         "{refused}"
     );
 }
+
+#[tokio::test]
+async fn behind_a_leaf_node_an_agent_that_joins_a_stack_reaches_its_keys_after_reconnecting() {
+    let (secure, leaf, _dir, _) = super::broker_leaf::hub_and_leaf().await;
+    let (gateway, _) = secure.gateway("acme").await;
+    let data = jetstream::new(gateway)
+        .create_key_value(async_nats::jetstream::kv::Config {
+            bucket: DATA_BUCKET.to_owned(),
+            history: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("data bucket");
+    data.put("acme.st2.secret", Bytes::from_static(b"theirs"))
+        .await
+        .expect("put");
+    let key = KeyPair::new_user();
+    let creds = UserCreds {
+        jwt: secure
+            .auth
+            .agent_jwt(
+                &tenant(),
+                &server("web1"),
+                &key.public_key(),
+                &[stack("st1")],
+            )
+            .expect("jwt"),
+        seed: key.seed().expect("seed"),
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rights = Rights::load(&agent_config(dir.path()), &creds)
+        .expect("credentials")
+        .expect("a JWT");
+    let (client, connects) = connect_as_agent(&leaf.url(), &rights, &key).await;
+    let js = jetstream::with_domain(client.clone(), JS_DOMAIN);
+    // The hub's interest in `$JS.flue.API.>` crosses the leaf connection a little after it
+    // is made: until then the bucket look-up fails at once.
+    let store = wait_for_bucket(&js).await;
+    assert!(
+        store.get("acme.st2.secret").await.is_err(),
+        "read st2's key"
+    );
+
+    let joined = secure
+        .auth
+        .agent_jwt(
+            &tenant(),
+            &server("web1"),
+            &key.public_key(),
+            &[stack("st1"), stack("st2")],
+        )
+        .expect("jwt");
+    let before = *connects.borrow();
+    rights::take(Some(&rights), &client, &connects, &joined).await;
+    assert!(*connects.borrow() > before, "the agent reconnected");
+    let store = wait_for_bucket(&js).await;
+    let read = store.get("acme.st2.secret").await.expect("reads st2's key");
+    assert_eq!(read.as_deref(), Some(&b"theirs"[..]));
+    store
+        .put("acme.st2.secret", Bytes::from_static(b"joined"))
+        .await
+        .expect("writes st2's key");
+    let value = data.get("acme.st2.secret").await.expect("gateway reads");
+    assert_eq!(value.as_deref(), Some(&b"joined"[..]));
+}
+
+/// The data bucket, looked up through `js` until the look-up works (at most [`WAIT`]).
+async fn wait_for_bucket(js: &jetstream::Context) -> jetstream::kv::Store {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
+    loop {
+        tick.tick().await;
+        match js.get_key_value(DATA_BUCKET).await {
+            Ok(store) => return store,
+            Err(_) if tokio::time::Instant::now() < deadline => {}
+            Err(e) => panic!("bucket look-up across the leaf node: {e}"),
+        }
+    }
+}
