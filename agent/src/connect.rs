@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 use crate::backoff::{self, Backoff};
 use crate::config::Config;
 use crate::error::Error;
+use crate::rights::Rights;
 
 /// A connected (or connecting) broker client.
 #[derive(Debug, Clone)]
@@ -30,21 +31,27 @@ pub struct Broker {
 
 /// Connects to the broker in the background (over TLS when configured): the call returns
 /// at once and the client keeps (re)connecting forever with jittered exponential backoff.
+///
+/// With `rights`, every (re)connection authenticates with the user JWT they hold at that
+/// moment (a newer one taken after joining a stack included), signed by the credentials'
+/// user seed.
 pub async fn connect(
     config: &Config,
     credentials: Option<&AgentCredentials>,
+    rights: Option<&Rights>,
 ) -> Result<Broker, Error> {
     let (tx, connects) = watch::channel(0u64);
     let tx = Arc::new(tx);
     // A wrong path fails the start here, not as a connection retried for ever.
     config.nats_tls.check()?;
     let urls = NatsUrls::parse(&config.nats_url);
-    let mut options = config
-        .nats_tls
-        .apply(urls.with_credentials(ConnectOptions::new()));
-    if let Some(user) = credentials.map(|c| &c.user).filter(|u| !u.jwt.is_empty()) {
-        options = crate::credentials::authenticate(options, user, &config.creds_file)?;
-    }
+    let base = match (rights, credentials) {
+        (Some(rights), Some(creds)) => {
+            rights.connect_options(crate::credentials::user_key(&creds.user, config)?)
+        }
+        _ => ConnectOptions::new(),
+    };
+    let options = config.nats_tls.apply(urls.with_credentials(base));
     let options = options
         .name(format!("flue-agent {}/{}", config.tenant, config.server_id))
         .custom_inbox_prefix(subject::agent_inbox_prefix(

@@ -1,10 +1,8 @@
 //! The agent's credentials file (`--creds`): read at start, checked against the server it
 //! runs for, and used to authenticate to the broker with the NATS user it holds.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
-use async_nats::ConnectOptions;
 use flue_proto::creds::{AgentCredentials, UserCreds};
 
 use crate::config::Config;
@@ -40,19 +38,13 @@ pub fn load(config: &Config) -> Result<Option<AgentCredentials>, Error> {
     Ok(Some(creds))
 }
 
-/// Authenticates with the user's JWT, signing the broker's nonce with its seed.
-pub fn authenticate(
-    options: ConnectOptions,
-    user: &UserCreds,
-    path: &Option<PathBuf>,
-) -> Result<ConnectOptions, Error> {
-    let key = nkeys::KeyPair::from_seed(&user.seed).map_err(|e| Error::Credentials {
-        path: path.clone().unwrap_or_else(|| Path::new("-").to_owned()),
+/// The user's nkey, from its seed: it signs the broker's nonce (and the agent's answers).
+pub fn user_key(user: &UserCreds, config: &Config) -> Result<nkeys::KeyPair, Error> {
+    nkeys::KeyPair::from_seed(&user.seed).map_err(|e| Error::Credentials {
+        path: config
+            .creds_file
+            .clone()
+            .unwrap_or_else(|| Path::new("-").to_owned()),
         reason: format!("the user nkey seed is not valid: {e}"),
-    })?;
-    let key = Arc::new(key);
-    Ok(options.jwt(user.jwt.clone(), move |nonce| {
-        let key = key.clone();
-        async move { key.sign(&nonce).map_err(async_nats::AuthError::new) }
-    }))
+    })
 }

@@ -27,6 +27,7 @@ use crate::item::HookItem;
 use crate::ledger::{Entry, LedgerKey};
 use crate::process::{HookProcess, Launch, StopReason};
 use crate::progress::{self, Redactor};
+use crate::rights;
 use crate::sealing;
 use crate::worker::Agent;
 
@@ -78,6 +79,11 @@ pub async fn handle(agent: &Agent, msg: jetstream::Message) -> Result<(), Error>
         if let Some(refusal) = replayed(agent, &key, &digest, seq)? {
             reject(agent, &msg, digest, refusal).await;
             return Ok(());
+        }
+        // Before anything runs: the rights of the request's stack, from the signed request.
+        if let Some(jwt) = &req.agent_jwt {
+            let broker = &agent.broker;
+            rights::take(agent.rights.as_ref(), &broker.client, &broker.connects, jwt).await;
         }
         announce_delivery(agent, &req.deployment_id, &digest).await;
         handle_request(agent, &msg, &req, &key, &digest).await

@@ -212,6 +212,7 @@ pub(crate) mod tests {
             resource_name: None,
             created_at: OffsetDateTime::UNIX_EPOCH,
             expires_at: OffsetDateTime::now_utc() + time::Duration::hours(1),
+            agent_jwt: None,
         }
     }
 

@@ -101,6 +101,7 @@ pub mod ledger;
 pub mod orphans;
 pub mod process;
 pub mod progress;
+pub mod rights;
 pub mod script;
 pub mod sealing;
 mod sys;
@@ -155,7 +156,12 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     // Before anything is pulled: a request found `started` is reported interrupted only
     // once nothing of its hook runs any more.
     orphans::kill_unfinished_hooks(&ledger).await?;
-    let broker = connect::connect(&config, credentials.as_deref()).await?;
+    // The JWT saved after joining stacks lives in the state directory, made above.
+    let rights = match &credentials {
+        Some(c) => rights::Rights::load(&config, &c.user)?,
+        None => None,
+    };
+    let broker = connect::connect(&config, credentials.as_deref(), rights.as_ref()).await?;
     info!(
         tenant = %config.tenant,
         server = %config.server_id,
@@ -187,6 +193,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
         ),
         config,
         credentials,
+        rights,
         broker,
         ledger,
         shutdown,

@@ -31,6 +31,9 @@ pub struct Agent {
     /// The credentials file's contents (`--creds`): the keys that verify requests, sign
     /// answers and open sealed values.
     pub credentials: Option<std::sync::Arc<flue_proto::creds::AgentCredentials>>,
+    /// The NATS user JWT its connection authenticates with, replaced when its server
+    /// joins a stack; `None` when the broker connection uses no JWT.
+    pub rights: Option<crate::rights::Rights>,
     /// The broker connection.
     pub broker: Broker,
     /// The exactly-once ledger.

@@ -3,9 +3,9 @@
 //!
 //! The gateway keeps only the public halves ([`ServerKeys`]); the file is handed out once.
 
-use flue_proto::ServerId;
 use flue_proto::ServerKeys;
 use flue_proto::creds::{AgentCredentials, AgentSettings, UserCreds};
+use flue_proto::{ServerId, StackId};
 use nkeys::{KeyPair, XKey};
 
 use crate::api::ApiError;
@@ -23,8 +23,10 @@ pub struct Minted {
 ///
 /// In operator mode the NATS user JWT is signed by the tenant account for the new user
 /// key (the agent's permissions, [`crate::natsauth::perms::agent`]); with
-/// `--insecure-dev-broker` it is left empty (the broker checks no user).
-pub fn mint(service: &Service, server: &ServerId) -> Result<Minted, ApiError> {
+/// `--insecure-dev-broker` it is left empty (the broker checks no user). It grants the
+/// data-space keys of `stacks`: none at registration, the server's recorded stacks at a
+/// rotation (so the agent started with the new file has them at once, [`crate::rights`]).
+pub fn mint(service: &Service, server: &ServerId, stacks: &[StackId]) -> Result<Minted, ApiError> {
     let user = KeyPair::new_user();
     let xkey = XKey::new();
     let seed = user
@@ -39,7 +41,7 @@ pub fn mint(service: &Service, server: &ServerId) -> Result<Minted, ApiError> {
     };
     let jwt = match &service.users {
         Some(users) => users
-            .agent_jwt(server, &user.public_key())
+            .agent_jwt_in(server, &user.public_key(), stacks)
             .map_err(|e| ApiError::Internal(format!("cannot sign the agent's broker user: {e}")))?,
         None => String::new(),
     };

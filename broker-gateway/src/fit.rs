@@ -81,6 +81,7 @@ mod tests {
             hidden_inputs: Vec::new(),
             hidden_outputs: Vec::new(),
             request_digest: None,
+            agent_jwt: None,
         }
     }
 

@@ -38,6 +38,7 @@ pub mod natsauth;
 pub mod presence;
 pub mod record;
 pub mod responses;
+pub mod rights;
 pub mod sealing;
 pub mod serve;
 pub mod service;

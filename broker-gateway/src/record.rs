@@ -48,6 +48,10 @@ pub struct DeploymentRecord {
     /// older than it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_digest: Option<RequestDigest>,
+    /// The agent's NATS user JWT its request carries (deployments in a stack:
+    /// [`crate::rights`]), kept so that a republished request has the same bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_jwt: Option<String>,
 }
 
 impl DeploymentRecord {
@@ -348,6 +352,7 @@ pub(crate) mod tests {
             },
             request_published: false,
             request_digest: None,
+            agent_jwt: None,
             hidden_inputs: hidden_inputs(&config),
             hidden_outputs: Vec::new(),
         }

@@ -530,6 +530,7 @@ pub fn request(
         resource_name: d.resource_name.clone(),
         created_at: d.created_at,
         expires_at: d.expires_at,
+        agent_jwt: record.agent_jwt.clone(),
     })
 }
 

@@ -172,9 +172,82 @@ impl AgentCredentials {
     }
 }
 
+/// The claims of a NATS user JWT an agent checks before using it: who issued it (its
+/// account), for which user key, and when. Read by [`UserJwtClaims::verified`] only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserJwtClaims {
+    /// `iss`: the public key of the account that signed it (`A…`).
+    pub issuer: String,
+    /// `sub`: the user public key it is about (`U…`).
+    pub subject: String,
+    /// `iat`: when it was issued (unix seconds).
+    pub issued_at: i64,
+}
+
+/// The part of a user JWT's claims [`UserJwtClaims`] reads.
+#[derive(Deserialize)]
+struct RawUserClaims {
+    iss: String,
+    sub: String,
+    iat: i64,
+    nats: RawNats,
+}
+
+#[derive(Deserialize)]
+struct RawNats {
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+impl UserJwtClaims {
+    /// Reads a NATS v2 user JWT (`header.claims.signature`, base64url without padding)
+    /// after checking its header, that it is a user's, and its ed25519 signature by the
+    /// account it names as issuer. Who that account may be is the caller's question.
+    pub fn verified(jwt: &str) -> Result<Self, CredsError> {
+        use data_encoding::BASE64URL_NOPAD;
+        let jwt = jwt.trim();
+        let bad = CredsError::Jwt;
+        let mut parts = jwt.split('.');
+        let (Some(header), Some(body), Some(signature), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad("it does not have three parts"));
+        };
+        let b64 = |part: &str| {
+            BASE64URL_NOPAD
+                .decode(part.as_bytes())
+                .map_err(|_| bad("a part is not base64url"))
+        };
+        let header: serde_json::Value =
+            serde_json::from_slice(&b64(header)?).map_err(|_| bad("the header is not JSON"))?;
+        if header["alg"] != "ed25519-nkey" || header["typ"] != "JWT" {
+            return Err(bad("the header is not a NATS v2 one"));
+        }
+        let claims: RawUserClaims = serde_json::from_slice(&b64(body)?)
+            .map_err(|_| bad("the claims are not a NATS JWT's"))?;
+        if claims.nats.kind != "user" {
+            return Err(bad("it is not a user JWT"));
+        }
+        let issuer =
+            nkeys::KeyPair::from_public_key(&claims.iss).map_err(|_| bad("bad issuer key"))?;
+        let signed = &jwt[..jwt.len() - signature.len() - 1];
+        issuer
+            .verify(signed.as_bytes(), &b64(signature)?)
+            .map_err(|_| bad("the signature is not its issuer's"))?;
+        Ok(Self {
+            issuer: claims.iss,
+            subject: claims.sub,
+            issued_at: claims.iat,
+        })
+    }
+}
+
 /// Why a credentials text could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum CredsError {
+    /// A user JWT is not one, or its signature does not verify.
+    #[error("not a valid NATS user JWT: {0}")]
+    Jwt(&'static str),
     /// A block is absent or empty.
     #[error("the credentials file has no {0} block")]
     Missing(&'static str),

@@ -151,6 +151,14 @@ pub struct DeploymentRequest {
     /// After this instant the gateway has given up: the agent answers FAILED without running it.
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
+    /// The server's current NATS user JWT ([`crate::Server::agent_jwt`]), carried by
+    /// every request of a deployment in a stack: its rights include that stack's
+    /// data-space keys. An agent holding another one adopts it (for its own user key,
+    /// issued by its account) and reconnects before running the hook. A JWT is public
+    /// (the user's seed never leaves the agent); being part of the request, it is covered
+    /// by the request digest and the gateway's signature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_jwt: Option<String>,
 }
 
 /// The outcome of one deployment, as an agent reports it.
@@ -513,6 +521,7 @@ mod tests {
             resource_name: None,
             created_at: OffsetDateTime::UNIX_EPOCH,
             expires_at: OffsetDateTime::UNIX_EPOCH + time::Duration::hours(1),
+            agent_jwt: None,
         }
     }
 

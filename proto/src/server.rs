@@ -34,6 +34,17 @@ pub struct Server {
     /// `sealing`. Absent on records written before keys existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keys: Option<ServerKeys>,
+    /// The stacks it takes part in (had a deployment of), oldest first: its agent's NATS
+    /// user may use these stacks' data-space keys. Grows with a server's first deployment
+    /// in a stack (compare-and-set); public, like everything in the record.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stacks: Vec<crate::ids::StackId>,
+    /// The last NATS user JWT minted for its agent with the rights of `stacks` (for the
+    /// user key `keys.signing`). Every request of a deployment in a stack carries it, so
+    /// a hook always runs with its own stack's rights. Public: the seed stays with the
+    /// agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_jwt: Option<String>,
     /// Presence derived from its agent's heartbeats: filled in by API reads, never stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub presence: Option<crate::event::Presence>,

@@ -53,10 +53,7 @@ async fn run_complete(
 
 /// Consumers on the data space's stream: waiting for a key must never create one.
 async fn data_consumers(flue: &Flue) -> usize {
-    let client = async_nats::connect(flue.nats.url())
-        .await
-        .expect("connect to nats");
-    let js = async_nats::jetstream::new(client);
+    let js = async_nats::jetstream::new(flue.nats.client().await);
     let mut stream = js
         .get_stream(format!("KV_{}", subject::DATA_BUCKET))
         .await

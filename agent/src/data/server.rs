@@ -195,7 +195,7 @@ mod tests {
     async fn stackless_space() -> DataSpace {
         let mut config = Config::new("t".parse().expect("id"), "s".parse().expect("id"));
         config.nats_url = "nats://127.0.0.1:1".into();
-        let broker = crate::connect::connect(&config, None)
+        let broker = crate::connect::connect(&config, None, None)
             .await
             .expect("client");
         DataSpace::new(&broker, config.tenant, None)

@@ -249,7 +249,11 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
         hidden_inputs: hidden,
         hidden_outputs: hidden_outputs(&config),
         request_digest: None,
+        agent_jwt: None,
     };
+    // Last of the checks that read: joining a stack writes the server record.
+    record.agent_jwt =
+        crate::rights::for_stack(&service, &server, record.deployment.stack_id.as_ref()).await?;
     let req = request(&record, &config, &service.keys.sealing, server_key(&server))?;
     service.broker.fits_json("deployment request", &req)?;
     // Recorded before the request is published, so that no answer can come first.

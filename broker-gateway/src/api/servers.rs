@@ -32,13 +32,15 @@ pub async fn register(
         .broker
         .ensure_request_consumer(tenant, &body.id)
         .await?;
-    let minted = credentials::mint(&service, &body.id)?;
+    let minted = credentials::mint(&service, &body.id, &[])?;
     let server = Server {
         id: body.id,
         tenant: tenant.clone(),
         name: body.name,
         created_at: OffsetDateTime::now_utc(),
         keys: Some(minted.keys),
+        stacks: Vec::new(),
+        agent_jwt: None,
         presence: None,
     };
     // Only the registration that recorded the server hands out the credentials whose
@@ -90,7 +92,7 @@ pub async fn rotate_credentials(
 ) -> Result<Json<Registration>, ApiError> {
     let tenant = &service.config.tenant;
     let old = known_server(&service, &id).await?;
-    let minted = credentials::mint(&service, &id)?;
+    let minted = credentials::mint(&service, &id, &old.stacks)?;
     let server = service
         .store
         .replace_server_keys(tenant, &id, &minted.keys)

@@ -161,6 +161,8 @@ async fn delete_with_data(
     let purged = service.store.purge_stack_data(tenant, &id).await?;
     let stack = written_or_refused(&id, expected, written)?;
     info!(stack.id = %id, data_keys_purged = purged, "stack deleted");
+    let servers = stack.state.units.values().map(|unit| &unit.server_id);
+    crate::rights::leave_stack(&service, &id, servers).await;
     for event in deleted_stack_events(tenant, &stack) {
         service.events.emit(&event).await;
     }

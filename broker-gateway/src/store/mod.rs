@@ -167,6 +167,40 @@ impl Store {
         Err(StoreError::Contention { key })
     }
 
+    /// Changes server `id`'s record with `change` under compare-and-set (re-read and
+    /// changed again after a lost race); `change` returns false to leave it as found.
+    /// Returns the stored server, or `None` when it is not registered.
+    pub async fn update_server(
+        &self,
+        tenant: &TenantId,
+        id: &ServerId,
+        mut change: impl FnMut(&mut Server) -> bool,
+    ) -> Result<Option<Server>, StoreError> {
+        let key = key2(tenant, id);
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let Some((mut server, revision)) =
+                get::<Server>(&self.servers, SERVERS_BUCKET, key.clone()).await?
+            else {
+                return Ok(None);
+            };
+            if !change(&mut server) {
+                return Ok(Some(server));
+            }
+            match self.servers.update(&key, encode(&server), revision).await {
+                Ok(_) => return Ok(Some(server)),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                Err(e) => {
+                    return Err(StoreError::Write {
+                        bucket: SERVERS_BUCKET,
+                        key,
+                        source: e.into(),
+                    });
+                }
+            }
+        }
+        Err(StoreError::Contention { key })
+    }
+
     /// Removes server `id`'s record and its entries in the deployment index (the
     /// deployment records stay). The index goes first, so that a removal interrupted
     /// half-way still finds the server and can be repeated.

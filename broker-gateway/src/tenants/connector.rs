@@ -95,6 +95,17 @@ impl BrokerUsers {
         self.auth.agent_jwt(&self.tenant, server, user_pub, &[])
     }
 
+    /// The user JWT of `server`'s agent for its user key `user_pub`, with the data-space
+    /// rights of `stacks` ([`crate::rights`]).
+    pub fn agent_jwt_in(
+        &self,
+        server: &ServerId,
+        user_pub: &str,
+        stacks: &[flue_proto::StackId],
+    ) -> Result<String, NatsAuthError> {
+        self.auth.agent_jwt(&self.tenant, server, user_pub, stacks)
+    }
+
     /// Revokes the agent user `user_pub` at the broker: its connections are closed and its
     /// JWTs refused from now on.
     pub async fn revoke_agent(&self, user_pub: &str) -> Result<(), NatsAuthError> {

@@ -39,6 +39,7 @@ fn record(id: &str) -> DeploymentRecord {
             expires_at: now,
         },
         request_digest: None,
+        agent_jwt: None,
         request_published: false,
         hidden_inputs: Vec::new(),
         hidden_outputs: Vec::new(),

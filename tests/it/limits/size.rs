@@ -127,6 +127,7 @@ async fn a_request_the_broker_refuses_fails_that_deployment_and_the_server_queue
         hidden_inputs: Vec::new(),
         hidden_outputs: Vec::new(),
         request_digest: None,
+        agent_jwt: None,
     };
     let js = jetstream::new(flue.nats.client().await);
     js.get_key_value("flue_deployments")

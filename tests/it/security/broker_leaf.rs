@@ -20,7 +20,7 @@ use super::refusals_at;
 
 /// A hub with tenants `acme` and `other`, `web1`'s queue holding one request, and a leaf
 /// node for `acme`'s network connected to it.
-async fn hub_and_leaf() -> (SecureNats, NatsProcess, tempfile::TempDir, String) {
+pub(super) async fn hub_and_leaf() -> (SecureNats, NatsProcess, tempfile::TempDir, String) {
     let secure = SecureNats::start(&["acme", "other"], Some(free_port())).await;
     let (gateway, _) = secure.gateway("acme").await;
     let js = jetstream::new(gateway);

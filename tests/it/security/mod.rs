@@ -7,6 +7,7 @@ mod broker_leaf;
 mod broker_listener;
 mod broker_tls;
 mod credentials;
+mod datakeys;
 mod http_auth;
 mod http_ops;
 mod http_roles;

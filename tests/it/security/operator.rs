@@ -159,7 +159,7 @@ async fn rotation_and_deregistration_revoke_the_agents_broker_user_at_the_broker
 #[tokio::test]
 async fn an_agent_refuses_credentials_without_a_broker_user_unless_given_the_dev_broker_flag() {
     // A gateway on the anonymous development broker mints no broker user.
-    let flue = Flue::start().await;
+    let flue = Flue::start_dev_broker(&[]).await;
     flue.register("web1").await;
     assert!(kept_creds(&flue, "web1").user.jwt.is_empty());
     let creds = flue.creds_path("web1");
