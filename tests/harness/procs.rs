@@ -130,22 +130,37 @@ impl Nats {
     /// temp store) and starts the broker with the configuration it wrote: operator mode,
     /// every client authenticated. [`Nats::connect_as`] then says who tests connect as.
     pub async fn start_operator(state_dir: &Path) -> Nats {
+        Nats::start_operator_with(state_dir, None).await
+    }
+
+    /// [`Nats::start_operator`], speaking TLS only with a certificate from `ca` when given
+    /// (`init --tls-cert --tls-key`): every client must trust `ca`.
+    pub async fn start_operator_with(state_dir: &Path, ca: Option<&TestCa>) -> Nats {
         install_crypto_provider();
         let store = tempfile::tempdir().expect("tempdir");
-        crate::admin(&[
-            "init",
-            "--state-dir",
-            state_dir.to_str().expect("utf-8 path"),
-            "--store-dir",
-            store.path().to_str().expect("utf-8 path"),
-        ])
-        .await;
+        let mut init: Vec<String> = vec![
+            "init".into(),
+            "--state-dir".into(),
+            state_dir.display().to_string(),
+            "--store-dir".into(),
+            store.path().display().to_string(),
+        ];
+        if let Some(ca) = ca {
+            let leaf = ca.leaf("nats-server", &[]);
+            init.extend([
+                "--tls-cert".into(),
+                leaf.cert.display().to_string(),
+                "--tls-key".into(),
+                leaf.key.display().to_string(),
+            ]);
+        }
+        crate::admin(&init.iter().map(String::as_str).collect::<Vec<_>>()).await;
         let mut nats = Nats {
             child: None,
             port: 0,
             store,
             config: state_dir.join("broker/nats-server.conf"),
-            ca_file: None,
+            ca_file: ca.map(TestCa::ca_file),
             _conf_dir: None,
             logs: Logs::default(),
             users: None,
@@ -256,6 +271,12 @@ impl Nats {
         }
     }
 
+    /// Starts it again on the same port and store after [`Nats::kill`] (a test changes
+    /// its files in between).
+    pub async fn start_again(&mut self) {
+        self.spawn().await;
+    }
+
     /// Starts it again on the same port and store.
     pub async fn restart(&mut self) {
         self.kill().await;
@@ -350,8 +371,14 @@ impl Gateway {
 
     /// Starts a gateway on the state dir `<state>/gateway` made beforehand (by
     /// `flue-gateway init`: operator mode).
-    pub async fn start_in(nats_url: &str, state: Arc<TempDir>, extra: &[&str]) -> Gateway {
-        Gateway::start_sharing(nats_url, state, extra, None).await
+    /// `ca_file` is the CA its HTTPS certificate chains to, when it serves HTTPS.
+    pub async fn start_in(
+        nats_url: &str,
+        state: Arc<TempDir>,
+        extra: &[&str],
+        ca_file: Option<&Path>,
+    ) -> Gateway {
+        Gateway::start_sharing(nats_url, state, extra, ca_file).await
     }
 
     async fn start_sharing(
