@@ -73,7 +73,7 @@ impl Tokens {
     }
 
     /// The token a `flue ARGS…` command line needs: admin to register or remove
-    /// servers, engine for everything else it does.
+    /// servers and to mint their credentials, engine for everything else it does.
     pub fn for_cli(&self, args: &[&str]) -> &str {
         let words: Vec<&str> = args
             .iter()
@@ -83,7 +83,7 @@ impl Tokens {
         match words.as_slice() {
             [
                 "server",
-                "register" | "deregister" | "delete" | "remove",
+                "register" | "deregister" | "delete" | "remove" | "rotate-credentials",
                 ..,
             ] => self.get(Role::Admin),
             ["tenant", ..] => self.get(Role::Operator),

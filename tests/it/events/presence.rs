@@ -168,7 +168,7 @@ async fn an_agent_started_before_registration_goes_online_once_registered() {
     // Credentials exist only for a registered server: register, keep them, and take the
     // server away again, so that its agent starts while it is not registered.
     flue.register("s").await;
-    flue.client()
+    flue.admin_client()
         .delete_server(&ServerId::new("s").expect("id"))
         .await
         .expect("deregister");
