@@ -63,6 +63,10 @@ pub struct Config {
     /// Development only: run without credentials, taking requests nobody signed
     /// (`--insecure-unsigned-requests`). Without it, no credentials file means no start.
     pub insecure_unsigned_requests: bool,
+    /// Development only: accept a credentials file without a broker user (minted by a
+    /// gateway run with `--insecure-dev-broker`) and connect anonymously
+    /// (`--insecure-dev-broker`). Without it, such a file means no start.
+    pub insecure_dev_broker: bool,
 }
 
 impl Config {
@@ -81,6 +85,7 @@ impl Config {
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             creds_file: None,
             insecure_unsigned_requests: false,
+            insecure_dev_broker: false,
         }
     }
 
@@ -176,6 +181,11 @@ pub struct RunArgs {
         conflicts_with = "creds"
     )]
     pub insecure_unsigned_requests: bool,
+    /// DEVELOPMENT ONLY, INSECURE: accept a credentials file that holds no broker user
+    /// (from a gateway run with --insecure-dev-broker) and connect to the broker
+    /// anonymously. Without it such a file is refused.
+    #[arg(long, env = "FLUE_INSECURE_DEV_BROKER")]
+    pub insecure_dev_broker: bool,
 }
 
 /// `days` as a duration, saturating rather than overflowing for absurd values.
@@ -206,6 +216,7 @@ impl From<RunArgs> for Config {
             heartbeat_interval: Duration::from_secs(a.heartbeat_secs),
             creds_file: a.creds,
             insecure_unsigned_requests: a.insecure_unsigned_requests,
+            insecure_dev_broker: a.insecure_dev_broker,
         }
     }
 }

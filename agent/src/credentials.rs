@@ -32,6 +32,11 @@ pub fn load(config: &Config) -> Result<Option<AgentCredentials>, Error> {
             config.tenant.as_str(),
         )));
     }
+    if creds.user.jwt.is_empty() && !config.insecure_dev_broker {
+        return Err(refuse(
+            "it holds no broker user (its gateway runs with --insecure-dev-broker); give --insecure-dev-broker for development, or register the server with a gateway in operator mode".to_owned(),
+        ));
+    }
     Ok(Some(creds))
 }
 

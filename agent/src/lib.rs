@@ -132,6 +132,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
             "INSECURE: --insecure-unsigned-requests: running requests nobody signed and answering unsigned; anyone who can publish on this server's request subject can run hooks here. Development only."
         );
     }
+    if config.insecure_dev_broker && credentials.as_ref().is_none_or(|c| c.user.jwt.is_empty()) {
+        warn!(
+            "INSECURE: --insecure-dev-broker: connecting to the broker without a broker user; the broker checks nothing this agent does. Development only."
+        );
+    }
     // The user seed signs every answer; it was checked when the connection was set up.
     let signer = match &credentials {
         Some(c) => Some(std::sync::Arc::new(

@@ -180,6 +180,12 @@ pub struct Config {
     /// subject can then decide deployments. Signed answers are still checked.
     #[arg(long, env = "FLUE_INSECURE_UNSIGNED_ANSWERS")]
     pub insecure_unsigned_answers: bool,
+    /// DEVELOPMENT ONLY, INSECURE: connect to a broker without authentication (one
+    /// anonymous connection, one tenant: `--default-tenant`), instead of operator mode
+    /// (the broker's keys in `--state-dir`, written by `flue-gateway init`). Agents'
+    /// credentials then carry no broker user. Logged as a warning at start.
+    #[arg(long, env = "FLUE_INSECURE_DEV_BROKER")]
+    pub insecure_dev_broker: bool,
 }
 
 impl Config {
@@ -216,6 +222,7 @@ impl Config {
             max_connections: 10_000,
             insecure_no_auth: false,
             insecure_unsigned_answers: false,
+            insecure_dev_broker: false,
         }
     }
 

@@ -21,8 +21,9 @@ pub struct Minted {
 
 /// Mints new keys for `server` of the service's tenant.
 ///
-/// The NATS user JWT is left empty here: the broker-authentication part signs one for the
-/// user's public key.
+/// In operator mode the NATS user JWT is signed by the tenant account for the new user
+/// key (the agent's permissions, [`crate::natsauth::perms::agent`]); with
+/// `--insecure-dev-broker` it is left empty (the broker checks no user).
 pub fn mint(service: &Service, server: &ServerId) -> Result<Minted, ApiError> {
     let user = KeyPair::new_user();
     let xkey = XKey::new();
@@ -36,18 +37,25 @@ pub fn mint(service: &Service, server: &ServerId) -> Result<Minted, ApiError> {
         signing: user.public_key(),
         sealing: xkey.public_key(),
     };
+    let jwt = match &service.users {
+        Some(users) => users
+            .agent_jwt(server, &user.public_key())
+            .map_err(|e| ApiError::Internal(format!("cannot sign the agent's broker user: {e}")))?,
+        None => String::new(),
+    };
+    let js_domain = service
+        .users
+        .as_ref()
+        .map(|_| flue_proto::subject::JETSTREAM_DOMAIN.to_owned());
     let bundle = AgentCredentials {
-        user: UserCreds {
-            jwt: String::new(),
-            seed,
-        },
+        user: UserCreds { jwt, seed },
         settings: AgentSettings {
             tenant: service.config.tenant.clone(),
             server: server.clone(),
             gateway_key: service.keys.signing.public_key(),
             gateway_xkey: service.keys.sealing.public_key(),
             xkey_seed,
-            js_domain: None,
+            js_domain,
         },
     };
     Ok(Minted {

@@ -41,6 +41,15 @@ pub enum Error {
     /// The broker connection's TLS files cannot be used.
     #[error("cannot set up TLS for the broker connection")]
     NatsTls(#[from] flue_proto::nats_tls::NatsTlsError),
+    /// Operator mode is the default and the state directory has no operator.
+    #[error(
+        "{} holds no broker keys: run `flue-gateway init --state-dir {}` first and start nats-server with the configuration it writes (or, for development only, give --insecure-dev-broker to use an anonymous broker)",
+        .0.display(), .0.display()
+    )]
+    NoOperator(std::path::PathBuf),
+    /// The broker's keys in the state directory cannot be used.
+    #[error("cannot use the broker's keys")]
+    BrokerAuth(#[from] crate::natsauth::NatsAuthError),
     /// A tenant's runtime could not be started.
     #[error("cannot serve a tenant")]
     Tenant(#[from] Box<crate::tenants::TenantError>),

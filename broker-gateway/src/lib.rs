@@ -105,16 +105,22 @@ impl Gateway {
                 "INSECURE: --insecure-unsigned-answers: agents' answers without a signature are applied; anyone who can publish on a response subject can decide deployments. Development only."
             );
         }
-        let connector = Connector::dev(config.nats_url.clone(), config.tenant.clone(), nats_tls);
-        let config = Arc::new(config);
         let shutdown = CancellationToken::new();
-        let tenants = Tenants::new(
+        let connector = connector(&config, nats_tls, &shutdown).await?;
+        let config = Arc::new(config);
+        let tenants = match Tenants::new(
             config.clone(),
             keys,
-            connector,
+            connector.clone(),
             auth.revocations().clone(),
             shutdown.clone(),
-        )?;
+        ) {
+            Ok(tenants) => tenants,
+            Err(e) => {
+                connector.close().await;
+                return Err(e);
+            }
+        };
         if let Err(e) = Box::pin(tenants.start_existing()).await {
             tenants.shutdown().await;
             return Err(Box::new(e).into());
@@ -230,6 +236,36 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     }
     gateway.shutdown().await;
     Ok(())
+}
+
+/// How the gateway reaches the broker: operator mode (the state directory's broker keys)
+/// unless `--insecure-dev-broker` is given; refused when neither is there, so a gateway
+/// never falls back to an anonymous broker by itself.
+async fn connector(
+    config: &Config,
+    nats_tls: flue_proto::nats_tls::NatsTls,
+    shutdown: &CancellationToken,
+) -> Result<Connector, Error> {
+    if config.insecure_dev_broker {
+        warn!(
+            tenant = %config.tenant,
+            "INSECURE: --insecure-dev-broker: the broker connection is anonymous, every client of the broker can read and write every queue, event and data key; agents' credentials carry no broker user. Development only."
+        );
+        return Ok(Connector::dev(
+            config.nats_url.clone(),
+            config.tenant.clone(),
+            nats_tls,
+        ));
+    }
+    let auth = match natsauth::NatsAuth::open(&config.state_dir) {
+        Ok(auth) => auth,
+        Err(natsauth::NatsAuthError::NotInitialised(dir)) => return Err(Error::NoOperator(dir)),
+        Err(e) => return Err(e.into()),
+    };
+    info!(operator = %auth.operator_public_key(), "operator mode: tenants reached as their own broker users");
+    Connector::operator(config.nats_url.clone(), nats_tls, auth, shutdown.clone())
+        .await
+        .map_err(|e| Error::Tenant(Box::new(tenants::TenantError::Connector(e))))
 }
 
 /// Warns loudly when something that crosses a network would go unencrypted: the API on a

@@ -140,6 +140,9 @@ pub struct Service {
     pub shutdown: CancellationToken,
     /// Tracker of every task the gateway spawns, waited for at shutdown.
     pub tasks: TaskTracker,
+    /// The tenant's broker users (agents' JWTs, revocations, listeners); `None` with
+    /// `--insecure-dev-broker`, where the broker checks no user.
+    pub users: Option<crate::tenants::BrokerUsers>,
 }
 
 impl Service {
@@ -169,7 +172,14 @@ impl Service {
             unread: Arc::default(),
             shutdown,
             tasks: TaskTracker::new(),
+            users: None,
         }
+    }
+
+    /// The same service minting and revoking its tenant's broker users with `users`.
+    pub fn with_users(mut self, users: Option<crate::tenants::BrokerUsers>) -> Self {
+        self.users = users;
+        self
     }
 
     /// Publishes a recorded deployment's request, retrying a few times; on failure the

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 pub use book::TenantBook;
-pub use connector::{Connection, Connector, ConnectorError, TenantConnections};
+pub use connector::{BrokerUsers, Connection, Connector, ConnectorError, TenantConnections};
 pub use runtime::{Stopped, TenantRuntime};
 
 use crate::Config;
@@ -237,6 +237,7 @@ impl Tenants {
     pub async fn shutdown(&self) -> bool {
         let runtimes: Vec<_> = std::mem::take(&mut *self.write()).into_values().collect();
         let stopped = futures_util::future::join_all(runtimes.iter().map(|r| r.shutdown())).await;
+        self.inner.connector.close().await;
         stopped.iter().all(|s| *s == Stopped::Clean)
     }
 

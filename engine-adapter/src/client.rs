@@ -163,6 +163,19 @@ impl Client {
         .await
     }
 
+    /// `POST /v1/listener-credentials` (admin): a new listener user of the caller's
+    /// tenant's events account.
+    pub async fn create_listener_credentials(
+        &self,
+    ) -> Result<flue_proto::creds::ListenerCredentials, ClientError> {
+        self.send_json(
+            Method::POST,
+            "v1/listener-credentials",
+            &serde_json::json!({}),
+        )
+        .await
+    }
+
     /// `GET /v1/servers/{id}`.
     pub async fn get_server(&self, id: &ServerId) -> Result<Server, ClientError> {
         self.get(&format!("v1/servers/{id}")).await

@@ -36,6 +36,33 @@ const SEED_END: &str = "------END USER NKEY SEED------";
 const FLUE_BEGIN: &str = "-----BEGIN FLUE AGENT SETTINGS-----";
 const FLUE_END: &str = "------END FLUE AGENT SETTINGS------";
 
+/// The answer of `POST /v1/listener-credentials`: a new user of the caller's tenant's
+/// events account, allowed to read its events and replay them with ordered consumers,
+/// nothing else. Its `Debug` form hides the credentials.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerCredentials {
+    /// The tenant whose events it reads.
+    pub tenant: TenantId,
+    /// The `.creds` text (user JWT and seed): a secret, write it with mode 0600.
+    pub credentials: String,
+    /// The JetStream domain to address (`nc.jetstream(domain=…)`).
+    pub js_domain: String,
+    /// The event stream's name.
+    pub stream: String,
+}
+
+impl fmt::Debug for ListenerCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListenerCredentials")
+            .field("tenant", &self.tenant)
+            .field("credentials", &"<hidden>")
+            .field("js_domain", &self.js_domain)
+            .field("stream", &self.stream)
+            .finish()
+    }
+}
+
 /// A NATS user: its JWT (signed by an account) and its nkey seed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct UserCreds {

@@ -73,7 +73,8 @@ impl Tokens {
     }
 
     /// The token a `flue ARGS…` command line needs: admin to register or remove
-    /// servers and to mint their credentials, engine for everything else it does.
+    /// servers, to mint their credentials and listener credentials, operator for
+    /// tenants, engine for everything else it does.
     pub fn for_cli(&self, args: &[&str]) -> &str {
         let words: Vec<&str> = args
             .iter()
@@ -87,6 +88,7 @@ impl Tokens {
                 ..,
             ] => self.get(Role::Admin),
             ["tenant", ..] => self.get(Role::Operator),
+            ["events", "credentials", ..] => self.get(Role::Admin),
             _ => self.get(Role::Engine),
         }
     }

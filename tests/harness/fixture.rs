@@ -47,6 +47,31 @@ impl Flue {
         }
     }
 
+    /// Starts Flue the secure way, in operator mode: `flue-gateway init` into the
+    /// gateway's state dir, nats-server with the configuration it wrote (every client
+    /// authenticated, one account per tenant), the gateway on that state dir; agents
+    /// authenticate with the broker user their credentials carry. [`Nats::client`]
+    /// connects as a user of the default tenant's account, [`Nats::events_client`] of its
+    /// events account.
+    pub async fn start_operator(gateway_flags: &[&str]) -> Flue {
+        let state = std::sync::Arc::new(tempfile::tempdir().expect("tempdir"));
+        let state_dir = state.path().join("gateway");
+        let mut nats = Nats::start_operator(&state_dir).await;
+        let auth = flue_gateway::natsauth::NatsAuth::open(&state_dir).expect("initialised");
+        let (tenant, events) = auth
+            .gateway_creds(&"default".parse().expect("tenant id"))
+            .expect("gateway users of the default tenant");
+        nats.connect_as(tenant, events);
+        let gateway = Gateway::start_in(&nats.url(), state, gateway_flags).await;
+        Flue {
+            nats,
+            gateway,
+            dir: tempfile::tempdir().expect("tempdir"),
+            ca: None,
+            agent_flags: Vec::new(),
+        }
+    }
+
     /// Starts everything over TLS with a fresh test CA: a broker that speaks TLS only,
     /// a gateway connecting to it with `--nats-ca` and serving HTTPS (`--tls-cert`,
     /// `--tls-key`), and agents given `--nats-ca`; plus extra gateway flags.

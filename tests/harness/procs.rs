@@ -6,6 +6,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 
 use flue_proto::auth::Role;
+use flue_proto::creds::{AgentCredentials, UserCreds};
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
 
@@ -53,6 +54,12 @@ pub struct Nats {
     /// Holds a generated configuration file.
     _conf_dir: Option<TempDir>,
     logs: Logs,
+    /// In operator mode: the users [`Nats::client`] and [`Nats::events_client`] connect as
+    /// (the default tenant's gateway users: whole tenant account, whole events account).
+    users: Option<(UserCreds, UserCreds)>,
+    /// The configuration names the store dir itself (written by `flue-gateway init`), so
+    /// `-sd` is not given (nats-server refuses both).
+    store_in_config: bool,
 }
 
 impl Nats {
@@ -112,9 +119,67 @@ impl Nats {
             ca_file: None,
             _conf_dir: None,
             logs: Logs::default(),
+            users: None,
+            store_in_config: false,
         };
         nats.spawn().await;
         nats
+    }
+
+    /// Runs `flue-gateway init` on the state dir `state_dir` (store dir: this broker's
+    /// temp store) and starts the broker with the configuration it wrote: operator mode,
+    /// every client authenticated. [`Nats::connect_as`] then says who tests connect as.
+    pub async fn start_operator(state_dir: &Path) -> Nats {
+        install_crypto_provider();
+        let store = tempfile::tempdir().expect("tempdir");
+        crate::admin(&[
+            "init",
+            "--state-dir",
+            state_dir.to_str().expect("utf-8 path"),
+            "--store-dir",
+            store.path().to_str().expect("utf-8 path"),
+        ])
+        .await;
+        let mut nats = Nats {
+            child: None,
+            port: 0,
+            store,
+            config: state_dir.join("broker/nats-server.conf"),
+            ca_file: None,
+            _conf_dir: None,
+            logs: Logs::default(),
+            users: None,
+            store_in_config: true,
+        };
+        nats.spawn().await;
+        nats
+    }
+
+    /// Makes [`Nats::client`] connect as `tenant_user` and [`Nats::events_client`] as
+    /// `events_user` (a broker in operator mode checks every client).
+    pub fn connect_as(&mut self, tenant_user: UserCreds, events_user: UserCreds) {
+        self.users = Some((tenant_user, events_user));
+    }
+
+    fn options(&self, user: Option<&UserCreds>) -> async_nats::ConnectOptions {
+        let mut options = match user {
+            Some(user) => async_nats::ConnectOptions::with_credentials(&user.to_text())
+                .expect("minted credentials parse"),
+            None => async_nats::ConnectOptions::new(),
+        };
+        if let Some(ca) = &self.ca_file {
+            options = options.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        options
+    }
+
+    /// A client of the event stream's account (`FLUE_EVT`): in operator mode the default
+    /// tenant's events account, else the same as [`Nats::client`].
+    pub async fn events_client(&self) -> async_nats::Client {
+        self.options(self.users.as_ref().map(|(_, events)| events))
+            .connect(self.url())
+            .await
+            .expect("connect to nats (events account)")
     }
 
     async fn spawn(&mut self) {
@@ -125,11 +190,15 @@ impl Nats {
             p => p.to_string(),
         };
         // The documented broker: the shipped config, with a free port and a temp store.
-        let mut child = Command::new(nats_server_bin())
+        let mut command = Command::new(nats_server_bin());
+        command
             .arg("-c")
             .arg(&self.config)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port, "-sd"])
-            .arg(self.store.path())
+            .args(["-js", "-a", "127.0.0.1", "-p", &port]);
+        if !self.store_in_config {
+            command.arg("-sd").arg(self.store.path());
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -222,12 +291,14 @@ impl Nats {
 
     /// A client connection (for tests that look at the broker directly), over TLS
     /// trusting the test CA when the server speaks TLS only.
+    ///
+    /// In operator mode ([`Nats::connect_as`]) it connects as a user with every right in
+    /// the default tenant's account (test-only: the gateway's own kind of user).
     pub async fn client(&self) -> async_nats::Client {
-        let mut options = async_nats::ConnectOptions::new();
-        if let Some(ca) = &self.ca_file {
-            options = options.add_root_certificates(ca.clone()).require_tls(true);
-        }
-        options.connect(self.url()).await.expect("connect to nats")
+        self.options(self.users.as_ref().map(|(tenant, _)| tenant))
+            .connect(self.url())
+            .await
+            .expect("connect to nats")
     }
 }
 
@@ -277,6 +348,12 @@ impl Gateway {
         .await
     }
 
+    /// Starts a gateway on the state dir `<state>/gateway` made beforehand (by
+    /// `flue-gateway init`: operator mode).
+    pub async fn start_in(nats_url: &str, state: Arc<TempDir>, extra: &[&str]) -> Gateway {
+        Gateway::start_sharing(nats_url, state, extra, None).await
+    }
+
     async fn start_sharing(
         nats_url: &str,
         state: Arc<TempDir>,
@@ -304,6 +381,11 @@ impl Gateway {
             "--state-dir".into(),
             state_dir.display().to_string(),
         ];
+        // A state dir without broker keys (no `flue-gateway init`): the anonymous
+        // development broker, which the gateway refuses unless told so.
+        if !state_dir.join("operator.nk").exists() && !extra.contains(&"--insecure-dev-broker") {
+            args.push("--insecure-dev-broker".into());
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut gw = Gateway {
             child: None,
@@ -461,6 +543,17 @@ impl Agent {
             args.push(d.display().to_string());
         }
         args.extend(extra.iter().map(|s| s.to_string()));
+        // Credentials minted by a gateway on the anonymous development broker hold no
+        // broker user: the agent accepts them only when told so.
+        let creds = extra
+            .windows(2)
+            .find(|w| w[0] == "--creds")
+            .and_then(|w| std::fs::read_to_string(w[1]).ok())
+            .and_then(|text| AgentCredentials::parse(&text).ok());
+        if creds.is_some_and(|c| c.user.jwt.is_empty()) && !extra.contains(&"--insecure-dev-broker")
+        {
+            args.push("--insecure-dev-broker".into());
+        }
         let mut agent = Agent {
             child: None,
             server: server.into(),

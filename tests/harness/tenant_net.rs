@@ -102,6 +102,7 @@ impl TenantNetworks {
                 &state_dir.display().to_string(),
                 "--timeout-sweep-ms",
                 "100",
+                "--insecure-dev-broker",
             ],
         );
         gateway.wait_for("flue-gateway listening on ").await;
@@ -173,6 +174,7 @@ impl TenantNetworks {
             server.to_owned(),
             "--state-dir".to_owned(),
             state.display().to_string(),
+            "--insecure-dev-broker".to_owned(),
         ];
         for d in hook_dirs {
             args.push("--hook-dir".to_owned());

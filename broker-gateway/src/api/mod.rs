@@ -8,6 +8,7 @@ pub mod events;
 pub mod extract;
 pub mod guard;
 pub mod health;
+pub mod listeners;
 pub mod listing;
 pub mod references;
 pub mod servers;
@@ -104,6 +105,7 @@ pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Ro
         )
         .route("/v1/events", get(events::stream))
         .route("/v1/events/tickets", post(auth::api::create_ticket))
+        .route("/v1/listener-credentials", post(listeners::create))
         .route("/v1/tokens", post(auth::api::create_token))
         .route("/v1/tokens/{id}", delete(auth::api::revoke_token))
         .route("/v1/webhooks", post(webhooks::create).get(webhooks::list))

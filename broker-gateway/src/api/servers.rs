@@ -11,7 +11,7 @@ use flue_proto::{
     ServerId, subject,
 };
 use time::OffsetDateTime;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId};
@@ -89,7 +89,7 @@ pub async fn rotate_credentials(
     PathId(id): PathId<ServerId>,
 ) -> Result<Json<Registration>, ApiError> {
     let tenant = &service.config.tenant;
-    known_server(&service, &id).await?;
+    let old = known_server(&service, &id).await?;
     let minted = credentials::mint(&service, &id)?;
     let server = service
         .store
@@ -97,7 +97,9 @@ pub async fn rotate_credentials(
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("server {:?} not found", id.as_str())))?;
     service.signers.forget(tenant, &id);
-    // P1: revoke old user key at the broker
+    // The old user is revoked only once the new keys are recorded: a failure before
+    // leaves the agent running with the keys the gateway still trusts.
+    revoke_user(&service, &old).await?;
     info!(server.id = %id, "server credentials rotated");
     let agent = AgentBootstrap {
         nats_url: service.config.agent_nats_url(),
@@ -197,6 +199,9 @@ async fn remove(service: Service, id: ServerId) -> Result<(), ApiError> {
         )));
     }
     service.broker.remove_request_queue(tenant, &id).await?;
+    // Revoked before the record goes: an interrupted removal is repeated with the key
+    // still known (revoking twice is harmless).
+    revoke_user(&service, &server).await?;
     service.store.delete_server(tenant, &id).await?;
     service.presence.forget(tenant, &id).await;
     info!(server.id = %id, "server deregistered");
@@ -204,6 +209,24 @@ async fn remove(service: Service, id: ServerId) -> Result<(), ApiError> {
         .events
         .emit(&server_event(&server, EventType::ServerDeregistered))
         .await;
+    Ok(())
+}
+
+/// Revokes `server`'s broker user (its agent is disconnected and its credentials refused
+/// by the broker from now on); nothing to do with `--insecure-dev-broker` or for a server
+/// recorded without keys.
+async fn revoke_user(service: &Service, server: &Server) -> Result<(), ApiError> {
+    let (Some(users), Some(keys)) = (&service.users, &server.keys) else {
+        return Ok(());
+    };
+    users.revoke_agent(&keys.signing).await.map_err(|e| {
+        warn!(server.id = %server.id, error = %crate::error::chain(&e), "cannot revoke a server's broker user");
+        ApiError::Unavailable(format!(
+            "the broker did not take the revocation of server {:?}'s credentials; retry later",
+            server.id.as_str()
+        ))
+    })?;
+    info!(server.id = %server.id, "server's broker user revoked");
     Ok(())
 }
 

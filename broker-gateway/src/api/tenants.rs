@@ -65,7 +65,10 @@ fn refusal(e: TenantError) -> ApiError {
             ApiError::Conflict(e.to_string())
         }
         e @ TenantError::AlreadyServed(_) => ApiError::Conflict(e.to_string()),
-        e @ (TenantError::Connector(ConnectorError::Connect(_)) | TenantError::Start { .. }) => {
+        e @ (TenantError::Connector(
+            ConnectorError::Connect(_) | ConnectorError::Auth(_) | ConnectorError::UserSeed(_),
+        )
+        | TenantError::Start { .. }) => {
             error!(error = %chain(&e), "cannot start a tenant");
             ApiError::Unavailable(
                 "the tenant could not be started on the broker; retry later".to_owned(),

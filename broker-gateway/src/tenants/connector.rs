@@ -5,19 +5,26 @@
 //! one connection to each per tenant ([`TenantConnections`]). Today there is one way to
 //! get them, [`Connector::Dev`]: the configured `--nats-url`, one connection used for
 //! both, which can serve a single tenant only (stream and bucket names are fixed, so two
-//! tenants in one account would share them). Operator mode adds a variant that connects
-//! as the tenant's gateway users, minted from the state directory.
+//! tenants in one account would share them); the gateway uses it only when given
+//! `--insecure-dev-broker`. [`Connector::Operator`] is how the gateway runs: the state
+//! directory holds the broker's keys (`flue-gateway init`), each tenant is reached as its
+//! own gateway users (a fresh nkey per connection), and a system-account connection pushes
+//! account JWTs (at start, after each reconnection, for each new tenant, for revocations).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use flue_proto::TenantId;
+use flue_proto::creds::UserCreds;
 use flue_proto::nats_tls::NatsTls;
 use flue_proto::nats_url::{NatsUrls, redact};
+use flue_proto::{ServerId, TenantId as Tenant};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::error::Error;
+use crate::error::{self, Error};
+use crate::natsauth::{AccountKind, NatsAuth, NatsAuthError};
 
 /// Longest wait for a drained connection to close.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
@@ -68,6 +75,38 @@ pub struct TenantConnections {
     /// To the tenant's events account (`FLUE_EVT`); `None` when the events stream is
     /// reached through `tenant` (development mode: one account holds everything).
     pub events: Option<Connection>,
+    /// The tenant's broker users (agents', listeners'); `None` in development mode, where
+    /// the broker checks no user.
+    pub users: Option<BrokerUsers>,
+}
+
+/// Mints and revokes one tenant's broker users: what registration, rotation,
+/// deregistration and listener credentials need of the broker's keys. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct BrokerUsers {
+    tenant: Tenant,
+    auth: NatsAuth,
+    system: async_nats::Client,
+}
+
+impl BrokerUsers {
+    /// The user JWT of `server`'s agent for its user key `user_pub`.
+    pub fn agent_jwt(&self, server: &ServerId, user_pub: &str) -> Result<String, NatsAuthError> {
+        self.auth.agent_jwt(&self.tenant, server, user_pub, &[])
+    }
+
+    /// Revokes the agent user `user_pub` at the broker: its connections are closed and its
+    /// JWTs refused from now on.
+    pub async fn revoke_agent(&self, user_pub: &str) -> Result<(), NatsAuthError> {
+        self.auth
+            .revoke_user(&self.tenant, AccountKind::Tenant, user_pub, &self.system)
+            .await
+    }
+
+    /// A new listener user of the tenant's events account.
+    pub fn listener_creds(&self) -> Result<UserCreds, NatsAuthError> {
+        self.auth.listener_creds(&self.tenant)
+    }
 }
 
 impl TenantConnections {
@@ -111,6 +150,12 @@ pub enum ConnectorError {
     /// The broker could not be reached.
     #[error(transparent)]
     Connect(#[from] Error),
+    /// The broker's keys could not be read, or the broker refused an account.
+    #[error(transparent)]
+    Auth(#[from] NatsAuthError),
+    /// A user seed minted here cannot be read back (never expected).
+    #[error("a minted NATS user seed cannot be read: {0}")]
+    UserSeed(String),
 }
 
 /// How tenants are provisioned on the broker and reached; cheap to clone.
@@ -119,6 +164,60 @@ pub enum Connector {
     /// One anonymous connection to `--nats-url`, shared by the tenant and its events,
     /// for the one tenant `--default-tenant`.
     Dev(Arc<DevConnector>),
+    /// Operator mode: each tenant reached as its own gateway users, minted from the state
+    /// directory's keys; accounts pushed over a system-account connection.
+    Operator(Arc<OperatorConnector>),
+}
+
+/// [`Connector::Operator`]'s settings and its system-account connection. Its `Debug` form
+/// hides the passwords in the URL and shows public keys only.
+pub struct OperatorConnector {
+    nats_url: String,
+    tls: NatsTls,
+    auth: NatsAuth,
+    system: Connection,
+}
+
+impl std::fmt::Debug for OperatorConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorConnector")
+            .field("nats_url", &redact(&self.nats_url))
+            .field("auth", &self.auth)
+            .finish()
+    }
+}
+
+impl OperatorConnector {
+    /// Connects as `user`, named `name`.
+    async fn connect_as(&self, user: &UserCreds, name: &str) -> Result<Connection, ConnectorError> {
+        connect_as(&self.nats_url, &self.tls, user, name).await
+    }
+}
+
+/// Connects to `url` as the NATS user `user`, with `tls`, named `name`.
+async fn connect_as(
+    url: &str,
+    tls: &NatsTls,
+    user: &UserCreds,
+    name: &str,
+) -> Result<Connection, ConnectorError> {
+    Ok(connect(url, user_options(user, tls)?, name).await?)
+}
+
+/// Connect options authenticating as the NATS user `user` (its JWT, the broker's nonce
+/// signed with its seed), with `tls` applied.
+pub fn user_options(
+    user: &UserCreds,
+    tls: &NatsTls,
+) -> Result<async_nats::ConnectOptions, ConnectorError> {
+    let key = nkeys::KeyPair::from_seed(&user.seed)
+        .map_err(|e| ConnectorError::UserSeed(e.to_string()))?;
+    let key = Arc::new(key);
+    let options = async_nats::ConnectOptions::with_jwt(user.jwt.clone(), move |nonce| {
+        let key = key.clone();
+        async move { key.sign(&nonce).map_err(async_nats::AuthError::new) }
+    });
+    Ok(tls.apply(options))
 }
 
 /// [`Connector::Dev`]'s settings. Its `Debug` form hides the passwords in the URL.
@@ -150,10 +249,50 @@ impl Connector {
         }))
     }
 
+    /// The operator-mode connector: opens a system-account connection to `nats_url`,
+    /// pushes every account to the broker (one that lost its resolver directory, or
+    /// started before a tenant was created offline, learns them), and pushes them again
+    /// after each reconnection until `shutdown` is cancelled.
+    pub async fn operator(
+        nats_url: impl Into<String>,
+        tls: NatsTls,
+        auth: NatsAuth,
+        shutdown: CancellationToken,
+    ) -> Result<Self, ConnectorError> {
+        let nats_url = nats_url.into();
+        let system = connect_as(
+            &nats_url,
+            &tls,
+            &auth.system_creds()?,
+            "flue-gateway system",
+        )
+        .await?;
+        if let Err(e) = auth.push_all(&system.client).await {
+            system.drain().await;
+            return Err(e.into());
+        }
+        let operator = Arc::new(OperatorConnector {
+            nats_url,
+            tls,
+            auth,
+            system,
+        });
+        tokio::spawn(repush(operator.clone(), shutdown));
+        Ok(Self::Operator(operator))
+    }
+
     /// The tenants that exist, served from the start.
     pub fn tenants(&self) -> Result<Vec<TenantId>, ConnectorError> {
         match self {
             Self::Dev(dev) => Ok(vec![dev.tenant.clone()]),
+            Self::Operator(op) => Ok(op.auth.tenants()?),
+        }
+    }
+
+    /// Closes the connector's own connection (operator mode: the system account's).
+    pub async fn close(&self) {
+        if let Self::Operator(op) = self {
+            op.system.drain().await;
         }
     }
 
@@ -166,6 +305,7 @@ impl Connector {
             Self::Dev(dev) => Err(ConnectorError::OneTenantOnly {
                 served: dev.tenant.clone(),
             }),
+            Self::Operator(op) => Ok(op.auth.create_tenant(tenant, &op.system.client).await?),
         }
     }
 
@@ -183,7 +323,49 @@ impl Connector {
                 Ok(TenantConnections {
                     tenant,
                     events: None,
+                    users: None,
                 })
+            }
+            Self::Operator(op) => {
+                let (tenant_user, events_user) = op.auth.gateway_creds(tenant)?;
+                let name = format!("flue-gateway {tenant}");
+                let main = op.connect_as(&tenant_user, &name).await?;
+                let events = match op.connect_as(&events_user, &format!("{name} events")).await {
+                    Ok(events) => events,
+                    Err(e) => {
+                        main.drain().await;
+                        return Err(e);
+                    }
+                };
+                Ok(TenantConnections {
+                    tenant: main,
+                    events: Some(events),
+                    users: Some(BrokerUsers {
+                        tenant: tenant.clone(),
+                        auth: op.auth.clone(),
+                        system: op.system.client.clone(),
+                    }),
+                })
+            }
+        }
+    }
+}
+
+/// Pushes every account again each time the system connection is made again: a broker
+/// restarted with an empty resolver directory would otherwise refuse the tenants created
+/// while the gateway ran (the preloaded ones it knows from its configuration).
+async fn repush(op: Arc<OperatorConnector>, shutdown: CancellationToken) {
+    let mut reconnected = op.system.reconnected.clone();
+    reconnected.borrow_and_update();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            changed = reconnected.changed() => if changed.is_err() { return },
+        }
+        match op.auth.push_all(&op.system.client).await {
+            Ok(()) => info!("broker accounts pushed again after a reconnection"),
+            Err(e) => {
+                warn!(error = %error::chain(&e), "cannot push the broker accounts after a reconnection")
             }
         }
     }

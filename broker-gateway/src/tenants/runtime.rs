@@ -98,7 +98,8 @@ impl TenantRuntime {
             webhooks,
             keys,
             shutdown.clone(),
-        );
+        )
+        .with_users(connections.users.clone());
         service.recover().await?;
 
         let tenant_conn = &connections.tenant;

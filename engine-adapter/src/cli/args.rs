@@ -91,7 +91,11 @@ pub enum TenantCommand {
 /// `flue events`
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("start").args(["after", "since", "all"])))]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct EventsArgs {
+    /// `flue events credentials`, instead of printing events.
+    #[command(subcommand)]
+    pub command: Option<EventsCommand>,
     /// Only events of this type (repeatable, or comma-separated), e.g.
     /// `deployment.completed` or `io.flue.deployment.completed`.
     #[arg(long = "type", value_name = "TYPE", value_delimiter = ',')]
@@ -122,6 +126,22 @@ pub struct EventsArgs {
     /// Add each event's stream sequence as a top-level `"seq"` field (resume with --after).
     #[arg(long)]
     pub with_seq: bool,
+}
+
+/// `flue events …`
+#[derive(Debug, Subcommand)]
+pub enum EventsCommand {
+    /// Mint NATS credentials for an event listener of your tenant (admin): read its
+    /// events and replay them with ordered consumers, nothing else. Written with mode
+    /// 0600; use them with `nats --creds FILE` or nats-py (`--creds FILE --domain flue`).
+    Credentials {
+        /// Where to write the `.creds` file.
+        #[arg(long)]
+        out: PathBuf,
+        /// Overwrite the file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 /// `flue watch`

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use flue_proto::{CloudEvent, EventFilter};
 
-use super::args::EventsArgs;
+use super::args::{EventsArgs, EventsCommand};
 use super::{CliError, Outcome};
 use crate::client::events::{EventQuery, EventStart, EventStream, StreamItem, StreamNotice};
 use crate::{Client, ClientError};
@@ -22,6 +22,20 @@ pub(crate) async fn run(
     args: EventsArgs,
     out: &mut impl Write,
 ) -> Result<Outcome, CliError> {
+    if let Some(EventsCommand::Credentials { out: path, force }) = args.command {
+        super::creds::check_writable(&path, force)?;
+        let minted = client.create_listener_credentials().await?;
+        super::creds::write(&path, &minted.credentials, force)?;
+        writeln!(
+            out,
+            "listener credentials of tenant {} written to {} (JetStream domain {:?}, stream {})",
+            minted.tenant,
+            path.display(),
+            minted.js_domain,
+            minted.stream
+        )?;
+        return Ok(Outcome::Success);
+    }
     let start = match (args.after, args.since, args.all) {
         (Some(seq), _, _) => EventStart::After(seq),
         (_, Some(at), _) => EventStart::Since(at),

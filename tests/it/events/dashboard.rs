@@ -336,6 +336,7 @@ async fn dashboard_reconnects_by_itself_and_says_when_events_were_missed() {
             &flue.nats.url(),
             "--state-dir",
             &flue.gateway.state_dir().display().to_string(),
+            "--insecure-dev-broker",
         ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

@@ -441,6 +441,7 @@ async fn a_restarted_gateway_recovers_pending_deployments() {
     let mut config = Config::new(fx.nats.url());
     config.listen = "127.0.0.1:0".parse().expect("addr");
     config.state_dir = fx.state_dir();
+    config.insecure_dev_broker = true;
     config.timeout_sweep_ms = 50;
     let gateway = Gateway::start(config).await.expect("second gateway");
     fx.app = gateway.router();
@@ -497,6 +498,7 @@ async fn requests_never_confirmed_are_published_at_start() {
     let mut config = Config::new(fx.nats.url());
     config.listen = "127.0.0.1:0".parse().expect("addr");
     config.state_dir = fx.state_dir();
+    config.insecure_dev_broker = true;
     let gateway = Gateway::start(config).await.expect("second gateway");
     fx.app = gateway.router();
     let d2 = record.deployment.id.clone();

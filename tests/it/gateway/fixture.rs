@@ -37,6 +37,8 @@ impl Fixture {
         config.listen = "127.0.0.1:0".parse().expect("addr");
         config.timeout_sweep_ms = 50;
         config.state_dir = state.path().join("gateway");
+        // In-process gateway on the anonymous test broker (no `flue-gateway init`).
+        config.insecure_dev_broker = true;
         tweak(&mut config);
         let tokens = Tokens::new(&config.state_dir);
         let gateway = Gateway::start(config).await.expect("gateway starts");

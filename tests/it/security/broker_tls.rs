@@ -11,7 +11,8 @@ use futures_util::StreamExt as _;
 /// stderr.
 async fn gateway_exit(args: &[&str]) -> (bool, String) {
     let child = tokio::process::Command::new(bin("flue-gateway"))
-        .args(["--listen", "127.0.0.1:0"])
+        // The anonymous test broker: what is checked here is the TLS handshake.
+        .args(["--listen", "127.0.0.1:0", "--insecure-dev-broker"])
         .args(args)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())

@@ -12,6 +12,7 @@ mod http_ops;
 mod http_roles;
 mod http_tickets;
 mod netns;
+mod operator;
 mod references;
 mod scan;
 mod sealing;

@@ -233,6 +233,7 @@ async fn readyz_is_ready_only_while_every_tenant_runtime_is_connected() {
     let connections = TenantConnections {
         tenant: connection,
         events: None,
+        users: None,
     };
     gateway
         .tenants()
@@ -251,6 +252,7 @@ async fn readyz_is_ready_only_while_every_tenant_runtime_is_connected() {
             TenantConnections {
                 tenant: again.clone(),
                 events: None,
+                users: None,
             },
         )
         .await
