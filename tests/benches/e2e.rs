@@ -3,11 +3,13 @@
 //! rounds so that a busy moment of the machine falls on both alike:
 //!
 //! - **off**: the anonymous broker (`scripts/nats-server.conf`), the gateway with
-//!   `--insecure-no-auth --insecure-unsigned-answers`, agents with
-//!   `--insecure-unsigned-requests` and no credentials, no TLS;
-//! - **on**: the harness's secure way ([`Flue::start_tls`]): bearer tokens on every API
-//!   call, per-server agent credentials, requests signed by the gateway and answers by the
-//!   agents, hidden values sealed, TLS on the broker connections and HTTPS on the API.
+//!   `--insecure-dev-broker --insecure-no-auth --insecure-unsigned-answers`, agents with
+//!   `--insecure-dev-broker --insecure-unsigned-requests` and no credentials, no TLS;
+//! - **on**: the harness's secure way over TLS ([`Flue::start_operator_tls`]): the broker
+//!   in operator mode (the gateway and every agent authenticated as their own NATS users,
+//!   one account per tenant), bearer tokens on every API call, requests signed by the
+//!   gateway and answers by the agents, hidden values sealed, TLS on every broker
+//!   connection and HTTPS on the API.
 //!
 //! Printed as a table (figure | off | on | on/off): deployment latency (no-op hook, as
 //! stored by the gateway and as seen by a client), a listener's latency, a deployment with
@@ -32,9 +34,13 @@ use serde_json::json;
 use tempfile::TempDir;
 
 /// The gateway flags of the "off" run: every security feature the gateway can turn off.
-const OFF_GATEWAY_FLAGS: &[&str] = &["--insecure-no-auth", "--insecure-unsigned-answers"];
+const OFF_GATEWAY_FLAGS: &[&str] = &[
+    "--insecure-dev-broker",
+    "--insecure-no-auth",
+    "--insecure-unsigned-answers",
+];
 /// The agent flags of the "off" run (and no `--creds`).
-const OFF_AGENT_FLAGS: &[&str] = &["--insecure-unsigned-requests"];
+const OFF_AGENT_FLAGS: &[&str] = &["--insecure-dev-broker", "--insecure-unsigned-requests"];
 /// Latency samples are taken in rounds of this many, alternating between the two runs.
 const ROUND: usize = 25;
 /// Servers of the throughput run with many agents.
@@ -198,8 +204,8 @@ struct Insecure {
 }
 
 impl Setup {
-    const OFF_DESCRIPTION: &str = "anonymous broker, gateway --insecure-no-auth --insecure-unsigned-answers, agents --insecure-unsigned-requests without credentials, no TLS";
-    const ON_DESCRIPTION: &str = "bearer tokens, agent credentials, signed requests and answers, sealed hidden values, TLS to the broker and HTTPS to the API";
+    const OFF_DESCRIPTION: &str = "anonymous broker, gateway --insecure-dev-broker --insecure-no-auth --insecure-unsigned-answers, agents --insecure-dev-broker --insecure-unsigned-requests without credentials, no TLS";
+    const ON_DESCRIPTION: &str = "broker in operator mode (every client its own NATS user, one account per tenant), bearer tokens, agent credentials, signed requests and answers, sealed hidden values, TLS to the broker and HTTPS to the API";
 
     async fn off() -> Setup {
         let nats = Nats::start().await;
@@ -212,7 +218,7 @@ impl Setup {
     }
 
     async fn on() -> Setup {
-        Setup::On(Box::new(Flue::start_tls(&[]).await))
+        Setup::On(Box::new(Flue::start_operator_tls(&[]).await))
     }
 
     fn nats(&self) -> &Nats {
@@ -505,7 +511,8 @@ async fn deployment_latency(client: &Client, body: &CreateDeployment) -> (Durati
 }
 
 /// A core NATS subscription to one server's `deployment.completed` events: what any
-/// listener on the event subjects sees.
+/// listener on the event subjects sees (in operator mode, a user of the tenant's events
+/// account).
 struct Listener {
     completed: async_nats::Subscriber,
     // Keeps the connection open as long as the subscription.
@@ -514,7 +521,7 @@ struct Listener {
 
 impl Listener {
     async fn new(nats: &Nats, server: &str) -> Listener {
-        let client = nats.client().await;
+        let client = nats.events_client().await;
         let completed = client
             .subscribe(format!("flue.default.evt.deployment.~.{server}.completed"))
             .await

@@ -182,6 +182,40 @@ impl Nats {
             .expect("connect to nats (events account)")
     }
 
+    /// [`Nats::start_operator`] over TLS: `flue-gateway init` is also given a certificate
+    /// from `ca` (`--tls-cert`, `--tls-key`), so the broker it configures speaks TLS only
+    /// and every client must trust `ca` as well as authenticate.
+    pub async fn start_operator_tls(state_dir: &Path, ca: &TestCa) -> Nats {
+        install_crypto_provider();
+        let store = tempfile::tempdir().expect("tempdir");
+        let leaf = ca.leaf("nats-server", &[]);
+        crate::admin(&[
+            "init",
+            "--state-dir",
+            state_dir.to_str().expect("utf-8 path"),
+            "--store-dir",
+            store.path().to_str().expect("utf-8 path"),
+            "--tls-cert",
+            leaf.cert.to_str().expect("utf-8 path"),
+            "--tls-key",
+            leaf.key.to_str().expect("utf-8 path"),
+        ])
+        .await;
+        let mut nats = Nats {
+            child: None,
+            port: 0,
+            store,
+            config: state_dir.join("broker/nats-server.conf"),
+            ca_file: Some(ca.ca_file()),
+            _conf_dir: None,
+            logs: Logs::default(),
+            users: None,
+            store_in_config: true,
+        };
+        nats.spawn().await;
+        nats
+    }
+
     async fn spawn(&mut self) {
         // `-p -1`: the server binds a free port itself (no race with other tests);
         // a restart reuses the port it chose.
@@ -352,6 +386,16 @@ impl Gateway {
     /// `flue-gateway init`: operator mode).
     pub async fn start_in(nats_url: &str, state: Arc<TempDir>, extra: &[&str]) -> Gateway {
         Gateway::start_sharing(nats_url, state, extra, None).await
+    }
+
+    /// [`Gateway::start_in`] for a gateway given `--tls-cert`: its clients trust `ca_file`.
+    pub async fn start_in_trusting(
+        nats_url: &str,
+        state: Arc<TempDir>,
+        extra: &[&str],
+        ca_file: &Path,
+    ) -> Gateway {
+        Gateway::start_sharing(nats_url, state, extra, Some(ca_file)).await
     }
 
     async fn start_sharing(
