@@ -18,10 +18,19 @@ fn authority(url: &str) -> &str {
 }
 
 /// Runs the real `flue-gateway` with `args` until it exits (bounded); its exit success
-/// and its stderr.
+/// and its stderr. It gets a state dir of its own (never the system's default) and, as
+/// these tests are about TLS to an anonymous broker, `--insecure-dev-broker`.
 async fn gateway_exit(args: &[&str]) -> (bool, String) {
+    let state = tempfile::tempdir().expect("tempdir");
     let child = tokio::process::Command::new(bin("flue-gateway"))
-        .args(["--listen", "127.0.0.1:0"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--insecure-dev-broker",
+            "--state-dir",
+        ])
+        // A directory the gateway makes itself, so with its own private mode.
+        .arg(state.path().join("gateway"))
         .args(args)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
