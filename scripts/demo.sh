@@ -85,15 +85,22 @@ cargo build --workspace --bins
 rm -rf "$demo"
 mkdir -p "$demo"
 
-section "starting nats-server with JetStream on loopback"
+section "flue-gateway init: the broker's operator, system account and tenant default's accounts"
 nats_port="$(free_port)"
-"$nats_server" -c scripts/nats-server.conf -a 127.0.0.1 -p "$nats_port" -sd "$demo/js" >"$demo/nats.log" 2>&1 &
+# The keys (0600) stay in the gateway's state dir; the broker gets only public JWTs.
+"$gateway_bin" init --state-dir "$demo/gateway-state" --broker-listen "127.0.0.1:$nats_port" \
+  --store-dir "$demo/js" >"$demo/init.out"
+echo "operator mode: no anonymous client; one NATS account per tenant (+ one for its events)"
+echo "broker configuration: .flue-demo/gateway-state/broker/nats-server.conf"
+
+section "starting nats-server with that configuration (JetStream, domain flue) on loopback"
+"$nats_server" -c "$demo/gateway-state/broker/nats-server.conf" >"$demo/nats.log" 2>&1 &
 pids+=($!)
 wait_for "nats-server on port $nats_port" 15 "${pids[-1]}" nats-server "$demo/nats.log" tcp_open "$nats_port"
 nats_url="nats://127.0.0.1:$nats_port"
 echo "nats-server $("$nats_server" --version | awk '{print $NF}') at $nats_url (log: .flue-demo/nats.log)"
 
-section "starting flue-gateway (HTTP API tokens signed with the key in .flue-demo/gateway-state)"
+section "starting flue-gateway (broker keys and HTTP API token key in .flue-demo/gateway-state)"
 "$gateway_bin" --listen 127.0.0.1:0 --nats-url "$nats_url" --state-dir "$demo/gateway-state" \
   >"$demo/gateway.out" 2>"$demo/gateway.log" &
 pids+=($!)
@@ -120,7 +127,8 @@ servers=(db web head compute1 compute2 compute3)
 section "registering servers ${servers[*]}, starting their agents"
 agent_ready() { grep -q 'agent ready' "$1"; }
 for server in "${servers[@]}"; do
-  # The credentials file (0600) is the agent's identity and pins the gateway's signing key.
+  # The credentials file (0600) is the agent's identity: its own NATS user (allowed only its
+  # queue, answers, heartbeats and inbox), and it pins the gateway's signing key.
   FLUE_TOKEN="$admin_token" "$flue" server register "$server" --name "demo $server server" --env \
     --creds "$demo/agent-$server.creds" >"$demo/agent-$server.env"
   log="$demo/agent-$server.log"

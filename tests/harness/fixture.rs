@@ -29,13 +29,23 @@ pub struct Flue {
 }
 
 impl Flue {
-    /// Starts a broker and a gateway with default flags.
+    /// Starts a broker and a gateway with default flags, the secure way
+    /// ([`Flue::start_operator`]).
     pub async fn start() -> Flue {
         Flue::start_with(&[]).await
     }
 
-    /// Starts a broker and a gateway with extra gateway flags.
+    /// Starts a broker and a gateway with extra gateway flags, the secure way
+    /// ([`Flue::start_operator`]).
     pub async fn start_with(gateway_flags: &[&str]) -> Flue {
+        Flue::start_operator(gateway_flags).await
+    }
+
+    /// Starts the anonymous development broker (the shipped `scripts/nats-server.conf`)
+    /// and a gateway given `--insecure-dev-broker` plus `gateway_flags`; agents' credentials
+    /// then hold no broker user (the harness gives them `--insecure-dev-broker`). Only for
+    /// tests of the development mode itself and of what needs the anonymous broker.
+    pub async fn start_dev_broker(gateway_flags: &[&str]) -> Flue {
         let nats = Nats::start().await;
         let gateway = Gateway::start(&nats.url(), gateway_flags).await;
         Flue {
@@ -195,6 +205,23 @@ impl Flue {
             Some(text) => self.save_creds(server, &text),
             None => self.refresh_creds(&registration.server).await,
         }
+    }
+
+    /// The flags an event listener (`examples/listeners/flue_events.py`) needs for this
+    /// broker: `--creds FILE --domain flue` with listener credentials minted through the API
+    /// (`POST /v1/listener-credentials`) in operator mode; none on the development broker.
+    pub async fn listener_flags(&self) -> Vec<String> {
+        let Ok(minted) = self.admin_client().create_listener_credentials().await else {
+            return Vec::new();
+        };
+        let path = self.path("listener.creds");
+        std::fs::write(&path, &minted.credentials).expect("write listener credentials");
+        vec![
+            "--creds".to_owned(),
+            path.display().to_string(),
+            "--domain".to_owned(),
+            minted.js_domain,
+        ]
     }
 
     /// Where the harness keeps `server`'s agent credentials: `<scratch>/creds/<server>.creds`.

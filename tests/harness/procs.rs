@@ -290,6 +290,12 @@ impl Nats {
         }
     }
 
+    /// Starts it again on the same port and store after [`Nats::kill`] (a test changes
+    /// its files in between).
+    pub async fn start_again(&mut self) {
+        self.spawn().await;
+    }
+
     /// Starts it again on the same port and store.
     pub async fn restart(&mut self) {
         self.kill().await;

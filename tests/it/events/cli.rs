@@ -167,7 +167,7 @@ async fn events_replays_json_lines_and_filters_by_type() {
     let (env, _agent) = cluster().await;
     let d = env.deploy("hello", "web1", &[]).await;
     env.finished(&d.id).await;
-    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
     tap.wait_for("completed", WAIT, completed(d.id.as_str()))
         .await;
 
@@ -245,7 +245,7 @@ async fn events_follow_survives_a_dropped_connection_without_a_miss_or_a_repeat(
         .line("d2 completed", |l| completed(d2.id.as_str())(&parse(l).1))
         .await;
 
-    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
     tap.wait_for("d2 completed", WAIT, completed(d2.id.as_str()))
         .await;
     let stderr = follow.stderr.lock().expect("lock").join("\n");
@@ -360,7 +360,7 @@ resources:
     )
     .expect("write template");
     let template = template.display().to_string();
-    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
     let create =
         crate::stack::flue_in_background(&env, &["stack", "create", "shop", "-t", &template]);
     // Watch once the operation is under way.

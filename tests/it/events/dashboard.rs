@@ -307,7 +307,7 @@ async fn dashboard_reconnects_by_itself_and_says_when_events_were_missed() {
     flue.gateway.kill().await;
     page.wait_for("the page to notice", WAIT, &format!("!({live})"))
         .await;
-    let nats = flue.nats.client().await;
+    let nats = flue.nats.events_client().await;
     let js = async_nats::jetstream::new(nats);
     js.publish("flue.default.evt.server.~.web1.online", "{}".into())
         .await
@@ -336,7 +336,6 @@ async fn dashboard_reconnects_by_itself_and_says_when_events_were_missed() {
             &flue.nats.url(),
             "--state-dir",
             &flue.gateway.state_dir().display().to_string(),
-            "--insecure-dev-broker",
         ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

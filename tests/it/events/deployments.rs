@@ -23,7 +23,7 @@ async fn web() -> (Flue, Agent, EventTap) {
     let env = Flue::start().await;
     env.register("web").await;
     let agent = env.agent("web", &[]).await;
-    let tap = EventTap::from_start(&env.nats.client().await).await;
+    let tap = EventTap::from_start(&env.nats.events_client().await).await;
     (env, agent, tap)
 }
 
@@ -149,7 +149,7 @@ async fn a_deployment_reports_queued_delivered_started_completed_in_order() {
         assert!(!text.contains(SECRET), "hidden output in {text}");
     }
     // Published on the documented subject.
-    let stream = jetstream::new(env.nats.client().await)
+    let stream = jetstream::new(env.nats.events_client().await)
         .get_stream(EVENT_STREAM)
         .await
         .expect("event stream");
@@ -276,7 +276,7 @@ fn answers(d: &Deployment, digest: Option<RequestDigest>) -> Vec<AgentMessage> {
 /// Shrinks the event stream's duplicate window and waits until it is over for every event
 /// so far, so that the broker no longer drops a copy of them: only the gateway can.
 async fn outlive_duplicate_window(env: &Flue) {
-    let js = jetstream::new(env.nats.client().await);
+    let js = jetstream::new(env.nats.events_client().await);
     let mut stream = js.get_stream(EVENT_STREAM).await.expect("event stream");
     let mut config = stream.info().await.expect("stream info").config.clone();
     config.duplicate_window = Duration::from_millis(200);
@@ -367,7 +367,7 @@ async fn response_backlog(env: &Flue) -> (u64, usize) {
 async fn answers_held_by_a_gateway_that_died_never_come_out_of_order() {
     let mut env = Flue::start().await;
     env.register("web").await;
-    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
     config(&env, "quick", "#!/bin/sh\necho hi\n", &[]).await;
     let d = env.deploy("quick", "web", &[]).await;
     wait_event(&mut tap, &d.id, EventType::DeploymentQueued).await;
@@ -475,7 +475,7 @@ async fn a_listener_resuming_after_its_last_sequence_misses_nothing() {
         env.finished(&d.id).await;
         ids.push(d.id);
     }
-    let mut resumed = EventTap::from_seq(&env.nats.client().await, last + 1).await;
+    let mut resumed = EventTap::from_seq(&env.nats.events_client().await, last + 1).await;
     let final_id = ids.last().expect("ids").clone();
     wait_event(&mut resumed, &final_id, EventType::DeploymentCompleted).await;
     assert_eq!(resumed.seen()[0].0, last + 1);
@@ -497,7 +497,7 @@ async fn a_listener_resuming_after_its_last_sequence_misses_nothing() {
 #[tokio::test]
 async fn servers_report_registration_and_deregistration() {
     let env = Flue::start().await;
-    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
     let client = env.admin_client();
     let register = || async {
         client

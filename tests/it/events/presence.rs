@@ -36,7 +36,7 @@ fn count(tap: &EventTap, ty: EventType, server: &str) -> usize {
 }
 
 async fn tap(flue: &Flue) -> EventTap {
-    EventTap::from_start(&flue.nats.client().await).await
+    EventTap::from_start(&flue.nats.events_client().await).await
 }
 
 async fn start_agent(flue: &Flue, server: &str, flags: &[&str]) -> Agent {

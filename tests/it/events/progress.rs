@@ -46,7 +46,7 @@ fn is_end(e: &CloudEvent, id: &DeploymentId) -> bool {
 
 /// Waits for the deployment's end on the event stream and returns what came before it.
 async fn watch(flue: &Flue, id: &DeploymentId) -> Seen {
-    let client = flue.nats.client().await;
+    let client = flue.nats.events_client().await;
     let mut tap = EventTap::from_start(&client).await;
     let end = tap
         .wait_for("the deployment's end", WAIT, |e| is_end(e, id))
@@ -331,7 +331,7 @@ async fn a_hidden_value_a_failing_hook_prints_is_in_no_event_read_or_log() {
     use crate::stack::{cluster, create_stack};
 
     let (flue, agents) = cluster(&["db", "web"]).await;
-    let mut tap = EventTap::from_start(&flue.nats.client().await).await;
+    let mut tap = EventTap::from_start(&flue.nats.events_client().await).await;
     let template = flue.path("leaky.yaml");
     std::fs::write(&template, LEAKY_TWO_TIER).expect("template");
     let dir = flue.path("db");

@@ -22,11 +22,12 @@ fn python() -> std::path::PathBuf {
 }
 
 /// Runs the listener until the stream has been quiet for a second; its stdout lines.
-fn listen(url: &str, start: &[&str]) -> Vec<String> {
+fn listen(url: &str, flags: &[String], start: &[&str]) -> Vec<String> {
     let script = repo_root().join("examples/listeners/flue_events.py");
     let out = Command::new(python())
         .arg(script)
         .args([url, "default"])
+        .args(flags)
         .args(start)
         .args(["--idle", "1"])
         .output()
@@ -53,7 +54,7 @@ async fn the_python_listener_replays_from_a_sequence_and_from_a_time() {
     let before = time::OffsetDateTime::now_utc();
     let d = env.deploy("hello", "web1", &[]).await;
     assert_eq!(env.finished(&d.id).await.status, DeploymentStatus::Complete);
-    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
     let completed = format!("deployment:{}:completed", d.id);
     tap.wait_for("the completed event", WAIT, |e| e.id == completed)
         .await;
@@ -64,9 +65,11 @@ async fn the_python_listener_replays_from_a_sequence_and_from_a_time() {
         .collect();
 
     let url = env.nats.url();
+    let flags = env.listener_flags().await;
     let from_one = tokio::task::spawn_blocking({
         let url = url.clone();
-        move || listen(&url, &["--seq", "1"])
+        let flags = flags.clone();
+        move || listen(&url, &flags, &["--seq", "1"])
     })
     .await
     .expect("join");
@@ -78,7 +81,7 @@ async fn the_python_listener_replays_from_a_sequence_and_from_a_time() {
     let since = before
         .format(&time::format_description::well_known::Rfc3339)
         .expect("rfc3339");
-    let from_time = tokio::task::spawn_blocking(move || listen(&url, &["--since", &since]))
+    let from_time = tokio::task::spawn_blocking(move || listen(&url, &flags, &["--since", &since]))
         .await
         .expect("join");
     let deployment_lines: Vec<&String> = expected
@@ -118,7 +121,7 @@ fn listen_with(args: &[&str]) -> (bool, String, String) {
 async fn the_python_listener_reads_a_tls_broker_only_when_given_its_ca() {
     let env = Flue::start_tls(&[]).await;
     env.register("web1").await;
-    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
     tap.wait_for("the registration", WAIT, |e| e.id.contains("web1"))
         .await;
     let url = env.nats.url();

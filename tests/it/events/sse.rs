@@ -162,7 +162,7 @@ fn completed(id: &str) -> impl Fn(&CloudEvent) -> bool + '_ {
 async fn resuming_with_last_event_id_gives_exactly_the_missed_events() {
     let (env, _agents) = cluster().await;
     let d1 = deploy(&env, "web1").await;
-    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
     tap.wait_for("d1 completed", WAIT, completed(&d1)).await;
 
     // A browser-like client reads a few events, then its connection drops.
@@ -231,7 +231,7 @@ async fn filters_pass_only_matching_events() {
     let (env, _agents) = cluster().await;
     let d1 = deploy(&env, "web1").await;
     let d2 = deploy(&env, "web2").await;
-    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
     tap.wait_for("d2 completed", WAIT, completed(&d2)).await;
     let everything = Sse::open(&env, "from=start&follow=false", None)
         .await
@@ -324,7 +324,7 @@ async fn a_replay_ends_and_new_events_stream_live() {
 async fn a_listener_behind_the_retention_window_is_told_then_continues() {
     let (env, _agents) = cluster().await;
     let d1 = deploy(&env, "web1").await;
-    let nats = env.nats.client().await;
+    let nats = env.nats.events_client().await;
     let mut tap = EventTap::from_start(&nats).await;
     tap.wait_for("d1 completed", WAIT, completed(&d1)).await;
     let mut stream = jetstream::new(nats.clone())
@@ -397,7 +397,7 @@ async fn bad_queries_are_400_with_a_json_error_naming_the_parameter() {
 #[tokio::test]
 async fn a_clients_consumer_goes_when_the_client_does() {
     let env = Flue::start().await;
-    let js = jetstream::new(env.nats.client().await);
+    let js = jetstream::new(env.nats.events_client().await);
     let count = || async {
         let mut stream = js.get_stream(EVENT_STREAM).await.expect("stream");
         stream.info().await.expect("info").state.consumer_count

@@ -67,7 +67,7 @@ fn member(e: &CloudEvent) -> &str {
 #[tokio::test]
 async fn scaling_a_group_from_two_to_three_members_reports_one_join_and_back_one_leave() {
     let (env, _agents) = cluster(&["head", "compute1", "compute2", "compute3"]).await;
-    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
     let state = env.path("cluster");
     let state_param = format!("state_dir={}", state.display());
     let run = create_stack(&env, "hpc", &example("cluster"), &[&state_param]).await;
@@ -152,7 +152,7 @@ resources:
 #[tokio::test]
 async fn a_stack_create_and_delete_report_their_operations_and_units_in_order() {
     let (env, _agents) = cluster(&["solo"]).await;
-    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
     let template = env.path("pair.yaml");
     std::fs::write(&template, PAIR).expect("template");
     let run = create_stack(&env, "pair", &template.display().to_string(), &[]).await;
@@ -227,7 +227,7 @@ async fn a_stack_create_and_delete_report_their_operations_and_units_in_order() 
 #[tokio::test]
 async fn a_failed_unit_fails_the_operation() {
     let (env, _agents) = cluster(&["solo"]).await;
-    let mut tap = EventTap::from_start(&env.nats.client().await).await;
+    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
     let template = env.path("broken.yaml");
     std::fs::write(
         &template,

@@ -97,7 +97,7 @@ async fn deploy(flue: &Flue) -> (DeploymentId, String) {
 /// The ids, in stream order, of the events of the stream the subscription wants, up to
 /// and including `last`.
 async fn expected(flue: &Flue, last: &str) -> Vec<String> {
-    let mut tap = EventTap::from_start(&flue.nats.client().await).await;
+    let mut tap = EventTap::from_start(&flue.nats.events_client().await).await;
     tap.wait_for(last, WAIT, |e| e.id == last).await;
     let filter: EventFilter = serde_json::from_value(filter()).expect("filter");
     tap.events()
@@ -418,7 +418,7 @@ async fn bad_bodies_are_refused_and_secrets_never_shown() {
         .expect("delete");
     assert_eq!(deleted.status(), 204);
     assert_eq!(get_webhook(&flue, id).await.0, 404);
-    let js = async_nats::jetstream::new(flue.nats.client().await);
+    let js = async_nats::jetstream::new(flue.nats.events_client().await);
     let stream = js
         .get_stream(flue_proto::event::EVENT_STREAM)
         .await

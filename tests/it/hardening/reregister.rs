@@ -30,7 +30,7 @@ async fn a_server_registered_again_goes_online_on_its_agents_first_heartbeat() {
     let flue = Flue::start_with(SLOW_GATEWAY).await;
     let id = ServerId::new("s").expect("id");
     flue.register("s").await;
-    let mut tap = EventTap::from_start(&flue.nats.client().await).await;
+    let mut tap = EventTap::from_start(&flue.nats.events_client().await).await;
     let mut first = start_agent(&flue, "s", "agent-1").await;
     tap.wait_for("first online", WAIT, about(EventType::ServerOnline, "s"))
         .await;
@@ -70,7 +70,7 @@ async fn a_server_registered_again_goes_online_on_its_agents_first_heartbeat() {
 #[tokio::test]
 async fn server_registered_events_always_carry_the_name() {
     let flue = Flue::start().await;
-    let mut tap = EventTap::from_start(&flue.nats.client().await).await;
+    let mut tap = EventTap::from_start(&flue.nats.events_client().await).await;
     for (id, name) in [("named", "Web One"), ("unnamed", "")] {
         flue.admin_client()
             .register_server(&RegisterServer {

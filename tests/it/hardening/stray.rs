@@ -53,7 +53,7 @@ async fn stray_garbage_ahead_of_a_request_is_reported_and_decides_nothing() {
     let flue = Flue::start().await;
     flue.register("s").await;
     flue.script_config("real", REAL, &[], &["result"]).await;
-    let mut tap = EventTap::from_start(&flue.nats.client().await).await;
+    let mut tap = EventTap::from_start(&flue.nats.events_client().await).await;
     let stray = br#"{"v":99,"deployment_id":"victim"}"#.to_vec();
     let seq = publish_on_queue(&flue, "s", stray).await;
     let victim = deploy_real(&flue, "victim").await;
@@ -125,7 +125,7 @@ async fn an_unsigned_forgery_for_a_queued_deployment_never_runs_nor_changes_its_
         created_at: now,
         expires_at: now + time::Duration::hours(1),
     };
-    let mut tap = EventTap::from_start(&flue.nats.client().await).await;
+    let mut tap = EventTap::from_start(&flue.nats.events_client().await).await;
     // The forgery is ahead of the real request on the queue.
     let seq = publish_on_queue(&flue, "s", serde_json::to_vec(&forged).expect("json")).await;
     let id = deploy_real(&flue, "d1").await;

@@ -33,7 +33,7 @@ async fn flue_cli(flue: &Flue, args: &[&str]) -> std::process::Output {
 
 #[tokio::test]
 async fn an_agent_without_credentials_refuses_to_start_unless_told_it_is_insecure() {
-    let flue = Flue::start().await;
+    let flue = Flue::start_dev_broker(&[]).await;
     flue.register("s").await;
     let mut agent = Agent::spawn(&flue.nats.url(), "s", &flue.path("agent-a"), &[]);
     let status = agent.wait_exit().await;
@@ -138,7 +138,7 @@ async fn rotation_makes_the_old_credentials_useless_for_answers_and_no_seed_is_l
 
     flue.script_config("real", "#!/bin/sh\necho real\n", &[], &[])
         .await;
-    let mut tap = EventTap::from_start(&flue.nats.client().await).await;
+    let mut tap = EventTap::from_start(&flue.nats.events_client().await).await;
     let real = flue.deploy("real", "s", &[]).await;
     // An answer as the old agent would sign it, for the real request.
     let js = jetstream::new(flue.nats.client().await);

@@ -159,7 +159,7 @@ async fn rotation_and_deregistration_revoke_the_agents_broker_user_at_the_broker
 #[tokio::test]
 async fn an_agent_refuses_credentials_without_a_broker_user_unless_given_the_dev_broker_flag() {
     // A gateway on the anonymous development broker mints no broker user.
-    let flue = Flue::start().await;
+    let flue = Flue::start_dev_broker(&[]).await;
     flue.register("web1").await;
     assert!(kept_creds(&flue, "web1").user.jwt.is_empty());
     let creds = flue.creds_path("web1");
@@ -439,4 +439,62 @@ async fn listener_credentials_from_the_cli_let_the_python_listener_replay_its_te
         stdout.contains("io.flue.server.registered"),
         "the registration event, replayed: {stdout}"
     );
+}
+
+#[tokio::test]
+async fn a_broker_that_lost_its_resolver_directory_learns_every_account_again_from_the_gateway() {
+    use flue_proto::auth::Role;
+    use flue_proto::{CreateTenant, TenantId};
+    use flue_tests::Tokens;
+
+    let mut flue = Flue::start_operator(&[]).await;
+    // Created while serving: its accounts reach the broker only by push (the broker's
+    // configuration preloads the tenants that existed at `init`).
+    let acme = TenantId::new("acme").expect("id");
+    flue.gateway
+        .client_as(Role::Operator)
+        .create_tenant(&CreateTenant {
+            id: acme.clone(),
+            name: String::new(),
+        })
+        .await
+        .expect("created");
+    let acme_admin = flue_engine::Client::new(flue.gateway.url())
+        .expect("client")
+        .with_token(Tokens::for_tenant(&flue.gateway.state_dir(), &acme).get(Role::Admin));
+    acme_admin.list_servers().await.expect("acme is served");
+
+    flue.nats.kill().await;
+    let resolver = flue.gateway.state_dir().join("broker/jwt");
+    let pushed = std::fs::read_dir(&resolver).expect("resolver dir").count();
+    assert!(pushed > 0, "the broker kept pushed accounts there");
+    std::fs::remove_dir_all(&resolver).expect("resolver dir removed");
+    std::fs::create_dir(&resolver).expect("resolver dir made again");
+    flue.nats.start_again().await;
+
+    // The gateway's system connection comes back and pushes every account: acme's
+    // gateway users are admitted again and its calls are served.
+    flue.gateway
+        .logs()
+        .wait_for("broker accounts pushed again after a reconnection", WAIT)
+        .await;
+    let served = async {
+        loop {
+            if acme_admin.list_servers().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await; // retry backoff
+        }
+    };
+    tokio::time::timeout(WAIT, served)
+        .await
+        .expect("acme is served again");
+    let server = flue_proto::RegisterServer {
+        id: ServerId::new("b1").expect("id"),
+        name: String::new(),
+    };
+    acme_admin
+        .register_server(&server)
+        .await
+        .expect("acme registers a server after the broker came back");
 }

@@ -89,7 +89,9 @@ pub async fn api_text(flue: &Flue, path: &str) -> String {
 /// something; the agents' state dirs (ledgers); API reads (the listing and `paths`);
 /// the gateway's and the agents' logs.
 pub async fn everything(flue: &Flue, agents: &[Agent], paths: &[String]) -> Vec<(String, Vec<u8>)> {
-    let streams = stream_bytes(flue.nats.client().await).await;
+    // The tenant account's streams and buckets, and the events account's FLUE_EVT.
+    let mut streams = stream_bytes(flue.nats.client().await).await;
+    streams.extend(stream_bytes(flue.nats.events_client().await).await);
     for stream in [
         "FLUE_REQ",
         "FLUE_RESP",

@@ -252,9 +252,10 @@ resources:
 
 #[tokio::test]
 async fn an_agent_without_credentials_refuses_hidden_values_and_never_runs_the_hook() {
-    // An agent without credentials runs only when told it is insecure, and answers
-    // unsigned: a gateway in the same development mode is the only one that listens.
-    let flue = Flue::start_with(&["--insecure-unsigned-answers"]).await;
+    // An agent without credentials runs only when told it is insecure, on the anonymous
+    // development broker, and answers unsigned: a gateway in the same development mode is
+    // the only one that listens.
+    let flue = Flue::start_dev_broker(&["--insecure-unsigned-answers"]).await;
     flue.register("bare").await;
     // Started without the credentials file its registration minted.
     let agent = Agent::spawn_with(
@@ -387,7 +388,9 @@ async fn a_hidden_output_that_arrives_unsealed_is_dropped_and_fails_its_deployme
     assert!(!done.outputs.contains_key("token"), "{:?}", done.outputs);
     assert_eq!(done.outputs["note"], json!("kept"));
     // The forged answer holds it (the forger put it there); nothing the gateway wrote does.
-    let streams = stream_bytes(flue.nats.client().await).await;
+    // The tenant account's streams and buckets, and the events account's FLUE_EVT.
+    let mut streams = stream_bytes(flue.nats.client().await).await;
+    streams.extend(stream_bytes(flue.nats.events_client().await).await);
     for (name, bytes) in &streams {
         if name != "FLUE_RESP" {
             assert!(

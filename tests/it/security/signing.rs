@@ -92,7 +92,7 @@ type Signer<'a> = (&'a KeyPair, &'a dyn Fn(&mut RequestClaims));
 /// queues a real deployment behind it, starts the agent, and returns the rejection
 /// event once the real deployment completed.
 async fn refused(flue: &Flue, forged: &DeploymentRequest, sign: Option<Signer<'_>>) -> CloudEvent {
-    let mut tap = EventTap::from_start(&flue.nats.client().await).await;
+    let mut tap = EventTap::from_start(&flue.nats.events_client().await).await;
     let payload = forged.encode();
     let headers = match sign {
         None => HeaderMap::new(),
@@ -170,7 +170,7 @@ async fn a_request_signed_for_another_tenant_is_never_run_and_is_reported() {
 async fn signed_bytes_that_are_no_request_are_reported_undecodable() {
     let flue = Flue::start().await;
     flue.register("s").await;
-    let mut tap = EventTap::from_start(&flue.nats.client().await).await;
+    let mut tap = EventTap::from_start(&flue.nats.events_client().await).await;
     let payload = b"{\"not\": \"a request\"}".to_vec();
     let now = OffsetDateTime::now_utc();
     let claims = RequestClaims {
@@ -214,7 +214,7 @@ async fn a_replayed_copy_of_a_real_signed_request_is_never_run_again() {
     let runs = flue.path("runs");
     let script = format!("#!/bin/sh\necho run >> '{}'\n", runs.display());
     flue.script_config("count", &script, &[], &[]).await;
-    let mut tap = EventTap::from_start(&flue.nats.client().await).await;
+    let mut tap = EventTap::from_start(&flue.nats.events_client().await).await;
     let _agent = flue.agent("s", &[]).await;
     let real = flue.deploy("count", "s", &[]).await;
     assert_eq!(
@@ -333,7 +333,7 @@ async fn an_answer_without_or_with_a_wrong_signature_never_changes_the_deploymen
     flue.register("s").await;
     flue.script_config("real", "#!/bin/sh\necho real\n", &[], &[])
         .await;
-    let mut tap = EventTap::from_start(&flue.nats.client().await).await;
+    let mut tap = EventTap::from_start(&flue.nats.events_client().await).await;
     let real = flue.deploy("real", "s", &[]).await;
     let body = forged_answer(&flue, &real.id).await;
     assert_eq!(

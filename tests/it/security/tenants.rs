@@ -91,7 +91,7 @@ async fn status_until(fx: &Fixture, uri: &str, want: StatusCode) -> Value {
 
 #[tokio::test]
 async fn a_development_gateway_serves_its_default_tenant_and_lists_only_it() {
-    let flue_env = Flue::start_with(&["--default-tenant", "acme"]).await;
+    let flue_env = Flue::start_dev_broker(&["--default-tenant", "acme"]).await;
     let gw = flue_env.gateway.url().to_owned();
 
     let listed = flue_env
@@ -145,7 +145,7 @@ async fn a_development_gateway_serves_its_default_tenant_and_lists_only_it() {
 
 #[tokio::test]
 async fn a_development_gateway_refuses_a_second_tenant_and_creates_nothing() {
-    let flue_env = Flue::start().await;
+    let flue_env = Flue::start_dev_broker(&[]).await;
     let streams_before = stream_names(&flue_env.nats).await;
 
     let (status, body) = post_tenant(&flue_env.gateway, r#"{"id":"globex","name":"Globex"}"#).await;

@@ -12,7 +12,7 @@ use super::{SECRET, create, setup};
 /// Names of the consumers on the event stream (webhook consumers are `wh-…`).
 async fn webhook_consumers(flue: &Flue) -> Vec<String> {
     use futures_util::TryStreamExt as _;
-    let js = async_nats::jetstream::new(flue.nats.client().await);
+    let js = async_nats::jetstream::new(flue.nats.events_client().await);
     let stream = js
         .get_stream(flue_proto::event::EVENT_STREAM)
         .await
