@@ -5,7 +5,7 @@
 //! - **off**: the anonymous broker (`scripts/nats-server.conf`), the gateway with
 //!   `--insecure-dev-broker --insecure-no-auth --insecure-unsigned-answers`, agents with
 //!   `--insecure-dev-broker --insecure-unsigned-requests` and no credentials, no TLS;
-//! - **on**: the harness's secure way over TLS ([`Flue::start_operator_tls`]): the broker
+//! - **on**: the harness's secure way over TLS ([`Flue::start_tls`]): the broker
 //!   in operator mode (the gateway and every agent authenticated as their own NATS users,
 //!   one account per tenant), bearer tokens on every API call, requests signed by the
 //!   gateway and answers by the agents, hidden values sealed, TLS on every broker
@@ -218,7 +218,7 @@ impl Setup {
     }
 
     async fn on() -> Setup {
-        Setup::On(Box::new(Flue::start_operator_tls(&[]).await))
+        Setup::On(Box::new(Flue::start_tls(&[]).await))
     }
 
     fn nats(&self) -> &Nats {

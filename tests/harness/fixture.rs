@@ -72,7 +72,7 @@ impl Flue {
             .gateway_creds(&"default".parse().expect("tenant id"))
             .expect("gateway users of the default tenant");
         nats.connect_as(tenant, events);
-        let gateway = Gateway::start_in(&nats.url(), state, gateway_flags).await;
+        let gateway = Gateway::start_in(&nats.url(), state, gateway_flags, None).await;
         Flue {
             nats,
             gateway,
@@ -82,44 +82,15 @@ impl Flue {
         }
     }
 
-    /// Starts everything over TLS with a fresh test CA: a broker that speaks TLS only,
+    /// Starts everything over TLS with a fresh test CA, in operator mode: a broker that
+    /// speaks TLS only (`flue-gateway init --tls-cert --tls-key`),
     /// a gateway connecting to it with `--nats-ca` and serving HTTPS (`--tls-cert`,
     /// `--tls-key`), and agents given `--nats-ca`; plus extra gateway flags.
     pub async fn start_tls(gateway_flags: &[&str]) -> Flue {
         let ca = TestCa::new();
-        let nats = Nats::start_tls(&ca).await;
-        let https = ca.leaf("gateway", &[]);
-        let ca_file = ca.ca_file().display().to_string();
-        let cert = https.cert.display().to_string();
-        let key = https.key.display().to_string();
-        let mut flags = vec![
-            "--nats-ca",
-            ca_file.as_str(),
-            "--tls-cert",
-            cert.as_str(),
-            "--tls-key",
-            key.as_str(),
-        ];
-        flags.extend_from_slice(gateway_flags);
-        let gateway = Gateway::start_trusting(&nats.url(), &flags, Some(&ca.ca_file())).await;
-        Flue {
-            nats,
-            gateway,
-            dir: tempfile::tempdir().expect("tempdir"),
-            agent_flags: vec!["--nats-ca".to_owned(), ca_file],
-            ca: Some(ca),
-        }
-    }
-
-    /// The secure way over TLS: [`Flue::start_operator`] with a broker that speaks TLS
-    /// only (its certificate from a fresh test CA, written into its configuration by
-    /// `flue-gateway init`), a gateway connecting with `--nats-ca` and serving HTTPS, and
-    /// agents given `--nats-ca`; plus extra gateway flags.
-    pub async fn start_operator_tls(gateway_flags: &[&str]) -> Flue {
-        let ca = TestCa::new();
         let state = std::sync::Arc::new(tempfile::tempdir().expect("tempdir"));
         let state_dir = state.path().join("gateway");
-        let mut nats = Nats::start_operator_tls(&state_dir, &ca).await;
+        let mut nats = Nats::start_operator_with(&state_dir, Some(&ca)).await;
         let auth = flue_gateway::natsauth::NatsAuth::open(&state_dir).expect("initialised");
         let (tenant, events) = auth
             .gateway_creds(&"default".parse().expect("tenant id"))
@@ -138,7 +109,7 @@ impl Flue {
             key.as_str(),
         ];
         flags.extend_from_slice(gateway_flags);
-        let gateway = Gateway::start_in_trusting(&nats.url(), state, &flags, &ca.ca_file()).await;
+        let gateway = Gateway::start_in(&nats.url(), state, &flags, Some(&ca.ca_file())).await;
         Flue {
             nats,
             gateway,

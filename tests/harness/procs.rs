@@ -130,22 +130,37 @@ impl Nats {
     /// temp store) and starts the broker with the configuration it wrote: operator mode,
     /// every client authenticated. [`Nats::connect_as`] then says who tests connect as.
     pub async fn start_operator(state_dir: &Path) -> Nats {
+        Nats::start_operator_with(state_dir, None).await
+    }
+
+    /// [`Nats::start_operator`], speaking TLS only with a certificate from `ca` when given
+    /// (`init --tls-cert --tls-key`): every client must trust `ca`.
+    pub async fn start_operator_with(state_dir: &Path, ca: Option<&TestCa>) -> Nats {
         install_crypto_provider();
         let store = tempfile::tempdir().expect("tempdir");
-        crate::admin(&[
-            "init",
-            "--state-dir",
-            state_dir.to_str().expect("utf-8 path"),
-            "--store-dir",
-            store.path().to_str().expect("utf-8 path"),
-        ])
-        .await;
+        let mut init: Vec<String> = vec![
+            "init".into(),
+            "--state-dir".into(),
+            state_dir.display().to_string(),
+            "--store-dir".into(),
+            store.path().display().to_string(),
+        ];
+        if let Some(ca) = ca {
+            let leaf = ca.leaf("nats-server", &[]);
+            init.extend([
+                "--tls-cert".into(),
+                leaf.cert.display().to_string(),
+                "--tls-key".into(),
+                leaf.key.display().to_string(),
+            ]);
+        }
+        crate::admin(&init.iter().map(String::as_str).collect::<Vec<_>>()).await;
         let mut nats = Nats {
             child: None,
             port: 0,
             store,
             config: state_dir.join("broker/nats-server.conf"),
-            ca_file: None,
+            ca_file: ca.map(TestCa::ca_file),
             _conf_dir: None,
             logs: Logs::default(),
             users: None,
@@ -180,40 +195,6 @@ impl Nats {
             .connect(self.url())
             .await
             .expect("connect to nats (events account)")
-    }
-
-    /// [`Nats::start_operator`] over TLS: `flue-gateway init` is also given a certificate
-    /// from `ca` (`--tls-cert`, `--tls-key`), so the broker it configures speaks TLS only
-    /// and every client must trust `ca` as well as authenticate.
-    pub async fn start_operator_tls(state_dir: &Path, ca: &TestCa) -> Nats {
-        install_crypto_provider();
-        let store = tempfile::tempdir().expect("tempdir");
-        let leaf = ca.leaf("nats-server", &[]);
-        crate::admin(&[
-            "init",
-            "--state-dir",
-            state_dir.to_str().expect("utf-8 path"),
-            "--store-dir",
-            store.path().to_str().expect("utf-8 path"),
-            "--tls-cert",
-            leaf.cert.to_str().expect("utf-8 path"),
-            "--tls-key",
-            leaf.key.to_str().expect("utf-8 path"),
-        ])
-        .await;
-        let mut nats = Nats {
-            child: None,
-            port: 0,
-            store,
-            config: state_dir.join("broker/nats-server.conf"),
-            ca_file: Some(ca.ca_file()),
-            _conf_dir: None,
-            logs: Logs::default(),
-            users: None,
-            store_in_config: true,
-        };
-        nats.spawn().await;
-        nats
     }
 
     async fn spawn(&mut self) {
@@ -390,18 +371,14 @@ impl Gateway {
 
     /// Starts a gateway on the state dir `<state>/gateway` made beforehand (by
     /// `flue-gateway init`: operator mode).
-    pub async fn start_in(nats_url: &str, state: Arc<TempDir>, extra: &[&str]) -> Gateway {
-        Gateway::start_sharing(nats_url, state, extra, None).await
-    }
-
-    /// [`Gateway::start_in`] for a gateway given `--tls-cert`: its clients trust `ca_file`.
-    pub async fn start_in_trusting(
+    /// `ca_file` is the CA its HTTPS certificate chains to, when it serves HTTPS.
+    pub async fn start_in(
         nats_url: &str,
         state: Arc<TempDir>,
         extra: &[&str],
-        ca_file: &Path,
+        ca_file: Option<&Path>,
     ) -> Gateway {
-        Gateway::start_sharing(nats_url, state, extra, Some(ca_file)).await
+        Gateway::start_sharing(nats_url, state, extra, ca_file).await
     }
 
     async fn start_sharing(

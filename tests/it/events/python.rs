@@ -132,7 +132,15 @@ async fn the_python_listener_reads_a_tls_broker_only_when_given_its_ca() {
         .display()
         .to_string();
 
-    let (ok, out, err) = listen_with(&[&url, "default", "--seq", "1", "--ca", &ca]);
+    let flags = env.listener_flags().await;
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let with = |extra: &[&str]| {
+        let mut args = vec![url.as_str(), "default", "--seq", "1"];
+        args.extend_from_slice(&flags);
+        args.extend_from_slice(extra);
+        listen_with(&args)
+    };
+    let (ok, out, err) = with(&["--ca", &ca]);
     assert!(ok, "listener failed: {err}");
     assert!(
         out.lines().any(|l| l.contains("server.registered")),
@@ -140,7 +148,7 @@ async fn the_python_listener_reads_a_tls_broker_only_when_given_its_ca() {
     );
 
     // Without the CA the broker's certificate cannot be verified: no event is read.
-    let (ok, out, _) = listen_with(&[&url, "default", "--seq", "1"]);
+    let (ok, out, _) = with(&[]);
     assert!(!ok, "read a TLS broker without trusting its CA: {out}");
     assert!(out.is_empty(), "{out}");
 }
