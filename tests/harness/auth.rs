@@ -73,8 +73,8 @@ impl Tokens {
     }
 
     /// The token a `flue ARGS…` command line needs: admin to register or remove
-    /// servers and to mint listener credentials, operator for tenants, engine for
-    /// everything else it does.
+    /// servers, to mint their credentials and listener credentials, operator for
+    /// tenants, engine for everything else it does.
     pub fn for_cli(&self, args: &[&str]) -> &str {
         let words: Vec<&str> = args
             .iter()
@@ -84,7 +84,7 @@ impl Tokens {
         match words.as_slice() {
             [
                 "server",
-                "register" | "deregister" | "delete" | "remove",
+                "register" | "deregister" | "delete" | "remove" | "rotate-credentials",
                 ..,
             ] => self.get(Role::Admin),
             ["tenant", ..] => self.get(Role::Operator),

@@ -10,9 +10,17 @@ use futures_util::StreamExt as _;
 /// Runs the real `flue-gateway` with `args` until it exits (bounded); its success and
 /// stderr.
 async fn gateway_exit(args: &[&str]) -> (bool, String) {
+    // A state dir of its own, never the system's default; the gateway makes it (0700).
+    let state = tempfile::tempdir().expect("tempdir");
     let child = tokio::process::Command::new(bin("flue-gateway"))
         // The anonymous test broker: what is checked here is the TLS handshake.
-        .args(["--listen", "127.0.0.1:0", "--insecure-dev-broker"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--insecure-dev-broker",
+            "--state-dir",
+        ])
+        .arg(state.path().join("gateway"))
         .args(args)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())

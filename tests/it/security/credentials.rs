@@ -16,11 +16,13 @@ use flue_tests::{Agent, EventTap, Flue, WAIT, bin};
 use nkeys::KeyPair;
 use time::OffsetDateTime;
 
-async fn flue_cli(gateway: &str, args: &[&str]) -> std::process::Output {
+/// Runs `flue ARGS…` against the gateway with a token of the role the command needs.
+async fn flue_cli(flue: &Flue, args: &[&str]) -> std::process::Output {
     let out = tokio::process::Command::new(bin("flue"))
         .arg("--gateway")
-        .arg(gateway)
+        .arg(flue.gateway.url())
         .args(args)
+        .env("FLUE_TOKEN", flue.gateway.cli_token(args))
         .kill_on_drop(true)
         .output();
     tokio::time::timeout(WAIT, out)
@@ -53,10 +55,9 @@ async fn an_agent_without_credentials_refuses_to_start_unless_told_it_is_insecur
 #[tokio::test]
 async fn the_cli_writes_credentials_privately_and_never_over_a_file_without_force() {
     let flue = Flue::start().await;
-    let gw = flue.gateway.url().to_owned();
     let file = flue.path("web1.creds");
     let path = file.display().to_string();
-    let out = flue_cli(&gw, &["server", "register", "web1", "--creds", &path]).await;
+    let out = flue_cli(&flue, &["server", "register", "web1", "--creds", &path]).await;
     assert!(out.status.success(), "{out:?}");
     assert!(
         !String::from_utf8_lossy(&out.stdout).contains("SEED"),
@@ -73,7 +74,7 @@ async fn the_cli_writes_credentials_privately_and_never_over_a_file_without_forc
 
     // An existing file is refused before anything is minted.
     let out = flue_cli(
-        &gw,
+        &flue,
         &["server", "rotate-credentials", "web1", "--creds", &path],
     )
     .await;
@@ -94,7 +95,7 @@ async fn the_cli_writes_credentials_privately_and_never_over_a_file_without_forc
     assert_eq!(recorded, first_key, "keys changed by a refused rotation");
 
     let out = flue_cli(
-        &gw,
+        &flue,
         &[
             "server",
             "rotate-credentials",
@@ -127,7 +128,7 @@ async fn rotation_makes_the_old_credentials_useless_for_answers_and_no_seed_is_l
     let old = AgentCredentials::parse(&old).expect("credentials");
     let id = ServerId::new("s").expect("id");
     let rotated = flue
-        .client()
+        .admin_client()
         .rotate_server_credentials(&id)
         .await
         .expect("rotate");

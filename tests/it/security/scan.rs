@@ -75,7 +75,7 @@ pub fn contains(haystack: &[u8], needle: &str) -> bool {
 /// The body of a successful `GET path` on the gateway.
 pub async fn api_text(flue: &Flue, path: &str) -> String {
     let url = format!("{}{path}", flue.gateway.url());
-    let response = reqwest::get(&url).await.expect("GET");
+    let response = flue.http().get(&url).send().await.expect("GET");
     assert!(
         response.status().is_success(),
         "GET {path}: {}",

@@ -3,6 +3,8 @@
 //! holds ciphertext or `<hidden>` only.
 
 use async_nats::jetstream;
+use flue_proto::creds::AgentCredentials;
+use flue_proto::signing;
 use flue_proto::{
     AgentMessage, ConfigId, ConfigSpec, CreateDeployment, Deployment, DeploymentResult,
     DeploymentStatus, OutputRef, PROTOCOL_VERSION, RequestDigest, ServerId, TenantId, subject,
@@ -136,11 +138,12 @@ async fn hidden_inputs_and_outputs_reach_hooks_in_the_clear_and_are_stored_and_p
     );
     assert_eq!(second.deploy_stdout, "got <hidden> with <hidden>\n");
 
+    // `inputs_from` re-uses inputs on their own server only (`security::references`).
     let third = deploy(
         &flue,
         CreateDeployment {
             inputs_from: Some(first.id.clone()),
-            ..CreateDeployment::new(id::<ConfigId>("reuses-pw"), id::<ServerId>("s2"))
+            ..CreateDeployment::new(id::<ConfigId>("reuses-pw"), id::<ServerId>("s1"))
         },
     )
     .await;
@@ -249,10 +252,20 @@ resources:
 
 #[tokio::test]
 async fn an_agent_without_credentials_refuses_hidden_values_and_never_runs_the_hook() {
-    let flue = Flue::start_dev_broker(&[]).await;
+    // An agent without credentials runs only when told it is insecure, on the anonymous
+    // development broker, and answers unsigned: a gateway in the same development mode is
+    // the only one that listens.
+    let flue = Flue::start_dev_broker(&["--insecure-unsigned-answers"]).await;
     flue.register("bare").await;
     // Started without the credentials file its registration minted.
-    let _agent = Agent::start(&flue.nats.url(), "bare", &flue.path("agent-bare"), &[]).await;
+    let agent = Agent::spawn_with(
+        &flue.nats.url(),
+        "bare",
+        &flue.path("agent-bare"),
+        &[],
+        &["--insecure-unsigned-requests"],
+    );
+    agent.ready().await;
     let ran = flue.path("ran");
     config(
         &flue,
@@ -342,14 +355,28 @@ async fn a_hidden_output_that_arrives_unsealed_is_dropped_and_fails_its_deployme
         request_digest: Some(RequestDigest::of(&request.payload)),
     };
     let tenant: TenantId = id("default");
-    js.publish(
-        subject::response(&tenant, &id("s1")),
-        serde_json::to_vec(&answer).expect("json").into(),
-    )
-    .await
-    .expect("publish")
-    .await
-    .expect("ack");
+    // Signed with the server's own key, as its agent would sign: the gateway takes the
+    // answer in, and it is the missing seal that gets it refused.
+    let body = serde_json::to_vec(&answer).expect("json");
+    let creds = std::fs::read_to_string(flue.creds_path("s1")).expect("credentials");
+    let creds = AgentCredentials::parse(&creds).expect("credentials");
+    let claims = signing::AnswerClaims {
+        v: signing::CLAIMS_VERSION,
+        tenant: tenant.clone(),
+        server: id("s1"),
+        digest: RequestDigest::of(&body),
+        at: time::OffsetDateTime::now_utc(),
+    };
+    let key = nkeys::KeyPair::from_seed(&creds.user.seed).expect("seed");
+    let signed = signing::sign(&claims, &key).expect("signs");
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(signing::ANSWER_CLAIMS_HEADER, signed.claims.as_str());
+    headers.insert(signing::SIGNATURE_HEADER, signed.signature.as_str());
+    js.publish_with_headers(subject::response(&tenant, &id("s1")), headers, body.into())
+        .await
+        .expect("publish")
+        .await
+        .expect("ack");
 
     let done = flue.finished(&d.id).await;
     assert_eq!(done.status, DeploymentStatus::Failed);

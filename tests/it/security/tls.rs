@@ -18,11 +18,19 @@ fn authority(url: &str) -> &str {
 }
 
 /// Runs the real `flue-gateway` with `args` until it exits (bounded); its exit success
-/// and its stderr.
+/// and its stderr. It gets a state dir of its own (never the system's default) and, as
+/// these tests are about TLS to an anonymous broker, `--insecure-dev-broker`.
 async fn gateway_exit(args: &[&str]) -> (bool, String) {
+    let state = tempfile::tempdir().expect("tempdir");
     let child = tokio::process::Command::new(bin("flue-gateway"))
-        // The anonymous test broker: what is checked here is TLS.
-        .args(["--listen", "127.0.0.1:0", "--insecure-dev-broker"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--insecure-dev-broker",
+            "--state-dir",
+        ])
+        // A directory the gateway makes itself, so with its own private mode.
+        .arg(state.path().join("gateway"))
         .args(args)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
@@ -212,10 +220,13 @@ async fn unusable_tls_files_stop_the_gateway_and_the_agent_before_they_start() {
     let out = tokio::time::timeout(
         WAIT,
         tokio::process::Command::new(bin("flue-agent"))
+            // Without credentials the agent would stop before it looks at TLS: the dev
+            // flag lets it get as far as the CA file.
             .args([
                 "run",
                 "--server-id",
                 "s1",
+                "--insecure-unsigned-requests",
                 "--nats-ca",
                 &missing,
                 "--state-dir",
@@ -278,12 +289,14 @@ async fn an_agent_without_the_broker_ca_never_gets_its_requests() {
     flue.client().create_config(&config).await.expect("config");
     let d = flue.deploy("c1", "s1", &[]).await;
 
-    // The same agent, but trusting only the system's roots.
-    let agent = flue_tests::Agent::spawn(
+    // The same agent with its credentials, but trusting only the system's roots.
+    let creds = flue.creds_path("s1").display().to_string();
+    let agent = flue_tests::Agent::spawn_with(
         &flue.nats.url(),
         "s1",
         &flue.path("agent-s1"),
         std::slice::from_ref(&hooks),
+        &["--creds", &creds],
     );
     flue.nats.logs().wait_for("TLS handshake error", WAIT).await;
     let now = flue.client().get_deployment(&d.id).await.expect("read");
