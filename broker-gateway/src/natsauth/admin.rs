@@ -99,14 +99,15 @@ pub fn run(admin: Admin) -> Result<(), NatsAuthError> {
             let auth = NatsAuth::init(&args.state_dir, &args.tenant)?;
             let settings = HubSettings {
                 listen: args.broker_listen,
-                store_dir: args
-                    .store_dir
-                    .unwrap_or_else(|| args.state_dir.join(BROKER_DIR).join("jetstream")),
+                store_dir: absolute(
+                    args.store_dir
+                        .unwrap_or_else(|| args.state_dir.join(BROKER_DIR).join("jetstream")),
+                ),
                 leafnode_listen: args.leafnode_listen,
                 tls: TlsFiles {
-                    cert: args.tls_cert,
-                    key: args.tls_key,
-                    ca: args.tls_ca,
+                    cert: args.tls_cert.map(absolute),
+                    key: args.tls_key.map(absolute),
+                    ca: args.tls_ca.map(absolute),
                 },
             };
             save_settings(&args.state_dir, &settings)?;
@@ -127,13 +128,19 @@ pub fn run(admin: Admin) -> Result<(), NatsAuthError> {
                 &args.tenant,
                 &args.listen,
                 &args.hub,
-                args.tls_ca,
+                args.tls_ca.map(absolute),
                 &args.out,
             )?;
             println!("leaf node configuration {}", conf.display());
         }
     }
     Ok(())
+}
+
+/// `path` made absolute: nats-server reads a relative path in its configuration against its
+/// own working directory, not the one `init` ran in.
+fn absolute(path: PathBuf) -> PathBuf {
+    std::path::absolute(&path).unwrap_or(path)
 }
 
 fn save_settings(root: &Path, settings: &HubSettings) -> Result<(), NatsAuthError> {
