@@ -1,43 +1,12 @@
 //! The broker's TLS as `flue_gateway::tls` writes it, run by a real nats-server: mutual
 //! TLS on the client port, and a leaf node reaching the hub's leaf-node port over TLS.
 
-use std::process::Stdio;
 use std::time::Duration;
 
-use flue_tests::{Gateway, Nats, TestCa, WAIT, bin, free_port};
+use flue_tests::{Gateway, Nats, TestCa, WAIT, free_port};
 use futures_util::StreamExt as _;
 
-/// Runs the real `flue-gateway` with `args` until it exits (bounded); its success and
-/// stderr.
-async fn gateway_exit(args: &[&str]) -> (bool, String) {
-    // A state dir of its own, never the system's default; the gateway makes it (0700).
-    let state = tempfile::tempdir().expect("tempdir");
-    let child = tokio::process::Command::new(bin("flue-gateway"))
-        // The anonymous test broker: what is checked here is the TLS handshake.
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--insecure-dev-broker",
-            "--state-dir",
-        ])
-        .arg(state.path().join("gateway"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn flue-gateway");
-    let out = tokio::time::timeout(WAIT, child.wait_with_output())
-        .await
-        .expect("the gateway exits")
-        .expect("gateway output");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use super::tls::gateway_exit;
 
 #[tokio::test]
 async fn a_broker_verifying_clients_admits_the_gateway_only_with_its_certificate() {

@@ -20,7 +20,7 @@ fn authority(url: &str) -> &str {
 /// Runs the real `flue-gateway` with `args` until it exits (bounded); its exit success
 /// and its stderr. It gets a state dir of its own (never the system's default) and, as
 /// these tests are about TLS to an anonymous broker, `--insecure-dev-broker`.
-async fn gateway_exit(args: &[&str]) -> (bool, String) {
+pub(super) async fn gateway_exit(args: &[&str]) -> (bool, String) {
     let state = tempfile::tempdir().expect("tempdir");
     let child = tokio::process::Command::new(bin("flue-gateway"))
         .args([
