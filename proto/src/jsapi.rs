@@ -14,6 +14,14 @@ pub const JS_DOMAIN: &str = "flue";
 /// answers whether it took the JWT).
 pub const CLAIMS_UPDATE: &str = "$SYS.REQ.CLAIMS.UPDATE";
 
+/// Subject one account's JWT updates are published on (a request, like [`CLAIMS_UPDATE`]).
+/// The gateway pushes here rather than on [`CLAIMS_UPDATE`] so that a tenant network's leaf
+/// node, whose system user may subscribe to this subject for its own account only, learns
+/// the update (a revocation) at once and never sees another account's.
+pub fn account_claims_update(account: &str) -> String {
+    format!("$SYS.REQ.ACCOUNT.{account}.CLAIMS.UPDATE")
+}
+
 /// The JetStream API prefixes: `$JS.API` and `$JS.<domain>.API`.
 pub fn api_prefixes() -> [String; 2] {
     ["$JS.API".to_owned(), format!("$JS.{JS_DOMAIN}.API")]

@@ -1,5 +1,5 @@
 //! nats-server configuration files: the hub broker's (operator mode, full resolver,
-//! JetStream domain) and a tenant network's leaf node's (memory resolver holding that
+//! JetStream domain) and a tenant network's leaf node's (full resolver preloaded with that
 //! tenant's account only).
 
 use std::fmt::Write as _;
@@ -123,12 +123,19 @@ pub struct LeafSettings {
     pub account: String,
     /// CA the hub's certificate is verified against.
     pub hub_ca: Option<PathBuf>,
+    /// The leaf's system user's `.creds` file: it may only receive the tenant account's
+    /// JWT updates from the hub.
+    pub system_credentials: PathBuf,
+    /// Where the leaf's resolver keeps the account JWTs it holds.
+    pub resolver_dir: PathBuf,
 }
 
-/// A leaf node's configuration: operator mode with the hub's operator, a memory resolver
-/// holding only the tenant's account and the system account it requires (so only that
-/// tenant's users connect), one remote to
-/// the hub bound to that account.
+/// A leaf node's configuration: operator mode with the hub's operator, a full resolver
+/// preloaded with only the tenant's account and the system account it requires (so only
+/// that tenant's users connect), and two remotes to the hub: one bound to the tenant
+/// account (the tenant's traffic), one bound to the system account whose user may only
+/// receive the tenant account's JWT updates, so a revocation pushed to the hub reaches
+/// the leaf at once.
 pub fn leaf(settings: &LeafSettings, trust: &Trust<'_>) -> String {
     let mut out = String::from(
         "# Written by `flue-gateway leaf-config`: a leaf node for one tenant network.\n\
@@ -139,21 +146,35 @@ pub fn leaf(settings: &LeafSettings, trust: &Trust<'_>) -> String {
     out.push_str(MAX_CONTROL_LINE);
     let _ = writeln!(out, "\noperator: {}", quote(trust.operator_jwt));
     let _ = writeln!(out, "system_account: {}", quote(trust.system_account));
-    out.push_str("resolver: MEMORY\n");
-    out.push_str(&preload(&trust.accounts));
+    // A full resolver, not a memory one: it takes account JWT updates at run time (the
+    // cache resolver would drop the preloaded JWTs after its ttl and could not look them
+    // up again, its system user may not ask for anything).
     let _ = writeln!(
         out,
-        "\nleafnodes {{\n  remotes: [\n    {{\n      url: {}\n      credentials: {}\n      account: {}",
-        quote(&settings.hub),
-        quote_path(&settings.credentials),
-        quote(&settings.account)
+        "resolver: {{\n  type: full\n  dir: {}\n  allow_delete: false\n  interval: \"2m\"\n}}",
+        quote_path(&settings.resolver_dir)
     );
+    out.push_str(&preload(&trust.accounts));
     let tls = TlsFiles {
         ca: settings.hub_ca.clone(),
         ..TlsFiles::default()
     };
-    out.push_str(&tls.block("      "));
-    out.push_str("    }\n  ]\n}\n");
+    out.push_str("\nleafnodes {\n  remotes: [\n");
+    for (credentials, account) in [
+        (&settings.credentials, settings.account.as_str()),
+        (&settings.system_credentials, trust.system_account),
+    ] {
+        let _ = writeln!(
+            out,
+            "    {{\n      url: {}\n      credentials: {}\n      account: {}",
+            quote(&settings.hub),
+            quote_path(credentials),
+            quote(account)
+        );
+        out.push_str(&tls.block("      "));
+        out.push_str("    }\n");
+    }
+    out.push_str("  ]\n}\n");
     out
 }
 

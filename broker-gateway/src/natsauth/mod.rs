@@ -48,6 +48,10 @@ pub const RESOLVER_DIR: &str = "jwt";
 pub const LEAF_CONF: &str = "leaf.conf";
 /// A leaf node's credentials file, next to [`LEAF_CONF`].
 pub const LEAF_CREDS: &str = "leaf.creds";
+/// A leaf node's system user's credentials file, next to [`LEAF_CONF`].
+pub const LEAF_SYSTEM_CREDS: &str = "leaf-system.creds";
+/// A leaf node's resolver directory, next to [`LEAF_CONF`].
+pub const LEAF_RESOLVER_DIR: &str = "jwt";
 
 /// The broker's keys: mints users, re-signs accounts, writes broker configurations.
 ///
@@ -232,12 +236,16 @@ impl NatsAuth {
         let account = self.account(tenant, AccountKind::Tenant)?;
         let creds = self.leaf_creds(tenant)?;
         dir.write_secret(LEAF_CREDS, &creds.to_text())?;
+        let system_creds = self.leaf_system_creds(&account.key.public_key())?;
+        dir.write_secret(LEAF_SYSTEM_CREDS, &system_creds.to_text())?;
         let settings = LeafSettings {
             listen: listen.to_owned(),
             hub: hub.to_owned(),
             credentials: dir.path().join(LEAF_CREDS),
             account: account.key.public_key(),
             hub_ca,
+            system_credentials: dir.path().join(LEAF_SYSTEM_CREDS),
+            resolver_dir: dir.path().join(LEAF_RESOLVER_DIR),
         };
         let trust = Trust {
             operator_jwt: &self.operator_jwt,
@@ -271,6 +279,17 @@ impl NatsAuth {
             Permissions::default(),
         )?;
         Ok((tenant_user, events_user))
+    }
+
+    /// A tenant leaf node's system account user (a fresh nkey): it may receive the JWT
+    /// updates of `account` (the tenant's) and nothing else, and publish nothing, so a
+    /// compromised tenant network gains no system power (see [`perms::leaf_system`]).
+    pub fn leaf_system_creds(&self, account: &str) -> Result<UserCreds, NatsAuthError> {
+        accounts::mint_user(
+            &self.system,
+            &format!("leaf system {account}"),
+            perms::leaf_system(account),
+        )
     }
 
     /// A system account user (a fresh nkey), to push account JWTs with.

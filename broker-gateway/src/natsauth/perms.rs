@@ -2,7 +2,8 @@
 //! listener may publish and subscribe to. Everything not allowed is refused by the broker.
 //!
 //! Gateway, system and leaf users carry no permissions: each has its whole account (the
-//! account is the boundary between tenants).
+//! account is the boundary between tenants). The one exception is a leaf node's system
+//! user ([`leaf_system`]): the system account spans every tenant.
 
 use flue_proto::event::{EVENT_STREAM, tenant_events};
 use flue_proto::jsapi;
@@ -10,6 +11,23 @@ use flue_proto::subject::{self, DATA_BUCKET, REQUEST_STREAM};
 use flue_proto::{ServerId, StackId, TenantId};
 
 use super::jwt::Permissions;
+
+/// A tenant leaf node's system user's rights: receiving the JWT updates of the tenant's
+/// `account` (the gateway pushes each on the account's own subject) and nothing else;
+/// publishing nothing. Through this leaf remote the hub forwards exactly that subject, so
+/// the leaf's resolver learns a revocation at once, while another account's claims, claim
+/// lookups, server requests and every other system subject stay out of reach. (The
+/// leaf's resolver subscribes with a wildcard; nats-server 2.15 still forwards the allowed
+/// subject.)
+pub fn leaf_system(account: &str) -> Permissions {
+    let mut perms = Permissions::default();
+    perms.publish.deny.push(">".to_owned());
+    perms
+        .subscribe
+        .allow
+        .push(jsapi::account_claims_update(account));
+    perms
+}
 
 /// An agent's rights (server `server` of `tenant`, taking part in `stacks`): info, next
 /// and ack on its own request consumer; publishing its own response and heartbeat

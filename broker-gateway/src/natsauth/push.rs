@@ -1,10 +1,11 @@
 //! Pushing account JWTs to a running broker over a system-account connection
-//! (`$SYS.REQ.CLAIMS.UPDATE`): how a new tenant or a revocation reaches it without a restart.
+//! (`$SYS.REQ.ACCOUNT.<account>.CLAIMS.UPDATE`): how a new tenant or a revocation reaches
+//! the hub, and every tenant leaf node of that account, without a restart.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use flue_proto::jsapi::CLAIMS_UPDATE;
+use flue_proto::jsapi::{CLAIMS_UPDATE, account_claims_update};
 use serde::Deserialize;
 
 /// Longest wait for the broker's answer to one update.
@@ -46,11 +47,18 @@ struct Failure {
 
 /// Sends one account JWT to the broker `system` (a system-account user's connection)
 /// is connected to and waits until the broker has taken it; its users' connections are
-/// checked against it at once (a revoked user's are closed).
+/// checked against it at once (a revoked user's are closed), on the hub and on the leaf
+/// nodes of that account's tenant networks (they subscribe to the account's own subject).
 pub async fn push(system: &async_nats::Client, jwt: &str) -> Result<(), PushError> {
+    // What is not an account JWT goes to the generic subject: the broker refuses it there
+    // and says why.
+    let subject = match super::jwt::decode::<serde_json::Value>(jwt) {
+        Ok(claims) if is_account_key(&claims.sub) => account_claims_update(&claims.sub),
+        _ => CLAIMS_UPDATE.to_owned(),
+    };
     let reply = tokio::time::timeout(
         PUSH_TIMEOUT,
-        system.request(CLAIMS_UPDATE, Bytes::from(jwt.to_owned())),
+        system.request(subject, Bytes::from(jwt.to_owned())),
     )
     .await
     .map_err(|e| PushError::NoAnswer(e.into()))?
@@ -63,4 +71,12 @@ pub async fn push(system: &async_nats::Client, jwt: &str) -> Result<(), PushErro
             description: f.description,
         }),
     }
+}
+
+/// True for an account public key (`A…`), the only thing that may be spelled into a subject.
+fn is_account_key(key: &str) -> bool {
+    matches!(
+        nkeys::KeyPair::from_public_key(key).map(|k| k.key_pair_type()),
+        Ok(nkeys::KeyPairType::Account)
+    )
 }

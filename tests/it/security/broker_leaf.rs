@@ -1,6 +1,7 @@
 //! A tenant network's leaf node written by `flue-gateway leaf-config`, on loopback: an
 //! agent connected to it reaches its queue on the hub; another tenant's user is refused; a
-//! revocation reaches the leaf node only with a re-written configuration and a reload.
+//! revocation reaches the leaf node at once (its system remote hears the tenant account's
+//! updates), while the leaf's system user may do nothing else system-wide.
 
 use std::time::Duration;
 
@@ -8,12 +9,13 @@ use async_nats::jetstream::{self, consumer};
 use bytes::Bytes;
 use flue_gateway::broker::Broker;
 use flue_gateway::natsauth::AccountKind;
+use flue_gateway::natsauth::push;
 use flue_proto::creds::UserCreds;
-use flue_proto::jsapi::JS_DOMAIN;
+use flue_proto::jsapi::{self, JS_DOMAIN};
 use flue_proto::subject::{self, REQUEST_STREAM};
 use flue_proto::{ServerId, TenantId};
 use flue_tests::{NatsProcess, SecureNats, WAIT, admin, connect_options, free_port, wait_until};
-use futures_util::StreamExt as _;
+use futures_util::{FutureExt as _, StreamExt as _};
 use nkeys::KeyPair;
 
 use super::refusals_at;
@@ -60,7 +62,50 @@ pub(super) async fn hub_and_leaf() -> (SecureNats, NatsProcess, tempfile::TempDi
     leaf.logs()
         .wait_for("Leafnode connection created", WAIT)
         .await;
+    hub_forwards_account_updates_to_the_leaf(&secure).await;
     (secure, leaf, out, hub)
+}
+
+/// Waits until the hub holds the leaf's system remote's interest in account JWT updates
+/// (its resolver's subscription, shown by the hub's `LEAFZ`): from then on an update
+/// pushed to the hub reaches the leaf.
+async fn hub_forwards_account_updates_to_the_leaf(secure: &SecureNats) {
+    let system = secure.system().await;
+    let system_account = secure.auth.account_jwts().expect("accounts").remove(0).0;
+    let found = tokio::time::timeout(WAIT, async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            tick.tick().await;
+            let Ok(answer) = system
+                .request(
+                    "$SYS.REQ.SERVER.PING.LEAFZ",
+                    Bytes::from_static(br#"{"subscriptions":true}"#),
+                )
+                .await
+            else {
+                continue;
+            };
+            let leafz: serde_json::Value =
+                serde_json::from_slice(&answer.payload).expect("LEAFZ answer is JSON");
+            let listening = leafz["data"]["leafs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|l| l["account"] == system_account.as_str())
+                .flat_map(|l| {
+                    l["subscriptions_list"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .any(|s| s.as_str().is_some_and(|s| s.ends_with(".CLAIMS.UPDATE")));
+            if listening {
+                return;
+            }
+        }
+    })
+    .await;
+    found.expect("the hub forwards account updates to the leaf's system remote");
 }
 
 /// `flue-gateway leaf-config` for `acme` into `<dir>/leaf`.
@@ -161,8 +206,8 @@ async fn a_leaf_node_admits_no_other_tenants_user_and_no_anonymous_client() {
 }
 
 #[tokio::test]
-async fn a_revoked_agent_behind_a_leaf_node_is_cut_off_once_the_leaf_reloads_its_config() {
-    let (secure, leaf, dir, hub) = hub_and_leaf().await;
+async fn a_revoked_agent_behind_a_leaf_node_is_cut_off_at_once_without_a_reload() {
+    let (secure, leaf, _dir, _hub) = hub_and_leaf().await;
     let (tenant, server) = ids();
     let key = KeyPair::new_user();
     let jwt = secure
@@ -181,14 +226,8 @@ async fn a_revoked_agent_behind_a_leaf_node_is_cut_off_once_the_leaf_reloads_its
         .revoke_user(&tenant, AccountKind::Tenant, &key.public_key(), &system)
         .await
         .expect("revoked on the hub");
-    // The leaf node's memory resolver never hears of it: the revoked user still gets in.
-    let _still_admitted = connect_options(&creds)
-        .connect(leaf.url())
-        .await
-        .expect("the leaf node still admits the revoked user before its reload");
-    // A re-written leaf configuration carries the re-signed account JWT; a reload applies it.
-    write_leaf_conf(&secure, &hub, dir.path()).await;
-    leaf.reload();
+    // The hub forwards the re-signed account JWT to the leaf's system remote: the leaf
+    // closes the connection itself, its configuration untouched and never reloaded.
     wait_until(
         "the leaf node closes the revoked user's connection",
         WAIT,
@@ -200,7 +239,102 @@ async fn a_revoked_agent_behind_a_leaf_node_is_cut_off_once_the_leaf_reloads_its
     .await;
     assert!(
         connect_options(&creds).connect(leaf.url()).await.is_err(),
-        "admitted after the reload"
+        "the leaf node admits the revoked user again"
     );
     drop(agent);
+}
+
+#[tokio::test]
+async fn a_leaf_nodes_system_user_hears_only_its_tenants_account_updates_and_asks_nothing() {
+    let secure = SecureNats::start(&["acme", "other"], None).await;
+    let acme = secure
+        .auth
+        .account_public_key(&"acme".parse().expect("id"), AccountKind::Tenant)
+        .expect("acme");
+    let other = secure
+        .auth
+        .account_public_key(&"other".parse().expect("id"), AccountKind::Tenant)
+        .expect("other");
+    // The user `leaf-config` writes for acme's leaf node, straight on the hub: whatever a
+    // compromised tenant network could do with it.
+    let creds = secure
+        .auth
+        .leaf_system_creds(&acme)
+        .expect("leaf system user");
+    let (leaf_system, refused) = refusals_at(&secure.nats.url(), &creds, None).await;
+    let mut own = leaf_system
+        .subscribe(jsapi::account_claims_update(&acme))
+        .await
+        .expect("subscribe");
+    let mut others = leaf_system
+        .subscribe(jsapi::account_claims_update(&other))
+        .await
+        .expect("subscribe");
+    let mut every_account = leaf_system
+        .subscribe("$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE")
+        .await
+        .expect("subscribe");
+    let mut generic = leaf_system
+        .subscribe(jsapi::CLAIMS_UPDATE)
+        .await
+        .expect("subscribe");
+    let lookup = leaf_system
+        .request(
+            format!("$SYS.REQ.ACCOUNT.{other}.CLAIMS.LOOKUP"),
+            Bytes::new(),
+        )
+        .await;
+    assert!(
+        lookup.is_err(),
+        "another account's JWT looked up: {lookup:?}"
+    );
+    let servers = leaf_system
+        .request("$SYS.REQ.SERVER.PING.CONNZ", Bytes::new())
+        .await;
+    assert!(
+        servers.is_err(),
+        "the hub's connections listed: {servers:?}"
+    );
+    leaf_system.flush().await.expect("flush");
+
+    // Every account but acme's first, then acme's: once acme's has arrived, any other
+    // would have arrived before it (one publisher, one connection, in order).
+    let system = secure.system().await;
+    let mut jwts = secure.auth.account_jwts().expect("accounts");
+    jwts.sort_by_key(|(public, _)| *public == acme);
+    for (_, jwt) in &jwts {
+        push::push(&system, jwt).await.expect("pushed");
+    }
+    let update = tokio::time::timeout(WAIT, own.next())
+        .await
+        .expect("acme's update within WAIT")
+        .expect("subscription open");
+    assert_eq!(update.subject.as_str(), jsapi::account_claims_update(&acme));
+    for (what, sub) in [
+        ("another tenant's", &mut others),
+        ("every account's", &mut every_account),
+        ("the generic", &mut generic),
+    ] {
+        assert!(
+            sub.next().now_or_never().is_none(),
+            "{what} account updates reached the leaf's system user"
+        );
+    }
+    let refused = refused.lock().expect("lock").join("\n");
+    for subject in [
+        jsapi::account_claims_update(&other),
+        "$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE".to_owned(),
+        jsapi::CLAIMS_UPDATE.to_owned(),
+    ] {
+        assert!(
+            refused.contains(&format!(
+                "Permissions Violation for Subscription to \"{subject}\""
+            )),
+            "{subject} not refused: {refused}"
+        );
+    }
+    assert!(
+        refused.contains("Permissions Violation for Publish to \"$SYS.REQ.SERVER.PING.CONNZ\""),
+        "{refused}"
+    );
 }
