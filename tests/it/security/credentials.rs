@@ -4,6 +4,7 @@
 
 use std::os::unix::fs::PermissionsExt as _;
 
+use super::flue_cli;
 use async_nats::HeaderMap;
 use async_nats::jetstream;
 use flue_proto::creds::AgentCredentials;
@@ -12,24 +13,9 @@ use flue_proto::{
     AgentMessage, DeploymentStatus, EventType, PROTOCOL_VERSION, RequestDigest, ServerId, TenantId,
     subject,
 };
-use flue_tests::{Agent, EventTap, Flue, WAIT, bin};
+use flue_tests::{Agent, EventTap, Flue, WAIT};
 use nkeys::KeyPair;
 use time::OffsetDateTime;
-
-/// Runs `flue ARGS…` against the gateway with a token of the role the command needs.
-async fn flue_cli(flue: &Flue, args: &[&str]) -> std::process::Output {
-    let out = tokio::process::Command::new(bin("flue"))
-        .arg("--gateway")
-        .arg(flue.gateway.url())
-        .args(args)
-        .env("FLUE_TOKEN", flue.gateway.cli_token(args))
-        .kill_on_drop(true)
-        .output();
-    tokio::time::timeout(WAIT, out)
-        .await
-        .expect("flue finishes")
-        .expect("run flue")
-}
 
 #[tokio::test]
 async fn an_agent_without_credentials_refuses_to_start_unless_told_it_is_insecure() {

@@ -26,7 +26,7 @@ mod webhook_targets;
 use std::sync::{Arc, Mutex};
 
 use flue_proto::creds::UserCreds;
-use flue_tests::{SecureNats, WAIT, connect_options};
+use flue_tests::{Flue, SecureNats, WAIT, bin, connect_options};
 use futures_util::StreamExt as _;
 
 /// What the broker told a client it refused (`-ERR 'Permissions Violation …'` and others).
@@ -104,4 +104,19 @@ pub async fn until_live(
     tokio::time::timeout(WAIT, attempts)
         .await
         .unwrap_or_else(|_| panic!("{marker} never arrived within {WAIT:?}"));
+}
+
+/// Runs `flue ARGS…` against the gateway with a token of the role the command needs.
+pub async fn flue_cli(flue: &Flue, args: &[&str]) -> std::process::Output {
+    let out = tokio::process::Command::new(bin("flue"))
+        .arg("--gateway")
+        .arg(flue.gateway.url())
+        .args(args)
+        .env("FLUE_TOKEN", flue.gateway.cli_token(args))
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(WAIT, out)
+        .await
+        .expect("flue finishes")
+        .expect("run flue")
 }

@@ -4,25 +4,11 @@
 
 use std::process::Stdio;
 
+use super::flue_cli;
 use flue_proto::DeploymentStatus;
 use flue_proto::creds::AgentCredentials;
 use flue_proto::{ServerId, subject};
 use flue_tests::{Flue, WAIT, bin};
-
-/// Runs `flue ARGS` against `flue`'s gateway with the token the command needs.
-async fn flue_cli(flue: &Flue, args: &[&str]) -> std::process::Output {
-    let out = tokio::process::Command::new(bin("flue"))
-        .arg("--gateway")
-        .arg(flue.gateway.url())
-        .args(args)
-        .env("FLUE_TOKEN", flue.gateway.cli_token(args))
-        .kill_on_drop(true)
-        .output();
-    tokio::time::timeout(WAIT, out)
-        .await
-        .expect("flue finishes")
-        .expect("run flue")
-}
 
 /// The kept credentials of `server`.
 fn kept_creds(flue: &Flue, server: &str) -> AgentCredentials {
