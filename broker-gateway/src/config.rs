@@ -26,6 +26,8 @@ pub const DEFAULT_MAX_SERVERS: i32 = 10_000;
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/flue-gateway";
 /// Default of `--broker-timeout-ms`.
 pub const DEFAULT_BROKER_TIMEOUT_MS: u64 = 2_000;
+/// Default of `--account-push-secs`: how stale a tenant leaf node's accounts can get.
+pub const DEFAULT_ACCOUNT_PUSH_SECS: u64 = 30;
 /// Smallest `--request-timeout-secs`: it must leave room for the longest long poll.
 pub const MIN_REQUEST_TIMEOUT_SECS: u64 = crate::api::deployments::MAX_WAIT_SECS + 5;
 
@@ -151,6 +153,12 @@ pub struct Config {
     #[arg(long, env = "FLUE_BROKER_TIMEOUT_MS", default_value_t = DEFAULT_BROKER_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(100..=60_000))]
     pub broker_timeout_ms: u64,
+    /// Seconds between two pushes of every account JWT to the broker (operator mode), on top
+    /// of the pushes at start, after a reconnection and for each change: a tenant leaf node
+    /// whose link was down when a revocation was pushed learns it at the next one. 0 = off.
+    #[arg(long, env = "FLUE_ACCOUNT_PUSH_SECS", default_value_t = DEFAULT_ACCOUNT_PUSH_SECS,
+          value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub account_push_secs: u64,
     /// Milliseconds a client has to send a request's headers, counted from when the gateway
     /// starts waiting for them (so also the longest idle keep-alive); then the connection closes.
     #[arg(long, env = "FLUE_HEADER_TIMEOUT_MS", default_value_t = 10_000,
@@ -216,6 +224,7 @@ impl Config {
             webhook_backoff_max_ms: 300_000,
             webhook_max_attempts: 8,
             broker_timeout_ms: DEFAULT_BROKER_TIMEOUT_MS,
+            account_push_secs: DEFAULT_ACCOUNT_PUSH_SECS,
             header_timeout_ms: 10_000,
             body_timeout_ms: 30_000,
             request_timeout_secs: 90,
@@ -276,6 +285,11 @@ impl Config {
         Duration::from_millis(self.broker_timeout_ms)
     }
 
+    /// How often every account JWT is pushed again; `None` when `--account-push-secs` is 0.
+    pub fn account_push_every(&self) -> Option<Duration> {
+        (self.account_push_secs > 0).then(|| Duration::from_secs(self.account_push_secs))
+    }
+
     /// How long messages stay in the streams.
     pub fn stream_max_age(&self) -> Duration {
         Duration::from_secs(self.stream_max_age_secs)
@@ -311,6 +325,7 @@ impl fmt::Debug for Config {
             .field("webhook_backoff_max_ms", &self.webhook_backoff_max_ms)
             .field("webhook_max_attempts", &self.webhook_max_attempts)
             .field("broker_timeout_ms", &self.broker_timeout_ms)
+            .field("account_push_secs", &self.account_push_secs)
             .field("header_timeout_ms", &self.header_timeout_ms)
             .field("body_timeout_ms", &self.body_timeout_ms)
             .field("request_timeout_secs", &self.request_timeout_secs)
@@ -373,6 +388,18 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_account_push_interval_turns_the_periodic_push_off() {
+        let parsed =
+            Config::try_parse_from(["flue-gateway", "--account-push-secs", "0"]).expect("parses");
+        assert_eq!(parsed.account_push_every(), None);
+        let default = Config::new("nats://x:1");
+        assert_eq!(
+            default.account_push_every(),
+            Some(Duration::from_secs(DEFAULT_ACCOUNT_PUSH_SECS))
+        );
+    }
+
+    #[test]
     fn the_default_tenant_is_also_taken_as_tenant() {
         for flag in ["--default-tenant", "--tenant"] {
             let parsed = Config::try_parse_from(["flue-gateway", flag, "acme"]).expect("parses");
@@ -397,6 +424,8 @@ mod tests {
             ["flue-gateway", "--body-timeout-ms", "x"],
             ["flue-gateway", "--request-timeout-secs", "60"],
             ["flue-gateway", "--max-connections", "0"],
+            ["flue-gateway", "--account-push-secs", "86401"],
+            ["flue-gateway", "--account-push-secs", "-1"],
             ["flue-gateway", "--webhook-allow", "10.0.0.0/33"],
             ["flue-gateway", "--tls-cert", "/c.pem"],
             ["flue-gateway", "--nats-key", "/k.pem"],

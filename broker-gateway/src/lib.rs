@@ -264,9 +264,15 @@ async fn connector(
         Err(e) => return Err(e.into()),
     };
     info!(operator = %auth.operator_public_key(), "operator mode: tenants reached as their own broker users");
-    Connector::operator(config.nats_url.clone(), nats_tls, auth, shutdown.clone())
-        .await
-        .map_err(|e| Error::Tenant(Box::new(tenants::TenantError::Connector(e))))
+    Connector::operator(
+        config.nats_url.clone(),
+        nats_tls,
+        auth,
+        config.account_push_every(),
+        shutdown.clone(),
+    )
+    .await
+    .map_err(|e| Error::Tenant(Box::new(tenants::TenantError::Connector(e))))
 }
 
 /// Warns loudly when something that crosses a network would go unencrypted: the API on a

@@ -10,6 +10,7 @@
 
 pub mod book;
 pub mod connector;
+mod repush;
 pub mod runtime;
 
 use std::collections::BTreeMap;

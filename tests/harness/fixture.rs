@@ -64,9 +64,25 @@ impl Flue {
     /// connects as a user of the default tenant's account, [`Nats::events_client`] of its
     /// events account.
     pub async fn start_operator(gateway_flags: &[&str]) -> Flue {
+        Flue::start_operator_on(gateway_flags, None).await
+    }
+
+    /// [`Flue::start_operator`] with the broker's leaf-node listener on
+    /// `127.0.0.1:<leafnode_port>`, for a tenant leaf node (`flue-gateway leaf-config
+    /// --hub nats-leaf://127.0.0.1:<leafnode_port>`).
+    pub async fn start_operator_leafnodes(gateway_flags: &[&str], leafnode_port: u16) -> Flue {
+        Flue::start_operator_on(gateway_flags, Some(leafnode_port)).await
+    }
+
+    async fn start_operator_on(gateway_flags: &[&str], leafnode_port: Option<u16>) -> Flue {
         let state = std::sync::Arc::new(tempfile::tempdir().expect("tempdir"));
         let state_dir = state.path().join("gateway");
-        let mut nats = Nats::start_operator(&state_dir).await;
+        let mut nats = match leafnode_port {
+            None => Nats::start_operator(&state_dir).await,
+            Some(port) => {
+                Nats::start_operator_leafnodes(&state_dir, &format!("127.0.0.1:{port}")).await
+            }
+        };
         let auth = flue_gateway::natsauth::NatsAuth::open(&state_dir).expect("initialised");
         let (tenant, events) = auth
             .gateway_creds(&"default".parse().expect("tenant id"))

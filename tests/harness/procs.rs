@@ -136,6 +136,17 @@ impl Nats {
     /// [`Nats::start_operator`], speaking TLS only with a certificate from `ca` when given
     /// (`init --tls-cert --tls-key`): every client must trust `ca`.
     pub async fn start_operator_with(state_dir: &Path, ca: Option<&TestCa>) -> Nats {
+        Nats::start_operator_init(state_dir, ca, &[]).await
+    }
+
+    /// [`Nats::start_operator`] with a leaf-node listener on `leafnode_listen`
+    /// (`init --leafnode-listen`), where a leaf node written by `flue-gateway leaf-config`
+    /// links.
+    pub async fn start_operator_leafnodes(state_dir: &Path, leafnode_listen: &str) -> Nats {
+        Nats::start_operator_init(state_dir, None, &["--leafnode-listen", leafnode_listen]).await
+    }
+
+    async fn start_operator_init(state_dir: &Path, ca: Option<&TestCa>, extra: &[&str]) -> Nats {
         install_crypto_provider();
         let store = tempfile::tempdir().expect("tempdir");
         let mut init: Vec<String> = vec![
@@ -154,6 +165,7 @@ impl Nats {
                 leaf.key.display().to_string(),
             ]);
         }
+        init.extend(extra.iter().map(|a| (*a).to_owned()));
         crate::admin(&init.iter().map(String::as_str).collect::<Vec<_>>()).await;
         let mut nats = Nats {
             child: None,

@@ -23,24 +23,14 @@ pub struct NatsProcess {
     child: Child,
     port: u16,
     logs: Logs,
+    config: PathBuf,
 }
 
 impl NatsProcess {
     /// Starts `nats-server -c <config>` on a free loopback port and waits until it is ready.
     pub async fn start(config: &Path) -> NatsProcess {
-        let mut child = Command::new(nats_server_bin())
-            .arg("-c")
-            .arg(config)
-            .args(["-a", "127.0.0.1", "-p", "-1"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn nats-server");
         let logs = Logs::default();
-        logs.capture(child.stderr.take().expect("stderr"));
-        logs.wait_for("Server is ready", WAIT).await;
+        let child = Self::spawn(config, "-1", &logs).await;
         let line = logs
             .wait_for("Listening for client connections on ", WAIT)
             .await;
@@ -49,7 +39,41 @@ impl NatsProcess {
             .next()
             .and_then(|p| p.trim().parse().ok())
             .unwrap_or_else(|| panic!("no port in {line:?}"));
-        NatsProcess { child, port, logs }
+        NatsProcess {
+            child,
+            port,
+            logs,
+            config: config.to_owned(),
+        }
+    }
+
+    /// Kills the server with SIGKILL (`kill -9`: no goodbye to its clients or its hub) and
+    /// waits until it is gone.
+    pub async fn kill(&mut self) {
+        self.child.kill().await.expect("kill nats-server");
+    }
+
+    /// Starts the server again after [`NatsProcess::kill`]: same configuration, same port,
+    /// same directories; waits until it is ready.
+    pub async fn start_again(&mut self) {
+        self.child = Self::spawn(&self.config, &self.port.to_string(), &self.logs).await;
+    }
+
+    async fn spawn(config: &Path, port: &str, logs: &Logs) -> Child {
+        let from = logs.len();
+        let mut child = Command::new(nats_server_bin())
+            .arg("-c")
+            .arg(config)
+            .args(["-a", "127.0.0.1", "-p", port])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn nats-server");
+        logs.capture(child.stderr.take().expect("stderr"));
+        logs.wait_for_after(from, "Server is ready", WAIT).await;
+        child
     }
 
     /// `nats://127.0.0.1:<port>`.

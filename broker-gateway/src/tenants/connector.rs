@@ -9,7 +9,8 @@
 //! `--insecure-dev-broker`. [`Connector::Operator`] is how the gateway runs: the state
 //! directory holds the broker's keys (`flue-gateway init`), each tenant is reached as its
 //! own gateway users (a fresh nkey per connection), and a system-account connection pushes
-//! account JWTs (at start, after each reconnection, for each new tenant, for revocations).
+//! account JWTs (at start, after each reconnection, every `--account-push-secs`, for each
+//! new tenant, for revocations).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +24,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::error::{self, Error};
+use crate::error::Error;
 use crate::natsauth::{AccountKind, NatsAuth, NatsAuthError};
 
 /// Longest wait for a drained connection to close.
@@ -199,6 +200,16 @@ impl std::fmt::Debug for OperatorConnector {
 }
 
 impl OperatorConnector {
+    /// The system-account connection.
+    pub(super) fn system(&self) -> &Connection {
+        &self.system
+    }
+
+    /// Pushes every account JWT over the system connection.
+    pub(super) async fn push_all(&self) -> Result<(), NatsAuthError> {
+        self.auth.push_all(&self.system.client).await
+    }
+
     /// Connects as `user`, named `name`.
     async fn connect_as(&self, user: &UserCreds, name: &str) -> Result<Connection, ConnectorError> {
         connect_as(&self.nats_url, &self.tls, user, name).await
@@ -263,11 +274,13 @@ impl Connector {
     /// The operator-mode connector: opens a system-account connection to `nats_url`,
     /// pushes every account to the broker (one that lost its resolver directory, or
     /// started before a tenant was created offline, learns them), and pushes them again
-    /// after each reconnection until `shutdown` is cancelled.
+    /// after each reconnection and every `push_every` (when given: a tenant leaf node
+    /// that missed an update learns it) until `shutdown` is cancelled ([`super::repush`]).
     pub async fn operator(
         nats_url: impl Into<String>,
         tls: NatsTls,
         auth: NatsAuth,
+        push_every: Option<Duration>,
         shutdown: CancellationToken,
     ) -> Result<Self, ConnectorError> {
         let nats_url = nats_url.into();
@@ -288,7 +301,7 @@ impl Connector {
             auth,
             system,
         });
-        tokio::spawn(repush(operator.clone(), shutdown));
+        tokio::spawn(super::repush::run(operator.clone(), push_every, shutdown));
         Ok(Self::Operator(operator))
     }
 
@@ -357,26 +370,6 @@ impl Connector {
                         system: op.system.client.clone(),
                     }),
                 })
-            }
-        }
-    }
-}
-
-/// Pushes every account again each time the system connection is made again: a broker
-/// restarted with an empty resolver directory would otherwise refuse the tenants created
-/// while the gateway ran (the preloaded ones it knows from its configuration).
-async fn repush(op: Arc<OperatorConnector>, shutdown: CancellationToken) {
-    let mut reconnected = op.system.reconnected.clone();
-    reconnected.borrow_and_update();
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            changed = reconnected.changed() => if changed.is_err() { return },
-        }
-        match op.auth.push_all(&op.system.client).await {
-            Ok(()) => info!("broker accounts pushed again after a reconnection"),
-            Err(e) => {
-                warn!(error = %error::chain(&e), "cannot push the broker accounts after a reconnection")
             }
         }
     }

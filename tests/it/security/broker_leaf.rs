@@ -69,7 +69,7 @@ pub(super) async fn hub_and_leaf() -> (SecureNats, NatsProcess, tempfile::TempDi
 /// Waits until the hub holds the leaf's system remote's interest in account JWT updates
 /// (its resolver's subscription, shown by the hub's `LEAFZ`): from then on an update
 /// pushed to the hub reaches the leaf.
-async fn hub_forwards_account_updates_to_the_leaf(secure: &SecureNats) {
+pub(super) async fn hub_forwards_account_updates_to_the_leaf(secure: &SecureNats) {
     let system = secure.system().await;
     let system_account = secure.auth.account_jwts().expect("accounts").remove(0).0;
     let found = tokio::time::timeout(WAIT, async {
@@ -124,7 +124,7 @@ async fn write_leaf_conf(secure: &SecureNats, hub: &str, dir: &std::path::Path) 
     .await;
 }
 
-fn ids() -> (TenantId, ServerId) {
+pub(super) fn ids() -> (TenantId, ServerId) {
     ("acme".parse().expect("id"), "web1".parse().expect("id"))
 }
 

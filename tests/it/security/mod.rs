@@ -12,6 +12,7 @@ mod http_auth;
 mod http_ops;
 mod http_roles;
 mod http_tickets;
+mod leaf_repush;
 mod netns;
 mod netns_tenants;
 mod operator;
