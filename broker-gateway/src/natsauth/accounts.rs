@@ -188,6 +188,22 @@ pub fn mint_user(
     Ok(UserCreds { jwt, seed })
 }
 
+/// A new user of `account` (a fresh nkey) that only a leaf node's link may use: a plain
+/// client connection with it is refused by the broker (`allowed_connection_types`).
+pub fn mint_leaf_user(
+    account: &KeyPair,
+    name: &str,
+    permissions: Permissions,
+) -> Result<UserCreds, NatsAuthError> {
+    let user = KeyPair::new_user();
+    let mut claims = User::new(permissions);
+    claims.allowed_connection_types = vec![jwt::CONNECTION_TYPE_LEAFNODE.to_owned()];
+    let mut claims = Claims::new(user.public_key(), name, claims);
+    let jwt = jwt::encode(account, &mut claims, now())?;
+    let seed = user.seed().map_err(jwt::JwtError::Key)?;
+    Ok(UserCreds { jwt, seed })
+}
+
 /// A user JWT for the user key `user_pub` (whose seed someone else holds), signed by
 /// `account`.
 pub fn sign_user(

@@ -21,6 +21,9 @@ const HEADER: &str = r#"{"typ":"JWT","alg":"ed25519-nkey"}"#;
 const VERSION: u8 = 2;
 /// `-1`: no limit, in every numeric limit of a NATS JWT.
 pub const NO_LIMIT: i64 = -1;
+/// The connection type of a leaf node's link (`nats-io/jwt` v2 `ConnectionTypeLeafnode`),
+/// for [`User::allowed_connection_types`].
+pub const CONNECTION_TYPE_LEAFNODE: &str = "LEAFNODE";
 
 /// A NATS JWT's claims: the standard ones and the NATS-specific part `nats`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -215,6 +218,10 @@ pub struct User {
     pub data: i64,
     /// Largest message payload.
     pub payload: i64,
+    /// The only kinds of connection the user may make (e.g. [`CONNECTION_TYPE_LEAFNODE`]);
+    /// empty allows every kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_connection_types: Vec<String>,
     /// `user`.
     #[serde(rename = "type")]
     pub kind: String,
@@ -232,6 +239,7 @@ impl User {
             subs: NO_LIMIT,
             data: NO_LIMIT,
             payload: NO_LIMIT,
+            allowed_connection_types: Vec::new(),
             kind: "user".into(),
             version: VERSION,
         }
@@ -402,6 +410,19 @@ mod tests {
             Err(JwtError::BadSignature)
         ));
         assert!(matches!(decode::<User>("a.b"), Err(JwtError::Malformed(_))));
+    }
+
+    #[test]
+    fn a_users_allowed_connection_types_are_written_only_when_restricted() {
+        let mut user = User::new(Permissions::default());
+        let open = serde_json::to_value(&user).expect("json");
+        assert!(open.get("allowed_connection_types").is_none(), "{open}");
+        user.allowed_connection_types = vec![CONNECTION_TYPE_LEAFNODE.to_owned()];
+        let leaf = serde_json::to_value(&user).expect("json");
+        assert_eq!(
+            leaf["allowed_connection_types"],
+            serde_json::json!(["LEAFNODE"])
+        );
     }
 
     #[test]

@@ -284,8 +284,9 @@ impl NatsAuth {
     /// A tenant leaf node's system account user (a fresh nkey): it may receive the JWT
     /// updates of `account` (the tenant's) and nothing else, and publish nothing, so a
     /// compromised tenant network gains no system power (see [`perms::leaf_system`]).
+    /// Only a leaf node's link may use it: the broker refuses it to a plain client.
     pub fn leaf_system_creds(&self, account: &str) -> Result<UserCreds, NatsAuthError> {
-        accounts::mint_user(
+        accounts::mint_leaf_user(
             &self.system,
             &format!("leaf system {account}"),
             perms::leaf_system(account),
@@ -325,9 +326,10 @@ impl NatsAuth {
     }
 
     /// A new leaf node user of `tenant`'s account (the whole account: the leaf node
-    /// checks its own clients' permissions).
+    /// checks its own clients' permissions). Only a leaf node's link may use it: the broker
+    /// refuses it to a plain client.
     pub fn leaf_creds(&self, tenant: &TenantId) -> Result<UserCreds, NatsAuthError> {
-        accounts::mint_user(
+        accounts::mint_leaf_user(
             &self.account(tenant, AccountKind::Tenant)?.key,
             &format!("leaf {tenant}"),
             Permissions::default(),

@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer};
 use bytes::Bytes;
 use flue_gateway::broker::Broker;
-use flue_gateway::natsauth::AccountKind;
 use flue_gateway::natsauth::push;
+use flue_gateway::natsauth::{AccountKind, accounts, perms};
 use flue_proto::creds::UserCreds;
 use flue_proto::jsapi::{self, JS_DOMAIN};
 use flue_proto::subject::{self, REQUEST_STREAM};
@@ -244,6 +244,49 @@ async fn a_revoked_agent_behind_a_leaf_node_is_cut_off_at_once_without_a_reload(
     drop(agent);
 }
 
+/// A system account user with the rights of `account`'s leaf system user, allowed on a
+/// plain client connection (minted here with the system account's key from the state dir).
+fn with_leaf_system_rights(secure: &SecureNats, account: &str) -> UserCreds {
+    let seed = std::fs::read_to_string(secure.state_dir().join(accounts::SYSTEM_KEY))
+        .expect("the system account's seed");
+    let system = KeyPair::from_seed(seed.trim()).expect("a seed");
+    accounts::mint_user(&system, "leaf system rights", perms::leaf_system(account)).expect("minted")
+}
+
+#[tokio::test]
+async fn a_leaf_nodes_users_are_refused_to_a_plain_client_of_the_hub() {
+    let secure = SecureNats::start(&["acme"], None).await;
+    let (tenant, _) = ids();
+    let acme = secure
+        .auth
+        .account_public_key(&tenant, AccountKind::Tenant)
+        .expect("acme");
+    for (what, creds) in [
+        ("leaf", secure.auth.leaf_creds(&tenant).expect("leaf user")),
+        (
+            "leaf system",
+            secure
+                .auth
+                .leaf_system_creds(&acme)
+                .expect("leaf system user"),
+        ),
+    ] {
+        let e = secure
+            .nats
+            .connect(&creds)
+            .await
+            .expect_err("a leaf node's user on a plain client connection");
+        assert!(e.to_lowercase().contains("authorization"), "{what}: {e}");
+    }
+    // The same rights without the restriction connect: the connection type, nothing else,
+    // is what the hub refused (it logs only `authentication error`, the reason at debug).
+    secure
+        .nats
+        .connect(&with_leaf_system_rights(&secure, &acme))
+        .await
+        .expect("a plain client with the same rights");
+}
+
 #[tokio::test]
 async fn a_leaf_nodes_system_user_hears_only_its_tenants_account_updates_and_asks_nothing() {
     let secure = SecureNats::start(&["acme", "other"], None).await;
@@ -255,12 +298,11 @@ async fn a_leaf_nodes_system_user_hears_only_its_tenants_account_updates_and_ask
         .auth
         .account_public_key(&"other".parse().expect("id"), AccountKind::Tenant)
         .expect("other");
-    // The user `leaf-config` writes for acme's leaf node, straight on the hub: whatever a
-    // compromised tenant network could do with it.
-    let creds = secure
-        .auth
-        .leaf_system_creds(&acme)
-        .expect("leaf system user");
+    // The rights of the user `leaf-config` writes for acme's leaf node, straight on the hub:
+    // whatever a compromised tenant network could do with it through a leaf node of its
+    // own (the user itself is refused to a plain client:
+    // `a_leaf_nodes_users_are_refused_to_a_plain_client_of_the_hub`).
+    let creds = with_leaf_system_rights(&secure, &acme);
     let (leaf_system, refused) = refusals_at(&secure.nats.url(), &creds, None).await;
     let mut own = leaf_system
         .subscribe(jsapi::account_claims_update(&acme))
