@@ -164,6 +164,7 @@ pub fn revoke(
     user_pub: &str,
 ) -> Result<String, NatsAuthError> {
     check_user_key(user_pub)?;
+    let _locked = lock(dir, kind)?;
     let name = format!("{}.jwt", kind.stem());
     let current = dir.load_or_create(&name, || Err("the account JWT is missing".into()))?;
     let mut claims: Claims<Account> = jwt::decode(&current)?;
@@ -174,6 +175,30 @@ pub fn revoke(
     let jwt = jwt::encode(operator, &mut claims, issued)?;
     dir.write_secret(&name, &jwt)?;
     Ok(jwt)
+}
+
+/// Locks one account's JWT against other processes until the file returned is dropped:
+/// the gateway and `flue-gateway leaf-config` (offline, another process) both revoke, and
+/// each reads, changes and writes the whole JWT, so one would lose the other's revocation.
+fn lock(dir: &StateDir, kind: AccountKind) -> Result<std::fs::File, NatsAuthError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = dir.path().join(format!(".{}.lock", kind.stem()));
+    let io = |source| {
+        NatsAuthError::State(crate::state::StateError::Io {
+            path: path.clone(),
+            source,
+        })
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io)?;
+    // Held for the few milliseconds of a read, an edit and a write.
+    file.lock().map_err(io)?;
+    Ok(file)
 }
 
 /// A new user of `account` (a fresh nkey) with `permissions`: its `.creds`.

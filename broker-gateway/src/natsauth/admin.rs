@@ -131,7 +131,12 @@ pub fn run(admin: Admin) -> Result<(), NatsAuthError> {
                 args.tls_ca.map(absolute),
                 &args.out,
             )?;
-            println!("leaf node configuration {}", conf.display());
+            println!("leaf node configuration {}", conf.path.display());
+            if let Some(user) = conf.revoked {
+                println!(
+                    "revoked the leaf user these files replace, {user}: the broker refuses it from the gateway's next account push (--account-push-secs) or start; restart the leaf node with the new files"
+                );
+            }
         }
     }
     Ok(())

@@ -221,9 +221,10 @@ impl NatsAuth {
     }
 
     /// Writes a leaf node's configuration and its leaf user's credentials for `tenant`'s
-    /// network into `out` (`leaf.conf`, `leaf.creds`, both 0600) and returns the
-    /// configuration's path. `listen` is the leaf's client listener, `hub` the hub's leaf
-    /// node URL.
+    /// network into `out` (`leaf.conf`, `leaf.creds`, both 0600). `listen` is the leaf's
+    /// client listener, `hub` the hub's leaf node URL. The leaf user of `tenant`'s account
+    /// whose credentials `out` held (an earlier run) is revoked in the account JWT stored
+    /// here; the broker learns it at the gateway's next push of the accounts.
     pub fn write_leaf_conf(
         &self,
         tenant: &TenantId,
@@ -231,9 +232,20 @@ impl NatsAuth {
         hub: &str,
         hub_ca: Option<PathBuf>,
         out: &Path,
-    ) -> Result<PathBuf, NatsAuthError> {
+    ) -> Result<LeafConf, NatsAuthError> {
         let dir = StateDir::open(out)?;
         let account = self.account(tenant, AccountKind::Tenant)?;
+        // The leaf user these files replace is revoked first: should writing fail, the
+        // files left behind hold a revoked user and a new run revokes it again, harmlessly.
+        let replaced = replaced_leaf_user(&dir, &account.key.public_key());
+        if let Some(old) = &replaced {
+            accounts::revoke(
+                &self.tenant_dir(tenant)?,
+                AccountKind::Tenant,
+                &self.operator,
+                old,
+            )?;
+        }
         let creds = self.leaf_creds(tenant)?;
         dir.write_secret(LEAF_CREDS, &creds.to_text())?;
         let system_creds = self.leaf_system_creds(&account.key.public_key())?;
@@ -258,7 +270,10 @@ impl NatsAuth {
             ],
         };
         dir.write_secret(LEAF_CONF, &broker_conf::leaf(&settings, &trust))?;
-        Ok(dir.path().join(LEAF_CONF))
+        Ok(LeafConf {
+            path: dir.path().join(LEAF_CONF),
+            revoked: replaced,
+        })
     }
 
     /// The gateway's users of `tenant` (a fresh nkey each call): the whole tenant account,
@@ -368,6 +383,25 @@ impl NatsAuth {
     ) -> Result<accounts::AccountKeys, NatsAuthError> {
         accounts::account(&self.tenant_dir(tenant)?, tenant, kind, &self.operator)
     }
+}
+
+/// What [`NatsAuth::write_leaf_conf`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeafConf {
+    /// The leaf node's configuration file.
+    pub path: PathBuf,
+    /// The public key of the leaf user the new files replace, now revoked.
+    pub revoked: Option<String>,
+}
+
+/// The tenant leaf user whose credentials `dir` holds, when `account` issued it: the
+/// `leaf.creds` an earlier `leaf-config` wrote there. Anything else (no file, unreadable,
+/// another account's user) is none: there is nothing of this account to revoke.
+fn replaced_leaf_user(dir: &StateDir, account: &str) -> Option<String> {
+    let text = std::fs::read_to_string(dir.path().join(LEAF_CREDS)).ok()?;
+    let creds = UserCreds::parse(&text).ok()?;
+    let claims = jwt::decode::<serde_json::Value>(&creds.jwt).ok()?;
+    (claims.iss == account).then_some(claims.sub)
 }
 
 /// Why broker authentication could not be set up or used.

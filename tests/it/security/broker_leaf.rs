@@ -108,8 +108,12 @@ pub(super) async fn hub_forwards_account_updates_to_the_leaf(secure: &SecureNats
     found.expect("the hub forwards account updates to the leaf's system remote");
 }
 
-/// `flue-gateway leaf-config` for `acme` into `<dir>/leaf`.
-async fn write_leaf_conf(secure: &SecureNats, hub: &str, dir: &std::path::Path) {
+/// `flue-gateway leaf-config` for `acme` into `<dir>/leaf`; what it printed.
+pub(super) async fn write_leaf_conf(
+    secure: &SecureNats,
+    hub: &str,
+    dir: &std::path::Path,
+) -> String {
     admin(&[
         "leaf-config",
         "--state-dir",
@@ -121,7 +125,7 @@ async fn write_leaf_conf(secure: &SecureNats, hub: &str, dir: &std::path::Path) 
         "--out",
         dir.join("leaf").to_str().expect("utf-8"),
     ])
-    .await;
+    .await
 }
 
 pub(super) fn ids() -> (TenantId, ServerId) {

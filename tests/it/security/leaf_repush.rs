@@ -14,7 +14,9 @@ use flue_tests::{Flue, NatsProcess, WAIT, admin, connect_options, free_port, wai
 use nkeys::KeyPair;
 use tokio::sync::watch;
 
-use super::broker_leaf::{hub_and_leaf, hub_forwards_account_updates_to_the_leaf, ids};
+use super::broker_leaf::{
+    hub_and_leaf, hub_forwards_account_updates_to_the_leaf, ids, write_leaf_conf,
+};
 
 /// A client connected as `creds` to `url` the way an agent is (its inbox prefix, reconnecting
 /// without end): what the broker told it, and how many times it got connected.
@@ -175,8 +177,70 @@ async fn a_leaf_node_that_missed_a_revocation_admits_the_user_until_the_account_
         subject::agent_inbox_prefix(&tenant, &server),
     )
     .await;
-    let js = jetstream::with_domain(agent.client.clone(), JS_DOMAIN);
-    let name = subject::request_consumer(&tenant, &server);
+    reaches_its_consumer(&agent.client, &tenant, &server).await;
+    assert!(!agent.saw_revoked());
+
+    // What the gateway does every `--account-push-secs`.
+    secure.auth.push_all(&system).await.expect("pushed");
+    agent.revoked().await;
+}
+
+#[tokio::test]
+async fn leaf_config_run_again_revokes_the_leaf_user_it_replaces() {
+    let (secure, mut leaf, dir, hub) = hub_and_leaf().await;
+    let creds_file = dir.path().join("leaf/leaf.creds");
+    let user_of = |path: &std::path::Path| {
+        let text = std::fs::read_to_string(path).expect("leaf.creds");
+        let creds = UserCreds::parse(&text).expect("creds");
+        KeyPair::from_seed(&creds.seed).expect("seed").public_key()
+    };
+    let old = user_of(&creds_file);
+    let printed = write_leaf_conf(&secure, &hub, dir.path()).await;
+    assert!(printed.contains(&old), "{printed}");
+    let new = user_of(&creds_file);
+    assert_ne!(new, old, "a new leaf user");
+
+    // What the gateway does every `--account-push-secs`: the hub drops the running leaf's
+    // link made with the replaced user.
+    let from = leaf.logs().len();
+    let system = secure.system().await;
+    secure.auth.push_all(&system).await.expect("pushed");
+    wait_until("the hub refuses the replaced leaf user", WAIT, || {
+        leaf.logs().lines()[from..]
+            .iter()
+            .any(|l| l.contains("Leafnode Error 'User Authentication Revoked'"))
+            .then_some(())
+    })
+    .await;
+
+    // The leaf restarted with the new files links again: an agent behind it reaches its
+    // consumer on the hub.
+    leaf.kill().await;
+    leaf.start_again().await;
+    let (tenant, server) = ids();
+    let key = KeyPair::new_user();
+    let creds = UserCreds {
+        jwt: secure
+            .auth
+            .agent_jwt(&tenant, &server, &key.public_key(), &[])
+            .expect("jwt"),
+        seed: key.seed().expect("seed"),
+    };
+    let agent = AgentConnection::open(
+        &leaf.url(),
+        &creds,
+        subject::agent_inbox_prefix(&tenant, &server),
+    )
+    .await;
+    reaches_its_consumer(&agent.client, &tenant, &server).await;
+}
+
+/// Waits until `client`, behind a leaf node, finds `server`'s request consumer on the hub
+/// (the hub's interest crosses the leaf link a little after it is made); panics after
+/// [`WAIT`].
+async fn reaches_its_consumer(client: &async_nats::Client, tenant: &TenantId, server: &ServerId) {
+    let js = jetstream::with_domain(client.clone(), JS_DOMAIN);
+    let name = subject::request_consumer(tenant, server);
     let found = tokio::time::timeout(WAIT, async {
         let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
         loop {
@@ -194,10 +258,5 @@ async fn a_leaf_node_that_missed_a_revocation_admits_the_user_until_the_account_
         }
     })
     .await;
-    assert!(found.is_ok(), "the revoked user never reached its consumer");
-    assert!(!agent.saw_revoked());
-
-    // What the gateway does every `--account-push-secs`.
-    secure.auth.push_all(&system).await.expect("pushed");
-    agent.revoked().await;
+    assert!(found.is_ok(), "{server} never reached its consumer");
 }
