@@ -573,6 +573,7 @@ async fn stack_chain(setup: &Setup, n: usize) -> (f64, f64) {
     let template = Template::parse(&text, &setup.path(".")).expect("template");
     let given = Default::default();
     let source = Source {
+        mapped: &Default::default(),
         template: &template,
         given: &given,
     };

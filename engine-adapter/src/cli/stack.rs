@@ -135,10 +135,12 @@ async fn apply(
             )));
         }
     }
+    let mapped = super::mapping::parse(&args.servers, &args.attrs)?;
     let name = args.name.clone();
     let source = Source {
         template: &template,
         given: &given,
+        mapped: &mapped,
     };
     let stack = drive(out, &name, args.force, |opts| async move {
         if creating {
@@ -254,6 +256,7 @@ pub fn event_line(stack: &StackId, e: &Event) -> String {
             line.push('\n');
             line
         }
+        Event::Mapped { resource, note } => format!("  {resource}: {note}\n"),
         Event::Unchanged { unit } => format!("  {unit:<24} unchanged, not run\n"),
         Event::AlreadyDone { unit, status } => {
             format!("  {unit:<24} already {status} before the interruption\n")

@@ -9,7 +9,8 @@ use flue_proto::{
 use serde_json::{Value, json};
 
 use super::functions::{self, Resolver};
-use super::template::{Parameters, ResourceKind, Template, TemplateError};
+use super::infra;
+use super::template::{Parameters, ResourceKind, Template, TemplateError, substitute_index};
 pub use super::template::{hidden_output_ref, is_hidden_output};
 use super::units::{DesiredUnit, Plan, config_resource, server_resource_id};
 
@@ -105,6 +106,9 @@ impl Resolver for RuntimeResolver<'_> {
             .ok_or_else(|| format!("resource {name:?} does not exist"))?;
         match res.kind {
             ResourceKind::Server => server_resource_id(self.template, name, self),
+            kind if kind.is_infrastructure() => {
+                infra::reference(name, kind, &self.plan.servers, &self.plan.mapped)
+            }
             ResourceKind::SoftwareDeployment => Ok(self
                 .state
                 .units
@@ -122,9 +126,9 @@ impl Resolver for RuntimeResolver<'_> {
             .get(resource)
             .ok_or_else(|| format!("resource {resource:?} does not exist"))?;
         let hidden = match res.kind {
-            ResourceKind::SoftwareDeployment | ResourceKind::SoftwareDeploymentGroup => {
-                is_hidden_output(self.template, resource, attr)
-            }
+            ResourceKind::SoftwareDeployment
+            | ResourceKind::SoftwareDeploymentGroup
+            | ResourceKind::ResourceGroup => is_hidden_output(self.template, resource, attr),
             _ => false,
         };
         if hidden {
@@ -158,10 +162,129 @@ impl Resolver for RuntimeResolver<'_> {
                 }
                 Value::Object(map)
             }
+            // `get_attr: [group, attributes, output, …]`: each member's output.
+            ResourceKind::ResourceGroup if attr == "attributes" => {
+                let Some((Value::String(output), rest)) = path.split_first() else {
+                    return Err(format!(
+                        "get_attr of {resource}'s attributes needs an output name: [{resource}, attributes, OUTPUT]"
+                    ));
+                };
+                let mut map = serde_json::Map::new();
+                for (m, _) in self.plan.members.get(resource).into_iter().flatten() {
+                    let key = super::units::member_key(resource, m);
+                    map.insert(m.clone(), deployment_attr(self.completed(&key)?, output));
+                }
+                return Ok(follow(Value::Object(map), rest));
+            }
+            ResourceKind::ResourceGroup => self.group_attr(resource, attr)?,
+            kind if kind.is_infrastructure() => {
+                infra::attribute(resource, kind, attr, &self.plan.servers, &self.plan.mapped)?
+            }
+            // OS::Heat::None stands in for anything: every attribute is null, as in Heat.
+            ResourceKind::HeatNone => Value::Null,
+            ResourceKind::HeatValue => self.value_attr(resource)?,
             _ => return Err(format!("resource {resource:?} has no attributes")),
         };
         Ok(follow(value, path))
     }
+}
+
+impl RuntimeResolver<'_> {
+    /// An `OS::Heat::Value`'s `value`, converted to its `type`. A value derived from a
+    /// hidden parameter is refused: the result of `get_attr` carries no hidden mark.
+    fn value_attr(&self, resource: &str) -> Result<Value, String> {
+        let res = &self.template.resources[resource];
+        let path = format!("resources.{resource}.properties.value");
+        let raw = res.properties.get("value").cloned().unwrap_or(Value::Null);
+        let out = functions::resolve(&raw, self, &path).map_err(|e| e.to_string())?;
+        if out.hidden {
+            return Err(format!(
+                "{path} uses a hidden parameter; pass the parameter itself where it is needed"
+            ));
+        }
+        let kind = res.properties.get("type").and_then(Value::as_str);
+        Ok(match (kind, out.value) {
+            (Some("number"), Value::String(s)) => s
+                .trim()
+                .parse::<serde_json::Number>()
+                .map(Value::Number)
+                .map_err(|_| format!("{path}: {s:?} is not a number"))?,
+            (Some("boolean"), Value::String(s)) => match s.to_ascii_lowercase().as_str() {
+                "true" | "yes" | "on" | "1" | "t" | "y" => Value::Bool(true),
+                "false" | "no" | "off" | "0" | "f" | "n" => Value::Bool(false),
+                _ => return Err(format!("{path}: {s:?} is not a boolean")),
+            },
+            (Some("comma_delimited_list"), Value::String(s)) => Value::Array(
+                s.split(',')
+                    .map(|p| Value::String(p.trim().to_owned()))
+                    .collect(),
+            ),
+            (Some("string"), v @ (Value::Number(_) | Value::Bool(_))) => {
+                Value::String(v.to_string())
+            }
+            (_, v) => v,
+        })
+    }
+
+    /// A `ResourceGroup`'s attribute: `refs` / `refs_map` (the members' deployment
+    /// ids), `resource.N` (one member's deployment, `resource.N.OUTPUT` one of its
+    /// outputs), or an output of every member as a list in index order.
+    fn group_attr(&self, resource: &str, attr: &str) -> Result<Value, String> {
+        let members = self
+            .plan
+            .members
+            .get(resource)
+            .map_or(&[][..], Vec::as_slice);
+        let key = |m: &str| super::units::member_key(resource, m);
+        let reference = |m: &str| -> Value {
+            self.state
+                .units
+                .get(&key(m))
+                .and_then(|u| u.baseline.as_ref())
+                .map_or(Value::Null, |d| Value::String(d.to_string()))
+        };
+        Ok(match attr {
+            "refs" => Value::Array(members.iter().map(|(m, _)| reference(m)).collect()),
+            "refs_map" => Value::Object(
+                members
+                    .iter()
+                    .map(|(m, _)| (m.clone(), reference(m)))
+                    .collect(),
+            ),
+            "removed_rsrc_list" => Value::Array(Vec::new()),
+            other => match other.strip_prefix("resource.") {
+                Some(n) => {
+                    let (index, rest) = n.split_once('.').unwrap_or((n, ""));
+                    let d = self.completed(&key(index))?;
+                    if rest.is_empty() {
+                        deployment_view(d)
+                    } else {
+                        deployment_attr(d, rest)
+                    }
+                }
+                None => Value::Array(
+                    members
+                        .iter()
+                        .map(|(m, _)| Ok(deployment_attr(self.completed(&key(m))?, other)))
+                        .collect::<Result<_, String>>()?,
+                ),
+            },
+        })
+    }
+}
+
+/// Every attribute of a completed deployment as one map (outputs and `deploy_*`), for
+/// `get_attr` paths through a `ResourceGroup`.
+fn deployment_view(d: &Deployment) -> Value {
+    let mut map: serde_json::Map<String, Value> = d
+        .outputs
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for attr in super::template::DEPLOYMENT_ATTRIBUTES {
+        map.insert(attr.to_owned(), deployment_attr(d, attr));
+    }
+    Value::Object(map)
 }
 
 /// A deployment unit's resolved config and input values, ready to send.
@@ -186,6 +309,20 @@ pub fn unit_deployment(
 ) -> Result<Resolved, TemplateError> {
     let t = r.template;
     let res = &t.resources[&unit.resource];
+    // A ResourceGroup member's definition, its index variable replaced by its index.
+    let member_props;
+    let properties = match (&res.group, &unit.member) {
+        (Some(group), Some(member)) => {
+            let substituted = substitute_index(
+                &Value::Object(res.properties.clone()),
+                &group.index_var,
+                member,
+            );
+            member_props = substituted.as_object().cloned().unwrap_or_default();
+            &member_props
+        }
+        _ => &res.properties,
+    };
     let props = |name: &str| format!("resources.{}.properties.{name}", unit.resource);
     let config_name = config_resource(t, &unit.resource).ok_or_else(|| TemplateError {
         path: props("config"),
@@ -208,6 +345,9 @@ pub fn unit_deployment(
     };
 
     let group = match resolve_config_prop("group")? {
+        // Heat's CloudConfig is `Heat::Ungrouped`, which no hook runs; a hook group
+        // name has no ':', so Flue names it `ungrouped`.
+        None if cres.kind == ResourceKind::CloudConfig => "ungrouped".to_owned(),
         None => "script".to_owned(),
         Some(Value::String(g)) => g,
         Some(other) => {
@@ -222,11 +362,22 @@ pub fn unit_deployment(
     let options = resolve_config_prop("options")?.unwrap_or_else(|| json!({}));
     let hooks = typed(resolve_config_prop("hooks")?, &cprop("hooks"))?;
     let actions = typed(resolve_config_prop("actions")?, &cprop("actions"))?;
-    let config = resolve_config_prop("config")?.unwrap_or(Value::Null);
+    let config = match cres.kind {
+        // JSON is YAML: Heat writes `#cloud-config` and the map as YAML, the same data.
+        ResourceKind::CloudConfig => {
+            let body = resolve_config_prop("cloud_config")?.unwrap_or_else(|| json!({}));
+            let text = serde_json::to_string_pretty(&body).map_err(|e| TemplateError {
+                path: cprop("cloud_config"),
+                message: e.to_string(),
+            })?;
+            Value::String(format!("#cloud-config\n{text}\n"))
+        }
+        _ => resolve_config_prop("config")?.unwrap_or(Value::Null),
+    };
 
     let mut input_values = BTreeMap::new();
     let mut input_refs = BTreeMap::new();
-    if let Some(v) = res.properties.get("input_values") {
+    if let Some(v) = properties.get("input_values") {
         let Value::Object(map) = v else {
             return Err(TemplateError {
                 path: props("input_values"),
@@ -278,7 +429,7 @@ pub fn unit_deployment(
 
     // Names and timeouts are stored and shown as they are: no hidden value may go there.
     let visible = |name: &str, v: &Value| functions::resolve_visible(v, r, &props(name));
-    let timeout_secs = match res.properties.get("timeout") {
+    let timeout_secs = match properties.get("timeout") {
         None => None,
         Some(v) => {
             let v = visible("timeout", v)?;
@@ -288,7 +439,7 @@ pub fn unit_deployment(
             })?)
         }
     };
-    let base_name = match res.properties.get("name") {
+    let base_name = match properties.get("name") {
         Some(v) => match visible("name", v)? {
             Value::String(s) => s,
             other => other.to_string(),

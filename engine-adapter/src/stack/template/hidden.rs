@@ -36,7 +36,9 @@ pub(super) fn check(t: &Template) -> Result<(), TemplateError> {
             let path = format!("resources.{name}.properties.{prop}");
             let runs = matches!(
                 res.kind,
-                ResourceKind::SoftwareDeployment | ResourceKind::SoftwareDeploymentGroup
+                ResourceKind::SoftwareDeployment
+                    | ResourceKind::SoftwareDeploymentGroup
+                    | ResourceKind::ResourceGroup
             );
             match value {
                 Value::Object(inputs) if runs && prop == "input_values" => {

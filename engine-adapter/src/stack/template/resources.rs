@@ -10,7 +10,8 @@ use flue_proto::config::is_plain_name;
 use serde_json::{Map, Value};
 
 use super::{
-    Batching, Resource, ResourceKind, TemplateError, UpdatePolicy, check_keys, optional_string,
+    Batching, GroupDef, Resource, ResourceKind, TemplateError, UpdatePolicy, check_keys,
+    optional_string,
 };
 use crate::stack::functions::{self, as_call, kind_of};
 
@@ -64,9 +65,14 @@ pub(super) fn parse(name: &str, def: &Value, base_dir: &Path) -> Result<Resource
                 format!("{path}.type"),
                 format!(
                     "unsupported resource type {t:?}; supported: OS::Heat::SoftwareConfig, \
-                     OS::Heat::StructuredConfig, OS::Heat::SoftwareDeployment, \
+                     OS::Heat::StructuredConfig, OS::Heat::CloudConfig, \
+                     OS::Heat::MultipartMime, OS::Heat::SoftwareDeployment, \
                      OS::Heat::StructuredDeployment, OS::Heat::SoftwareDeploymentGroup, \
-                     OS::Heat::StructuredDeploymentGroup, OS::Flue::Server"
+                     OS::Heat::StructuredDeploymentGroup, OS::Heat::ResourceGroup (of \
+                     deployments), OS::Heat::RandomString, OS::Heat::Value, OS::Heat::None, \
+                     OS::Flue::Server, OS::Nova::Server (mapped onto a registered server), \
+                     and as external resources (never created) {}",
+                    super::EXTERNAL_TYPES.join(", ")
                 ),
             )
         })?,
@@ -95,7 +101,12 @@ pub(super) fn parse(name: &str, def: &Value, base_dir: &Path) -> Result<Resource
     let depends_on = parse_depends_on(def.get("depends_on"), &format!("{path}.depends_on"))?;
     let update_policy = match def.get("update_policy") {
         None | Some(Value::Null) => UpdatePolicy::default(),
-        Some(policy) if kind == ResourceKind::SoftwareDeploymentGroup => {
+        Some(policy)
+            if matches!(
+                kind,
+                ResourceKind::SoftwareDeploymentGroup | ResourceKind::ResourceGroup
+            ) =>
+        {
             parse_update_policy(policy, &format!("{path}.update_policy"))?
         }
         Some(_) => {
@@ -105,12 +116,28 @@ pub(super) fn parse(name: &str, def: &Value, base_dir: &Path) -> Result<Resource
             ));
         }
     };
+    // A ResourceGroup keeps its members' definition as its properties, so everything
+    // that reads a deployment's `config`, `server` or `input_values` reads it the same.
+    let (properties, group) = if kind == ResourceKind::ResourceGroup {
+        let def = GroupDef {
+            count: properties.get("count").cloned().unwrap_or(Value::from(1)),
+            index_var: properties
+                .get("index_var")
+                .and_then(Value::as_str)
+                .unwrap_or(super::INDEX_VAR)
+                .to_owned(),
+        };
+        (super::utility::group_def_properties(&properties), Some(def))
+    } else {
+        (properties, None)
+    };
     Ok(Resource {
         name: name.to_owned(),
         kind,
         properties,
         depends_on,
         update_policy,
+        group,
     })
 }
 
@@ -150,10 +177,30 @@ fn check_properties(
             check_keys(props, path, &SERVER_PROPS)?;
             require(props, path, &["server_id"])
         }
+        // Not Flue's to create: every property is accepted and ignored.
+        ResourceKind::NovaServer | ResourceKind::External(_) | ResourceKind::HeatNone => Ok(()),
+        ResourceKind::RandomString => super::utility::check_random_string(props, path),
+        ResourceKind::HeatValue => super::utility::check_value(props, path),
+        ResourceKind::CloudConfig => super::utility::check_cloud_config(props, path),
+        ResourceKind::MultipartMime => super::utility::check_multipart(props, path),
+        ResourceKind::ResourceGroup => super::utility::check_resource_group(props, path),
     }
 }
 
-fn require(props: &Map<String, Value>, path: &str, keys: &[&str]) -> Result<(), TemplateError> {
+/// Checks `props` as the properties of a deployment (for a `ResourceGroup`'s
+/// `resource_def`).
+pub(super) fn check_deployment(
+    props: &Map<String, Value>,
+    path: &str,
+) -> Result<(), TemplateError> {
+    check_properties(ResourceKind::SoftwareDeployment, props, path)
+}
+
+pub(super) fn require(
+    props: &Map<String, Value>,
+    path: &str,
+    keys: &[&str],
+) -> Result<(), TemplateError> {
     match keys.iter().find(|k| !props.contains_key(**k)) {
         Some(k) => Err(TemplateError::new(format!("{path}.{k}"), "required")),
         None => Ok(()),
@@ -161,7 +208,7 @@ fn require(props: &Map<String, Value>, path: &str, keys: &[&str]) -> Result<(), 
 }
 
 /// True when `value` is a function call, whose result is only known later.
-fn is_call(value: &Value) -> bool {
+pub(super) fn is_call(value: &Value) -> bool {
     as_call(value).is_some()
 }
 
