@@ -417,7 +417,10 @@ async fn apply(
         && previous
             .as_ref()
             .is_none_or(|p| p.state.units.values().all(|u| u.baseline.is_none()));
-    let plan = units::expand_mapped(template, &params, &mapped, creating)?;
+    let mut plan = units::expand_mapped(template, &params, &mapped, creating)?;
+    if let Some(prev) = &previous {
+        units::keep_keepers_in_place(template, &mut plan, &prev.state);
+    }
     plan::check_servers(client, &plan).await?;
     for (resource, note) in infra::notes(template, &plan.servers, &plan.mapped) {
         (opts.report)(&Event::Mapped { resource, note });

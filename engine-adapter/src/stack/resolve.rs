@@ -9,10 +9,10 @@ use flue_proto::{
 use serde_json::{Value, json};
 
 use super::functions::{self, Resolver};
-use super::infra;
 use super::template::{Parameters, ResourceKind, Template, TemplateError, substitute_index};
 pub use super::template::{hidden_output_ref, is_hidden_output};
 use super::units::{DesiredUnit, Plan, config_resource, server_resource_id};
+use super::{infra, random};
 
 #[cfg(test)]
 mod tests;
@@ -128,7 +128,8 @@ impl Resolver for RuntimeResolver<'_> {
         let hidden = match res.kind {
             ResourceKind::SoftwareDeployment
             | ResourceKind::SoftwareDeploymentGroup
-            | ResourceKind::ResourceGroup => is_hidden_output(self.template, resource, attr),
+            | ResourceKind::ResourceGroup
+            | ResourceKind::RandomString => is_hidden_output(self.template, resource, attr),
             _ => false,
         };
         if hidden {
@@ -309,6 +310,9 @@ pub fn unit_deployment(
 ) -> Result<Resolved, TemplateError> {
     let t = r.template;
     let res = &t.resources[&unit.resource];
+    if res.kind == ResourceKind::RandomString {
+        return keeper_deployment(r, unit);
+    }
     // A ResourceGroup member's definition, its index variable replaced by its index.
     let member_props;
     let properties = match (&res.group, &unit.member) {
@@ -468,6 +472,32 @@ pub fn unit_deployment(
         input_refs,
         timeout_secs,
         name,
+    })
+}
+
+/// An `OS::Heat::RandomString`'s keeper: a fresh value and the properties it was made
+/// from (the driver keeps the old value when those did not change).
+fn keeper_deployment(
+    r: &RuntimeResolver<'_>,
+    unit: &DesiredUnit,
+) -> Result<Resolved, TemplateError> {
+    let res = &r.template.resources[&unit.resource];
+    let path = format!("resources.{}.properties", unit.resource);
+    let props = functions::resolve_visible(&Value::Object(res.properties.clone()), r, &path)?;
+    let props = props.as_object().cloned().unwrap_or_default();
+    let value = random::generate(&props).map_err(|e| TemplateError {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    let mut input_values = BTreeMap::new();
+    input_values.insert(random::PROPERTIES.to_owned(), Value::Object(props));
+    input_values.insert(random::VALUE.to_owned(), Value::String(value));
+    Ok(Resolved {
+        spec: random::keeper_config(&unit.resource),
+        input_values,
+        input_refs: BTreeMap::new(),
+        timeout_secs: None,
+        name: unit.resource.clone(),
     })
 }
 

@@ -24,7 +24,7 @@ pub use hidden::{hidden_output_ref, is_hidden_output};
 mod params;
 mod resources;
 mod utility;
-pub use utility::{INDEX_VAR, substitute_index};
+pub use utility::{INDEX_VAR, MAX_RANDOM_LENGTH, substitute_index};
 #[cfg(test)]
 mod tests;
 

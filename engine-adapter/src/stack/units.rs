@@ -88,6 +88,7 @@ pub fn runs_deployments(kind: ResourceKind) -> bool {
         ResourceKind::SoftwareDeployment
             | ResourceKind::SoftwareDeploymentGroup
             | ResourceKind::ResourceGroup
+            | ResourceKind::RandomString
     )
 }
 
@@ -134,7 +135,7 @@ pub fn expand_mapped(
     let mut keys_of: BTreeMap<String, Vec<String>> = BTreeMap::new();
 
     for (name, res) in &template.resources {
-        if !runs_deployments(res.kind) {
+        if !runs_deployments(res.kind) || res.kind == ResourceKind::RandomString {
             continue;
         }
         let path = format!("resources.{name}.properties");
@@ -213,6 +214,7 @@ pub fn expand_mapped(
     }
     plan.servers = servers;
     plan.mapped = mapped.clone();
+    add_keepers(template, &mut plan, &mut keys_of);
 
     // A unit waits for every unit of the deployment resources its resource depends on,
     // directly or through configs and servers.
@@ -227,6 +229,58 @@ pub fn expand_mapped(
         }
     }
     Ok(plan)
+}
+
+/// A unit keeping each `OS::Heat::RandomString` that a deployment takes (see
+/// [`super::random`]), on the first of those deployments' servers.
+fn add_keepers(template: &Template, plan: &mut Plan, keys_of: &mut BTreeMap<String, Vec<String>>) {
+    for (name, res) in &template.resources {
+        if res.kind != ResourceKind::RandomString {
+            continue;
+        }
+        let server = plan
+            .units
+            .values()
+            .filter(|u| {
+                template.resources[&u.resource]
+                    .properties
+                    .get("input_values")
+                    .is_some_and(|v| functions::references(v).contains(name))
+            })
+            .map(|u| u.server_id.clone())
+            .min();
+        let Some(server_id) = server else { continue };
+        keys_of.insert(name.clone(), vec![name.clone()]);
+        plan.units.insert(
+            name.clone(),
+            DesiredUnit {
+                key: name.clone(),
+                resource: name.clone(),
+                member: None,
+                server_id,
+                actions: DEFAULT_ACTIONS.iter().map(|a| (*a).to_owned()).collect(),
+                depends_on: BTreeSet::new(),
+                batch: None,
+            },
+        );
+    }
+}
+
+/// A value's keeper stays on the server it was kept on while that server is still in
+/// the stack: moving it would make a new value.
+pub fn keep_keepers_in_place(template: &Template, plan: &mut Plan, state: &flue_proto::StackState) {
+    let servers: BTreeSet<ServerId> = plan.units.values().map(|u| u.server_id.clone()).collect();
+    for unit in plan.units.values_mut() {
+        if template.resources[&unit.resource].kind != ResourceKind::RandomString {
+            continue;
+        }
+        if let Some(old) = state.units.get(&unit.key)
+            && old.baseline.is_some()
+            && servers.contains(&old.server_id)
+        {
+            unit.server_id = old.server_id.clone();
+        }
+    }
 }
 
 /// Adds a group's members, in the order given (their rolling order), as units.
