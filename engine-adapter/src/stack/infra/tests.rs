@@ -351,3 +351,48 @@ fn a_resource_group_of_servers_is_refused_with_the_way_out() {
     assert_eq!(e.path, "resources.workers.properties.resource_def.type");
     assert!(e.message.contains("SoftwareDeploymentGroup"), "{e}");
 }
+
+#[test]
+fn the_heat_examples_load_and_map_onto_registered_servers() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/heat");
+    let t = Template::load(&dir.join("two-servers.yaml")).expect("two-servers loads");
+    let given = [("data_dir".to_owned(), "/tmp/x".to_owned())].into();
+    let params = t.bind_parameters(&given).expect("params");
+    let m = mapped(&[
+        ("db_server", Some("db1"), &[]),
+        ("web_server", Some("web1"), &[]),
+    ]);
+    let p = units::expand_mapped(&t, &params, &m, true).expect("plans");
+    let units: Vec<(&str, &str)> = p
+        .units
+        .values()
+        .map(|u| (u.key.as_str(), u.server_id.as_str()))
+        .collect();
+    assert_eq!(
+        units,
+        [
+            ("db_deployment", "db1"),
+            ("db_password", "db1"),
+            ("web_deployment", "web1")
+        ]
+    );
+    assert!(
+        p.units["web_deployment"]
+            .depends_on
+            .contains("db_deployment")
+    );
+    assert!(p.units["web_deployment"].depends_on.contains("db_password"));
+
+    let t = Template::load(&dir.join("deployment-group.yaml")).expect("group loads");
+    let given = [
+        ("data_dir".to_owned(), "/tmp/x".to_owned()),
+        ("servers".to_owned(), "w1,w2".to_owned()),
+    ]
+    .into();
+    let params = t.bind_parameters(&given).expect("params");
+    let m = mapped(&[("node_a", Some("n1"), &[]), ("node_b", Some("n2"), &[])]);
+    let p = units::expand_mapped(&t, &params, &m, true).expect("plans");
+    let keys: Vec<&str> = p.units.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["nodes/a", "nodes/b", "workers/0", "workers/1"]);
+    assert_eq!(p.units["workers/1"].server_id.as_str(), "w2");
+}
