@@ -98,7 +98,10 @@ fn template() -> Template {
     Template::parse(HEAT, Path::new(".")).expect("a Heat template loads")
 }
 
-fn mapped(pairs: &[(&str, Option<&str>, &[(&str, &str)])]) -> BTreeMap<String, MappedResource> {
+/// A resource, the server it is mapped onto, and attributes given for it.
+type Given<'a> = (&'a str, Option<&'a str>, &'a [(&'a str, &'a str)]);
+
+fn mapped(pairs: &[Given<'_>]) -> BTreeMap<String, MappedResource> {
     pairs
         .iter()
         .map(|(name, server, attrs)| {

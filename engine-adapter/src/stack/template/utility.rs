@@ -201,7 +201,7 @@ pub(super) fn check_resource_group(
         }
     }
     if let Some(v) = props.get("index_var")
-        && !v.as_str().is_some_and(|s| !s.is_empty())
+        && v.as_str().is_none_or(str::is_empty)
     {
         return Err(TemplateError::new(
             at("index_var"),
