@@ -22,6 +22,7 @@ pub use checks::{
 mod hidden;
 pub use hidden::{hidden_output_ref, is_hidden_output};
 mod params;
+mod policy;
 mod resources;
 mod utility;
 pub use utility::{INDEX_VAR, MAX_RANDOM_LENGTH, substitute_index};

@@ -13,10 +13,10 @@ use flue_proto::MappedResource;
 use super::functions::{self, Resolver};
 use super::graph;
 use super::infra::{self, MappedServer};
-use super::template::{
-    GroupDef, Parameters, ResourceKind, Template, TemplateError, substitute_index,
-};
+use super::template::{Parameters, ResourceKind, Template, TemplateError};
 
+mod heat;
+pub use heat::keep_keepers_in_place;
 #[cfg(test)]
 mod tests;
 
@@ -141,7 +141,7 @@ pub fn expand_mapped(
         let path = format!("resources.{name}.properties");
         let actions = actions(template, name, &statics)?;
         if let Some(group) = &res.group {
-            let members = resource_group_members(name, res, group, &statics)?;
+            let members = heat::resource_group_members(name, res, group, &statics)?;
             add_members(
                 &mut plan,
                 &mut keys_of,
@@ -214,7 +214,7 @@ pub fn expand_mapped(
     }
     plan.servers = servers;
     plan.mapped = mapped.clone();
-    add_keepers(template, &mut plan, &mut keys_of);
+    heat::add_keepers(template, &mut plan, &mut keys_of);
 
     // A unit waits for every unit of the deployment resources its resource depends on,
     // directly or through configs and servers.
@@ -229,58 +229,6 @@ pub fn expand_mapped(
         }
     }
     Ok(plan)
-}
-
-/// A unit keeping each `OS::Heat::RandomString` that a deployment takes (see
-/// [`super::random`]), on the first of those deployments' servers.
-fn add_keepers(template: &Template, plan: &mut Plan, keys_of: &mut BTreeMap<String, Vec<String>>) {
-    for (name, res) in &template.resources {
-        if res.kind != ResourceKind::RandomString {
-            continue;
-        }
-        let server = plan
-            .units
-            .values()
-            .filter(|u| {
-                template.resources[&u.resource]
-                    .properties
-                    .get("input_values")
-                    .is_some_and(|v| functions::references(v).contains(name))
-            })
-            .map(|u| u.server_id.clone())
-            .min();
-        let Some(server_id) = server else { continue };
-        keys_of.insert(name.clone(), vec![name.clone()]);
-        plan.units.insert(
-            name.clone(),
-            DesiredUnit {
-                key: name.clone(),
-                resource: name.clone(),
-                member: None,
-                server_id,
-                actions: DEFAULT_ACTIONS.iter().map(|a| (*a).to_owned()).collect(),
-                depends_on: BTreeSet::new(),
-                batch: None,
-            },
-        );
-    }
-}
-
-/// A value's keeper stays on the server it was kept on while that server is still in
-/// the stack: moving it would make a new value.
-pub fn keep_keepers_in_place(template: &Template, plan: &mut Plan, state: &flue_proto::StackState) {
-    let servers: BTreeSet<ServerId> = plan.units.values().map(|u| u.server_id.clone()).collect();
-    for unit in plan.units.values_mut() {
-        if template.resources[&unit.resource].kind != ResourceKind::RandomString {
-            continue;
-        }
-        if let Some(old) = state.units.get(&unit.key)
-            && old.baseline.is_some()
-            && servers.contains(&old.server_id)
-        {
-            unit.server_id = old.server_id.clone();
-        }
-    }
 }
 
 /// Adds a group's members, in the order given (their rolling order), as units.
@@ -320,36 +268,6 @@ fn add_members(
     }
     keys_of.insert(name.to_owned(), keys);
     plan.members.insert(name.to_owned(), members);
-}
-
-/// A `ResourceGroup`'s members `0`…`count-1`, each on the server its definition names
-/// once the index variable is replaced by its index.
-fn resource_group_members(
-    name: &str,
-    res: &super::template::Resource,
-    group: &GroupDef,
-    statics: &StaticResolver<'_>,
-) -> Result<Vec<(String, ServerId)>, TemplateError> {
-    let count_path = format!("resources.{name}.properties.count");
-    let count = functions::resolve_visible(&group.count, statics, &count_path)?;
-    let count = count
-        .as_u64()
-        .or_else(|| count.as_str().and_then(|s| s.trim().parse().ok()))
-        .ok_or_else(|| TemplateError::new(&count_path, "must be a whole number, 0 or more"))?;
-    let server_path = format!("resources.{name}.properties.resource_def.properties.server");
-    let server = res
-        .properties
-        .get("server")
-        .ok_or_else(|| TemplateError::new(&server_path, "required"))?;
-    (0..count)
-        .map(|i| {
-            let index = i.to_string();
-            let server = substitute_index(server, &group.index_var, &index);
-            let at = format!("{server_path} (member {index})");
-            let id = server_id(&functions::resolve_visible(&server, statics, &at)?, &at)?;
-            Ok((index, id))
-        })
-        .collect()
 }
 
 /// The deployment resources `resource` depends on, looking through resources that run
@@ -438,7 +356,7 @@ pub fn config_resource<'t>(template: &'t Template, deployment: &str) -> Option<&
         .map(|(k, _)| k.as_str())
 }
 
-fn server_id(v: &Value, path: &str) -> Result<ServerId, TemplateError> {
+pub(super) fn server_id(v: &Value, path: &str) -> Result<ServerId, TemplateError> {
     let s = v.as_str().ok_or_else(|| TemplateError {
         path: path.to_owned(),
         message: format!("must be a server id, got {v}"),
@@ -466,7 +384,7 @@ pub fn server_resource_id(
 }
 
 /// Resolves what must be known before anything runs: parameters and servers.
-struct StaticResolver<'a> {
+pub(super) struct StaticResolver<'a> {
     template: &'a Template,
     params: &'a Parameters,
     /// The mapped `OS::Nova::Server`s, once known.

@@ -3,15 +3,13 @@
 //! live in `checks`.
 
 use std::path::Path;
-use std::time::Duration;
 
 use flue_proto::LIFECYCLE_ACTIONS;
 use flue_proto::config::is_plain_name;
 use serde_json::{Map, Value};
 
 use super::{
-    Batching, GroupDef, Resource, ResourceKind, TemplateError, UpdatePolicy, check_keys,
-    optional_string,
+    GroupDef, Resource, ResourceKind, TemplateError, UpdatePolicy, check_keys, optional_string,
 };
 use crate::stack::functions::{self, as_call, kind_of};
 
@@ -107,7 +105,7 @@ pub(super) fn parse(name: &str, def: &Value, base_dir: &Path) -> Result<Resource
                 ResourceKind::SoftwareDeploymentGroup | ResourceKind::ResourceGroup
             ) =>
         {
-            parse_update_policy(policy, &format!("{path}.update_policy"))?
+            super::policy::parse_update_policy(policy, &format!("{path}.update_policy"))?
         }
         Some(_) => {
             return Err(TemplateError::new(
@@ -463,61 +461,4 @@ fn parse_depends_on(value: Option<&Value>, path: &str) -> Result<Vec<String>, Te
             })
         })
         .collect()
-}
-
-fn parse_update_policy(policy: &Value, path: &str) -> Result<UpdatePolicy, TemplateError> {
-    let Value::Object(policy) = policy else {
-        return Err(TemplateError::new(
-            path,
-            "must be a map with batch_create and/or rolling_update",
-        ));
-    };
-    check_keys(policy, path, &["batch_create", "rolling_update"])?;
-    let batching = |key: &str| match policy.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => parse_batching(v, &format!("{path}.{key}")).map(Some),
-    };
-    Ok(UpdatePolicy {
-        batch_create: batching("batch_create")?,
-        rolling_update: batching("rolling_update")?,
-    })
-}
-
-fn parse_batching(value: &Value, path: &str) -> Result<Batching, TemplateError> {
-    let Value::Object(map) = value else {
-        return Err(TemplateError::new(
-            path,
-            "must be a map with max_batch_size and pause_time",
-        ));
-    };
-    check_keys(map, path, &["max_batch_size", "pause_time"])?;
-    let max_batch_size = match map.get("max_batch_size") {
-        None => 1,
-        Some(v) => v
-            .as_u64()
-            .filter(|n| *n >= 1)
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| {
-                TemplateError::new(
-                    format!("{path}.max_batch_size"),
-                    "must be a whole number of at least 1",
-                )
-            })?,
-    };
-    let pause_time = match map.get("pause_time") {
-        None => Duration::ZERO,
-        Some(v) => v
-            .as_f64()
-            .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            .ok_or_else(|| {
-                TemplateError::new(
-                    format!("{path}.pause_time"),
-                    "must be a number of seconds, 0 or more",
-                )
-            })?,
-    };
-    Ok(Batching {
-        max_batch_size,
-        pause_time,
-    })
 }
