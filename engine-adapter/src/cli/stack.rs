@@ -307,6 +307,22 @@ fn show(stack: &Stack) -> String {
             let _ = writeln!(s, "  {k} = <hidden>");
         }
     }
+    if !state.mapped.is_empty() {
+        let _ = writeln!(s, "mapped (not created by Flue):");
+        for (name, m) in &state.mapped {
+            let mut line = format!("  {name}");
+            if let Some(id) = &m.server_id {
+                let _ = write!(line, " = server {id}");
+            }
+            if let Some(r) = &m.reference {
+                let _ = write!(line, " = {r}");
+            }
+            for (attr, v) in &m.attributes {
+                let _ = write!(line, ", {attr}: {}", render::output_value(v));
+            }
+            let _ = writeln!(s, "{line}");
+        }
+    }
     if !state.units.is_empty() {
         let _ = writeln!(
             s,

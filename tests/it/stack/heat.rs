@@ -68,6 +68,21 @@ async fn the_heat_two_server_template_runs_db_then_web_on_the_mapped_servers() {
     let web = deployments(&env, "web1").await;
     assert_eq!(web[0].input_values["db_password"], json!("<hidden>"));
     assert_eq!(web[0].input_values["db_server_name"], json!("db1"));
+    let shown = flue(&env, &["stack", "show", "shop"]).await;
+    assert_eq!(shown.code, 0, "{shown}");
+    assert!(
+        shown.stdout.contains("  db_server = server db1\n"),
+        "{shown}"
+    );
+    assert!(
+        shown.stdout.contains("  web_server = server web1\n"),
+        "{shown}"
+    );
+    // The password's keeper is a unit of the stack, on the first server that uses it.
+    assert!(
+        shown.stdout.contains("db_password                  db1"),
+        "{shown}"
+    );
     let s = stack(&env, "shop").await;
     assert_eq!(s.state.outputs["db_password"], json!("<hidden>"));
     assert_eq!(
