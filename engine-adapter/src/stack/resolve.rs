@@ -252,10 +252,17 @@ pub fn unit_deployment(
     };
 
     let group = match resolve_config_prop("group")? {
-        // Heat's CloudConfig is `Heat::Ungrouped`, which no hook runs; a hook group
-        // name has no ':', so Flue names it `ungrouped`.
-        None if cres.kind == ResourceKind::CloudConfig => "ungrouped".to_owned(),
+        // Heat's CloudConfig and MultipartMime are `Heat::Ungrouped`, which no hook
+        // runs; a hook group name has no ':', so Flue names it `ungrouped`.
+        None if matches!(
+            cres.kind,
+            ResourceKind::CloudConfig | ResourceKind::MultipartMime
+        ) =>
+        {
+            heat::UNGROUPED.to_owned()
+        }
         None => "script".to_owned(),
+        Some(Value::String(g)) if g == "Heat::Ungrouped" => heat::UNGROUPED.to_owned(),
         Some(Value::String(g)) => g,
         Some(other) => {
             return Err(TemplateError {
@@ -270,14 +277,8 @@ pub fn unit_deployment(
     let hooks = typed(resolve_config_prop("hooks")?, &cprop("hooks"))?;
     let actions = typed(resolve_config_prop("actions")?, &cprop("actions"))?;
     let config = match cres.kind {
-        // JSON is YAML: Heat writes `#cloud-config` and the map as YAML, the same data.
-        ResourceKind::CloudConfig => {
-            let body = resolve_config_prop("cloud_config")?.unwrap_or_else(|| json!({}));
-            let text = serde_json::to_string_pretty(&body).map_err(|e| TemplateError {
-                path: cprop("cloud_config"),
-                message: e.to_string(),
-            })?;
-            Value::String(format!("#cloud-config\n{text}\n"))
+        ResourceKind::CloudConfig | ResourceKind::MultipartMime => {
+            Value::String(heat::config_text(r, config_name)?)
         }
         _ => resolve_config_prop("config")?.unwrap_or(Value::Null),
     };

@@ -226,7 +226,7 @@ impl ResourceKind {
     pub fn is_config(self) -> bool {
         matches!(
             self,
-            Self::SoftwareConfig | Self::StructuredConfig | Self::CloudConfig
+            Self::SoftwareConfig | Self::StructuredConfig | Self::CloudConfig | Self::MultipartMime
         )
     }
 

@@ -81,6 +81,18 @@ resources:
           server: {get_param: [servers, "%index%"]}
           name: worker-%index%
           input_values: {db_host: "db-for-%index%"}
+  mime:
+    type: OS::Heat::MultipartMime
+    properties:
+      parts:
+        - config: {get_resource: boot}
+        - {config: {get_resource: config}, filename: run.sh, subtype: x-shellscript}
+        - {config: "plain words", filename: notes.txt}
+  mimed:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: mime}
+      server: {get_resource: web_server}
   cloud:
     type: OS::Heat::SoftwareDeployment
     properties:
@@ -398,4 +410,39 @@ fn the_heat_examples_load_and_map_onto_registered_servers() {
     let keys: Vec<&str> = p.units.keys().map(String::as_str).collect();
     assert_eq!(keys, ["nodes/a", "nodes/b", "workers/0", "workers/1"]);
     assert_eq!(p.units["workers/1"].server_id.as_str(), "w2");
+}
+
+#[test]
+fn a_multipart_mime_deployed_is_a_mime_message_of_its_parts_bodies() {
+    let t = template();
+    let p = plan(&t, &full_mapping()).expect("plans");
+    let params = t.bind_parameters(&BTreeMap::new()).expect("params");
+    let (state, deployments) = (StackState::default(), HashMap::new());
+    let r = RuntimeResolver {
+        template: &t,
+        params: &params,
+        plan: &p,
+        state: &state,
+        deployments: &deployments,
+        hidden_outputs: HiddenOutputs::Refuse,
+    };
+    let mimed = unit_deployment(&r, &p.units["mimed"]).expect("resolves");
+    assert_eq!(mimed.spec.group, "ungrouped");
+    let body = mimed.spec.config.as_str().expect("text").to_owned();
+    assert!(
+        body.starts_with("Content-Type: multipart/mixed; boundary="),
+        "{body}"
+    );
+    assert!(body.contains("Content-Type: text/plain; charset=\"us-ascii\"\nMIME-Version: 1.0\nContent-Transfer-Encoding: 7bit\n\n#cloud-config\n"), "{body}");
+    assert!(body.contains("Content-Type: text/x-shellscript"), "{body}");
+    assert!(
+        body.contains("filename=\"run.sh\"\n\n#!/bin/sh\necho hi\n"),
+        "{body}"
+    );
+    // Without a subtype, the file name's stem names it, as in Heat.
+    assert!(body.contains("Content-Type: text/notes;"), "{body}");
+    assert_eq!(body.matches("\n--===============").count(), 4, "{body}");
+    // The same parts make the same text, so an update finds nothing changed.
+    let again = unit_deployment(&r, &p.units["mimed"]).expect("resolves");
+    assert_eq!(again.spec.config, mimed.spec.config);
 }

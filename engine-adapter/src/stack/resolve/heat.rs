@@ -1,5 +1,6 @@
 //! Run-time values of Heat's utility resources: `OS::Heat::Value`, the attributes of an
-//! `OS::Heat::ResourceGroup`, and an `OS::Heat::RandomString`'s keeper deployment.
+//! `OS::Heat::ResourceGroup`, an `OS::Heat::RandomString`'s keeper deployment, and the
+//! bodies of `OS::Heat::CloudConfig` and `OS::Heat::MultipartMime`.
 
 use std::collections::BTreeMap;
 
@@ -8,8 +9,9 @@ use serde_json::Value;
 
 use super::{Resolved, RuntimeResolver, deployment_attr};
 use crate::stack::functions;
+use crate::stack::functions::{GET_RESOURCE, as_call};
 use crate::stack::random;
-use crate::stack::template::TemplateError;
+use crate::stack::template::{ResourceKind, TemplateError};
 use crate::stack::units::DesiredUnit;
 
 impl RuntimeResolver<'_> {
@@ -134,4 +136,184 @@ pub(super) fn keeper_deployment(
         timeout_secs: None,
         name: unit.resource.clone(),
     })
+}
+
+/// The hook group of Heat's `Heat::Ungrouped` configs (a group name has no `:`).
+pub const UNGROUPED: &str = "ungrouped";
+
+/// The body of config resource `name` as text: a `SoftwareConfig`'s `config` (a
+/// `StructuredConfig`'s as JSON), a `CloudConfig`'s `#cloud-config` document, a
+/// `MultipartMime`'s MIME message.
+pub(super) fn config_text(r: &RuntimeResolver<'_>, name: &str) -> Result<String, TemplateError> {
+    let res = &r.template.resources[name];
+    let path = |key: &str| format!("resources.{name}.properties.{key}");
+    let prop = |key: &str| -> Result<Value, TemplateError> {
+        let v = res.properties.get(key).cloned().unwrap_or(Value::Null);
+        functions::resolve_visible(&v, r, &path(key))
+    };
+    match res.kind {
+        // JSON is YAML: Heat writes `#cloud-config` and the map as YAML, the same data.
+        ResourceKind::CloudConfig => {
+            let body = match prop("cloud_config")? {
+                Value::Null => Value::Object(serde_json::Map::new()),
+                v => v,
+            };
+            let text = serde_json::to_string_pretty(&body)
+                .map_err(|e| TemplateError::new(path("cloud_config"), e.to_string()))?;
+            Ok(format!("#cloud-config\n{text}\n"))
+        }
+        ResourceKind::MultipartMime => {
+            let mut parts = Vec::new();
+            mime_parts(r, name, &mut parts, 0)?;
+            Ok(mime_message(&parts))
+        }
+        _ => match prop("config")? {
+            Value::String(s) => Ok(s),
+            Value::Null => Ok(String::new()),
+            other => Ok(other.to_string()),
+        },
+    }
+}
+
+/// One part of a MIME message: its subtype, file name and text.
+struct MimePart {
+    subtype: String,
+    filename: String,
+    text: String,
+}
+
+/// The parts of `MultipartMime` `name`, a `multipart` part's own parts spliced in (as
+/// Heat does), each `config` either text or `get_resource` of a config resource.
+fn mime_parts(
+    r: &RuntimeResolver<'_>,
+    name: &str,
+    out: &mut Vec<MimePart>,
+    depth: usize,
+) -> Result<(), TemplateError> {
+    let parts_path = format!("resources.{name}.properties.parts");
+    if depth > 8 {
+        return Err(TemplateError::new(
+            parts_path,
+            "multipart parts nest too deep",
+        ));
+    }
+    let raw = r.template.resources[name]
+        .properties
+        .get("parts")
+        .cloned()
+        .unwrap_or(Value::Array(Vec::new()));
+    // Each part's `config` is read on its own: `get_resource` of a config here means
+    // its body, not its name.
+    let items = match raw {
+        Value::Array(items) => items,
+        other => match functions::resolve_visible(&other, r, &parts_path)? {
+            Value::Array(items) => items,
+            _ => return Err(TemplateError::new(parts_path, "must be a list of parts")),
+        },
+    };
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("{parts_path}[{i}]");
+        let field = |key: &str| -> Result<String, TemplateError> {
+            match item.get(key) {
+                None => Ok(String::new()),
+                Some(v) => match functions::resolve_visible(v, r, &format!("{at}.{key}"))? {
+                    Value::String(s) => Ok(s),
+                    Value::Null => Ok(String::new()),
+                    other => Ok(other.to_string()),
+                },
+            }
+        };
+        let target = item
+            .get("config")
+            .and_then(as_call)
+            .and_then(|(f, arg)| (f == GET_RESOURCE).then_some(arg))
+            .and_then(Value::as_str)
+            .filter(|t| {
+                r.template.resources.get(*t).is_some_and(|res| {
+                    res.kind.is_config() || res.kind == ResourceKind::MultipartMime
+                })
+            });
+        if field("type")? == "multipart" {
+            match target {
+                Some(t) if r.template.resources[t].kind == ResourceKind::MultipartMime => {
+                    mime_parts(r, t, out, depth + 1)?;
+                    continue;
+                }
+                _ => {
+                    return Err(TemplateError::new(
+                        format!("{at}.config"),
+                        "a multipart part must be {get_resource: <an OS::Heat::MultipartMime>}",
+                    ));
+                }
+            }
+        }
+        let text = match target {
+            Some(t) => config_text(r, t)?,
+            None => field("config")?,
+        };
+        let filename = field("filename")?;
+        let mut subtype = field("subtype")?;
+        // Heat: without a subtype, a file name's stem names it.
+        if subtype.is_empty() && !filename.is_empty() {
+            subtype = filename
+                .rsplit_once('.')
+                .map_or(filename.as_str(), |(stem, _)| stem)
+                .to_owned();
+        }
+        if subtype.is_empty() {
+            subtype = "plain".to_owned();
+        }
+        out.push(MimePart {
+            subtype,
+            filename,
+            text,
+        });
+    }
+    Ok(())
+}
+
+/// A `multipart/mixed` message of `parts`. The boundary is derived from the content,
+/// so the same parts always give the same text (an update finds it unchanged).
+fn mime_message(parts: &[MimePart]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for byte in p
+            .subtype
+            .bytes()
+            .chain(p.filename.bytes())
+            .chain(p.text.bytes())
+        {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    let boundary = format!("==============={hash:016x}==");
+    let mut out =
+        format!("Content-Type: multipart/mixed; boundary=\"{boundary}\"\nMIME-Version: 1.0\n\n");
+    for p in parts {
+        let charset = if p.text.is_ascii() {
+            "us-ascii"
+        } else {
+            "utf-8"
+        };
+        let encoding = if p.text.is_ascii() { "7bit" } else { "8bit" };
+        out.push_str(&format!(
+            "--{boundary}\nContent-Type: text/{}; charset=\"{charset}\"\nMIME-Version: 1.0\n\
+             Content-Transfer-Encoding: {encoding}\n",
+            p.subtype
+        ));
+        if !p.filename.is_empty() {
+            out.push_str(&format!(
+                "Content-Disposition: attachment; filename=\"{}\"\n",
+                p.filename
+            ));
+        }
+        out.push('\n');
+        out.push_str(&p.text);
+        if !p.text.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out.push_str(&format!("--{boundary}--\n"));
+    out
 }
