@@ -421,7 +421,7 @@ async fn apply(
     if let Some(prev) = &previous {
         units::keep_keepers_in_place(template, &mut plan, &prev.state);
     }
-    plan::check_servers(client, &plan).await?;
+    plan::check_servers(client, &mut plan).await?;
     for (resource, note) in infra::notes(template, &plan.servers, &plan.mapped) {
         (opts.report)(&Event::Mapped { resource, note });
     }

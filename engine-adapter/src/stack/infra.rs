@@ -32,6 +32,8 @@ pub struct MappedServer {
     pub server_id: ServerId,
     /// How that was decided.
     pub by: MappedBy,
+    /// The name it was registered with, once read from the gateway (when not empty).
+    pub registered_name: Option<String>,
 }
 
 /// The mapping an operation runs with: what a stack kept, with what was given now on
@@ -111,6 +113,7 @@ pub fn map_server(
         return Ok(MappedServer {
             server_id: id,
             by: MappedBy::Explicit,
+            registered_name: None,
         });
     }
     let named = template.resources[name]
@@ -122,12 +125,14 @@ pub fn map_server(
         return Ok(MappedServer {
             server_id: id,
             by: MappedBy::NameProperty,
+            registered_name: None,
         });
     }
     ServerId::new(name)
         .map(|id| MappedServer {
             server_id: id,
             by: MappedBy::ResourceName,
+            registered_name: None,
         })
         .map_err(|e| {
             TemplateError::new(
@@ -176,12 +181,20 @@ pub fn attribute(
     }
     if kind == ResourceKind::NovaServer {
         let id = reference(name, kind, servers, mapped)?;
+        // Its name: as given, else as registered, else its id.
+        let server_name = || {
+            servers
+                .get(name)
+                .and_then(|s| s.registered_name.clone())
+                .map_or_else(|| id.clone(), Value::String)
+        };
         match attr {
-            "name" | "server_id" => return Ok(id),
+            "server_id" => return Ok(id),
+            "name" => return Ok(server_name()),
             "show" => {
                 let mut show = Map::new();
-                show.insert("id".into(), id.clone());
-                show.insert("name".into(), id);
+                show.insert("name".into(), server_name());
+                show.insert("id".into(), id);
                 show.extend(
                     given
                         .into_iter()

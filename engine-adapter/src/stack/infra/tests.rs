@@ -446,3 +446,39 @@ fn a_multipart_mime_deployed_is_a_mime_message_of_its_parts_bodies() {
     let again = unit_deployment(&r, &p.units["mimed"]).expect("resolves");
     assert_eq!(again.spec.config, mimed.spec.config);
 }
+
+#[test]
+fn a_mapped_server_is_named_as_registered_unless_given() {
+    let t = template();
+    let mut p = plan(&t, &full_mapping()).expect("plans");
+    let attr = |p: &Plan, a: &str| {
+        super::attribute(
+            "db_server",
+            crate::stack::template::ResourceKind::NovaServer,
+            a,
+            &p.servers,
+            &p.mapped,
+        )
+    };
+    assert_eq!(attr(&p, "name"), Ok(json!("db1")));
+    p.servers
+        .get_mut("db_server")
+        .expect("mapped")
+        .registered_name = Some("database".into());
+    assert_eq!(attr(&p, "name"), Ok(json!("database")));
+    assert_eq!(
+        attr(&p, "show"),
+        Ok(json!({"id": "db1", "name": "database", "first_address": "10.0.0.5"}))
+    );
+    assert!(
+        attr(&p, "networks")
+            .expect_err("not given")
+            .contains("--attr db_server.networks=VALUE")
+    );
+    p.mapped
+        .get_mut("db_server")
+        .expect("given")
+        .attributes
+        .insert("name".into(), json!("db.example"));
+    assert_eq!(attr(&p, "name"), Ok(json!("db.example")));
+}
