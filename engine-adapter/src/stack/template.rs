@@ -114,6 +114,8 @@ pub struct Batching {
     pub max_batch_size: usize,
     /// Pause between the end of one batch and the start of the next.
     pub pause_time: Duration,
+    /// Heat's `min_in_service` (a rolling update): members that stay out of each batch.
+    pub min_in_service: usize,
 }
 
 /// The resource types Flue understands.

@@ -246,6 +246,13 @@ fn add_members(
     } else {
         res.update_policy.rolling_update.as_ref()
     };
+    // At most max_batch_size at once, and never so many that fewer than
+    // min_in_service members stay untouched (at least one at a time).
+    let batch_size = policy.map_or(1, |p| {
+        p.max_batch_size
+            .min(members.len().saturating_sub(p.min_in_service))
+            .max(1)
+    });
     let mut keys = Vec::new();
     for (i, (member, server_id)) in members.iter().enumerate() {
         let key = member_key(name, member);
@@ -260,7 +267,7 @@ fn add_members(
                 actions: actions.to_vec(),
                 depends_on: BTreeSet::new(),
                 batch: policy.map(|p| Batch {
-                    index: i / p.max_batch_size.max(1),
+                    index: i / batch_size,
                     pause: p.pause_time,
                 }),
             },

@@ -482,3 +482,29 @@ fn a_mapped_server_is_named_as_registered_unless_given() {
         .insert("name".into(), json!("db.example"));
     assert_eq!(attr(&p, "name"), Ok(json!("db.example")));
 }
+
+#[test]
+fn min_in_service_keeps_members_out_of_each_rolling_batch() {
+    let text = r#"
+heat_template_version: 2018-08-31
+resources:
+  config: {type: OS::Heat::SoftwareConfig, properties: {config: "true"}}
+  group:
+    type: OS::Heat::ResourceGroup
+    update_policy:
+      rolling_update: {max_batch_size: 3, min_in_service: 2, pause_time: 1}
+    properties:
+      count: 4
+      resource_def:
+        type: OS::Heat::SoftwareDeployment
+        properties: {config: {get_resource: config}, server: "s%index%"}
+"#;
+    let t = Template::parse(text, Path::new(".")).expect("loads");
+    let params = t.bind_parameters(&BTreeMap::new()).expect("params");
+    let p = units::expand(&t, &params, false).expect("plans");
+    let batches: Vec<usize> = (0..4)
+        .map(|i| p.units[&format!("group/{i}")].batch.expect("batched").index)
+        .collect();
+    assert_eq!(batches, [0, 0, 1, 1]);
+    assert_eq!(p.units["group/3"].server_id.as_str(), "s3");
+}

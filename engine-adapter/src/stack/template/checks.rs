@@ -61,7 +61,12 @@ pub(super) fn check(t: &Template) -> Result<(), TemplateError> {
                 let (config, at) = prop("config");
                 check_config_ref(t, config, &at)?;
                 let (server, at) = prop("server");
-                check_server(t, server, &at)?;
+                // A ResourceGroup member's server is checked as member 0 would have it.
+                let server = match (&r.group, server) {
+                    (Some(g), Some(s)) => Some(super::substitute_index(s, &g.index_var, "0")),
+                    (_, s) => s.cloned(),
+                };
+                check_server(t, server.as_ref(), &at)?;
             }
             ResourceKind::SoftwareDeploymentGroup => {
                 let (config, at) = prop("config");

@@ -20,7 +20,7 @@ pub(super) fn parse_update_policy(
     check_keys(policy, path, &["batch_create", "rolling_update"])?;
     let batching = |key: &str| match policy.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => parse_batching(v, &format!("{path}.{key}")).map(Some),
+        Some(v) => parse_batching(v, &format!("{path}.{key}"), key == "rolling_update").map(Some),
     };
     Ok(UpdatePolicy {
         batch_create: batching("batch_create")?,
@@ -28,14 +28,23 @@ pub(super) fn parse_update_policy(
     })
 }
 
-fn parse_batching(value: &Value, path: &str) -> Result<Batching, TemplateError> {
+fn parse_batching(value: &Value, path: &str, rolling: bool) -> Result<Batching, TemplateError> {
     let Value::Object(map) = value else {
         return Err(TemplateError::new(
             path,
             "must be a map with max_batch_size and pause_time",
         ));
     };
-    check_keys(map, path, &["max_batch_size", "pause_time"])?;
+    // Heat keeps a minimum in service during a rolling update only.
+    if rolling {
+        check_keys(
+            map,
+            path,
+            &["max_batch_size", "pause_time", "min_in_service"],
+        )?;
+    } else {
+        check_keys(map, path, &["max_batch_size", "pause_time"])?;
+    }
     let max_batch_size = match map.get("max_batch_size") {
         None => 1,
         Some(v) => v
@@ -61,8 +70,21 @@ fn parse_batching(value: &Value, path: &str) -> Result<Batching, TemplateError> 
                 )
             })?,
     };
+    let min_in_service = match map.get("min_in_service") {
+        None => 0,
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| {
+                TemplateError::new(
+                    format!("{path}.min_in_service"),
+                    "must be a whole number, 0 or more",
+                )
+            })?,
+    };
     Ok(Batching {
         max_batch_size,
         pause_time,
+        min_in_service,
     })
 }

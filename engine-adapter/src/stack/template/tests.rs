@@ -169,11 +169,13 @@ fn a_full_template_parses_into_the_model() {
         UpdatePolicy {
             batch_create: Some(Batching {
                 max_batch_size: 2,
-                pause_time: Duration::ZERO
+                pause_time: Duration::ZERO,
+                min_in_service: 0,
             }),
             rolling_update: Some(Batching {
                 max_batch_size: 1,
-                pause_time: Duration::from_millis(1500)
+                pause_time: Duration::from_millis(1500),
+                min_in_service: 0,
             }),
         }
     );
