@@ -573,9 +573,9 @@ async fn stack_chain(setup: &Setup, n: usize) -> (f64, f64) {
     let template = Template::parse(&text, &setup.path(".")).expect("template");
     let given = Default::default();
     let source = Source {
-        mapped: &Default::default(),
         template: &template,
         given: &given,
+        mapped: &Default::default(),
     };
     let opts = Options {
         force: false,
