@@ -415,3 +415,85 @@ resources:
     );
     assert_eq!(ran(&env, "s2").await, [("b".into(), "CREATE".into())]);
 }
+
+#[tokio::test]
+async fn infrastructure_attributes_reach_hooks_only_when_given() {
+    let (env, _agents) = cluster(&["app1"]).await;
+    let record = env.path("record.log");
+    let t = env.path("infra.yaml");
+    std::fs::write(
+        &t,
+        r#"heat_template_version: 2018-08-31
+parameters:
+  record: {type: string}
+resources:
+  port: {type: OS::Neutron::Port, properties: {network: private}}
+  fip: {type: OS::Neutron::FloatingIP, properties: {floating_network: public}}
+  app: {type: OS::Nova::Server, properties: {name: app1, networks: [{port: {get_resource: port}}]}}
+  cfg:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      inputs: [{name: record}, {name: address}, {name: port_id}]
+      config: |
+        #!/bin/sh
+        echo "$deploy_server_id $address $port_id" >> "$record"
+  deploy:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: cfg}
+      server: {get_resource: app}
+      input_values:
+        record: {get_param: record}
+        address: {get_attr: [app, first_address]}
+        port_id: {get_resource: port}
+"#,
+    )
+    .expect("template");
+    let t = t.display().to_string();
+    let p = format!("record={}", record.display());
+    let run = flue(&env, &["stack", "create", "infra", "-t", &t, "-P", &p]).await;
+    assert_eq!(run.code, 2, "{run}");
+    assert!(
+        run.stderr.contains(
+            "resources.deploy.properties.input_values.address: get_attr: app (OS::Nova::Server) is not created by Flue"
+        ),
+        "{run}"
+    );
+    assert!(
+        run.stderr.contains("--attr app.first_address=VALUE"),
+        "{run}"
+    );
+    assert!(deployments(&env, "app1").await.is_empty());
+
+    let run = flue(
+        &env,
+        &[
+            "stack",
+            "create",
+            "infra",
+            "-t",
+            &t,
+            "-P",
+            &p,
+            "--attr",
+            "app.first_address=10.0.0.5",
+            "--attr",
+            "port=0c6b-port",
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    // app is mapped by its name property; the port and the floating IP are listed.
+    assert!(
+        run.stdout.contains(
+            "app: OS::Nova::Server mapped to registered server app1 (by its name property)"
+        ),
+        "{run}"
+    );
+    assert!(
+        run.stdout
+            .contains("fip: OS::Neutron::FloatingIP is external: not created by Flue"),
+        "{run}"
+    );
+    assert_eq!(lines(&record), ["app1 10.0.0.5 0c6b-port"]);
+}
