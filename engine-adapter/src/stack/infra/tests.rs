@@ -25,6 +25,7 @@ resources:
     properties: {network: private}
   db_server:
     type: OS::Nova::Server
+    deletion_policy: Retain
     properties:
       image: fedora
       flavor: m1.small

@@ -55,7 +55,19 @@ pub(super) fn parse(name: &str, def: &Value, base_dir: &Path) -> Result<Resource
     let Value::Object(def) = def else {
         return Err(TemplateError::new(path, "must be a map with `type`"));
     };
-    check_keys(def, &path, &RESOURCE_KEYS)?;
+    // Flue never deletes infrastructure: a deletion_policy there is moot, and accepted.
+    let never_deleted = def
+        .get("type")
+        .and_then(Value::as_str)
+        .and_then(ResourceKind::from_type)
+        .is_some_and(|k| k.is_infrastructure() || k == ResourceKind::HeatNone);
+    if never_deleted {
+        let mut keys = RESOURCE_KEYS.to_vec();
+        keys.push("deletion_policy");
+        check_keys(def, &path, &keys)?;
+    } else {
+        check_keys(def, &path, &RESOURCE_KEYS)?;
+    }
     let kind = match def.get("type") {
         None => return Err(TemplateError::new(format!("{path}.type"), "required")),
         Some(Value::String(t)) => ResourceKind::from_type(t).ok_or_else(|| {
