@@ -55,8 +55,8 @@ pub use server::{
     RegisterServer, Registration, Server, ServerKeys,
 };
 pub use stack::{
-    ActionResult, ActionRun, OpStatus, Operation, Pending, PutStack, Stack, StackAction,
-    StackState, StackStatus, Unit,
+    ActionResult, ActionRun, MappedResource, OpStatus, Operation, Pending, PutStack, Stack,
+    StackAction, StackState, StackStatus, Unit,
 };
 pub use tenant::{CreateTenant, Tenant};
 

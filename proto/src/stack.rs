@@ -159,6 +159,27 @@ pub struct StackState {
     /// Recent ad-hoc actions, newest last.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub actions: Vec<ActionRun>,
+    /// What the template's infrastructure resources (`OS::Nova::Server`, Neutron ports,
+    /// volumes, …, which Flue never creates) stand for, as given at create or update
+    /// (`flue stack create --server NAME=ID --attr NAME.ATTR=VALUE`): kept for later
+    /// operations unless given again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mapped: BTreeMap<String, MappedResource>,
+}
+
+/// What one infrastructure resource of a template stands for: never a secret, so
+/// stored and shown as it is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MappedResource {
+    /// For an `OS::Nova::Server`: the registered server it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<ServerId>,
+    /// For an external resource: what `get_resource` of it gives (its name otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// Values of its attributes (`get_attr`), by attribute name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: BTreeMap<String, serde_json::Value>,
 }
 
 /// One stack operation.

@@ -575,6 +575,7 @@ async fn stack_chain(setup: &Setup, n: usize) -> (f64, f64) {
     let source = Source {
         template: &template,
         given: &given,
+        mapped: &Default::default(),
     };
     let opts = Options {
         force: false,

@@ -244,6 +244,17 @@ pub struct StackApplyArgs {
     /// hidden parameter without it showing in the process list or shell history.
     #[arg(long = "parameter-file", value_name = "NAME=PATH")]
     pub parameter_files: Vec<String>,
+    /// Map an `OS::Nova::Server` resource onto a registered server (repeatable); kept
+    /// by the stack for later operations. Unmapped, a server resource stands for the
+    /// registered server named by its `name` property, else by its resource name.
+    #[arg(long = "server", value_name = "RESOURCE=SERVER_ID")]
+    pub servers: Vec<String>,
+    /// A value Flue cannot know for a mapped server or an external resource
+    /// (repeatable; kept by the stack): `RESOURCE.ATTR=VALUE` answers `get_attr`,
+    /// `RESOURCE=VALUE` is what `get_resource` of an external resource gives. A VALUE
+    /// starting with `{` or `[` is read as JSON.
+    #[arg(long = "attr", value_name = "RESOURCE[.ATTR]=VALUE")]
+    pub attrs: Vec<String>,
     /// Take over from another operation still marked in progress (its driver is gone).
     #[arg(long)]
     pub force: bool,

@@ -5,6 +5,7 @@ mod args;
 mod creds;
 mod events;
 mod inputs;
+mod mapping;
 mod render;
 mod stack;
 mod watch;

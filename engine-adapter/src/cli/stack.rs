@@ -135,10 +135,12 @@ async fn apply(
             )));
         }
     }
+    let mapped = super::mapping::parse(&args.servers, &args.attrs)?;
     let name = args.name.clone();
     let source = Source {
         template: &template,
         given: &given,
+        mapped: &mapped,
     };
     let stack = drive(out, &name, args.force, |opts| async move {
         if creating {
@@ -254,6 +256,7 @@ pub fn event_line(stack: &StackId, e: &Event) -> String {
             line.push('\n');
             line
         }
+        Event::Mapped { resource, note } => format!("  {resource}: {note}\n"),
         Event::Unchanged { unit } => format!("  {unit:<24} unchanged, not run\n"),
         Event::AlreadyDone { unit, status } => {
             format!("  {unit:<24} already {status} before the interruption\n")
@@ -302,6 +305,22 @@ fn show(stack: &Stack) -> String {
         }
         for k in &state.hidden_parameters {
             let _ = writeln!(s, "  {k} = <hidden>");
+        }
+    }
+    if !state.mapped.is_empty() {
+        let _ = writeln!(s, "mapped (not created by Flue):");
+        for (name, m) in &state.mapped {
+            let mut line = format!("  {name}");
+            if let Some(id) = &m.server_id {
+                let _ = write!(line, " = server {id}");
+            }
+            if let Some(r) = &m.reference {
+                let _ = write!(line, " = {r}");
+            }
+            for (attr, v) in &m.attributes {
+                let _ = write!(line, ", {attr}: {}", render::output_value(v));
+            }
+            let _ = writeln!(s, "{line}");
         }
     }
     if !state.units.is_empty() {

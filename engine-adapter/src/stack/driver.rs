@@ -17,12 +17,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flue_proto::{
-    Action, ActionRun, DeploymentId, DeploymentStatus, OpStatus, ServerId, Stack, StackAction,
-    StackId, StackStatus,
+    Action, ActionRun, DeploymentId, DeploymentStatus, MappedResource, OpStatus, ServerId, Stack,
+    StackAction, StackId, StackStatus,
 };
 
 use super::template::{Parameters, Template, TemplateError};
-use super::units;
+use super::{infra, units};
 use crate::{Client, ClientError};
 
 mod execute;
@@ -134,6 +134,14 @@ pub enum Event {
         /// How long.
         pause: Duration,
     },
+    /// What an infrastructure resource of the template stands for (an
+    /// `OS::Nova::Server` mapped onto a registered server, an external resource).
+    Mapped {
+        /// The resource.
+        resource: String,
+        /// What it stands for and what of it is ignored.
+        note: String,
+    },
     /// The operation ended.
     OperationFinished {
         /// The stack's status.
@@ -169,6 +177,9 @@ pub struct Source<'a> {
     pub template: &'a Template,
     /// Parameters given on the command line, as text.
     pub given: &'a BTreeMap<String, String>,
+    /// What infrastructure resources stand for, given on the command line
+    /// (`--server`, `--attr`); what the stack kept stands for the rest.
+    pub mapped: &'a BTreeMap<String, MappedResource>,
 }
 
 /// `flue stack create`: creates the stack, or resumes its interrupted creation, or
@@ -377,7 +388,13 @@ async fn apply(
                 None => e,
             }
         })?;
-    let fingerprint = fingerprint(template, &params);
+    let kept_mapped = previous
+        .as_ref()
+        .map(|p| p.state.mapped.clone())
+        .unwrap_or_default();
+    let mapped =
+        infra::merge(template, &kept_mapped, source.mapped).map_err(EngineError::Refused)?;
+    let fingerprint = fingerprint(template, &params, &mapped);
     // The same create run again after it completed (its driver died after its last
     // write, say): nothing to do.
     if let Some(prev) = &previous
@@ -400,8 +417,14 @@ async fn apply(
         && previous
             .as_ref()
             .is_none_or(|p| p.state.units.values().all(|u| u.baseline.is_none()));
-    let plan = units::expand(template, &params, creating)?;
-    plan::check_servers(client, &plan).await?;
+    let mut plan = units::expand_mapped(template, &params, &mapped, creating)?;
+    if let Some(prev) = &previous {
+        units::keep_keepers_in_place(template, &mut plan, &prev.state);
+    }
+    plan::check_servers(client, &mut plan).await?;
+    for (resource, note) in infra::notes(template, &plan.servers, &plan.mapped) {
+        (opts.report)(&Event::Mapped { resource, note });
+    }
 
     let kind = match action {
         StackAction::Create => OpKind::Create,
@@ -415,6 +438,7 @@ async fn apply(
     d.save(|s, _| {
         s.parameters = keep.clone();
         s.hidden_parameters = hidden.clone();
+        s.mapped = mapped.clone();
         plan::place_units(s, &plan, &op);
     })
     .await?;
@@ -436,8 +460,12 @@ async fn apply(
 /// What a create or update runs with, as a short digest: the template as parsed and
 /// the parameters a user gave (not hidden ones, which are never stored anywhere). It
 /// only tells runs apart, so a non-cryptographic hash (FNV-1a) is enough.
-fn fingerprint(template: &Template, params: &Parameters) -> String {
-    let text = format!("{template:?}{:?}", params.to_keep());
+fn fingerprint(
+    template: &Template,
+    params: &Parameters,
+    mapped: &BTreeMap<String, MappedResource>,
+) -> String {
+    let text = format!("{template:?}{:?}{mapped:?}", params.to_keep());
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in text.bytes() {
         hash ^= u64::from(byte);

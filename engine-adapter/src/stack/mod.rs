@@ -3,6 +3,8 @@
 pub mod driver;
 pub mod functions;
 pub mod graph;
+pub mod infra;
+pub mod random;
 pub mod resolve;
 pub mod template;
 pub mod units;

@@ -9,10 +9,12 @@ use flue_proto::{
 use serde_json::{Value, json};
 
 use super::functions::{self, Resolver};
-use super::template::{Parameters, ResourceKind, Template, TemplateError};
+use super::infra;
+use super::template::{Parameters, ResourceKind, Template, TemplateError, substitute_index};
 pub use super::template::{hidden_output_ref, is_hidden_output};
 use super::units::{DesiredUnit, Plan, config_resource, server_resource_id};
 
+mod heat;
 #[cfg(test)]
 mod tests;
 
@@ -43,7 +45,7 @@ pub enum HiddenOutputs {
 }
 
 impl RuntimeResolver<'_> {
-    fn completed(&self, key: &str) -> Result<&Deployment, String> {
+    pub(super) fn completed(&self, key: &str) -> Result<&Deployment, String> {
         let id = self
             .state
             .units
@@ -67,7 +69,7 @@ pub fn deployment_attr(d: &Deployment, attr: &str) -> Value {
 }
 
 /// Follows `path` (keys and indexes) into `value`; null where it leads nowhere.
-fn follow(mut value: Value, path: &[Value]) -> Value {
+pub(super) fn follow(mut value: Value, path: &[Value]) -> Value {
     for step in path {
         value = match (value, step) {
             (Value::Object(mut m), Value::String(k)) => m.remove(k).unwrap_or(Value::Null),
@@ -105,6 +107,9 @@ impl Resolver for RuntimeResolver<'_> {
             .ok_or_else(|| format!("resource {name:?} does not exist"))?;
         match res.kind {
             ResourceKind::Server => server_resource_id(self.template, name, self),
+            kind if kind.is_infrastructure() => {
+                infra::reference(name, kind, &self.plan.servers, &self.plan.mapped)
+            }
             ResourceKind::SoftwareDeployment => Ok(self
                 .state
                 .units
@@ -122,9 +127,10 @@ impl Resolver for RuntimeResolver<'_> {
             .get(resource)
             .ok_or_else(|| format!("resource {resource:?} does not exist"))?;
         let hidden = match res.kind {
-            ResourceKind::SoftwareDeployment | ResourceKind::SoftwareDeploymentGroup => {
-                is_hidden_output(self.template, resource, attr)
-            }
+            ResourceKind::SoftwareDeployment
+            | ResourceKind::SoftwareDeploymentGroup
+            | ResourceKind::ResourceGroup
+            | ResourceKind::RandomString => is_hidden_output(self.template, resource, attr),
             _ => false,
         };
         if hidden {
@@ -158,6 +164,27 @@ impl Resolver for RuntimeResolver<'_> {
                 }
                 Value::Object(map)
             }
+            // `get_attr: [group, attributes, output, …]`: each member's output.
+            ResourceKind::ResourceGroup if attr == "attributes" => {
+                let Some((Value::String(output), rest)) = path.split_first() else {
+                    return Err(format!(
+                        "get_attr of {resource}'s attributes needs an output name: [{resource}, attributes, OUTPUT]"
+                    ));
+                };
+                let mut map = serde_json::Map::new();
+                for (m, _) in self.plan.members.get(resource).into_iter().flatten() {
+                    let key = super::units::member_key(resource, m);
+                    map.insert(m.clone(), deployment_attr(self.completed(&key)?, output));
+                }
+                return Ok(follow(Value::Object(map), rest));
+            }
+            ResourceKind::ResourceGroup => self.group_attr(resource, attr)?,
+            kind if kind.is_infrastructure() => {
+                infra::attribute(resource, kind, attr, &self.plan.servers, &self.plan.mapped)?
+            }
+            // OS::Heat::None stands in for anything: every attribute is null, as in Heat.
+            ResourceKind::HeatNone => Value::Null,
+            ResourceKind::HeatValue => self.value_attr(resource)?,
             _ => return Err(format!("resource {resource:?} has no attributes")),
         };
         Ok(follow(value, path))
@@ -186,6 +213,23 @@ pub fn unit_deployment(
 ) -> Result<Resolved, TemplateError> {
     let t = r.template;
     let res = &t.resources[&unit.resource];
+    if res.kind == ResourceKind::RandomString {
+        return heat::keeper_deployment(r, unit);
+    }
+    // A ResourceGroup member's definition, its index variable replaced by its index.
+    let member_props;
+    let properties = match (&res.group, &unit.member) {
+        (Some(group), Some(member)) => {
+            let substituted = substitute_index(
+                &Value::Object(res.properties.clone()),
+                &group.index_var,
+                member,
+            );
+            member_props = substituted.as_object().cloned().unwrap_or_default();
+            &member_props
+        }
+        _ => &res.properties,
+    };
     let props = |name: &str| format!("resources.{}.properties.{name}", unit.resource);
     let config_name = config_resource(t, &unit.resource).ok_or_else(|| TemplateError {
         path: props("config"),
@@ -208,7 +252,17 @@ pub fn unit_deployment(
     };
 
     let group = match resolve_config_prop("group")? {
+        // Heat's CloudConfig and MultipartMime are `Heat::Ungrouped`, which no hook
+        // runs; a hook group name has no ':', so Flue names it `ungrouped`.
+        None if matches!(
+            cres.kind,
+            ResourceKind::CloudConfig | ResourceKind::MultipartMime
+        ) =>
+        {
+            heat::UNGROUPED.to_owned()
+        }
         None => "script".to_owned(),
+        Some(Value::String(g)) if g == "Heat::Ungrouped" => heat::UNGROUPED.to_owned(),
         Some(Value::String(g)) => g,
         Some(other) => {
             return Err(TemplateError {
@@ -222,11 +276,16 @@ pub fn unit_deployment(
     let options = resolve_config_prop("options")?.unwrap_or_else(|| json!({}));
     let hooks = typed(resolve_config_prop("hooks")?, &cprop("hooks"))?;
     let actions = typed(resolve_config_prop("actions")?, &cprop("actions"))?;
-    let config = resolve_config_prop("config")?.unwrap_or(Value::Null);
+    let config = match cres.kind {
+        ResourceKind::CloudConfig | ResourceKind::MultipartMime => {
+            Value::String(heat::config_text(r, config_name)?)
+        }
+        _ => resolve_config_prop("config")?.unwrap_or(Value::Null),
+    };
 
     let mut input_values = BTreeMap::new();
     let mut input_refs = BTreeMap::new();
-    if let Some(v) = res.properties.get("input_values") {
+    if let Some(v) = properties.get("input_values") {
         let Value::Object(map) = v else {
             return Err(TemplateError {
                 path: props("input_values"),
@@ -278,7 +337,7 @@ pub fn unit_deployment(
 
     // Names and timeouts are stored and shown as they are: no hidden value may go there.
     let visible = |name: &str, v: &Value| functions::resolve_visible(v, r, &props(name));
-    let timeout_secs = match res.properties.get("timeout") {
+    let timeout_secs = match properties.get("timeout") {
         None => None,
         Some(v) => {
             let v = visible("timeout", v)?;
@@ -288,7 +347,7 @@ pub fn unit_deployment(
             })?)
         }
     };
-    let base_name = match res.properties.get("name") {
+    let base_name = match properties.get("name") {
         Some(v) => match visible("name", v)? {
             Value::String(s) => s,
             other => other.to_string(),

@@ -15,11 +15,17 @@ use serde_json::{Map, Value};
 use super::{functions, graph};
 
 mod checks;
-pub use checks::{DEPLOYMENT_ATTRIBUTES, GROUP_ATTRIBUTES, SERVER_ATTRIBUTES, config_outputs};
+pub use checks::{
+    DEPLOYMENT_ATTRIBUTES, GROUP_ATTRIBUTES, NOVA_SERVER_ATTRIBUTES, RESOURCE_GROUP_ATTRIBUTES,
+    SERVER_ATTRIBUTES, config_outputs,
+};
 mod hidden;
 pub use hidden::{hidden_output_ref, is_hidden_output};
 mod params;
+mod policy;
 mod resources;
+mod utility;
+pub use utility::{INDEX_VAR, MAX_RANDOM_LENGTH, substitute_index};
 #[cfg(test)]
 mod tests;
 
@@ -78,6 +84,18 @@ pub struct Resource {
     pub depends_on: Vec<String>,
     /// Batching of a deployment group (empty for other kinds).
     pub update_policy: UpdatePolicy,
+    /// For an `OS::Heat::ResourceGroup`: its own properties; `properties` then holds
+    /// its `resource_def`'s (a deployment's), with the index variable unreplaced.
+    pub group: Option<GroupDef>,
+}
+
+/// An `OS::Heat::ResourceGroup`'s own properties.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupDef {
+    /// `count`, functions unresolved (it must be known before anything runs).
+    pub count: Value,
+    /// The text replaced by each member's index (`%index%` by default).
+    pub index_var: String,
 }
 
 /// A deployment group's `update_policy`.
@@ -96,6 +114,8 @@ pub struct Batching {
     pub max_batch_size: usize,
     /// Pause between the end of one batch and the start of the next.
     pub pause_time: Duration,
+    /// Heat's `min_in_service` (a rolling update): members that stay out of each batch.
+    pub min_in_service: usize,
 }
 
 /// The resource types Flue understands.
@@ -111,21 +131,76 @@ pub enum ResourceKind {
     SoftwareDeploymentGroup,
     /// `OS::Flue::Server`: a server already registered with the gateway.
     Server,
+    /// `OS::Nova::Server`: not Flue's to create; mapped onto a registered server.
+    NovaServer,
+    /// An infrastructure resource Flue never creates (a Neutron port, a Cinder
+    /// volume, …): the type as written in the template.
+    External(&'static str),
+    /// `OS::Heat::RandomString`: a value generated once, kept hidden.
+    RandomString,
+    /// `OS::Heat::Value`: a value computed from the template.
+    HeatValue,
+    /// `OS::Heat::None`: accepts anything, does nothing.
+    HeatNone,
+    /// `OS::Heat::ResourceGroup` of deployments.
+    ResourceGroup,
+    /// `OS::Heat::CloudConfig`: a `#cloud-config` body.
+    CloudConfig,
+    /// `OS::Heat::MultipartMime`: parts for a server's `user_data`.
+    MultipartMime,
 }
+
+/// Infrastructure types a software-config template may reference that Flue never
+/// creates: accepted, listed, and given values only by the user.
+pub const EXTERNAL_TYPES: [&str; 22] = [
+    "OS::Nova::ServerGroup",
+    "OS::Nova::KeyPair",
+    "OS::Nova::Flavor",
+    "OS::Neutron::Port",
+    "OS::Neutron::FloatingIP",
+    "OS::Neutron::FloatingIPAssociation",
+    "OS::Neutron::SecurityGroup",
+    "OS::Neutron::SecurityGroupRule",
+    "OS::Neutron::Net",
+    "OS::Neutron::Subnet",
+    "OS::Neutron::Router",
+    "OS::Neutron::RouterInterface",
+    "OS::Neutron::RouterGateway",
+    "OS::Neutron::ProviderNet",
+    "OS::Cinder::Volume",
+    "OS::Cinder::VolumeAttachment",
+    "OS::Glance::WebImage",
+    "OS::Heat::WaitCondition",
+    "OS::Heat::WaitConditionHandle",
+    "OS::Heat::SwiftSignal",
+    "OS::Heat::SwiftSignalHandle",
+    "OS::Swift::Container",
+];
 
 impl ResourceKind {
     /// The kind for a template's `type` string.
     pub fn from_type(type_name: &str) -> Option<Self> {
+        if let Some(t) = EXTERNAL_TYPES.iter().find(|t| **t == type_name) {
+            return Some(Self::External(t));
+        }
         Some(match type_name {
             "OS::Heat::SoftwareConfig" => Self::SoftwareConfig,
             "OS::Heat::StructuredConfig" => Self::StructuredConfig,
             "OS::Heat::SoftwareDeployment" | "OS::Heat::StructuredDeployment" => {
                 Self::SoftwareDeployment
             }
-            "OS::Heat::SoftwareDeploymentGroup" | "OS::Heat::StructuredDeploymentGroup" => {
-                Self::SoftwareDeploymentGroup
-            }
+            "OS::Heat::SoftwareDeploymentGroup"
+            | "OS::Heat::StructuredDeploymentGroup"
+            | "OS::Heat::SoftwareDeployments"
+            | "OS::Heat::StructuredDeployments" => Self::SoftwareDeploymentGroup,
             "OS::Flue::Server" => Self::Server,
+            "OS::Nova::Server" => Self::NovaServer,
+            "OS::Heat::RandomString" => Self::RandomString,
+            "OS::Heat::Value" => Self::HeatValue,
+            "OS::Heat::None" => Self::HeatNone,
+            "OS::Heat::ResourceGroup" => Self::ResourceGroup,
+            "OS::Heat::CloudConfig" => Self::CloudConfig,
+            "OS::Heat::MultipartMime" => Self::MultipartMime,
             _ => return None,
         })
     }
@@ -138,12 +213,29 @@ impl ResourceKind {
             Self::SoftwareDeployment => "OS::Heat::SoftwareDeployment",
             Self::SoftwareDeploymentGroup => "OS::Heat::SoftwareDeploymentGroup",
             Self::Server => "OS::Flue::Server",
+            Self::NovaServer => "OS::Nova::Server",
+            Self::External(t) => t,
+            Self::RandomString => "OS::Heat::RandomString",
+            Self::HeatValue => "OS::Heat::Value",
+            Self::HeatNone => "OS::Heat::None",
+            Self::ResourceGroup => "OS::Heat::ResourceGroup",
+            Self::CloudConfig => "OS::Heat::CloudConfig",
+            Self::MultipartMime => "OS::Heat::MultipartMime",
         }
     }
 
-    /// True for the two config kinds.
+    /// True for the kinds a deployment's `config` may name.
     pub fn is_config(self) -> bool {
-        matches!(self, Self::SoftwareConfig | Self::StructuredConfig)
+        matches!(
+            self,
+            Self::SoftwareConfig | Self::StructuredConfig | Self::CloudConfig | Self::MultipartMime
+        )
+    }
+
+    /// True for the kinds that stand for something outside Flue (a mapped server, an
+    /// external resource): their properties are accepted and never read.
+    pub fn is_infrastructure(self) -> bool {
+        matches!(self, Self::NovaServer | Self::External(_))
     }
 }
 

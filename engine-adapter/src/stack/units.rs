@@ -8,10 +8,15 @@ use std::time::Duration;
 use flue_proto::{LIFECYCLE_ACTIONS, ServerId};
 use serde_json::Value;
 
+use flue_proto::MappedResource;
+
 use super::functions::{self, Resolver};
 use super::graph;
+use super::infra::{self, MappedServer};
 use super::template::{Parameters, ResourceKind, Template, TemplateError};
 
+mod heat;
+pub use heat::keep_keepers_in_place;
 #[cfg(test)]
 mod tests;
 
@@ -56,8 +61,13 @@ pub struct Batch {
 pub struct Plan {
     /// Units by key.
     pub units: BTreeMap<String, DesiredUnit>,
-    /// Members of each group, sorted by name: (member name, server).
+    /// Members of each group, sorted by name (a `ResourceGroup`'s by index):
+    /// (member name, server).
     pub members: BTreeMap<String, Vec<(String, ServerId)>>,
+    /// Each `OS::Nova::Server` resource and the registered server it stands for.
+    pub servers: BTreeMap<String, MappedServer>,
+    /// What the template's infrastructure resources were given (see [`infra`]).
+    pub mapped: BTreeMap<String, MappedResource>,
 }
 
 impl Plan {
@@ -75,28 +85,74 @@ impl Plan {
 pub fn runs_deployments(kind: ResourceKind) -> bool {
     matches!(
         kind,
-        ResourceKind::SoftwareDeployment | ResourceKind::SoftwareDeploymentGroup
+        ResourceKind::SoftwareDeployment
+            | ResourceKind::SoftwareDeploymentGroup
+            | ResourceKind::ResourceGroup
+            | ResourceKind::RandomString
     )
 }
 
-/// Expands `template` into units. `creating` picks the group's `batch_create` policy,
-/// otherwise `rolling_update` applies.
+/// Expands `template` into units, with no infrastructure mapping given. `creating`
+/// picks the group's `batch_create` policy, otherwise `rolling_update` applies.
 pub fn expand(
     template: &Template,
     params: &Parameters,
     creating: bool,
 ) -> Result<Plan, TemplateError> {
-    let statics = StaticResolver { template, params };
+    expand_mapped(template, params, &BTreeMap::new(), creating)
+}
+
+/// Expands `template` into units, its `OS::Nova::Server`s mapped with `mapped` (see
+/// [`infra::merge`]) and every `get_attr` of its infrastructure checked.
+pub fn expand_mapped(
+    template: &Template,
+    params: &Parameters,
+    mapped: &BTreeMap<String, MappedResource>,
+    creating: bool,
+) -> Result<Plan, TemplateError> {
+    let unmapped = StaticResolver {
+        template,
+        params,
+        servers: None,
+    };
+    let mut servers = BTreeMap::new();
+    for (name, res) in &template.resources {
+        if res.kind == ResourceKind::NovaServer {
+            servers.insert(
+                name.clone(),
+                infra::map_server(template, name, mapped, &unmapped)?,
+            );
+        }
+    }
+    infra::check_attributes(template, &servers, mapped)?;
+    let statics = StaticResolver {
+        template,
+        params,
+        servers: Some(&servers),
+    };
     let deps = graph::dependencies(template);
     let mut plan = Plan::default();
     let mut keys_of: BTreeMap<String, Vec<String>> = BTreeMap::new();
 
     for (name, res) in &template.resources {
-        if !runs_deployments(res.kind) {
+        if !runs_deployments(res.kind) || res.kind == ResourceKind::RandomString {
             continue;
         }
         let path = format!("resources.{name}.properties");
         let actions = actions(template, name, &statics)?;
+        if let Some(group) = &res.group {
+            let members = heat::resource_group_members(name, res, group, &statics)?;
+            add_members(
+                &mut plan,
+                &mut keys_of,
+                name,
+                res,
+                members,
+                &actions,
+                creating,
+            );
+            continue;
+        }
         if res.kind == ResourceKind::SoftwareDeployment {
             let server = res.properties.get("server").ok_or_else(|| TemplateError {
                 path: format!("{path}.server"),
@@ -146,34 +202,19 @@ pub fn expand(
             members.push((member, server_id(&server, &mpath)?));
         }
         members.sort();
-        let policy = if creating {
-            res.update_policy.batch_create.as_ref()
-        } else {
-            res.update_policy.rolling_update.as_ref()
-        };
-        let mut keys = Vec::new();
-        for (i, (member, server_id)) in members.iter().enumerate() {
-            let key = member_key(name, member);
-            keys.push(key.clone());
-            plan.units.insert(
-                key.clone(),
-                DesiredUnit {
-                    key,
-                    resource: name.clone(),
-                    member: Some(member.clone()),
-                    server_id: server_id.clone(),
-                    actions: actions.clone(),
-                    depends_on: BTreeSet::new(),
-                    batch: policy.map(|p| Batch {
-                        index: i / p.max_batch_size.max(1),
-                        pause: p.pause_time,
-                    }),
-                },
-            );
-        }
-        keys_of.insert(name.clone(), keys);
-        plan.members.insert(name.clone(), members);
+        add_members(
+            &mut plan,
+            &mut keys_of,
+            name,
+            res,
+            members,
+            &actions,
+            creating,
+        );
     }
+    plan.servers = servers;
+    plan.mapped = mapped.clone();
+    heat::add_keepers(template, &mut plan, &mut keys_of);
 
     // A unit waits for every unit of the deployment resources its resource depends on,
     // directly or through configs and servers.
@@ -188,6 +229,52 @@ pub fn expand(
         }
     }
     Ok(plan)
+}
+
+/// Adds a group's members, in the order given (their rolling order), as units.
+fn add_members(
+    plan: &mut Plan,
+    keys_of: &mut BTreeMap<String, Vec<String>>,
+    name: &str,
+    res: &super::template::Resource,
+    members: Vec<(String, ServerId)>,
+    actions: &[String],
+    creating: bool,
+) {
+    let policy = if creating {
+        res.update_policy.batch_create.as_ref()
+    } else {
+        res.update_policy.rolling_update.as_ref()
+    };
+    // At most max_batch_size at once, and never so many that fewer than
+    // min_in_service members stay untouched (at least one at a time).
+    let batch_size = policy.map_or(1, |p| {
+        p.max_batch_size
+            .min(members.len().saturating_sub(p.min_in_service))
+            .max(1)
+    });
+    let mut keys = Vec::new();
+    for (i, (member, server_id)) in members.iter().enumerate() {
+        let key = member_key(name, member);
+        keys.push(key.clone());
+        plan.units.insert(
+            key.clone(),
+            DesiredUnit {
+                key,
+                resource: name.to_owned(),
+                member: Some(member.clone()),
+                server_id: server_id.clone(),
+                actions: actions.to_vec(),
+                depends_on: BTreeSet::new(),
+                batch: policy.map(|p| Batch {
+                    index: i / batch_size,
+                    pause: p.pause_time,
+                }),
+            },
+        );
+    }
+    keys_of.insert(name.to_owned(), keys);
+    plan.members.insert(name.to_owned(), members);
 }
 
 /// The deployment resources `resource` depends on, looking through resources that run
@@ -276,7 +363,7 @@ pub fn config_resource<'t>(template: &'t Template, deployment: &str) -> Option<&
         .map(|(k, _)| k.as_str())
 }
 
-fn server_id(v: &Value, path: &str) -> Result<ServerId, TemplateError> {
+pub(super) fn server_id(v: &Value, path: &str) -> Result<ServerId, TemplateError> {
     let s = v.as_str().ok_or_else(|| TemplateError {
         path: path.to_owned(),
         message: format!("must be a server id, got {v}"),
@@ -304,9 +391,11 @@ pub fn server_resource_id(
 }
 
 /// Resolves what must be known before anything runs: parameters and servers.
-struct StaticResolver<'a> {
+pub(super) struct StaticResolver<'a> {
     template: &'a Template,
     params: &'a Parameters,
+    /// The mapped `OS::Nova::Server`s, once known.
+    servers: Option<&'a BTreeMap<String, MappedServer>>,
 }
 
 impl Resolver for StaticResolver<'_> {
@@ -323,8 +412,13 @@ impl Resolver for StaticResolver<'_> {
             Some(r) if r.kind == ResourceKind::Server => {
                 server_resource_id(self.template, name, self)
             }
+            Some(r) if r.kind == ResourceKind::NovaServer => self
+                .servers
+                .and_then(|s| s.get(name))
+                .map(|s| Value::String(s.server_id.to_string()))
+                .ok_or_else(|| format!("OS::Nova::Server {name:?} is not mapped yet")),
             Some(_) => Err(format!(
-                "resource {name:?} is not an OS::Flue::Server; only servers can be used here"
+                "resource {name:?} is not a server; only servers can be used here"
             )),
             None => Err(format!("resource {name:?} does not exist")),
         }

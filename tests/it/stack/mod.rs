@@ -4,6 +4,7 @@
 
 mod examples;
 mod failure;
+mod heat;
 mod lifecycle;
 mod templates;
 mod update;

@@ -10,7 +10,9 @@ use tokio::task::JoinSet;
 use super::plan::{Step, StepKind};
 use super::state::{ApplyContext, Driver};
 use super::{EngineError, Event, STDERR_TAIL_BYTES};
+use crate::stack::random;
 use crate::stack::resolve::{self, HiddenOutputs};
+use crate::stack::template::ResourceKind;
 use crate::{Client, ClientError};
 
 /// Added to a deployment's own timeout when waiting for it: the gateway fails it at
@@ -69,8 +71,26 @@ impl Driver<'_> {
                 let want = &ctx.plan.units[&key];
                 self.fetch_completed(&want.depends_on).await?;
                 let resolver = self.resolver(ctx, HiddenOutputs::Refuse);
-                let resolved = resolve::unit_deployment(&resolver, want)
+                let mut resolved = resolve::unit_deployment(&resolver, want)
                     .map_err(|e| StartError::Failed(e.to_string()))?;
+                let mut inputs_from = None;
+                // A RandomString whose properties did not change keeps its value: the
+                // keeper re-uses its last inputs, so the gateway finds nothing changed.
+                if ctx.template.resources[&want.resource].kind == ResourceKind::RandomString
+                    && let Some(base) = compare_with
+                {
+                    let last = self
+                        .client
+                        .get_deployment(base)
+                        .await
+                        .map_err(|e| StartError::Engine(e.into()))?;
+                    if last.input_values.get(random::PROPERTIES)
+                        == resolved.input_values.get(random::PROPERTIES)
+                    {
+                        resolved.input_values.remove(random::VALUE);
+                        inputs_from = Some(base.clone());
+                    }
+                }
                 let pending = self
                     .plan_pending(&key, action, Some(ConfigId::random()))
                     .await?;
@@ -88,7 +108,7 @@ impl Driver<'_> {
                     // What a hook sees as deploy_resource_name: Heat gives a group
                     // member's name, not the group's.
                     resource_name: Some(want.member.clone().unwrap_or(want.resource.clone())),
-                    inputs_from: None,
+                    inputs_from,
                     input_refs: resolved.input_refs,
                     skip_if_unchanged_from: compare_with.clone(),
                 };

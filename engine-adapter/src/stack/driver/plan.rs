@@ -365,8 +365,22 @@ fn new_unit(want: &DesiredUnit) -> Unit {
     }
 }
 
-/// Every server the plan deploys to must be registered before anything runs.
-pub(super) async fn check_servers(client: &Client, plan: &Plan) -> Result<(), EngineError> {
+/// Every server the plan deploys to, and every `OS::Nova::Server` it maps, must be
+/// registered before anything runs.
+pub(super) async fn check_servers(client: &Client, plan: &mut Plan) -> Result<(), EngineError> {
+    for (name, mapped) in &mut plan.servers {
+        match client.get_server(&mapped.server_id).await {
+            Ok(server) => {
+                mapped.registered_name = Some(server.name).filter(|n| !n.is_empty());
+            }
+            Err(e) if e.is_not_found() => {
+                return Err(EngineError::Refused(crate::stack::infra::not_registered(
+                    name, mapped,
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     let servers: BTreeMap<&ServerId, &str> = plan
         .units
         .values()

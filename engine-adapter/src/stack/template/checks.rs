@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use super::{Resource, ResourceKind, Template, TemplateError, check_keys};
 use crate::stack::functions::{
-    FUNCTIONS, GET_ATTR, GET_FILE, GET_PARAM, GET_RESOURCE, LIST_JOIN, STR_REPLACE, UNSUPPORTED,
-    as_call, kind_of, references,
+    self, FUNCTIONS, GET_ATTR, GET_FILE, GET_PARAM, GET_RESOURCE, LIST_JOIN, STR_REPLACE,
+    UNSUPPORTED, as_call, kind_of, references,
 };
 
 /// Attributes of a `SoftwareDeployment`, besides its config's outputs.
@@ -18,6 +18,26 @@ pub const DEPLOYMENT_ATTRIBUTES: [&str; 3] =
 pub const GROUP_ATTRIBUTES: [&str; 3] = ["deploy_stdouts", "deploy_stderrs", "deploy_status_codes"];
 /// Attributes of an `OS::Flue::Server`.
 pub const SERVER_ATTRIBUTES: [&str; 1] = ["server_id"];
+/// Heat's attributes of an `OS::Nova::Server` (which of them resolve depends on what
+/// the server's mapping gives).
+pub const NOVA_SERVER_ATTRIBUTES: [&str; 12] = [
+    "name",
+    "show",
+    "first_address",
+    "networks",
+    "addresses",
+    "accessIPv4",
+    "accessIPv6",
+    "instance_name",
+    "console_urls",
+    "tags",
+    "os_collect_config",
+    "server_id",
+];
+/// Attributes of an `OS::Heat::ResourceGroup` besides `resource.N` and its members'
+/// attributes (each a list in index order).
+pub const RESOURCE_GROUP_ATTRIBUTES: [&str; 4] =
+    ["refs", "refs_map", "attributes", "removed_rsrc_list"];
 
 pub(super) fn check(t: &Template) -> Result<(), TemplateError> {
     for (name, r) in &t.resources {
@@ -37,11 +57,16 @@ pub(super) fn check(t: &Template) -> Result<(), TemplateError> {
         let props = format!("{path}.properties");
         let prop = |key: &str| (r.properties.get(key), format!("{props}.{key}"));
         match r.kind {
-            ResourceKind::SoftwareDeployment => {
+            ResourceKind::SoftwareDeployment | ResourceKind::ResourceGroup => {
                 let (config, at) = prop("config");
                 check_config_ref(t, config, &at)?;
                 let (server, at) = prop("server");
-                check_server(t, server, &at)?;
+                // A ResourceGroup member's server is checked as member 0 would have it.
+                let server = match (&r.group, server) {
+                    (Some(g), Some(s)) => Some(super::substitute_index(s, &g.index_var, "0")),
+                    (_, s) => s.cloned(),
+                };
+                check_server(t, server.as_ref(), &at)?;
             }
             ResourceKind::SoftwareDeploymentGroup => {
                 let (config, at) = prop("config");
@@ -53,7 +78,19 @@ pub(super) fn check(t: &Template) -> Result<(), TemplateError> {
                 let (id, at) = prop("server_id");
                 check_server_id(id, &at)?;
             }
-            ResourceKind::SoftwareConfig | ResourceKind::StructuredConfig => {}
+            // Never resolved: a mapped server's or an external resource's properties
+            // (image, flavor, user_data, …) are accepted and ignored.
+            kind if kind.is_infrastructure() || kind == ResourceKind::HeatNone => continue,
+            _ => {}
+        }
+        if let Some(group) = &r.group {
+            walk(t, &group.count, &format!("{props}.count"))?;
+            if !functions::references(&group.count).is_empty() {
+                return Err(TemplateError::new(
+                    format!("{props}.count"),
+                    "must be known before anything runs: a number or {get_param: …}",
+                ));
+            }
         }
         for (key, value) in &r.properties {
             walk(t, value, &format!("{props}.{key}"))?;
@@ -94,7 +131,7 @@ fn check_server(t: &Template, value: Option<&Value>, path: &str) -> Result<(), T
     let refused = || {
         TemplateError::new(
             path,
-            "must be {get_resource: <an OS::Flue::Server resource>}, a server id, or \
+            "must be {get_resource: <an OS::Nova::Server or OS::Flue::Server resource>}, a server id, or \
              {get_param: …}; servers must be known before anything runs, so no get_attr",
         )
     };
@@ -108,13 +145,15 @@ fn check_server(t: &Template, value: Option<&Value>, path: &str) -> Result<(), T
                     path,
                     format!("get_resource: resource {target:?} does not exist"),
                 )),
-                Some(r) if r.kind != ResourceKind::Server => Err(TemplateError::new(
-                    path,
-                    format!(
-                        "resource {target:?} is a {}, not an OS::Flue::Server",
-                        r.kind
-                    ),
-                )),
+                Some(r) if !matches!(r.kind, ResourceKind::Server | ResourceKind::NovaServer) => {
+                    Err(TemplateError::new(
+                        path,
+                        format!(
+                            "resource {target:?} is a {}, not an OS::Nova::Server or OS::Flue::Server",
+                            r.kind
+                        ),
+                    ))
+                }
                 Some(_) => Ok(()),
             },
             Some((GET_PARAM, _)) if references(v).is_empty() => Ok(()),
@@ -330,10 +369,25 @@ fn check_attr(t: &Template, resource: &Resource, attr: &str) -> Result<(), Strin
         ResourceKind::Server => &SERVER_ATTRIBUTES,
         ResourceKind::SoftwareDeployment => &DEPLOYMENT_ATTRIBUTES,
         ResourceKind::SoftwareDeploymentGroup => &GROUP_ATTRIBUTES,
+        ResourceKind::NovaServer => &NOVA_SERVER_ATTRIBUTES,
+        // An external resource's attributes are whatever the user gives (checked
+        // before anything runs); OS::Heat::None answers every attribute with null.
+        ResourceKind::External(_) | ResourceKind::HeatNone => return Ok(()),
+        ResourceKind::RandomString | ResourceKind::HeatValue => &["value"],
+        ResourceKind::ResourceGroup => {
+            if RESOURCE_GROUP_ATTRIBUTES.contains(&attr)
+                || attr
+                    .strip_prefix("resource.")
+                    .is_some_and(|n| n.parse::<usize>().is_ok())
+            {
+                return Ok(());
+            }
+            &DEPLOYMENT_ATTRIBUTES
+        }
         kind => {
             return Err(format!(
                 "resource {name:?} is a {kind}; get_attr works on deployments, deployment \
-                 groups and servers"
+                 groups, resource groups, servers and values"
             ));
         }
     };
@@ -341,7 +395,10 @@ fn check_attr(t: &Template, resource: &Resource, attr: &str) -> Result<(), Strin
         return Ok(());
     }
     let outputs = match resource.kind {
-        ResourceKind::Server => Some(Vec::new()),
+        ResourceKind::Server
+        | ResourceKind::NovaServer
+        | ResourceKind::RandomString
+        | ResourceKind::HeatValue => Some(Vec::new()),
         _ => config_outputs(t, resource),
     };
     // Outputs written with functions are only known at run time: accept any name.

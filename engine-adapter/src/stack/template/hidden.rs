@@ -13,6 +13,14 @@ use crate::stack::units::config_resource;
 /// True when `attr` is an output that the config of deployment or group `resource`
 /// declares hidden.
 pub fn is_hidden_output(template: &Template, resource: &str, attr: &str) -> bool {
+    // An OS::Heat::RandomString's value is kept as a hidden output (see `random`).
+    if template
+        .resources
+        .get(resource)
+        .is_some_and(|r| r.kind == ResourceKind::RandomString)
+    {
+        return attr == "value";
+    }
     let Some(config) = config_resource(template, resource) else {
         return false;
     };
@@ -36,7 +44,9 @@ pub(super) fn check(t: &Template) -> Result<(), TemplateError> {
             let path = format!("resources.{name}.properties.{prop}");
             let runs = matches!(
                 res.kind,
-                ResourceKind::SoftwareDeployment | ResourceKind::SoftwareDeploymentGroup
+                ResourceKind::SoftwareDeployment
+                    | ResourceKind::SoftwareDeploymentGroup
+                    | ResourceKind::ResourceGroup
             );
             match value {
                 Value::Object(inputs) if runs && prop == "input_values" => {
@@ -65,7 +75,7 @@ fn whole_ref(t: &Template, v: &Value) -> Option<Result<(), String>> {
         return None;
     }
     Some(match t.resources[resource].kind {
-        ResourceKind::SoftwareDeployment => Ok(()),
+        ResourceKind::SoftwareDeployment | ResourceKind::RandomString => Ok(()),
         _ => Err(format!(
             "output {attr:?} of group {resource} is hidden: hidden outputs of a group cannot be passed on"
         )),
@@ -74,6 +84,19 @@ fn whole_ref(t: &Template, v: &Value) -> Option<Result<(), String>> {
 
 /// Refuses any hidden output used anywhere inside `v`.
 fn refuse_inside(t: &Template, v: &Value, path: &str) -> Result<(), TemplateError> {
+    // In Heat, get_resource of a RandomString is its value: hidden here.
+    if let Some(("get_resource", Value::String(target))) = functions::as_call(v)
+        && t.resources
+            .get(target)
+            .is_some_and(|r| r.kind == ResourceKind::RandomString)
+    {
+        return Err(TemplateError::new(
+            path,
+            format!(
+                "the value of {target} (OS::Heat::RandomString) is hidden: pass it whole as an input value with {{get_attr: [{target}, value]}}"
+            ),
+        ));
+    }
     if let Some((resource, attr, _)) = hidden_attr(t, v) {
         return Err(TemplateError::new(
             path,
@@ -98,8 +121,12 @@ fn refuse_inside(t: &Template, v: &Value, path: &str) -> Result<(), TemplateErro
 /// hidden output of a single deployment: the one use that passes it on whole.
 pub fn hidden_output_ref<'v>(t: &Template, v: &'v Value) -> Option<(&'v str, &'v str)> {
     let (resource, attr, whole) = hidden_attr(t, v)?;
-    (whole && t.resources[resource].kind == ResourceKind::SoftwareDeployment)
-        .then_some((resource, attr))
+    (whole
+        && matches!(
+            t.resources[resource].kind,
+            ResourceKind::SoftwareDeployment | ResourceKind::RandomString
+        ))
+    .then_some((resource, attr))
 }
 
 /// `(resource, output, whole)` when `v` is a `get_attr` of a hidden output; `whole`

@@ -3,14 +3,13 @@
 //! live in `checks`.
 
 use std::path::Path;
-use std::time::Duration;
 
 use flue_proto::LIFECYCLE_ACTIONS;
 use flue_proto::config::is_plain_name;
 use serde_json::{Map, Value};
 
 use super::{
-    Batching, Resource, ResourceKind, TemplateError, UpdatePolicy, check_keys, optional_string,
+    GroupDef, Resource, ResourceKind, TemplateError, UpdatePolicy, check_keys, optional_string,
 };
 use crate::stack::functions::{self, as_call, kind_of};
 
@@ -56,7 +55,19 @@ pub(super) fn parse(name: &str, def: &Value, base_dir: &Path) -> Result<Resource
     let Value::Object(def) = def else {
         return Err(TemplateError::new(path, "must be a map with `type`"));
     };
-    check_keys(def, &path, &RESOURCE_KEYS)?;
+    // Flue never deletes infrastructure: a deletion_policy there is moot, and accepted.
+    let never_deleted = def
+        .get("type")
+        .and_then(Value::as_str)
+        .and_then(ResourceKind::from_type)
+        .is_some_and(|k| k.is_infrastructure() || k == ResourceKind::HeatNone);
+    if never_deleted {
+        let mut keys = RESOURCE_KEYS.to_vec();
+        keys.push("deletion_policy");
+        check_keys(def, &path, &keys)?;
+    } else {
+        check_keys(def, &path, &RESOURCE_KEYS)?;
+    }
     let kind = match def.get("type") {
         None => return Err(TemplateError::new(format!("{path}.type"), "required")),
         Some(Value::String(t)) => ResourceKind::from_type(t).ok_or_else(|| {
@@ -64,9 +75,14 @@ pub(super) fn parse(name: &str, def: &Value, base_dir: &Path) -> Result<Resource
                 format!("{path}.type"),
                 format!(
                     "unsupported resource type {t:?}; supported: OS::Heat::SoftwareConfig, \
-                     OS::Heat::StructuredConfig, OS::Heat::SoftwareDeployment, \
+                     OS::Heat::StructuredConfig, OS::Heat::CloudConfig, \
+                     OS::Heat::MultipartMime, OS::Heat::SoftwareDeployment, \
                      OS::Heat::StructuredDeployment, OS::Heat::SoftwareDeploymentGroup, \
-                     OS::Heat::StructuredDeploymentGroup, OS::Flue::Server"
+                     OS::Heat::StructuredDeploymentGroup, OS::Heat::ResourceGroup (of \
+                     deployments), OS::Heat::RandomString, OS::Heat::Value, OS::Heat::None, \
+                     OS::Flue::Server, OS::Nova::Server (mapped onto a registered server), \
+                     and as external resources (never created) {}",
+                    super::EXTERNAL_TYPES.join(", ")
                 ),
             )
         })?,
@@ -95,8 +111,13 @@ pub(super) fn parse(name: &str, def: &Value, base_dir: &Path) -> Result<Resource
     let depends_on = parse_depends_on(def.get("depends_on"), &format!("{path}.depends_on"))?;
     let update_policy = match def.get("update_policy") {
         None | Some(Value::Null) => UpdatePolicy::default(),
-        Some(policy) if kind == ResourceKind::SoftwareDeploymentGroup => {
-            parse_update_policy(policy, &format!("{path}.update_policy"))?
+        Some(policy)
+            if matches!(
+                kind,
+                ResourceKind::SoftwareDeploymentGroup | ResourceKind::ResourceGroup
+            ) =>
+        {
+            super::policy::parse_update_policy(policy, &format!("{path}.update_policy"))?
         }
         Some(_) => {
             return Err(TemplateError::new(
@@ -105,12 +126,28 @@ pub(super) fn parse(name: &str, def: &Value, base_dir: &Path) -> Result<Resource
             ));
         }
     };
+    // A ResourceGroup keeps its members' definition as its properties, so everything
+    // that reads a deployment's `config`, `server` or `input_values` reads it the same.
+    let (properties, group) = if kind == ResourceKind::ResourceGroup {
+        let def = GroupDef {
+            count: properties.get("count").cloned().unwrap_or(Value::from(1)),
+            index_var: properties
+                .get("index_var")
+                .and_then(Value::as_str)
+                .unwrap_or(super::INDEX_VAR)
+                .to_owned(),
+        };
+        (super::utility::group_def_properties(&properties), Some(def))
+    } else {
+        (properties, None)
+    };
     Ok(Resource {
         name: name.to_owned(),
         kind,
         properties,
         depends_on,
         update_policy,
+        group,
     })
 }
 
@@ -150,10 +187,30 @@ fn check_properties(
             check_keys(props, path, &SERVER_PROPS)?;
             require(props, path, &["server_id"])
         }
+        // Not Flue's to create: every property is accepted and ignored.
+        ResourceKind::NovaServer | ResourceKind::External(_) | ResourceKind::HeatNone => Ok(()),
+        ResourceKind::RandomString => super::utility::check_random_string(props, path),
+        ResourceKind::HeatValue => super::utility::check_value(props, path),
+        ResourceKind::CloudConfig => super::utility::check_cloud_config(props, path),
+        ResourceKind::MultipartMime => super::utility::check_multipart(props, path),
+        ResourceKind::ResourceGroup => super::utility::check_resource_group(props, path),
     }
 }
 
-fn require(props: &Map<String, Value>, path: &str, keys: &[&str]) -> Result<(), TemplateError> {
+/// Checks `props` as the properties of a deployment (for a `ResourceGroup`'s
+/// `resource_def`).
+pub(super) fn check_deployment(
+    props: &Map<String, Value>,
+    path: &str,
+) -> Result<(), TemplateError> {
+    check_properties(ResourceKind::SoftwareDeployment, props, path)
+}
+
+pub(super) fn require(
+    props: &Map<String, Value>,
+    path: &str,
+    keys: &[&str],
+) -> Result<(), TemplateError> {
     match keys.iter().find(|k| !props.contains_key(**k)) {
         Some(k) => Err(TemplateError::new(format!("{path}.{k}"), "required")),
         None => Ok(()),
@@ -161,7 +218,7 @@ fn require(props: &Map<String, Value>, path: &str, keys: &[&str]) -> Result<(), 
 }
 
 /// True when `value` is a function call, whose result is only known later.
-fn is_call(value: &Value) -> bool {
+pub(super) fn is_call(value: &Value) -> bool {
     as_call(value).is_some()
 }
 
@@ -416,61 +473,4 @@ fn parse_depends_on(value: Option<&Value>, path: &str) -> Result<Vec<String>, Te
             })
         })
         .collect()
-}
-
-fn parse_update_policy(policy: &Value, path: &str) -> Result<UpdatePolicy, TemplateError> {
-    let Value::Object(policy) = policy else {
-        return Err(TemplateError::new(
-            path,
-            "must be a map with batch_create and/or rolling_update",
-        ));
-    };
-    check_keys(policy, path, &["batch_create", "rolling_update"])?;
-    let batching = |key: &str| match policy.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => parse_batching(v, &format!("{path}.{key}")).map(Some),
-    };
-    Ok(UpdatePolicy {
-        batch_create: batching("batch_create")?,
-        rolling_update: batching("rolling_update")?,
-    })
-}
-
-fn parse_batching(value: &Value, path: &str) -> Result<Batching, TemplateError> {
-    let Value::Object(map) = value else {
-        return Err(TemplateError::new(
-            path,
-            "must be a map with max_batch_size and pause_time",
-        ));
-    };
-    check_keys(map, path, &["max_batch_size", "pause_time"])?;
-    let max_batch_size = match map.get("max_batch_size") {
-        None => 1,
-        Some(v) => v
-            .as_u64()
-            .filter(|n| *n >= 1)
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| {
-                TemplateError::new(
-                    format!("{path}.max_batch_size"),
-                    "must be a whole number of at least 1",
-                )
-            })?,
-    };
-    let pause_time = match map.get("pause_time") {
-        None => Duration::ZERO,
-        Some(v) => v
-            .as_f64()
-            .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            .ok_or_else(|| {
-                TemplateError::new(
-                    format!("{path}.pause_time"),
-                    "must be a number of seconds, 0 or more",
-                )
-            })?,
-    };
-    Ok(Batching {
-        max_batch_size,
-        pause_time,
-    })
 }

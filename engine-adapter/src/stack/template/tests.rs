@@ -169,11 +169,13 @@ fn a_full_template_parses_into_the_model() {
         UpdatePolicy {
             batch_create: Some(Batching {
                 max_batch_size: 2,
-                pause_time: Duration::ZERO
+                pause_time: Duration::ZERO,
+                min_in_service: 0,
             }),
             rolling_update: Some(Batching {
                 max_batch_size: 1,
-                pause_time: Duration::from_millis(1500)
+                pause_time: Duration::from_millis(1500),
+                min_in_service: 0,
             }),
         }
     );
@@ -210,6 +212,17 @@ fn json_templates_and_quoted_versions_work_too() {
 
 fn resource_kinds() -> Vec<(&'static str, ResourceKind)> {
     vec![
+        ("OS::Nova::Server", ResourceKind::NovaServer),
+        (
+            "OS::Neutron::Port",
+            ResourceKind::External("OS::Neutron::Port"),
+        ),
+        ("OS::Heat::RandomString", ResourceKind::RandomString),
+        ("OS::Heat::Value", ResourceKind::HeatValue),
+        ("OS::Heat::None", ResourceKind::HeatNone),
+        ("OS::Heat::ResourceGroup", ResourceKind::ResourceGroup),
+        ("OS::Heat::CloudConfig", ResourceKind::CloudConfig),
+        ("OS::Heat::MultipartMime", ResourceKind::MultipartMime),
         ("OS::Heat::SoftwareConfig", ResourceKind::SoftwareConfig),
         ("OS::Heat::StructuredConfig", ResourceKind::StructuredConfig),
         (
@@ -238,7 +251,7 @@ fn resource_type_names_round_trip() {
         assert_eq!(ResourceKind::from_type(name), Some(kind));
         assert_eq!(ResourceKind::from_type(kind.type_name()), Some(kind));
     }
-    assert_eq!(ResourceKind::from_type("OS::Nova::Server"), None);
+    assert_eq!(ResourceKind::from_type("OS::Trove::Instance"), None);
     assert_eq!(ResourceKind::Server.to_string(), "OS::Flue::Server");
 }
 
@@ -329,11 +342,11 @@ fn yaml_errors_say_where() {
 #[test]
 fn resource_definitions_are_checked() {
     let mut v = base();
-    v["resources"]["server"]["type"] = json!("OS::Nova::Server");
+    v["resources"]["server"]["type"] = json!("OS::Trove::Instance");
     refused(
         &v,
         "resources.server.type",
-        "unsupported resource type \"OS::Nova::Server\"",
+        "unsupported resource type \"OS::Trove::Instance\"",
     );
     let mut v = base();
     v["resources"]["server"]["deletion_policy"] = json!("retain");
@@ -547,7 +560,7 @@ fn deployment_properties_are_checked() {
             "server",
             json!({"get_resource": "config"}),
             format!("{at}.server"),
-            "not an OS::Flue::Server",
+            "not an OS::Nova::Server or OS::Flue::Server",
         ),
         (
             "server",
