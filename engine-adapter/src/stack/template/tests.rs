@@ -131,7 +131,10 @@ fn a_full_template_parses_into_the_model() {
             kind: ParamType::String,
             default: None,
             hidden: true,
-            description: Some("the password".to_owned())
+            description: Some("the password".to_owned()),
+            label: None,
+            immutable: false,
+            constraints: Vec::new(),
         }
     );
     assert_eq!(p["web_port"].default, Some(json!(8080)));
@@ -281,8 +284,8 @@ fn the_base_template_is_valid() {
 #[test]
 fn sections_are_checked() {
     let mut v = base();
-    v["conditions"] = json!({});
-    refused(&v, "conditions", "unknown section");
+    v["mappings"] = json!({});
+    refused(&v, "mappings", "unknown section");
     let mut v = base();
     v.as_object_mut()
         .expect("map")
@@ -806,8 +809,8 @@ fn function_targets_are_checked_statically() {
             "expected lists to join, got a string",
         ),
         (
-            json!({"repeat": {"for_each": {}}}),
-            "function \"repeat\" is not supported; Flue supports get_param",
+            json!({"yaql": {"expression": "$.data"}}),
+            "yaql is not supported by Flue",
         ),
     ];
     for (value, fragment) in cases {
@@ -1011,11 +1014,11 @@ fn bind_parameters_types_values_and_adds_defaults() {
         .bind_parameters(&given(&[
             ("db_password", "pw"),
             ("web_port", "0.5"),
-            ("names", ""),
+            ("names", "z"),
         ]))
         .expect("bound");
     assert_eq!(p.values["web_port"], json!(0.5));
-    assert_eq!(p.values["names"], json!([]));
+    assert_eq!(p.values["names"], json!(["z"]));
     assert_eq!(p.values["debug"], json!(false));
 }
 
