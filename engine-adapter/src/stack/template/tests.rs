@@ -305,7 +305,10 @@ fn sections_are_checked() {
     refused(&v, "outputs.o.value", "required");
     let mut v = base();
     v["outputs"] = json!({"o": {"value": 1, "condition": "x"}});
-    refused(&v, "outputs.o.condition", "unknown key");
+    refused(&v, "outputs.o.condition", "Invalid condition \"x\"");
+    let mut v = base();
+    v["outputs"] = json!({"o": {"value": 1, "label": "x"}});
+    refused(&v, "outputs.o.label", "unknown key");
     let e = Template::parse("- a\n- b\n", Path::new(".")).expect_err("a list");
     assert_eq!(e.path, "template");
 }
