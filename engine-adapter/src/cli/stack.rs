@@ -120,10 +120,12 @@ async fn apply(
     for note in template.notes().iter().chain(&env.notes) {
         writeln!(out, "note: {note}")?;
     }
-    let mut given = env.given_text(&template).map_err(|error| CliError::Template {
-        path: args.template.clone(),
-        error,
-    })?;
+    let mut given = env
+        .given_text(&template)
+        .map_err(|error| CliError::Template {
+            path: args.template.clone(),
+            error,
+        })?;
     // -P and --parameter-file win over the environments' `parameters`.
     let mut cli_given = parameters(&args.parameters)?;
     add_parameter_files(&mut cli_given, &args.parameter_files)?;

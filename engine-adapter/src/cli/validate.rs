@@ -60,7 +60,8 @@ pub fn run(args: &StackValidateArgs, out: &mut impl Write) -> Result<Outcome, Cl
     let (instantiated, decided) = template
         .instantiate(&params)
         .map_err(|e| invalid(&args.template, e))?;
-    let plan = units::expand(&instantiated, &params, true).map_err(|e| invalid(&args.template, e))?;
+    let plan =
+        units::expand(&instantiated, &params, true).map_err(|e| invalid(&args.template, e))?;
 
     let mut text = String::new();
     let _ = writeln!(
@@ -80,7 +81,11 @@ pub fn run(args: &StackValidateArgs, out: &mut impl Write) -> Result<Outcome, Cl
                     other => other.to_string(),
                 }
             };
-            let from = if params.given.contains(name) { "given" } else { "default" };
+            let from = if params.given.contains(name) {
+                "given"
+            } else {
+                "default"
+            };
             let _ = writeln!(text, "  {name} ({}) = {value} [{from}]", decl.kind.name());
         }
     }
@@ -94,7 +99,11 @@ pub fn run(args: &StackValidateArgs, out: &mut impl Write) -> Result<Outcome, Cl
     for (name, r) in &template.resources {
         match decided.skipped_resources.get(name) {
             Some(c) => {
-                let _ = writeln!(text, "  {name} ({}): not created, condition {c} is false", r.kind);
+                let _ = writeln!(
+                    text,
+                    "  {name} ({}): not created, condition {c} is false",
+                    r.kind
+                );
             }
             None => {
                 let servers: Vec<&str> = plan

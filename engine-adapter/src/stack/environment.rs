@@ -91,9 +91,9 @@ impl Environment {
                         format!("must be a map, got {}", kind_of(other)),
                     ));
                 }
-                (other, _) => env.notes.push(format!(
-                    "environment section {other} is ignored by Flue"
-                )),
+                (other, _) => env
+                    .notes
+                    .push(format!("environment section {other} is ignored by Flue")),
             }
         }
         Ok(env)
@@ -119,7 +119,11 @@ impl Environment {
                 None => break,
             }
         }
-        if self.resource_registry.get(current).is_some_and(|n| n != current) {
+        if self
+            .resource_registry
+            .get(current)
+            .is_some_and(|n| n != current)
+        {
             return Err(format!(
                 "resource_registry: the aliases of {type_name:?} go round in a loop"
             ));
@@ -133,7 +137,10 @@ impl Environment {
 
     /// The environment's `parameters` as `-P` text, typed by the template's
     /// declarations: a json value as JSON, a list as `a,b,c`.
-    pub fn given_text(&self, template: &Template) -> Result<BTreeMap<String, String>, TemplateError> {
+    pub fn given_text(
+        &self,
+        template: &Template,
+    ) -> Result<BTreeMap<String, String>, TemplateError> {
         let mut out = BTreeMap::new();
         for (name, value) in &self.parameters {
             let path = format!("environment parameters.{name}");

@@ -432,3 +432,6 @@ fn read_file(args: &Value, base_dir: &Path) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod hot_tests;

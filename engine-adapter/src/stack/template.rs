@@ -19,10 +19,12 @@ use super::{functions, graph};
 mod checks;
 mod conditions;
 mod constraints;
-pub use constraints::{Constraint, Rule};
 pub use checks::{DEPLOYMENT_ATTRIBUTES, GROUP_ATTRIBUTES, SERVER_ATTRIBUTES, config_outputs};
+pub use constraints::{Constraint, Rule};
 mod hidden;
 pub use hidden::{hidden_output_ref, is_hidden_output};
+#[cfg(test)]
+mod hot_tests;
 mod params;
 mod resources;
 #[cfg(test)]
@@ -321,7 +323,8 @@ impl Template {
             Some(Value::Object(map)) if !map.is_empty() => map
                 .iter()
                 .map(|(name, def)| {
-                    let def = conditions::prepare_resource(name, def, env, &mut resource_conditions)?;
+                    let def =
+                        conditions::prepare_resource(name, def, env, &mut resource_conditions)?;
                     let r = resources::parse(name, &def, base_dir)?;
                     Ok((name.clone(), r))
                 })

@@ -13,8 +13,12 @@ use crate::stack::template::TemplateError;
 /// Heat functions Flue refuses, with the reason.
 fn refused(name: &str) -> Option<&'static str> {
     Some(match name {
-        "yaql" => "yaql is not supported by Flue (it would need a yaql interpreter); use the other functions",
-        "make_url" => "make_url is not supported by Flue; build the URL with str_replace or list_join",
+        "yaql" => {
+            "yaql is not supported by Flue (it would need a yaql interpreter); use the other functions"
+        }
+        "make_url" => {
+            "make_url is not supported by Flue; build the URL with str_replace or list_join"
+        }
         "resource_facade" => "resource_facade is not supported by Flue (no nested stacks)",
         _ => return None,
     })
@@ -45,7 +49,10 @@ impl CallCheck<'_> {
             }
             if let Some(since) = since {
                 if self.version < since {
-                    return Err(TemplateError::new(path, not_in_version(name, self.version, since)));
+                    return Err(TemplateError::new(
+                        path,
+                        not_in_version(name, self.version, since),
+                    ));
                 }
                 if let Some(why) = refused(name) {
                     return Err(TemplateError::new(path, why));
@@ -84,10 +91,14 @@ impl CallCheck<'_> {
                         TemplateVersion::PIKE
                     )));
                 }
-                if !args.get("for_each").is_some_and(|f| f.is_object() || one_key(f).is_some())
+                if !args
+                    .get("for_each")
+                    .is_some_and(|f| f.is_object() || one_key(f).is_some())
                     || args.get("template").is_none()
                 {
-                    return Err(fail("expected {for_each: {<var>: <list>}, template: <body>}"));
+                    return Err(fail(
+                        "expected {for_each: {<var>: <list>}, template: <body>}",
+                    ));
                 }
             }
             "list_join"
@@ -136,7 +147,10 @@ impl CallCheck<'_> {
                     ));
                 };
                 if self.version < since {
-                    return Err(TemplateError::new(path, not_in_version(name, self.version, since)));
+                    return Err(TemplateError::new(
+                        path,
+                        not_in_version(name, self.version, since),
+                    ));
                 }
                 let at = format!("{path}.{name}");
                 match (name, args) {

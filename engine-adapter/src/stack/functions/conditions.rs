@@ -102,7 +102,9 @@ impl<'a> Conditions<'a> {
             ));
         };
         let Some(since) = condition_function_since(name) else {
-            return Err(format!("The function \"{name}\" is invalid in this context"));
+            return Err(format!(
+                "The function \"{name}\" is invalid in this context"
+            ));
         };
         if self.version < since {
             return Err(not_in_version(name, self.version, since));
@@ -157,12 +159,18 @@ impl<'a> Conditions<'a> {
             return self.call(v);
         }
         match v {
-            Value::Array(items) => items.iter().map(|i| self.value(i)).collect::<Result<_, _>>().map(Value::Array),
+            Value::Array(items) => items
+                .iter()
+                .map(|i| self.value(i))
+                .collect::<Result<_, _>>()
+                .map(Value::Array),
             Value::Object(map) => {
                 if let Some((name, _)) = one_key(v)
                     && super::versions::function_since(name).is_some()
                 {
-                    return Err(format!("The function \"{name}\" is invalid in this context"));
+                    return Err(format!(
+                        "The function \"{name}\" is invalid in this context"
+                    ));
                 }
                 map.iter()
                     .map(|(k, v)| Ok((k.clone(), self.value(v)?)))
@@ -231,7 +239,12 @@ pub fn choose_branches(
             .map(Value::Array),
         Value::Object(map) => map
             .iter()
-            .map(|(k, v)| Ok((k.clone(), choose_branches(v, conditions, &format!("{path}.{k}"))?)))
+            .map(|(k, v)| {
+                Ok((
+                    k.clone(),
+                    choose_branches(v, conditions, &format!("{path}.{k}"))?,
+                ))
+            })
             .collect::<Result<_, _>>()
             .map(Value::Object),
         other => Ok(other.clone()),

@@ -15,7 +15,10 @@ pub fn str_split(args: &Value) -> Result<Value, String> {
         return Err(usage.to_owned());
     };
     let Value::String(delim) = &items[0] else {
-        return Err(format!("the delimiter must be a string, got {}", kind_of(&items[0])));
+        return Err(format!(
+            "the delimiter must be a string, got {}",
+            kind_of(&items[0])
+        ));
     };
     if delim.is_empty() {
         return Err("the delimiter must not be empty".to_owned());
@@ -40,7 +43,12 @@ pub fn str_split(args: &Value) -> Result<Value, String> {
     usize::try_from(at)
         .ok()
         .and_then(|i| pieces.get(i).cloned())
-        .ok_or_else(|| format!("index {index} is out of range: it should be between 0 and {}", len - 1))
+        .ok_or_else(|| {
+            format!(
+                "index {index} is out of range: it should be between 0 and {}",
+                len - 1
+            )
+        })
 }
 
 /// `map_merge: [map, map, …]`: later keys win; a null counts as an empty map.
@@ -53,7 +61,12 @@ pub fn map_merge(args: &Value) -> Result<Value, String> {
         match m {
             Value::Null => {}
             Value::Object(m) => out.extend(m.iter().map(|(k, v)| (k.clone(), v.clone()))),
-            other => return Err(format!("items to merge must be maps, got {}", kind_of(other))),
+            other => {
+                return Err(format!(
+                    "items to merge must be maps, got {}",
+                    kind_of(other)
+                ));
+            }
         }
     }
     Ok(Value::Object(out))
@@ -126,7 +139,10 @@ pub fn repeat(args: &Value) -> Result<Value, String> {
         None => true,
         Some(Value::Bool(b)) => *b,
         Some(other) => {
-            return Err(format!("permutations must be true or false, got {}", kind_of(other)));
+            return Err(format!(
+                "permutations must be true or false, got {}",
+                kind_of(other)
+            ));
         }
     };
     let Value::Object(for_each) = for_each else {
@@ -194,7 +210,9 @@ fn substitute(template: &Value, vars: &[&str], row: &[&str]) -> Value {
     };
     match template {
         Value::String(s) => Value::String(text(s)),
-        Value::Array(items) => Value::Array(items.iter().map(|v| substitute(v, vars, row)).collect()),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| substitute(v, vars, row)).collect())
+        }
         Value::Object(map) => Value::Object(
             map.iter()
                 .map(|(k, v)| (text(k), substitute(v, vars, row)))
@@ -215,7 +233,12 @@ pub fn list_concat(args: &Value, unique: bool) -> Result<Value, String> {
         match l {
             Value::Null => {}
             Value::Array(items) => out.extend(items.iter().cloned()),
-            other => return Err(format!("items to concat must be lists, got {}", kind_of(other))),
+            other => {
+                return Err(format!(
+                    "items to concat must be lists, got {}",
+                    kind_of(other)
+                ));
+            }
         }
     }
     if unique {

@@ -82,15 +82,16 @@ impl fmt::Display for TemplateVersion {
 /// `None` when Heat has no such function there.
 pub fn function_since(name: &str) -> Option<TemplateVersion> {
     Some(match name {
-        "get_param" | "get_resource" | "get_attr" | "get_file" | "list_join"
-        | "str_replace" | "resource_facade" => TemplateVersion::V2013_05_23,
+        "get_param" | "get_resource" | "get_attr" | "get_file" | "list_join" | "str_replace"
+        | "resource_facade" => TemplateVersion::V2013_05_23,
         "digest" | "repeat" => TemplateVersion::V2015_04_30,
         "str_split" => TemplateVersion::V2015_10_15,
         "map_merge" => TemplateVersion::V2016_04_08,
         "if" | "map_replace" | "yaql" => TemplateVersion::NEWTON,
         "filter" | "str_replace_strict" => TemplateVersion::OCATA,
-        "make_url" | "list_concat" | "list_concat_unique" | "str_replace_vstrict"
-        | "contains" => TemplateVersion::PIKE,
+        "make_url" | "list_concat" | "list_concat_unique" | "str_replace_vstrict" | "contains" => {
+            TemplateVersion::PIKE
+        }
         _ => return None,
     })
 }

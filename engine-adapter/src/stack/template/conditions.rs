@@ -231,7 +231,11 @@ impl Template {
             }
             let mut properties = Map::new();
             for (key, value) in &r.properties {
-                let v = branch(value, &format!("resources.{name}.properties.{key}"), &mut conds)?;
+                let v = branch(
+                    value,
+                    &format!("resources.{name}.properties.{key}"),
+                    &mut conds,
+                )?;
                 if !v.is_null() || value.is_null() {
                     properties.insert(key.clone(), v);
                 }
@@ -257,13 +261,7 @@ impl Template {
                 continue;
             }
             let value = branch(&o.value, &format!("outputs.{name}.value"), &mut conds)?;
-            outputs.insert(
-                name.clone(),
-                OutputDef {
-                    value,
-                    ..o.clone()
-                },
-            );
+            outputs.insert(name.clone(), OutputDef { value, ..o.clone() });
         }
         let t = Template {
             resources,

@@ -73,7 +73,10 @@ pub(super) fn parse(
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(items)) => items,
         Some(_) => {
-            return Err(TemplateError::new(path, "must be a list of constraint maps"));
+            return Err(TemplateError::new(
+                path,
+                "must be a list of constraint maps",
+            ));
         }
     };
     items
@@ -103,7 +106,11 @@ fn parse_one(
     };
     let at = format!("{path}.{name}");
     let allowed_for: &[ParamType] = match name.as_str() {
-        "length" => &[ParamType::String, ParamType::CommaDelimitedList, ParamType::Json],
+        "length" => &[
+            ParamType::String,
+            ParamType::CommaDelimitedList,
+            ParamType::Json,
+        ],
         "range" | "modulo" => &[ParamType::Number],
         "allowed_values" => &[
             ParamType::String,
@@ -123,7 +130,10 @@ fn parse_one(
     if !allowed_for.contains(&kind) {
         return Err(TemplateError::new(
             at,
-            format!("a {name} constraint does not apply to a {} parameter", kind.name()),
+            format!(
+                "a {name} constraint does not apply to a {} parameter",
+                kind.name()
+            ),
         ));
     }
     let rule = match name.as_str() {
@@ -139,12 +149,18 @@ fn parse_one(
             if version < TemplateVersion::OCATA {
                 return Err(TemplateError::new(
                     at,
-                    format!("modulo needs heat_template_version {} or later", TemplateVersion::OCATA),
+                    format!(
+                        "modulo needs heat_template_version {} or later",
+                        TemplateVersion::OCATA
+                    ),
                 ));
             }
             let num = |k: &str| arg.get(k).and_then(Value::as_f64);
             let (Some(step), Some(offset)) = (num("step"), num("offset")) else {
-                return Err(TemplateError::new(at, "expected {step: <number>, offset: <number>}"));
+                return Err(TemplateError::new(
+                    at,
+                    "expected {step: <number>, offset: <number>}",
+                ));
             };
             if step == 0.0 {
                 return Err(TemplateError::new(at, "step cannot be 0"));
@@ -168,7 +184,10 @@ fn parse_one(
         },
         "allowed_pattern" => {
             let Value::String(p) = arg else {
-                return Err(TemplateError::new(at, "must be a regular expression (a string)"));
+                return Err(TemplateError::new(
+                    at,
+                    "must be a regular expression (a string)",
+                ));
             };
             regex::Regex::new(p).map_err(|e| {
                 TemplateError::new(&at, format!("not a valid regular expression: {e}"))
@@ -177,15 +196,27 @@ fn parse_one(
         }
         _ => match arg {
             Value::String(name) => Rule::Custom(name.clone()),
-            _ => return Err(TemplateError::new(at, "must be a constraint name such as nova.flavor")),
+            _ => {
+                return Err(TemplateError::new(
+                    at,
+                    "must be a constraint name such as nova.flavor",
+                ));
+            }
         },
     };
     Ok(Constraint { rule, description })
 }
 
-fn bounds(arg: &Value, path: &str, integral: bool) -> Result<(Option<f64>, Option<f64>), TemplateError> {
+fn bounds(
+    arg: &Value,
+    path: &str,
+    integral: bool,
+) -> Result<(Option<f64>, Option<f64>), TemplateError> {
     let Value::Object(map) = arg else {
-        return Err(TemplateError::new(path, "expected {min: <number>, max: <number>}"));
+        return Err(TemplateError::new(
+            path,
+            "expected {min: <number>, max: <number>}",
+        ));
     };
     check_keys(map, path, &["min", "max"])?;
     let bound = |k: &str| -> Result<Option<f64>, TemplateError> {
@@ -251,7 +282,11 @@ fn valid(rule: &Rule, value: &Value) -> bool {
             (r - offset).abs() < f64::EPSILON
         }),
         Rule::AllowedValues(allowed) => {
-            let ok = |v: &Value| allowed.iter().any(|a| same(a, v) || to_text(a) == to_text(v));
+            let ok = |v: &Value| {
+                allowed
+                    .iter()
+                    .any(|a| same(a, v) || to_text(a) == to_text(v))
+            };
             match value {
                 Value::Array(items) => items.iter().all(ok),
                 v => ok(v),
@@ -270,7 +305,10 @@ fn valid(rule: &Rule, value: &Value) -> bool {
 }
 
 fn num(n: Option<f64>) -> String {
-    n.map_or_else(|| "None".to_owned(), |n| Value::from(n).to_string().trim_end_matches(".0").to_owned())
+    n.map_or_else(
+        || "None".to_owned(),
+        |n| Value::from(n).to_string().trim_end_matches(".0").to_owned(),
+    )
 }
 
 /// Heat's message for a value that breaks `rule`, naming the value.
@@ -308,11 +346,19 @@ fn broken(rule: &Rule, value: &Value) -> String {
 fn rule_text(rule: &Rule) -> String {
     match rule {
         Rule::Length { min, max } | Rule::Range { min, max } => {
-            let what = if matches!(rule, Rule::Length { .. }) { "length" } else { "value" };
+            let what = if matches!(rule, Rule::Length { .. }) {
+                "length"
+            } else {
+                "value"
+            };
             match (min, max) {
                 (Some(_), None) => format!("The {what} must be at least {}.", num(*min)),
                 (None, Some(_)) => format!("The {what} must be no greater than {}.", num(*max)),
-                _ => format!("The {what} must be in the range {} to {}.", num(*min), num(*max)),
+                _ => format!(
+                    "The {what} must be in the range {} to {}.",
+                    num(*min),
+                    num(*max)
+                ),
             }
         }
         Rule::Modulo { step, offset } => format!(
@@ -328,4 +374,3 @@ fn rule_text(rule: &Rule) -> String {
         Rule::Custom(_) => String::new(),
     }
 }
-

@@ -147,15 +147,20 @@ pub(super) fn apply_defaults(
         let Some(decl) = decls.get_mut(name) else {
             continue;
         };
-        let value = decl.kind.coerce(value).map_err(|m| {
-            TemplateError::new(format!("environment parameter_defaults.{name}"), m)
-        })?;
+        let value = decl
+            .kind
+            .coerce(value)
+            .map_err(|m| TemplateError::new(format!("environment parameter_defaults.{name}"), m))?;
         decl.default = Some(value);
     }
     Ok(())
 }
 
-fn parse_one(name: &str, decl: &Value, version: TemplateVersion) -> Result<ParamDecl, TemplateError> {
+fn parse_one(
+    name: &str,
+    decl: &Value,
+    version: TemplateVersion,
+) -> Result<ParamDecl, TemplateError> {
     let path = format!("parameters.{name}");
     if let Err(e) = flue_proto::ids::validate(name) {
         return Err(TemplateError::new(path, format!("parameter name {e}")));

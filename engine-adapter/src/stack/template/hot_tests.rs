@@ -1,0 +1,209 @@
+//! Conditions, constraints, versions and environments on whole templates.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::json;
+
+use super::*;
+
+const CONDITIONAL: &str = r#"
+heat_template_version: 2018-08-31
+parameters:
+  env: {type: string, default: dev, constraints: [{allowed_values: [dev, prod]}]}
+  size: {type: number, default: 4, constraints: [{range: {min: 1, max: 8}}, {modulo: {step: 2, offset: 0}}]}
+  name: {type: string, default: web, constraints: [{length: {min: 2, max: 8}}, {allowed_pattern: "[a-z]+"}]}
+  secret: {type: string, hidden: true, default: xx, constraints: [{length: {min: 2}}]}
+  flavor: {type: string, default: m1, constraints: [{custom_constraint: nova.flavor}]}
+conditions:
+  is_prod: {equals: [{get_param: env}, prod]}
+  is_dev: {not: is_prod}
+resources:
+  server: {type: OS::Flue::Server, properties: {server_id: s1}}
+  config: {type: OS::Heat::SoftwareConfig, properties: {config: echo}}
+  always:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: config}
+      server: {get_resource: server}
+      input_values:
+        mode: {if: [is_prod, production, development]}
+        stack: {get_param: OS::stack_name}
+  monitor:
+    type: OS::Heat::SoftwareDeployment
+    condition: is_prod
+    depends_on: [always]
+    properties: {config: {get_resource: config}, server: {get_resource: server}}
+  after:
+    type: OS::Heat::SoftwareDeployment
+    depends_on: [monitor]
+    properties: {config: {get_resource: config}, server: {get_resource: server}}
+outputs:
+  monitor_out:
+    condition: is_prod
+    value: {get_attr: [monitor, deploy_stdout]}
+"#;
+
+fn bound(t: &Template, pairs: &[(&str, &str)]) -> Result<Parameters, TemplateError> {
+    let given: BTreeMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let mut p = t.bind_parameters(&given)?;
+    p.add_pseudo("shop", Some("acme"));
+    Ok(p)
+}
+
+#[test]
+fn a_false_condition_leaves_the_resource_and_its_output_out() {
+    let t = Template::parse(CONDITIONAL, Path::new(".")).expect("valid");
+    let (dev, decided) = t
+        .instantiate(&bound(&t, &[]).expect("bound"))
+        .expect("instantiated");
+    assert!(!dev.resources.contains_key("monitor"));
+    assert_eq!(decided.skipped_resources["monitor"], "is_prod");
+    assert!(dev.outputs.is_empty());
+    // depends_on a resource that is not created is dropped, as Heat does.
+    assert!(dev.resources["after"].depends_on.is_empty());
+    assert_eq!(
+        dev.resources["always"].properties["input_values"]["mode"],
+        json!("development")
+    );
+    let (prod, decided) = t
+        .instantiate(&bound(&t, &[("env", "prod")]).expect("bound"))
+        .expect("instantiated");
+    assert!(prod.resources.contains_key("monitor"));
+    assert_eq!(decided.conditions["is_prod"], true);
+    assert_eq!(
+        prod.resources["always"].properties["input_values"]["mode"],
+        json!("production")
+    );
+    assert!(prod.outputs.contains_key("monitor_out"));
+}
+
+#[test]
+fn referencing_a_resource_whose_condition_is_false_is_refused() {
+    let text = CONDITIONAL
+        .replace(
+            "stack: {get_param: OS::stack_name}",
+            "stack: {get_attr: [monitor, deploy_stdout]}",
+        )
+        .replace("    depends_on: [always]\n", "");
+    let t = Template::parse(&text, Path::new(".")).expect("valid");
+    let e = t
+        .instantiate(&bound(&t, &[]).expect("bound"))
+        .expect_err("refused");
+    assert_eq!(e.path, "resources.always.properties.input_values");
+    assert!(
+        e.message
+            .contains("The specified reference \"monitor\" is incorrect"),
+        "{e}"
+    );
+}
+
+#[test]
+fn constraints_are_enforced_with_heats_messages() {
+    let t = Template::parse(CONDITIONAL, Path::new(".")).expect("valid");
+    let cases = [
+        (
+            ("env", "test"),
+            "\"test\" is not an allowed value [dev, prod]",
+        ),
+        (("size", "9"), "9 is out of range (min: 1, max: 8)"),
+        (
+            ("size", "3"),
+            "3 is not a multiple of 2 with an offset of 0",
+        ),
+        (("name", "x"), "length (1) is out of range (min: 2, max: 8)"),
+        (
+            ("name", "Web1"),
+            "\"Web1\" does not match pattern \"[a-z]+\"",
+        ),
+        // A hidden value is never shown: Heat's description of the rule instead.
+        (("secret", "y"), "The length must be at least 2."),
+    ];
+    for ((k, v), message) in cases {
+        let e = bound(&t, &[(k, v)]).expect_err(k);
+        assert_eq!(e.path, format!("parameters.{k}"));
+        assert_eq!(e.message, message);
+    }
+    assert_eq!(
+        t.notes(),
+        vec![
+            "parameters.flavor: custom_constraint nova.flavor is not checked by Flue (it needs an OpenStack service)"
+        ]
+    );
+}
+
+#[test]
+fn an_immutable_parameter_cannot_change_on_update() {
+    let t = Template::parse(
+        &CONDITIONAL.replace("default: web,", "default: web, immutable: true,"),
+        Path::new("."),
+    )
+    .expect("valid");
+    let first = t.bind_parameters(&BTreeMap::new()).expect("bound");
+    let kept = first.to_keep();
+    assert_eq!(kept["name"], json!("web"));
+    let given = BTreeMap::from([("name".to_owned(), "other".to_owned())]);
+    let e = t
+        .bind_parameters_over(&given, &kept)
+        .expect_err("immutable");
+    assert_eq!(
+        e.message,
+        "The following parameters are immutable and may not be updated: name"
+    );
+}
+
+#[test]
+fn a_function_newer_than_the_template_version_is_refused() {
+    let text = r#"
+heat_template_version: 2016-04-08
+resources:
+  server: {type: OS::Flue::Server, properties: {server_id: s1}}
+  config: {type: OS::Heat::SoftwareConfig, properties: {config: {if: [true, a, b]}}}
+"#;
+    let e = Template::parse(text, Path::new(".")).expect_err("if needs newton");
+    assert!(
+        e.message
+            .contains("The function if is not supported in this version of HOT"),
+        "{e}"
+    );
+    let e = Template::parse(
+        "AWSTemplateFormatVersion: 2010-09-09\nResources: {}\n",
+        Path::new("."),
+    )
+    .expect_err("cfn");
+    assert!(e.message.contains("not supported by Flue"), "{e}");
+}
+
+#[test]
+fn an_environment_maps_types_and_sets_defaults_and_values() {
+    let env = super::super::environment::Environment::parse(
+        "parameters: {env: prod}\nparameter_defaults: {size: 6, unknown: 1}\n\
+         resource_registry: {My::Deploy: OS::Heat::SoftwareDeployment}\nevent_sinks: []\n",
+    )
+    .expect("env");
+    let text = CONDITIONAL.replace(
+        "type: OS::Heat::SoftwareDeployment\n    condition",
+        "type: My::Deploy\n    condition",
+    );
+    let t = Template::parse_with(&text, Path::new("."), &env).expect("valid");
+    assert_eq!(
+        t.resources["monitor"].kind,
+        ResourceKind::SoftwareDeployment
+    );
+    assert_eq!(t.parameters["size"].default, Some(json!(6)));
+    assert_eq!(env.given_text(&t).expect("typed")["env"], "prod");
+    assert_eq!(
+        env.notes,
+        vec!["environment section event_sinks is ignored by Flue"]
+    );
+    let e =
+        super::super::environment::Environment::parse("resource_registry: {X::Y: nested.yaml}\n")
+            .expect_err("nested");
+    assert!(
+        e.message.contains("nested templates are not supported"),
+        "{e}"
+    );
+}
