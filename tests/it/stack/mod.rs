@@ -4,6 +4,7 @@
 
 mod examples;
 mod failure;
+mod hot;
 mod lifecycle;
 mod templates;
 mod update;
