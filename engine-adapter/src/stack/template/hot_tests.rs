@@ -73,7 +73,7 @@ fn a_false_condition_leaves_the_resource_and_its_output_out() {
         .instantiate(&bound(&t, &[("env", "prod")]).expect("bound"))
         .expect("instantiated");
     assert!(prod.resources.contains_key("monitor"));
-    assert_eq!(decided.conditions["is_prod"], true);
+    assert!(decided.conditions["is_prod"]);
     assert_eq!(
         prod.resources["always"].properties["input_values"]["mode"],
         json!("production")
