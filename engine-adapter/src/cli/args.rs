@@ -275,6 +275,9 @@ pub struct StackValidateArgs {
     /// The stack name `OS::stack_name` and `OS::stack_id` stand for.
     #[arg(long, value_name = "NAME", default_value = "validate")]
     pub stack_name: StackId,
+    /// The tenant `OS::project_id` stands for.
+    #[arg(long, value_name = "TENANT", default_value = "validate")]
+    pub project_id: TenantId,
 }
 
 /// `flue stack delete|suspend|resume`

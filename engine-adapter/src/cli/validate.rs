@@ -56,7 +56,7 @@ pub fn run(args: &StackValidateArgs, out: &mut impl Write) -> Result<Outcome, Cl
     let mut params = template
         .bind_parameters(&given)
         .map_err(|e| invalid(&args.template, e))?;
-    params.add_pseudo(args.stack_name.as_str(), None);
+    params.add_pseudo(args.stack_name.as_str(), Some(args.project_id.as_str()));
     let (instantiated, decided) = template
         .instantiate(&params)
         .map_err(|e| invalid(&args.template, e))?;

@@ -17,6 +17,7 @@ use super::template::TemplateError;
 mod check;
 pub mod conditions;
 pub mod data;
+mod md5;
 pub mod versions;
 pub use check::CallCheck;
 
@@ -183,13 +184,74 @@ pub fn select(value: &Value, path: &[Value]) -> Result<Value, String> {
     Ok(current.clone())
 }
 
-/// Text for a value spliced into a string: strings as they are, null as nothing,
-/// anything else JSON-encoded (as Heat does for `str_replace` and `list_join`).
+/// Text for a value spliced into a string, as Heat (Python) writes it for
+/// `str_replace` and `list_join`: strings as they are, null as nothing, booleans as
+/// `True` / `False`, numbers as they are, maps and lists as `json.dumps(value,
+/// sort_keys=True)` writes them (`{"a": [1, "b"]}`, non-ASCII as `\uXXXX`).
 pub fn to_text(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
-        other => other.to_string(),
+        Value::Bool(true) => "True".to_owned(),
+        Value::Bool(false) => "False".to_owned(),
+        Value::Number(n) => n.to_string(),
+        other => {
+            let mut out = String::new();
+            python_json(other, &mut out);
+            out
+        }
+    }
+}
+
+/// `json.dumps` with Python's defaults: `", "` and `": "` separators, ASCII only.
+/// Maps are already sorted by key (serde_json's map is ordered).
+fn python_json(value: &Value, out: &mut String) {
+    match value {
+        Value::String(s) => {
+            out.push('"');
+            for c in s.chars() {
+                match c {
+                    '"' => out.push_str("\\\""),
+                    '\\' => out.push_str("\\\\"),
+                    '\n' => out.push_str("\\n"),
+                    '\r' => out.push_str("\\r"),
+                    '\t' => out.push_str("\\t"),
+                    '\u{8}' => out.push_str("\\b"),
+                    '\u{c}' => out.push_str("\\f"),
+                    c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
+                    c => {
+                        let mut units = [0u16; 2];
+                        for u in c.encode_utf16(&mut units) {
+                            out.push_str(&format!("\\u{u:04x}"));
+                        }
+                    }
+                }
+            }
+            out.push('"');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                python_json(v, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (k, v)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                python_json(&Value::String(k.clone()), out);
+                out.push_str(": ");
+                python_json(v, out);
+            }
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
     }
 }
 

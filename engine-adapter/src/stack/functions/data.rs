@@ -314,8 +314,8 @@ pub fn filter(args: &Value) -> Result<Value, String> {
     ))
 }
 
-/// The algorithms `digest` offers (those of Heat's that `ring` computes).
-pub const DIGEST_ALGORITHMS: [&str; 4] = ["sha1", "sha256", "sha384", "sha512"];
+/// The algorithms `digest` offers (Heat's, but sha224).
+pub const DIGEST_ALGORITHMS: [&str; 5] = ["md5", "sha1", "sha256", "sha384", "sha512"];
 
 /// `digest: [algorithm, value]`: the hex digest of the value's UTF-8 bytes.
 pub fn digest(args: &Value) -> Result<Value, String> {
@@ -323,7 +323,9 @@ pub fn digest(args: &Value) -> Result<Value, String> {
     else {
         return Err("expected [\"<algorithm>\", \"<value>\"], both strings".to_owned());
     };
+    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
     let algorithm_ref = match algorithm.to_ascii_lowercase().as_str() {
+        "md5" => return Ok(Value::String(hex(&super::md5::md5(value.as_bytes())))),
         "sha1" => &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
         "sha256" => &ring::digest::SHA256,
         "sha384" => &ring::digest::SHA384,
@@ -336,9 +338,7 @@ pub fn digest(args: &Value) -> Result<Value, String> {
         }
     };
     let d = ring::digest::digest(algorithm_ref, value.as_bytes());
-    Ok(Value::String(
-        d.as_ref().iter().map(|b| format!("{b:02x}")).collect(),
-    ))
+    Ok(Value::String(hex(d.as_ref())))
 }
 
 /// How strictly `str_replace` treats its params.

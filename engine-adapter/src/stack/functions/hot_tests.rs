@@ -137,7 +137,11 @@ fn contains_filter_and_digest() {
         eval(json!({"digest": ["sha256", "abc"]})),
         json!("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
     );
-    let e = data::digest(&json!(["md5", "abc"])).expect_err("md5");
+    assert_eq!(
+        eval(json!({"digest": ["md5", "abc"]})),
+        json!("900150983cd24fb0d6963f7d28e17f72")
+    );
+    let e = data::digest(&json!(["sha224", "abc"])).expect_err("sha224");
     assert!(e.contains("not supported by Flue"), "{e}");
 }
 
@@ -248,5 +252,15 @@ fn a_condition_that_refers_to_itself_or_uses_yaql_is_refused() {
     assert!(
         e.contains("The function contains is not supported in this version of HOT"),
         "{e}"
+    );
+}
+
+#[test]
+fn values_spliced_into_strings_read_as_heat_writes_them() {
+    assert_eq!(super::to_text(&json!(true)), "True");
+    assert_eq!(super::to_text(&json!(null)), "");
+    assert_eq!(
+        super::to_text(&json!({"b": ["ü", 1.5, false], "a": "x\"y"})),
+        r#"{"a": "x\"y", "b": ["\u00fc", 1.5, false]}"#
     );
 }
