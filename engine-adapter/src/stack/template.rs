@@ -18,6 +18,7 @@ use super::{functions, graph};
 
 mod checks;
 mod conditions;
+pub use conditions::Decided;
 mod constraints;
 pub use checks::{DEPLOYMENT_ATTRIBUTES, GROUP_ATTRIBUTES, SERVER_ATTRIBUTES, config_outputs};
 pub use constraints::{Constraint, Rule};
