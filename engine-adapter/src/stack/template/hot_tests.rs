@@ -207,3 +207,70 @@ fn an_environment_maps_types_and_sets_defaults_and_values() {
         "{e}"
     );
 }
+
+#[test]
+fn parameter_groups_name_declared_parameters_once() {
+    let with_groups = |groups: &str| {
+        CONDITIONAL.replace(
+            "conditions:\n",
+            &format!("parameter_groups: {groups}\nconditions:\n"),
+        )
+    };
+    Template::parse(
+        &with_groups("[{label: a, parameters: [env, size]}]"),
+        Path::new("."),
+    )
+    .expect("valid groups");
+    let e = Template::parse(&with_groups("[{parameters: [nope]}]"), Path::new("."))
+        .expect_err("undeclared");
+    assert_eq!(
+        e.message,
+        "The grouped parameter nope does not reference a valid parameter."
+    );
+    let e = Template::parse(
+        &with_groups("[{parameters: [env]}, {parameters: [env]}]"),
+        Path::new("."),
+    )
+    .expect_err("twice");
+    assert_eq!(
+        e.message,
+        "The env parameter must be assigned to one parameter group only."
+    );
+}
+
+#[test]
+fn environments_merge_in_order_and_type_their_values() {
+    use super::super::environment::Environment;
+    let mut env = Environment::parse(
+        "parameters: {env: dev, name: abc}\nresource_registry: {A::B: OS::Flue::Server}\n",
+    )
+    .expect("first");
+    env.merge(
+        Environment::parse("parameters: {env: prod}\nresource_registry: {X::Y: A::B}\n")
+            .expect("second"),
+    );
+    let t = Template::parse(CONDITIONAL, Path::new(".")).expect("valid");
+    let given = env.given_text(&t).expect("typed");
+    assert_eq!(given["env"], "prod");
+    assert_eq!(given["name"], "abc");
+    // Aliases are followed through chains.
+    assert_eq!(env.resolve_type("X::Y").expect("alias"), "OS::Flue::Server");
+    assert_eq!(
+        env.resolve_type("OS::Flue::Server").expect("as is"),
+        "OS::Flue::Server"
+    );
+    let looped = Environment::parse("resource_registry: {A::A: B::B, B::B: A::A}\n").expect("env");
+    assert!(looped.resolve_type("A::A").is_err());
+    let undeclared = Environment::parse("parameters: {nope: 1}\n").expect("env");
+    let e = undeclared.given_text(&t).expect_err("undeclared");
+    assert_eq!(
+        e.message,
+        "The Parameter (nope) was not defined in template."
+    );
+    let e = Environment::parse("outputs: {}\n").expect_err("wrong section");
+    assert!(
+        e.message
+            .starts_with("environment has wrong section \"outputs\""),
+        "{e}"
+    );
+}
