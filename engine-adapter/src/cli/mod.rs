@@ -135,16 +135,15 @@ pub enum CliError {
 }
 
 impl CliError {
-    /// The process exit code: 1 for a missing output (like a failed lookup), 2 otherwise.
+    /// The process exit code: 1 for a missing output (like a failed lookup) and for a
+    /// template `flue stack validate` finds wrong, 2 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::UnknownOutput { .. } | Self::HiddenOutput { .. } | Self::Invalid { .. } => 1,
             _ => 2,
         }
     }
-}
 
-impl CliError {
     /// An environment file that cannot be read (a usage error) or is wrong.
     fn from_environment(error: crate::stack::template::TemplateError) -> Self {
         match error.message.strip_prefix("cannot read: ") {

@@ -77,12 +77,20 @@ impl CallCheck<'_> {
         let fail = |m: &str| TemplateError::new(path, format!("{name}: {m}"));
         match name {
             IF => {
-                let Some([cond, yes, no]) = args.as_array().map(Vec::as_slice) else {
-                    return Err(fail("expected [condition, value_if_true, value_if_false]"));
-                };
-                self.condition(cond, &format!("{path}[0]"))?;
-                self.value(yes, &format!("{path}[1]"))?;
-                return self.value(no, &format!("{path}[2]"));
+                let items = args.as_array().map(Vec::as_slice).unwrap_or_default();
+                let two = items.len() == 2 && self.version >= TemplateVersion::WALLABY;
+                if items.len() != 3 && !two {
+                    return Err(fail(&format!(
+                        "expected [condition, value_if_true, value_if_false] (the last may be \
+                         left out from heat_template_version {})",
+                        TemplateVersion::WALLABY
+                    )));
+                }
+                self.condition(&items[0], &format!("{path}[0]"))?;
+                return items[1..]
+                    .iter()
+                    .enumerate()
+                    .try_for_each(|(i, v)| self.value(v, &format!("{path}[{}]", i + 1)));
             }
             "repeat" => {
                 if args.get("permutations").is_some() && self.version < TemplateVersion::PIKE {

@@ -218,11 +218,17 @@ pub fn choose_branches(
     path: &str,
 ) -> Result<Value, (String, String)> {
     if let Some((IF, args)) = one_key(value) {
-        let Some([cond, yes, no]) = args.as_array().map(Vec::as_slice) else {
-            return Err((
-                path.to_owned(),
-                "if: expected [condition, value_if_true, value_if_false]".to_owned(),
-            ));
+        // Two arguments (2021-04-16): a false condition gives null, which leaves a
+        // property unset.
+        let (cond, yes, no) = match args.as_array().map(Vec::as_slice) {
+            Some([cond, yes, no]) => (cond, yes, no),
+            Some([cond, yes]) => (cond, yes, &Value::Null),
+            _ => {
+                return Err((
+                    path.to_owned(),
+                    "if: expected [condition, value_if_true, value_if_false]".to_owned(),
+                ));
+            }
         };
         let enabled = conditions
             .is_enabled(cond)

@@ -39,7 +39,8 @@ impl TemplateVersion {
     /// 2017-09-01 (pike): `list_concat(_unique)`, `contains`, `make_url`,
     /// `str_replace_vstrict`, `repeat`'s `permutations`.
     pub const PIKE: Self = Self(7);
-    /// 2021-04-16 (wallaby): `if` inside conditions.
+    /// 2021-04-16 (wallaby): `if` with two arguments (a property left unset when the
+    /// condition is false), and inside conditions.
     pub const WALLABY: Self = Self(10);
     /// The newest version Heat knows.
     pub const LATEST: Self = Self(VERSIONS.len() - 1);

@@ -274,3 +274,25 @@ fn environments_merge_in_order_and_type_their_values() {
         "{e}"
     );
 }
+
+#[test]
+fn a_two_argument_if_leaves_the_property_unset_from_wallaby_on() {
+    let text = |version: &str| {
+        format!(
+            "heat_template_version: {version}\nparameters:\n  on: {{type: boolean, default: n}}\n\
+             resources:\n  server: {{type: OS::Flue::Server, properties: {{server_id: s1}}}}\n  \
+             config:\n    type: OS::Heat::SoftwareConfig\n    properties:\n      config: echo\n      \
+             group: {{if: [{{get_param: on}}, ansible]}}\n"
+        )
+    };
+    let e = Template::parse(&text("rocky"), Path::new(".")).expect_err("needs wallaby");
+    assert!(
+        e.message
+            .contains("may be left out from heat_template_version 2021-04-16"),
+        "{e}"
+    );
+    let t = Template::parse(&text("wallaby"), Path::new(".")).expect("valid");
+    let p = t.bind_parameters(&BTreeMap::new()).expect("bound");
+    let (t, _) = t.instantiate(&p).expect("instantiated");
+    assert!(!t.resources["config"].properties.contains_key("group"));
+}

@@ -100,8 +100,9 @@ fn parse_number(text: &str) -> Result<Value, String> {
 
 fn parse_bool(text: &str) -> Result<Value, String> {
     match text.trim().to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" | "1" => Ok(Value::Bool(true)),
-        "false" | "no" | "off" | "0" => Ok(Value::Bool(false)),
+        // Heat's (oslo's `bool_from_string`) spellings.
+        "true" | "t" | "yes" | "y" | "on" | "1" => Ok(Value::Bool(true)),
+        "false" | "f" | "no" | "n" | "off" | "0" => Ok(Value::Bool(false)),
         _ => Err("must be true or false".to_owned()),
     }
 }
