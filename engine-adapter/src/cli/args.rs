@@ -226,6 +226,10 @@ pub enum StackCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Check a template (with its environments and parameters) without contacting the
+    /// gateway: exit 0 when valid, 1 when not (each error names the resource or field),
+    /// 2 when a file cannot be read.
+    Validate(StackValidateArgs),
 }
 
 /// `flue stack create|update`
@@ -255,9 +259,36 @@ pub struct StackApplyArgs {
     /// starting with `{` or `[` is read as JSON.
     #[arg(long = "attr", value_name = "RESOURCE[.ATTR]=VALUE")]
     pub attrs: Vec<String>,
+    /// An environment file (repeatable, merged in order, the later winning):
+    /// `parameters`, `parameter_defaults`, `resource_registry`.
+    #[arg(short = 'e', long = "environment", value_name = "FILE")]
+    pub environments: Vec<PathBuf>,
     /// Take over from another operation still marked in progress (its driver is gone).
     #[arg(long)]
     pub force: bool,
+}
+
+/// `flue stack validate`
+#[derive(Debug, Args)]
+pub struct StackValidateArgs {
+    /// The HOT template (YAML or JSON).
+    #[arg(short = 't', long, value_name = "FILE")]
+    pub template: PathBuf,
+    /// A parameter value (repeatable).
+    #[arg(short = 'P', long = "parameter", value_name = "NAME=VALUE")]
+    pub parameters: Vec<String>,
+    /// A parameter whose value is a file's contents (repeatable).
+    #[arg(long = "parameter-file", value_name = "NAME=PATH")]
+    pub parameter_files: Vec<String>,
+    /// An environment file (repeatable, merged in order).
+    #[arg(short = 'e', long = "environment", value_name = "FILE")]
+    pub environments: Vec<PathBuf>,
+    /// The stack name `OS::stack_name` and `OS::stack_id` stand for.
+    #[arg(long, value_name = "NAME", default_value = "validate")]
+    pub stack_name: StackId,
+    /// The tenant `OS::project_id` stands for.
+    #[arg(long, value_name = "TENANT", default_value = "validate")]
+    pub project_id: TenantId,
 }
 
 /// `flue stack delete|suspend|resume`

@@ -8,6 +8,7 @@ mod inputs;
 mod mapping;
 mod render;
 mod stack;
+mod validate;
 mod watch;
 
 use std::io::{self, Write};
@@ -20,7 +21,8 @@ use flue_proto::{
 
 pub use args::{
     Cli, Command, ConfigCommand, CreateConfigArgs, DEFAULT_GATEWAY, DeployArgs, DeploymentCommand,
-    EventsArgs, ServerCommand, StackApplyArgs, StackCommand, StackOpArgs, TenantCommand, WatchArgs,
+    EventsArgs, ServerCommand, StackApplyArgs, StackCommand, StackOpArgs, StackValidateArgs,
+    TenantCommand, WatchArgs,
 };
 pub use render::error_message;
 
@@ -104,6 +106,14 @@ pub enum CliError {
         /// What is wrong, naming the resource and field.
         error: crate::stack::template::TemplateError,
     },
+    /// `flue stack validate` found the template, an environment or a parameter wrong.
+    #[error("{}: {error}", path.display())]
+    Invalid {
+        /// The file the error is about.
+        path: PathBuf,
+        /// What is wrong, naming the resource and field.
+        error: crate::stack::template::TemplateError,
+    },
     /// A stack operation could not run.
     #[error(transparent)]
     Engine(#[from] crate::stack::driver::EngineError),
@@ -126,11 +136,20 @@ pub enum CliError {
 }
 
 impl CliError {
-    /// The process exit code: 1 for a missing output (like a failed lookup), 2 otherwise.
+    /// The process exit code: 1 for a missing output (like a failed lookup) and for a
+    /// template `flue stack validate` finds wrong, 2 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::UnknownOutput { .. } | Self::HiddenOutput { .. } => 1,
+            Self::UnknownOutput { .. } | Self::HiddenOutput { .. } | Self::Invalid { .. } => 1,
             _ => 2,
+        }
+    }
+
+    /// An environment file that cannot be read (a usage error) or is wrong.
+    fn from_environment(error: crate::stack::template::TemplateError) -> Self {
+        match error.message.strip_prefix("cannot read: ") {
+            Some(_) => Self::Usage(error.to_string()),
+            None => Self::Usage(format!("environment {error}")),
         }
     }
 }

@@ -12,6 +12,7 @@ use super::args::{StackApplyArgs, StackCommand};
 use super::{CliError, Outcome, render};
 use crate::Client;
 use crate::stack::driver::{self, EngineError, Event, Options, Source};
+use crate::stack::environment::Environment;
 use crate::stack::template::Template;
 
 /// Runs one `flue stack` command.
@@ -84,6 +85,7 @@ pub async fn run(
             out.write_all(text.as_bytes())?;
             Ok(Outcome::Success)
         }
+        StackCommand::Validate(args) => super::validate::run(&args, out),
         StackCommand::List { json } => {
             let stacks = client.list_stacks().await?;
             let text = if json {
@@ -103,7 +105,8 @@ async fn apply(
     creating: bool,
     out: &mut impl Write,
 ) -> Result<Outcome, CliError> {
-    let template = Template::load(&args.template).map_err(|error| {
+    let env = Environment::load_all(&args.environments).map_err(CliError::from_environment)?;
+    let template = Template::load_with(&args.template, &env).map_err(|error| {
         // A file that cannot be read names itself already.
         if error.path == args.template.display().to_string() {
             CliError::Usage(error.to_string())
@@ -114,27 +117,19 @@ async fn apply(
             }
         }
     })?;
-    let mut given = parameters(&args.parameters)?;
-    for pair in &args.parameter_files {
-        let Some((name, path)) = pair.split_once('=') else {
-            return Err(CliError::Usage(format!(
-                "--parameter-file expects NAME=PATH, got {pair:?}"
-            )));
-        };
-        let mut text = std::fs::read_to_string(path).map_err(|source| CliError::Read {
-            path: path.into(),
-            source,
-        })?;
-        // `echo secret > file` leaves a newline that is not part of the value.
-        if text.ends_with('\n') {
-            text.pop();
-        }
-        if given.insert(name.to_owned(), text).is_some() {
-            return Err(CliError::Usage(format!(
-                "parameter {name:?} is given twice"
-            )));
-        }
+    for note in template.notes().iter().chain(&env.notes) {
+        writeln!(out, "note: {note}")?;
     }
+    let mut given = env
+        .given_text(&template)
+        .map_err(|error| CliError::Template {
+            path: args.template.clone(),
+            error,
+        })?;
+    // -P and --parameter-file win over the environments' `parameters`.
+    let mut cli_given = parameters(&args.parameters)?;
+    add_parameter_files(&mut cli_given, &args.parameter_files)?;
+    given.extend(cli_given);
     let mapped = super::mapping::parse(&args.servers, &args.attrs)?;
     let name = args.name.clone();
     let source = Source {
@@ -166,8 +161,37 @@ async fn apply(
     Ok(outcome(&stack))
 }
 
+/// `--parameter-file NAME=PATH`: each file's contents (one trailing newline dropped)
+/// added to `given`.
+pub(super) fn add_parameter_files(
+    given: &mut BTreeMap<String, String>,
+    pairs: &[String],
+) -> Result<(), CliError> {
+    for pair in pairs {
+        let Some((name, path)) = pair.split_once('=') else {
+            return Err(CliError::Usage(format!(
+                "--parameter-file expects NAME=PATH, got {pair:?}"
+            )));
+        };
+        let mut text = std::fs::read_to_string(path).map_err(|source| CliError::Read {
+            path: path.into(),
+            source,
+        })?;
+        // `echo secret > file` leaves a newline that is not part of the value.
+        if text.ends_with('\n') {
+            text.pop();
+        }
+        if given.insert(name.to_owned(), text).is_some() {
+            return Err(CliError::Usage(format!(
+                "parameter {name:?} is given twice"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// `-P name=value` pairs.
-fn parameters(pairs: &[String]) -> Result<BTreeMap<String, String>, CliError> {
+pub(super) fn parameters(pairs: &[String]) -> Result<BTreeMap<String, String>, CliError> {
     let mut out = BTreeMap::new();
     for pair in pairs {
         let Some((k, v)) = pair.split_once('=') else {

@@ -395,6 +395,20 @@ async fn apply(
     let mapped =
         infra::merge(template, &kept_mapped, source.mapped).map_err(EngineError::Refused)?;
     let fingerprint = fingerprint(template, &params, &mapped);
+    // Pseudo-parameters, then conditions: the template that runs is the one they leave.
+    let project = match &previous {
+        Some(p) => Some(p.tenant.to_string()),
+        // An engine token sees its own tenant's servers only.
+        None => client
+            .list_servers()
+            .await?
+            .first()
+            .map(|s| s.tenant.to_string()),
+    };
+    let mut params = params;
+    params.add_pseudo(id.as_str(), project.as_deref());
+    let (instantiated, _) = template.instantiate(&params)?;
+    let template = &instantiated;
     // The same create run again after it completed (its driver died after its last
     // write, say): nothing to do.
     if let Some(prev) = &previous

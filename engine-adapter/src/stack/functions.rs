@@ -1,15 +1,27 @@
-//! HOT intrinsic functions: `get_param`, `get_resource`, `get_attr`, `str_replace`,
-//! `list_join`, and `get_file` (inlined when the template is loaded).
+//! HOT intrinsic functions: `get_param`, `get_resource`, `get_attr`, `str_replace`
+//! (and its strict variants), `list_join`, `get_file` (inlined when the template is
+//! loaded), the value functions of [`data`], and `if` with the [`conditions`].
 //!
 //! A one-key map whose key is a function name is a call; everything else is data.
 //! `get_input` is not a function here: it stays in the config body for the agent.
+//! `if` never reaches [`resolve`]: conditions only read parameters, so
+//! [`crate::stack::template::Template::instantiate`] picks its branches first.
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::template::TemplateError;
+
+mod check;
+pub mod conditions;
+pub mod data;
+mod md5;
+mod text;
+pub use text::{str_replace, str_replace_counting, to_text};
+pub mod versions;
+pub use check::CallCheck;
 
 /// `get_param: name` or `get_param: [name, key-or-index, …]`.
 pub const GET_PARAM: &str = "get_param";
@@ -24,40 +36,45 @@ pub const LIST_JOIN: &str = "list_join";
 /// `get_file: relative/path`, replaced by the file's content at load time.
 pub const GET_FILE: &str = "get_file";
 
-/// The functions Flue evaluates.
-pub const FUNCTIONS: [&str; 6] = [
+/// The functions Flue evaluates (each from the version [`versions::function_since`]
+/// names).
+pub const FUNCTIONS: [&str; 18] = [
     GET_PARAM,
     GET_RESOURCE,
     GET_ATTR,
     STR_REPLACE,
     LIST_JOIN,
     GET_FILE,
-];
-
-/// Heat functions Flue does not implement; a template using one is refused rather than
-/// having the call passed on as if it were data.
-pub const UNSUPPORTED: [&str; 20] = [
-    "and",
-    "contains",
-    "digest",
-    "equals",
-    "filter",
-    "get_server",
-    "if",
-    "list_concat",
-    "list_concat_unique",
-    "make_url",
-    "map_merge",
-    "map_replace",
-    "not",
-    "or",
-    "repeat",
-    "resource_facade",
     "str_replace_strict",
     "str_replace_vstrict",
     "str_split",
+    "map_merge",
+    "map_replace",
+    "repeat",
+    "list_concat",
+    "list_concat_unique",
+    "contains",
+    "filter",
+    "digest",
+    conditions::IF,
+];
+
+/// Heat functions Flue does not evaluate; a template using one is refused rather than
+/// having the call passed on as if it were data. `equals`, `not`, `and` and `or` are
+/// condition functions: fine in conditions, refused elsewhere.
+pub const UNSUPPORTED: [&str; 8] = [
+    "and",
+    "equals",
+    "get_server",
+    "make_url",
+    "not",
+    "or",
+    "resource_facade",
     "yaql",
 ];
+
+/// Pseudo-parameters every stack has: `get_param: OS::stack_name` and so on.
+pub const PSEUDO_PARAMETERS: [&str; 3] = ["OS::stack_name", "OS::stack_id", "OS::project_id"];
 
 /// What a template's values are resolved against: the bound parameters and the
 /// resources' run-time values, supplied by the engine.
@@ -169,41 +186,6 @@ pub fn select(value: &Value, path: &[Value]) -> Result<Value, String> {
     Ok(current.clone())
 }
 
-/// Text for a value spliced into a string: strings as they are, null as nothing,
-/// anything else JSON-encoded (as Heat does for `str_replace` and `list_join`).
-pub fn to_text(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
-/// Replaces each key of `params` in `template` by its value, longest key first at each
-/// position; replaced text is not searched again.
-pub fn str_replace(template: &str, params: &Map<String, Value>) -> String {
-    let mut keys: Vec<(&str, String)> = params
-        .iter()
-        .filter(|(k, _)| !k.is_empty())
-        .map(|(k, v)| (k.as_str(), to_text(v)))
-        .collect();
-    keys.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(b.0)));
-    let mut out = String::with_capacity(template.len());
-    let mut rest = template;
-    'scan: while let Some(c) = rest.chars().next() {
-        for (key, text) in &keys {
-            if let Some(after) = rest.strip_prefix(key) {
-                out.push_str(text);
-                rest = after;
-                continue 'scan;
-            }
-        }
-        out.push(c);
-        rest = &rest[c.len_utf8()..];
-    }
-    out
-}
-
 /// How a value is described in errors: its kind, never its content, which may come
 /// from a hidden parameter.
 pub fn kind_of(value: &Value) -> &'static str {
@@ -288,7 +270,7 @@ fn call(
                 kind_of(&args)
             ))),
         },
-        STR_REPLACE => {
+        STR_REPLACE | "str_replace_strict" | "str_replace_vstrict" => {
             let (template, params) = match (args.get("template"), args.get("params")) {
                 (Some(Value::String(t)), Some(Value::Object(p))) => (t, p),
                 _ => {
@@ -297,8 +279,28 @@ fn call(
                     ));
                 }
             };
-            Ok(Value::String(str_replace(template, params)))
+            match name {
+                STR_REPLACE => Ok(Value::String(str_replace(template, params))),
+                "str_replace_strict" => {
+                    data::str_replace_checked(template, params, data::Strictness::Strict)
+                        .map_err(fail)
+                }
+                _ => data::str_replace_checked(template, params, data::Strictness::VeryStrict)
+                    .map_err(fail),
+            }
         }
+        "str_split" => data::str_split(&args).map_err(fail),
+        "map_merge" => data::map_merge(&args).map_err(fail),
+        "map_replace" => data::map_replace(&args).map_err(fail),
+        "repeat" => data::repeat(&args).map_err(fail),
+        "list_concat" => data::list_concat(&args, false).map_err(fail),
+        "list_concat_unique" => data::list_concat(&args, true).map_err(fail),
+        "contains" => data::contains(&args).map(Value::Bool).map_err(fail),
+        "filter" => data::filter(&args).map_err(fail),
+        "digest" => data::digest(&args).map_err(fail),
+        conditions::IF => Err(fail(
+            "conditions are decided before the stack runs; this if was left undecided".to_owned(),
+        )),
         LIST_JOIN => {
             let Some((Value::String(delim), lists)) =
                 args.as_array().and_then(|a| a.split_first())
@@ -387,3 +389,6 @@ fn read_file(args: &Value, base_dir: &Path) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod hot_tests;

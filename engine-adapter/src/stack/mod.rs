@@ -1,6 +1,7 @@
 //! Stacks from HOT-style templates: parsing, intrinsic functions and the dependency graph.
 
 pub mod driver;
+pub mod environment;
 pub mod functions;
 pub mod graph;
 pub mod infra;

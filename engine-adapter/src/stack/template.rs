@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use super::environment::Environment;
+use super::functions::versions::TemplateVersion;
 use super::{functions, graph};
 
 mod checks;
@@ -19,8 +21,14 @@ pub use checks::{
     DEPLOYMENT_ATTRIBUTES, GROUP_ATTRIBUTES, NOVA_SERVER_ATTRIBUTES, RESOURCE_GROUP_ATTRIBUTES,
     SERVER_ATTRIBUTES, config_outputs,
 };
+mod conditions;
+pub use conditions::Decided;
+mod constraints;
+pub use constraints::{Constraint, Rule};
 mod hidden;
 pub use hidden::{hidden_output_ref, is_hidden_output};
+#[cfg(test)]
+mod hot_tests;
 mod params;
 mod policy;
 mod resources;
@@ -40,6 +48,14 @@ pub struct Template {
     pub resources: BTreeMap<String, Resource>,
     /// Outputs by name.
     pub outputs: BTreeMap<String, OutputDef>,
+    /// Its `heat_template_version`.
+    pub version: TemplateVersion,
+    /// The `conditions` section: name to definition.
+    pub conditions: BTreeMap<String, Value>,
+    /// The `condition` of each resource that has one.
+    pub resource_conditions: BTreeMap<String, Value>,
+    /// The `condition` of each output that has one.
+    pub output_conditions: BTreeMap<String, Value>,
 }
 
 /// One declared parameter.
@@ -53,6 +69,12 @@ pub struct ParamDecl {
     pub hidden: bool,
     /// Human description.
     pub description: Option<String>,
+    /// Human label.
+    pub label: Option<String>,
+    /// An update may not change its value.
+    pub immutable: bool,
+    /// Checked on every value it gets.
+    pub constraints: Vec<Constraint>,
 }
 
 /// A parameter type, spelt in templates `string`, `number`, `boolean`, `json`,
@@ -270,9 +292,20 @@ impl Parameters {
     pub fn visible(&self) -> BTreeMap<String, Value> {
         self.values
             .iter()
-            .filter(|(k, _)| !self.hidden.contains(*k))
+            .filter(|(k, _)| !self.hidden.contains(*k) && !k.starts_with("OS::"))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
+    }
+
+    /// Adds the pseudo-parameters `OS::stack_name`, `OS::stack_id` (Flue's stack id
+    /// is its name) and, when known, `OS::project_id` (the tenant).
+    pub fn add_pseudo(&mut self, stack: &str, project: Option<&str>) {
+        let [name, id, project_id] = functions::PSEUDO_PARAMETERS;
+        self.values.insert(name.to_owned(), Value::from(stack));
+        self.values.insert(id.to_owned(), Value::from(stack));
+        if let Some(p) = project {
+            self.values.insert(project_id.to_owned(), Value::from(p));
+        }
     }
 
     /// The values a user gave that are not hidden: what a stack keeps for its next
@@ -305,8 +338,9 @@ impl TemplateError {
     }
 }
 
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 7] = [
     "heat_template_version",
+    "conditions",
     "description",
     "parameters",
     "parameter_groups",
@@ -318,6 +352,12 @@ impl Template {
     /// Reads and parses the template at `path`; `get_file` paths are relative to its
     /// directory.
     pub fn load(path: &Path) -> Result<Template, TemplateError> {
+        Self::load_with(path, &Environment::default())
+    }
+
+    /// [`Template::load`] with an environment: its `resource_registry` maps resource
+    /// types and its `parameter_defaults` replace the template's defaults.
+    pub fn load_with(path: &Path, env: &Environment) -> Result<Template, TemplateError> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             TemplateError::new(path.display().to_string(), format!("cannot read: {e}"))
         })?;
@@ -325,11 +365,20 @@ impl Template {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        Self::parse(&text, base_dir)
+        Self::parse_with(&text, base_dir, env)
     }
 
     /// Parses and checks a template; `get_file` paths are relative to `base_dir`.
     pub fn parse(text: &str, base_dir: &Path) -> Result<Template, TemplateError> {
+        Self::parse_with(text, base_dir, &Environment::default())
+    }
+
+    /// [`Template::parse`] with an environment (see [`Template::load_with`]).
+    pub fn parse_with(
+        text: &str,
+        base_dir: &Path,
+        env: &Environment,
+    ) -> Result<Template, TemplateError> {
         let doc = parse_document(text)?;
         let Value::Object(doc) = doc else {
             return Err(TemplateError::new(
@@ -337,6 +386,7 @@ impl Template {
                 "must be a map with heat_template_version and resources",
             ));
         };
+        conditions::refuse_cfn(&doc)?;
         for key in doc.keys() {
             if !SECTIONS.contains(&key.as_str()) {
                 return Err(TemplateError::new(
@@ -345,8 +395,9 @@ impl Template {
                 ));
             }
         }
-        match doc.get("heat_template_version") {
-            Some(Value::String(v)) if !v.is_empty() => {}
+        let version = match doc.get("heat_template_version") {
+            Some(Value::String(v)) if !v.is_empty() => TemplateVersion::parse(v)
+                .map_err(|m| TemplateError::new("heat_template_version", m))?,
             Some(_) => {
                 return Err(TemplateError::new(
                     "heat_template_version",
@@ -354,14 +405,20 @@ impl Template {
                 ));
             }
             None => return Err(TemplateError::new("heat_template_version", "required")),
-        }
+        };
         let description = optional_string(doc.get("description"), "description")?;
-        let parameters = params::parse_all(doc.get("parameters"))?;
+        let mut parameters = params::parse_all(doc.get("parameters"), version)?;
+        params::apply_defaults(&mut parameters, &env.parameter_defaults)?;
+        conditions::check_parameter_groups(doc.get("parameter_groups"), &parameters)?;
+        let condition_defs = conditions::parse_section(doc.get("conditions"), version)?;
+        let mut resource_conditions = BTreeMap::new();
         let resources = match doc.get("resources") {
             Some(Value::Object(map)) if !map.is_empty() => map
                 .iter()
                 .map(|(name, def)| {
-                    let r = resources::parse(name, def, base_dir)?;
+                    let def =
+                        conditions::prepare_resource(name, def, env, &mut resource_conditions)?;
+                    let r = resources::parse(name, &def, base_dir)?;
                     Ok((name.clone(), r))
                 })
                 .collect::<Result<BTreeMap<_, _>, TemplateError>>()?,
@@ -378,13 +435,19 @@ impl Template {
                 ));
             }
         };
-        let outputs = parse_outputs(doc.get("outputs"), base_dir)?;
+        let mut output_conditions = BTreeMap::new();
+        let outputs = parse_outputs(doc.get("outputs"), base_dir, &mut output_conditions)?;
         let template = Template {
             description,
             parameters,
             resources,
             outputs,
+            version,
+            conditions: condition_defs,
+            resource_conditions,
+            output_conditions,
         };
+        conditions::check_calls(&template)?;
         checks::check(&template)?;
         hidden::check(&template)?;
         graph::topological_order(&graph::dependencies(&template)).map_err(|cycle| {
@@ -417,6 +480,11 @@ impl Template {
     }
 }
 
+/// Reads YAML (or JSON) as templates are read; environment files use it too.
+pub(crate) fn parse_yaml(text: &str) -> Result<Value, TemplateError> {
+    parse_document(text)
+}
+
 /// JSON when it looks like JSON and parses as such, YAML otherwise.
 fn parse_document(text: &str) -> Result<Value, TemplateError> {
     if text.trim_start().starts_with('{')
@@ -441,6 +509,7 @@ fn parse_document(text: &str) -> Result<Value, TemplateError> {
 fn parse_outputs(
     section: Option<&Value>,
     base_dir: &Path,
+    output_conditions: &mut BTreeMap<String, Value>,
 ) -> Result<BTreeMap<String, OutputDef>, TemplateError> {
     let map = match section {
         None | Some(Value::Null) => return Ok(BTreeMap::new()),
@@ -458,7 +527,10 @@ fn parse_outputs(
         let Value::Object(def) = def else {
             return Err(TemplateError::new(path, "must be a map with `value`"));
         };
-        check_keys(def, &path, &["value", "description"])?;
+        check_keys(def, &path, &["value", "description", "condition"])?;
+        if let Some(c) = def.get("condition") {
+            output_conditions.insert(name.clone(), c.clone());
+        }
         let mut value = def
             .get("value")
             .cloned()

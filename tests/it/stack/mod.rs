@@ -5,6 +5,7 @@
 mod examples;
 mod failure;
 mod heat;
+mod hot;
 mod lifecycle;
 mod templates;
 mod update;

@@ -203,7 +203,7 @@ fn str_replace_longest_key_first_without_rescanning() {
             "$z": "ünï"
         }
     }}));
-    assert_eq!(r.value, json!("$host_port:80  {\"a\":[1]} true ünï"));
+    assert_eq!(r.value, json!("$host_port:80  {\"a\": [1]} True ünï"));
     assert!(
         err(json!({"str_replace": {"template": 1, "params": {}}}))
             .contains("expected {template: <string>, params: <map>}")
@@ -221,7 +221,7 @@ fn str_replace_template_may_come_from_a_call() {
 fn list_join_joins_several_lists_and_encodes_non_strings() {
     let r =
         ok(json!({"list_join": [", ", ["a", 1], {"get_param": ["net", "dns"]}, [{"k": true}]]}));
-    assert_eq!(r.value, json!("a, 1, 1.1.1.1, 8.8.8.8, {\"k\":true}"));
+    assert_eq!(r.value, json!("a, 1, 1.1.1.1, 8.8.8.8, {\"k\": true}"));
     assert!(err(json!({"list_join": [1, ["a"]]})).contains("expected [delimiter, list, …]"));
 }
 

@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use super::{Resource, ResourceKind, Template, TemplateError, check_keys};
 use crate::stack::functions::{
-    self, FUNCTIONS, GET_ATTR, GET_FILE, GET_PARAM, GET_RESOURCE, LIST_JOIN, STR_REPLACE,
-    UNSUPPORTED, as_call, kind_of, references,
+    self, FUNCTIONS, GET_ATTR, GET_FILE, GET_PARAM, GET_RESOURCE, LIST_JOIN, PSEUDO_PARAMETERS,
+    STR_REPLACE, UNSUPPORTED, as_call, kind_of, references,
 };
 
 /// Attributes of a `SoftwareDeployment`, besides its config's outputs.
@@ -257,7 +257,7 @@ fn check_call(t: &Template, name: &str, args: &Value, path: &str) -> Result<(), 
                 },
                 _ => return Err(fail("expected a parameter name".to_owned())),
             };
-            if !t.parameters.contains_key(param) {
+            if !t.parameters.contains_key(param) && !PSEUDO_PARAMETERS.contains(&param.as_str()) {
                 return Err(fail(format!(
                     "parameter {param:?} does not exist{}",
                     declared(t)
@@ -337,7 +337,14 @@ fn check_call(t: &Template, name: &str, args: &Value, path: &str) -> Result<(), 
         GET_FILE => Err(fail(
             "not allowed here; it is only read in resource properties and outputs".to_owned(),
         )),
-        _ => Ok(()),
+        // `if`'s first argument is a condition, checked with the conditions.
+        "if" => walk_list(
+            t,
+            args.as_array().and_then(|a| a.get(1..)).unwrap_or_default(),
+            &args_path,
+            1,
+        ),
+        _ => walk(t, args, &args_path),
     }
 }
 

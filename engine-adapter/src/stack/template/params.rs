@@ -4,10 +4,12 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use super::constraints;
 use super::{ParamDecl, ParamType, Parameters, TemplateError, check_keys, optional_string};
 use crate::stack::functions::kind_of;
+use crate::stack::functions::versions::TemplateVersion;
 
-const ATTRIBUTES: [&str; 7] = [
+const ATTRIBUTES: [&str; 8] = [
     "type",
     "default",
     "hidden",
@@ -15,6 +17,7 @@ const ATTRIBUTES: [&str; 7] = [
     "label",
     "constraints",
     "immutable",
+    "tags",
 ];
 
 impl ParamType {
@@ -97,8 +100,9 @@ fn parse_number(text: &str) -> Result<Value, String> {
 
 fn parse_bool(text: &str) -> Result<Value, String> {
     match text.trim().to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" | "1" => Ok(Value::Bool(true)),
-        "false" | "no" | "off" | "0" => Ok(Value::Bool(false)),
+        // Heat's (oslo's `bool_from_string`) spellings.
+        "true" | "t" | "yes" | "y" | "on" | "1" => Ok(Value::Bool(true)),
+        "false" | "f" | "no" | "n" | "off" | "0" => Ok(Value::Bool(false)),
         _ => Err("must be true or false".to_owned()),
     }
 }
@@ -117,6 +121,7 @@ fn split_list(text: &str) -> Value {
 /// Parses the `parameters` section.
 pub(super) fn parse_all(
     section: Option<&Value>,
+    version: TemplateVersion,
 ) -> Result<BTreeMap<String, ParamDecl>, TemplateError> {
     let map = match section {
         None | Some(Value::Null) => return Ok(BTreeMap::new()),
@@ -129,11 +134,34 @@ pub(super) fn parse_all(
         }
     };
     map.iter()
-        .map(|(name, decl)| Ok((name.clone(), parse_one(name, decl)?)))
+        .map(|(name, decl)| Ok((name.clone(), parse_one(name, decl, version)?)))
         .collect()
 }
 
-fn parse_one(name: &str, decl: &Value) -> Result<ParamDecl, TemplateError> {
+/// Applies an environment's `parameter_defaults`: they replace the template's
+/// defaults; names the template does not declare are ignored, as Heat does.
+pub(super) fn apply_defaults(
+    decls: &mut BTreeMap<String, ParamDecl>,
+    defaults: &Map<String, Value>,
+) -> Result<(), TemplateError> {
+    for (name, value) in defaults {
+        let Some(decl) = decls.get_mut(name) else {
+            continue;
+        };
+        let value = decl
+            .kind
+            .coerce(value)
+            .map_err(|m| TemplateError::new(format!("environment parameter_defaults.{name}"), m))?;
+        decl.default = Some(value);
+    }
+    Ok(())
+}
+
+fn parse_one(
+    name: &str,
+    decl: &Value,
+    version: TemplateVersion,
+) -> Result<ParamDecl, TemplateError> {
     let path = format!("parameters.{name}");
     if let Err(e) = flue_proto::ids::validate(name) {
         return Err(TemplateError::new(path, format!("parameter name {e}")));
@@ -173,26 +201,32 @@ fn parse_one(name: &str, decl: &Value) -> Result<ParamDecl, TemplateError> {
                 .map_err(|m| TemplateError::new(format!("{path}.default"), m))?,
         ),
     };
-    optional_string(decl.get("label"), &format!("{path}.label"))?;
-    check_constraints(decl, &path)?;
+    let label = optional_string(decl.get("label"), &format!("{path}.label"))?;
+    let immutable = match decl.get("immutable") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(TemplateError::new(
+                format!("{path}.immutable"),
+                "must be true or false",
+            ));
+        }
+    };
+    let constraints = constraints::parse(
+        decl.get("constraints"),
+        kind,
+        version,
+        &format!("{path}.constraints"),
+    )?;
     Ok(ParamDecl {
         kind,
         default,
         hidden,
         description: optional_string(decl.get("description"), &format!("{path}.description"))?,
+        label,
+        immutable,
+        constraints,
     })
-}
-
-/// Constraints are accepted but not enforced; only their shape is checked.
-fn check_constraints(decl: &Map<String, Value>, path: &str) -> Result<(), TemplateError> {
-    match decl.get("constraints") {
-        None | Some(Value::Null) => Ok(()),
-        Some(Value::Array(items)) if items.iter().all(Value::is_object) => Ok(()),
-        Some(_) => Err(TemplateError::new(
-            format!("{path}.constraints"),
-            "must be a list of constraint maps",
-        )),
-    }
 }
 
 /// See [`super::Template::bind_parameters`].
@@ -218,8 +252,17 @@ pub(super) fn bind(
         };
         let value = decl.kind.parse_text(text).map_err(|m| {
             // The value itself is never echoed: it may be a password.
-            TemplateError::new(path, format!("{m} (expected a {})", decl.kind.name()))
+            TemplateError::new(&path, format!("{m} (expected a {})", decl.kind.name()))
         })?;
+        if decl.immutable
+            && let Some(before) = kept.get(name)
+            && decl.kind.coerce(before).ok().as_ref() != Some(&value)
+        {
+            return Err(TemplateError::new(
+                path,
+                format!("The following parameters are immutable and may not be updated: {name}"),
+            ));
+        }
         params.values.insert(name.clone(), value);
         params.given.insert(name.clone());
     }
@@ -250,6 +293,16 @@ pub(super) fn bind(
             ));
         };
         params.values.insert(name.clone(), default.clone());
+        // An immutable parameter's first value is kept even when it is the default,
+        // so a later default cannot change it either.
+        if decl.immutable {
+            params.given.insert(name.clone());
+        }
+    }
+    for (name, decl) in decls {
+        let value = &params.values[name];
+        constraints::check(&decl.constraints, value, decl.hidden)
+            .map_err(|m| TemplateError::new(format!("parameters.{name}"), m))?;
     }
     Ok(params)
 }

@@ -131,7 +131,10 @@ fn a_full_template_parses_into_the_model() {
             kind: ParamType::String,
             default: None,
             hidden: true,
-            description: Some("the password".to_owned())
+            description: Some("the password".to_owned()),
+            label: None,
+            immutable: false,
+            constraints: Vec::new(),
         }
     );
     assert_eq!(p["web_port"].default, Some(json!(8080)));
@@ -294,8 +297,8 @@ fn the_base_template_is_valid() {
 #[test]
 fn sections_are_checked() {
     let mut v = base();
-    v["conditions"] = json!({});
-    refused(&v, "conditions", "unknown section");
+    v["mappings"] = json!({});
+    refused(&v, "mappings", "unknown section");
     let mut v = base();
     v.as_object_mut()
         .expect("map")
@@ -315,7 +318,10 @@ fn sections_are_checked() {
     refused(&v, "outputs.o.value", "required");
     let mut v = base();
     v["outputs"] = json!({"o": {"value": 1, "condition": "x"}});
-    refused(&v, "outputs.o.condition", "unknown key");
+    refused(&v, "outputs.o.condition", "Invalid condition \"x\"");
+    let mut v = base();
+    v["outputs"] = json!({"o": {"value": 1, "label": "x"}});
+    refused(&v, "outputs.o.label", "unknown key");
     let e = Template::parse("- a\n- b\n", Path::new(".")).expect_err("a list");
     assert_eq!(e.path, "template");
 }
@@ -819,8 +825,8 @@ fn function_targets_are_checked_statically() {
             "expected lists to join, got a string",
         ),
         (
-            json!({"repeat": {"for_each": {}}}),
-            "function \"repeat\" is not supported; Flue supports get_param",
+            json!({"yaql": {"expression": "$.data"}}),
+            "yaql is not supported by Flue",
         ),
     ];
     for (value, fragment) in cases {
@@ -1024,11 +1030,11 @@ fn bind_parameters_types_values_and_adds_defaults() {
         .bind_parameters(&given(&[
             ("db_password", "pw"),
             ("web_port", "0.5"),
-            ("names", ""),
+            ("names", "z"),
         ]))
         .expect("bound");
     assert_eq!(p.values["web_port"], json!(0.5));
-    assert_eq!(p.values["names"], json!([]));
+    assert_eq!(p.values["names"], json!(["z"]));
     assert_eq!(p.values["debug"], json!(false));
 }
 
