@@ -399,6 +399,19 @@ impl Webhooks {
         Ok(self.js.get_stream(GATEWAY_EVENT_STREAM).await?)
     }
 
+    /// Makes sure parked subscription `sub` has its consumer on `FLUE_EVT_GW`: one an
+    /// older gateway left on `FLUE_EVT` is moved at once (the watch shows every record at
+    /// start), rather than at the resume, so that no listener can pull from or acknowledge
+    /// on it meanwhile. Nothing is delivered.
+    fn move_parked(&self, service: &Service, sub: Subscription) {
+        let webhooks = self.clone();
+        service.tasks.spawn(async move {
+            if let Err(e) = webhooks.open_consumer(&sub).await {
+                warn!(error = %chain(&e), webhook.id = %sub.id, "cannot check the consumer of a parked webhook");
+            }
+        });
+    }
+
     /// Acts on one change of the bucket: start active subscriptions, stop the others.
     fn apply(&self, service: &Service, entry: kv::Entry) {
         match entry.operation {
@@ -406,8 +419,9 @@ impl Webhooks {
                 Ok(sub) if sub.status == WebhookStatus::Active => {
                     self.ensure_running(service, &sub);
                 }
-                Ok(_) => {
+                Ok(sub) => {
                     self.stop(&entry.key);
+                    self.move_parked(service, sub);
                 }
                 Err(e) => {
                     warn!(error = %chain(&e), key = %entry.key, "webhook record cannot be decoded; not delivered");

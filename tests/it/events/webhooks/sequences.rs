@@ -11,7 +11,7 @@ use flue_tests::{Flue, WAIT};
 use serde_json::json;
 
 use super::receiver::{Mode, Receiver};
-use super::{SECRET, create, setup, wait_counted};
+use super::{FAST, SECRET, create, setup, wait_counted};
 
 /// The events account's JetStream, as the gateway sees it.
 async fn events_js(flue: &Flue) -> jetstream::Context {
@@ -128,8 +128,20 @@ async fn a_webhook_starting_at_a_sequence_gets_exactly_the_events_from_that_flue
 }
 
 #[tokio::test]
-async fn a_webhook_consumer_left_on_flue_evt_by_an_older_gateway_moves_to_the_copy_and_resumes() {
-    let (mut flue, _agent) = setup(&[]).await;
+async fn webhook_consumers_left_on_flue_evt_by_an_older_gateway_move_to_the_copy_and_resume() {
+    let (mut flue, _agent) = setup(FAST).await;
+    // A subscription parked on the first event it got.
+    let failing = Receiver::start(Mode::Fail).await;
+    let response = create(
+        &flue,
+        json!({"url": failing.url, "secret": SECRET, "filter": registered_filter(),
+               "start": "all"}),
+    )
+    .await;
+    assert_eq!(response.status(), 201);
+    let parked: Webhook = response.json().await.expect("webhook");
+    flue.gateway.logs().wait_for("webhook parked", WAIT).await;
+
     let receiver = Receiver::start(Mode::Ok).await;
     let response = create(
         &flue,
@@ -161,6 +173,15 @@ async fn a_webhook_consumer_left_on_flue_evt_by_an_older_gateway_moves_to_the_co
     })
     .await
     .expect("the old gateway's consumer");
+    let parked_name = consumer_name(&tenant, &parked.id);
+    evt.create_consumer(consumer::pull::Config {
+        durable_name: Some(parked_name.clone()),
+        ack_policy: consumer::AckPolicy::Explicit,
+        max_ack_pending: 1,
+        ..Default::default()
+    })
+    .await
+    .expect("the old gateway's consumer of the parked webhook");
     js.delete_stream(GATEWAY_EVENT_STREAM)
         .await
         .expect("copy deleted");
@@ -186,4 +207,31 @@ async fn a_webhook_consumer_left_on_flue_evt_by_an_older_gateway_moves_to_the_co
         .await
         .expect("the webhook's consumer on the copy");
     assert!(copy.info().await.expect("info").state.messages >= 4);
+
+    // The parked one moved at start, before anything resumed it.
+    let moved = async {
+        while evt.consumer_info(&parked_name).await.is_ok() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await; // polling interval
+        }
+    };
+    tokio::time::timeout(WAIT, moved)
+        .await
+        .expect("the parked webhook's consumer left FLUE_EVT");
+    copy.consumer_info(&parked_name)
+        .await
+        .expect("the parked webhook's consumer on the copy");
+    failing.set_mode(Mode::Ok);
+    let resumed = flue
+        .http()
+        .post(format!(
+            "{}/v1/webhooks/{}/resume",
+            flue.gateway.url(),
+            parked.id
+        ))
+        .send()
+        .await
+        .expect("resume");
+    assert_eq!(resumed.status(), 200);
+    failing.wait_delivered(&ids[3]).await;
+    assert_eq!(failing.delivered(), ids, "from the event it was parked on");
 }
