@@ -31,6 +31,8 @@ pub struct Retention {
     pub max_age: Duration,
     /// Past this many bytes, the oldest events are dropped.
     pub max_bytes: i64,
+    /// Consumers the stream allows (`max_consumers`); the broker refuses more.
+    pub max_consumers: i32,
 }
 
 /// Handle on the event stream; cheap to clone.
@@ -111,8 +113,10 @@ async fn open_event_stream(
         duplicate_window: DUPLICATE_WINDOW,
         max_age: retention.max_age,
         max_bytes: retention.max_bytes,
-        // Listeners (SSE clients, webhooks) each hold a consumer.
-        max_consumers: -1,
+        // SSE clients and listeners each hold a consumer; bounded so that a listener
+        // cannot make the broker hold consumers without end. The broker's own sourcing
+        // consumer (for FLUE_EVT_GW) is not counted.
+        max_consumers: retention.max_consumers,
         ..Default::default()
     };
     let stream = js
@@ -152,7 +156,7 @@ async fn open_gateway_stream(
         storage: stream::StorageType::File,
         max_age: retention.max_age,
         max_bytes: gateway_max_bytes(retention.max_bytes),
-        // One consumer per webhook subscription.
+        // One consumer per webhook subscription, made through the API only.
         max_consumers: -1,
         ..Default::default()
     };
@@ -161,8 +165,9 @@ async fn open_gateway_stream(
         .await
         .map_err(|e| err(e.into()))?;
     let gateway = Retention {
+        max_age: retention.max_age,
         max_bytes: gateway_max_bytes(retention.max_bytes),
-        ..retention
+        max_consumers: -1,
     };
     update_retention(
         js,
@@ -184,25 +189,31 @@ fn gateway_max_bytes(max_bytes: i64) -> i64 {
     max_bytes.saturating_add(max_bytes / 4)
 }
 
-/// Gives stream `name`, found with `found`, the limits of `retention` if it has others.
+/// Gives stream `name`, found with `found`, the limits of `retention` if it has others
+/// (nats-server 2.15 takes a changed `max_consumers` on an existing stream too).
 async fn update_retention(
     js: &jetstream::Context,
     found: stream::Config,
     retention: Retention,
     name: &'static str,
 ) -> Result<(), BoxError> {
-    if found.max_age == retention.max_age && found.max_bytes == retention.max_bytes {
+    if found.max_age == retention.max_age
+        && found.max_bytes == retention.max_bytes
+        && found.max_consumers == retention.max_consumers
+    {
         return Ok(());
     }
     let mut changed = found;
     changed.max_age = retention.max_age;
     changed.max_bytes = retention.max_bytes;
+    changed.max_consumers = retention.max_consumers;
     js.update_stream(&changed).await?;
     info!(
         stream = name,
         max_age_secs = retention.max_age.as_secs(),
         max_bytes = retention.max_bytes,
-        "event stream retention changed"
+        max_consumers = retention.max_consumers,
+        "event stream limits changed"
     );
     Ok(())
 }

@@ -185,3 +185,58 @@ async fn a_listener_can_neither_pull_nor_ack_nor_list_the_webhook_consumers_and_
     }
     assert_eq!(replayed, delivered);
 }
+
+#[tokio::test]
+async fn a_listener_cannot_make_more_consumers_than_the_event_stream_allows_and_webhooks_go_on() {
+    let flue = Flue::start_operator(&[
+        "--webhook-allow",
+        "127.0.0.1/32",
+        "--events-max-consumers",
+        "2",
+    ])
+    .await;
+    let receiver = Receiver::start(Mode::Ok).await;
+    let response = flue
+        .http()
+        .post(format!("{}/v1/webhooks", flue.gateway.url()))
+        .json(
+            &json!({"url": receiver.url, "secret": "webhook-test-secret-0123456789",
+                      "filter": {"types": ["server.registered"]}}),
+        )
+        .send()
+        .await
+        .expect("POST /v1/webhooks");
+    assert_eq!(response.status(), 201);
+
+    let file = flue.path("listener.creds");
+    let path = file.display().to_string();
+    let out = flue_cli(&flue, &["events", "credentials", "--out", path.as_str()]).await;
+    assert!(out.status.success(), "{out:?}");
+    let creds = UserCreds::parse(&std::fs::read_to_string(&file).expect("read")).expect("creds");
+    let (listener, _errors) = refusals_at(&flue.nats.url(), &creds, None).await;
+    let js = jetstream::with_domain(listener, JS_DOMAIN);
+    let stream = js.get_stream(EVENT_STREAM).await.expect("the event stream");
+    let make = |n: u32| {
+        stream.create_consumer(consumer::pull::Config {
+            name: Some(format!("mine-{n}")),
+            ..Default::default()
+        })
+    };
+    make(1).await.expect("first consumer");
+    make(2).await.expect("second consumer");
+    let third = make(3).await.expect_err("a third consumer");
+    assert!(
+        third
+            .to_string()
+            .contains("maximum consumers limit reached"),
+        "{third}"
+    );
+
+    // The webhook's consumer is not on that stream: it goes on delivering.
+    flue.register("s1").await;
+    receiver
+        .wait_for("s1's registration", |got| {
+            got.iter().any(|r| r.event_id.starts_with("server:s1:"))
+        })
+        .await;
+}
