@@ -31,7 +31,7 @@ pub fn origin(headers: Option<&HeaderMap>) -> Option<u64> {
 /// need no sequence.
 pub fn floor(sub: &Subscription) -> Option<u64> {
     match (sub.last_seq, sub.start) {
-        (Some(seq), _) => Some(seq + 1),
+        (Some(seq), _) => Some(seq.saturating_add(1)),
         (None, WebhookStart::Seq(seq)) => Some(seq.max(1)),
         (None, WebhookStart::New | WebhookStart::All) => None,
     }
@@ -89,7 +89,7 @@ pub async fn deliver_policy(
 pub async fn legacy_floor(js: &jetstream::Context, name: &str) -> Result<Option<u64>, BoxError> {
     let stream = js.get_stream(EVENT_STREAM).await?;
     match stream.consumer_info(name).await {
-        Ok(info) => Ok(Some(info.ack_floor.stream_sequence + 1)),
+        Ok(info) => Ok(Some(info.ack_floor.stream_sequence.saturating_add(1))),
         Err(e) if is_consumer_not_found(&e) => Ok(None),
         Err(e) => Err(e.into()),
     }
