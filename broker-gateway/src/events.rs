@@ -24,7 +24,7 @@ const EMIT_BACKOFF: Duration = Duration::from_millis(100);
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Retention of the event stream.
+/// Retention and consumer limit of the event stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
     /// Events older than this are dropped.
@@ -95,7 +95,7 @@ impl Events {
     }
 }
 
-/// Creates `FLUE_EVT` if missing, with `retention`.
+/// Creates `FLUE_EVT` if missing, with `retention`; an existing one is given it.
 async fn open_event_stream(
     js: &jetstream::Context,
     retention: Retention,
