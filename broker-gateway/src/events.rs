@@ -45,6 +45,10 @@ impl Events {
     /// Creates the event stream and the gateway's copy of it if missing and gives them
     /// `retention` (existing streams created with other limits are updated).
     pub async fn open(js: jetstream::Context, retention: Retention) -> Result<Self, BrokerError> {
+        let retention = Retention {
+            max_consumers: capped_consumers(&js, retention.max_consumers).await,
+            ..retention
+        };
         open_event_stream(&js, retention).await?;
         open_gateway_stream(&js, retention).await?;
         Ok(Self { js })
@@ -91,6 +95,24 @@ impl Events {
                     pause *= 2;
                 }
             }
+        }
+    }
+}
+
+/// `wanted`, or the events account's consumer limit when that is lower: the broker
+/// refuses a stream limit above its account's (an account of a broker configured by
+/// hand; the accounts Flue signs set none).
+async fn capped_consumers(js: &jetstream::Context, wanted: i32) -> i32 {
+    match js.query_account().await {
+        Ok(account) => match account.limits.max_consumers {
+            Some(limit) if limit > 0 && limit < i64::from(wanted) => {
+                i32::try_from(limit).unwrap_or(wanted)
+            }
+            _ => wanted,
+        },
+        Err(e) => {
+            warn!(error = %e, "cannot read the events account's limits");
+            wanted
         }
     }
 }
