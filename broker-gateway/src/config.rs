@@ -124,6 +124,13 @@ pub struct Config {
     #[arg(long, env = "FLUE_EVENTS_MAX_BYTES", default_value_t = 1_073_741_824,
           value_parser = clap::value_parser!(i64).range(1_048_576..))]
     pub events_max_bytes: i64,
+    /// Consumers the event stream `FLUE_EVT` allows: one per SSE connection, plus those
+    /// listeners create (each replay is one). Bounds what a listener's credentials can
+    /// make the broker hold (≈ 46 KiB each); webhooks are not counted (their consumers
+    /// live on `FLUE_EVT_GW`).
+    #[arg(long, env = "FLUE_EVENTS_MAX_CONSUMERS", default_value_t = 1_000,
+          value_parser = clap::value_parser!(i32).range(1..=1_000_000))]
+    pub events_max_consumers: i32,
     /// Seconds without a heartbeat after which a server is reported offline (checked every
     /// second, so it is reported at most one second later).
     #[arg(long, env = "FLUE_PRESENCE_TIMEOUT_SECS", default_value_t = DEFAULT_PRESENCE_TIMEOUT_SECS,
@@ -218,6 +225,7 @@ impl Config {
             max_servers: DEFAULT_MAX_SERVERS,
             events_max_age_secs: 604_800,
             events_max_bytes: 1_073_741_824,
+            events_max_consumers: 1_000,
             presence_timeout_secs: DEFAULT_PRESENCE_TIMEOUT_SECS,
             webhook_timeout_ms: 10_000,
             webhook_backoff_ms: 1_000,
@@ -272,6 +280,7 @@ impl Config {
         crate::events::Retention {
             max_age: Duration::from_secs(self.events_max_age_secs),
             max_bytes: self.events_max_bytes,
+            max_consumers: self.events_max_consumers,
         }
     }
 
@@ -319,6 +328,7 @@ impl fmt::Debug for Config {
             .field("stream_max_age_secs", &self.stream_max_age_secs)
             .field("events_max_age_secs", &self.events_max_age_secs)
             .field("events_max_bytes", &self.events_max_bytes)
+            .field("events_max_consumers", &self.events_max_consumers)
             .field("presence_timeout_secs", &self.presence_timeout_secs)
             .field("webhook_timeout_ms", &self.webhook_timeout_ms)
             .field("webhook_backoff_ms", &self.webhook_backoff_ms)

@@ -1,4 +1,5 @@
-//! Publishing lifecycle events into the event stream `FLUE_EVT`.
+//! Publishing lifecycle events into the event stream `FLUE_EVT`, and keeping the
+//! gateway's own copy of it, `FLUE_EVT_GW`, that its webhook consumers read.
 //!
 //! Every event goes to its subject ([`CloudEvent::nats_subject`]) with its id as the
 //! JetStream message id, so publishing the same fact twice (a retry, a redelivered agent
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
 use flue_proto::CloudEvent;
-use flue_proto::event::{EVENT_STREAM, EVENT_SUBJECTS};
+use flue_proto::event::{EVENT_STREAM, EVENT_SUBJECTS, GATEWAY_EVENT_STREAM};
 use tracing::{debug, info, warn};
 
 use crate::broker::{BrokerError, DUPLICATE_WINDOW};
@@ -23,13 +24,15 @@ const EMIT_BACKOFF: Duration = Duration::from_millis(100);
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Retention of the event stream.
+/// Retention and consumer limit of the event stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
     /// Events older than this are dropped.
     pub max_age: Duration,
     /// Past this many bytes, the oldest events are dropped.
     pub max_bytes: i64,
+    /// Consumers the stream allows (`max_consumers`); the broker refuses more.
+    pub max_consumers: i32,
 }
 
 /// Handle on the event stream; cheap to clone.
@@ -39,45 +42,15 @@ pub struct Events {
 }
 
 impl Events {
-    /// Creates the event stream if missing and gives it `retention` (an existing stream
-    /// created with other limits is updated).
+    /// Creates the event stream and the gateway's copy of it if missing and gives them
+    /// `retention` (existing streams created with other limits are updated).
     pub async fn open(js: jetstream::Context, retention: Retention) -> Result<Self, BrokerError> {
-        let err = |e: BoxError| BrokerError::Stream {
-            stream: EVENT_STREAM,
-            source: e,
+        let retention = Retention {
+            max_consumers: capped_consumers(&js, retention.max_consumers).await,
+            ..retention
         };
-        let config = stream::Config {
-            name: EVENT_STREAM.to_owned(),
-            subjects: vec![EVENT_SUBJECTS.to_owned()],
-            retention: stream::RetentionPolicy::Limits,
-            discard: stream::DiscardPolicy::Old,
-            storage: stream::StorageType::File,
-            duplicate_window: DUPLICATE_WINDOW,
-            max_age: retention.max_age,
-            max_bytes: retention.max_bytes,
-            // Listeners (SSE clients, webhooks) each hold a consumer.
-            max_consumers: -1,
-            ..Default::default()
-        };
-        let stream = js
-            .get_or_create_stream(config)
-            .await
-            .map_err(|e| err(e.into()))?;
-        let found = &stream.cached_info().config;
-        if found.max_age != retention.max_age || found.max_bytes != retention.max_bytes {
-            let mut changed = found.clone();
-            changed.max_age = retention.max_age;
-            changed.max_bytes = retention.max_bytes;
-            js.update_stream(&changed)
-                .await
-                .map_err(|e| err(e.into()))?;
-            info!(
-                stream = EVENT_STREAM,
-                max_age_secs = retention.max_age.as_secs(),
-                max_bytes = retention.max_bytes,
-                "event stream retention changed"
-            );
-        }
+        open_event_stream(&js, retention).await?;
+        open_gateway_stream(&js, retention).await?;
         Ok(Self { js })
     }
 
@@ -124,4 +97,145 @@ impl Events {
             }
         }
     }
+}
+
+/// `wanted`, or the events account's consumer limit when that is lower: the broker
+/// refuses a stream limit above its account's (an account of a broker configured by
+/// hand; the accounts Flue signs set none).
+async fn capped_consumers(js: &jetstream::Context, wanted: i32) -> i32 {
+    match js.query_account().await {
+        Ok(account) => match account.limits.max_consumers {
+            Some(limit) if limit > 0 && limit < i64::from(wanted) => {
+                i32::try_from(limit).unwrap_or(wanted)
+            }
+            _ => wanted,
+        },
+        Err(e) => {
+            warn!(error = %e, "cannot read the events account's limits");
+            wanted
+        }
+    }
+}
+
+/// Creates `FLUE_EVT` if missing, with `retention`; an existing one is given it.
+async fn open_event_stream(
+    js: &jetstream::Context,
+    retention: Retention,
+) -> Result<(), BrokerError> {
+    let err = |e: BoxError| BrokerError::Stream {
+        stream: EVENT_STREAM,
+        source: e,
+    };
+    let config = stream::Config {
+        name: EVENT_STREAM.to_owned(),
+        subjects: vec![EVENT_SUBJECTS.to_owned()],
+        retention: stream::RetentionPolicy::Limits,
+        discard: stream::DiscardPolicy::Old,
+        storage: stream::StorageType::File,
+        duplicate_window: DUPLICATE_WINDOW,
+        max_age: retention.max_age,
+        max_bytes: retention.max_bytes,
+        // SSE clients and listeners each hold a consumer; bounded so that a listener
+        // cannot make the broker hold consumers without end. The broker's own sourcing
+        // consumer (for FLUE_EVT_GW) is not counted.
+        max_consumers: retention.max_consumers,
+        ..Default::default()
+    };
+    let stream = js
+        .get_or_create_stream(config)
+        .await
+        .map_err(|e| err(e.into()))?;
+    update_retention(
+        js,
+        stream.cached_info().config.clone(),
+        retention,
+        EVENT_STREAM,
+    )
+    .await
+    .map_err(err)
+}
+
+/// Creates `FLUE_EVT_GW` if missing: no subjects of its own, every event of `FLUE_EVT`
+/// copied in by the broker (a source in the same account), kept as long. Created on a
+/// broker whose `FLUE_EVT` already holds events, it copies all of them, so webhook
+/// consumers moved to it from `FLUE_EVT` find every event they had not yet had.
+async fn open_gateway_stream(
+    js: &jetstream::Context,
+    retention: Retention,
+) -> Result<(), BrokerError> {
+    let err = |e: BoxError| BrokerError::Stream {
+        stream: GATEWAY_EVENT_STREAM,
+        source: e,
+    };
+    let config = stream::Config {
+        name: GATEWAY_EVENT_STREAM.to_owned(),
+        sources: Some(vec![stream::Source {
+            name: EVENT_STREAM.to_owned(),
+            ..Default::default()
+        }]),
+        retention: stream::RetentionPolicy::Limits,
+        discard: stream::DiscardPolicy::Old,
+        storage: stream::StorageType::File,
+        max_age: retention.max_age,
+        max_bytes: gateway_max_bytes(retention.max_bytes),
+        // One consumer per webhook subscription, made through the API only.
+        max_consumers: -1,
+        ..Default::default()
+    };
+    let stream = js
+        .get_or_create_stream(config)
+        .await
+        .map_err(|e| err(e.into()))?;
+    let gateway = Retention {
+        max_age: retention.max_age,
+        max_bytes: gateway_max_bytes(retention.max_bytes),
+        max_consumers: -1,
+    };
+    update_retention(
+        js,
+        stream.cached_info().config.clone(),
+        gateway,
+        GATEWAY_EVENT_STREAM,
+    )
+    .await
+    .map_err(err)
+}
+
+/// The size bound of `FLUE_EVT_GW` for a `FLUE_EVT` bounded at `max_bytes`: a quarter
+/// more, since every copy carries the source header (some 30 bytes) and must not be
+/// dropped before its original.
+fn gateway_max_bytes(max_bytes: i64) -> i64 {
+    if max_bytes <= 0 {
+        return max_bytes;
+    }
+    max_bytes.saturating_add(max_bytes / 4)
+}
+
+/// Gives stream `name`, found with `found`, the limits of `retention` if it has others
+/// (nats-server 2.15 takes a changed `max_consumers` on an existing stream too).
+async fn update_retention(
+    js: &jetstream::Context,
+    found: stream::Config,
+    retention: Retention,
+    name: &'static str,
+) -> Result<(), BoxError> {
+    if found.max_age == retention.max_age
+        && found.max_bytes == retention.max_bytes
+        && found.max_consumers == retention.max_consumers
+    {
+        return Ok(());
+    }
+    let mut changed = found;
+    changed.max_age = retention.max_age;
+    changed.max_bytes = retention.max_bytes;
+    changed.max_consumers = retention.max_consumers;
+    js.update_stream(&changed).await?;
+    info!(
+        stream = name,
+        max_age_secs = retention.max_age.as_secs(),
+        max_bytes = retention.max_bytes,
+        max_consumers = retention.max_consumers,
+        "event stream limits changed"
+    );
+    Ok(())
 }

@@ -26,8 +26,32 @@ use crate::ids::{DeploymentId, ServerId, StackId, TenantId};
 
 /// Stream keeping every event (Limits retention, bounded by age and size).
 pub const EVENT_STREAM: &str = "FLUE_EVT";
+/// The gateway's own copy of [`EVENT_STREAM`], in the same (events) account: a stream
+/// with no subjects of its own that *sources* every event of [`EVENT_STREAM`], kept as
+/// long. The gateway's durable consumers (webhooks) live on it, so that listeners, whose
+/// rights name [`EVENT_STREAM`] only, can neither pull from nor acknowledge on them. Its
+/// sequences are its own: the sequence of an event in [`EVENT_STREAM`] (the one every API
+/// shows) is read from each copy's [`SOURCE_HEADER`] ([`origin_sequence`]).
+pub const GATEWAY_EVENT_STREAM: &str = "FLUE_EVT_GW";
+/// Header nats-server puts on every message it copies into a sourcing stream:
+/// `<origin stream>[:<hash>] <origin sequence> <filter> <transform>`.
+pub const SOURCE_HEADER: &str = "Nats-Stream-Source";
 /// Subjects captured by [`EVENT_STREAM`].
 pub const EVENT_SUBJECTS: &str = "flue.*.evt.>";
+/// The [`EVENT_STREAM`] sequence of an event copied into [`GATEWAY_EVENT_STREAM`], read
+/// from the copy's [`SOURCE_HEADER`] value; `None` when the value is not a copy of
+/// [`EVENT_STREAM`] (another stream, or not the format nats-server writes).
+pub fn origin_sequence(source_header: &str) -> Option<u64> {
+    let mut tokens = source_header.split_ascii_whitespace();
+    let stream = tokens.next()?;
+    // An origin in another domain or account carries `:<hash>` after its name.
+    let name = stream.split(':').next()?;
+    if name != EVENT_STREAM {
+        return None;
+    }
+    tokens.next()?.parse().ok().filter(|&seq| seq > 0)
+}
+
 /// Subject token standing for "no stack" or "no server": not a valid id, so never ambiguous.
 pub const NONE_TOKEN: &str = "~";
 /// CloudEvents version of every envelope.
@@ -642,6 +666,17 @@ mod tests {
 
     fn t(s: &str) -> TenantId {
         TenantId::new(s).expect("valid")
+    }
+
+    #[test]
+    fn the_origin_sequence_is_read_from_the_source_header() {
+        assert_eq!(origin_sequence("FLUE_EVT 42 > >"), Some(42));
+        assert_eq!(origin_sequence("FLUE_EVT:a1b2c3 7 flue.*.evt.> >"), Some(7));
+        assert_eq!(origin_sequence("FLUE_EVT_OTHER 42 > >"), None);
+        assert_eq!(origin_sequence("FLUE_EVT"), None);
+        assert_eq!(origin_sequence("FLUE_EVT x > >"), None);
+        assert_eq!(origin_sequence("FLUE_EVT 0 > >"), None);
+        assert_eq!(origin_sequence(""), None);
     }
 
     #[test]

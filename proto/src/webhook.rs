@@ -50,8 +50,9 @@ pub struct CreateWebhook {
     /// Which events; all of the tenant's when empty.
     #[serde(default)]
     pub filter: EventFilter,
-    /// Where to start: `new` (events from now on, the default) or `all` (everything the
-    /// event stream still keeps).
+    /// Where to start: `new` (events from now on, the default), `all` (everything the
+    /// event stream still keeps) or `{"seq": N}` (from the event of `FLUE_EVT` sequence
+    /// `N` on, the SSE id a listener last saw plus one).
     #[serde(default)]
     pub start: WebhookStart,
 }
@@ -65,6 +66,10 @@ pub enum WebhookStart {
     New,
     /// Every event the stream still keeps.
     All,
+    /// The events whose sequence in the event stream `FLUE_EVT` is this one or later
+    /// (the sequence SSE ids and `last_seq` show); from the oldest kept event when
+    /// those before it are gone.
+    Seq(u64),
 }
 
 /// Delivery state of a subscription.
@@ -127,6 +132,15 @@ mod tests {
             serde_json::from_str(r#"{"url":"http://h/x","secret":"0123456789abcdef"}"#)
                 .expect("minimal body");
         assert_eq!(body.start, WebhookStart::New);
+        let from_seq: CreateWebhook = serde_json::from_str(
+            r#"{"url":"http://h/x","secret":"0123456789abcdef","start":{"seq":12}}"#,
+        )
+        .expect("a start sequence");
+        assert_eq!(from_seq.start, WebhookStart::Seq(12));
+        assert_eq!(
+            serde_json::to_string(&WebhookStart::All).expect("serialises"),
+            r#""all""#
+        );
         assert_eq!(body.filter, EventFilter::default());
         assert!(
             serde_json::from_str::<CreateWebhook>(

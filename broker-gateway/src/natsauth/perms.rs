@@ -60,9 +60,13 @@ pub fn agent(tenant: &TenantId, server: &ServerId, stacks: &[StackId]) -> Permis
 /// A listener's rights in its tenant's events account: reading the event stream (info,
 /// message and direct get), creating, reading and pulling from consumers on it (ordered
 /// consumers re-create theirs), their flow control and acks, subscribing to the tenant's
-/// event subjects and to inboxes. It cannot publish an event (no publish right names one)
-/// nor delete a consumer (the gateway's webhook and SSE consumers live on this stream too;
-/// an ephemeral consumer goes away by itself once idle).
+/// event subjects and to inboxes. It cannot publish an event (no publish right names one),
+/// list or delete consumers (an ephemeral consumer goes away by itself once idle), nor
+/// touch the gateway's copy of the stream, `FLUE_EVT_GW`: pulling is granted on any
+/// consumer of `FLUE_EVT` (ordered consumers' names are random), so the gateway's durable
+/// webhook consumers, whose names are known, live there instead. The gateway's SSE
+/// consumers stay on `FLUE_EVT`: random names nobody can list, and a pull from one only
+/// makes its ordered consumer start again after the last sequence it had.
 pub fn listener(tenant: &TenantId) -> Permissions {
     let mut perms = Permissions::default();
     let publish = &mut perms.publish.allow;
@@ -132,5 +136,17 @@ mod tests {
             perms.publish.allow
         );
         assert!(perms.subscribe.allow.contains(&"flue.acme.evt.>".into()));
+        // No right reaches the gateway's copy of the stream, nor lists consumers.
+        assert!(
+            perms
+                .publish
+                .allow
+                .iter()
+                .all(|s| !s.contains(flue_proto::event::GATEWAY_EVENT_STREAM)
+                    && !s.contains("CONSUMER.LIST")
+                    && !s.contains("CONSUMER.NAMES")),
+            "{:?}",
+            perms.publish.allow
+        );
     }
 }

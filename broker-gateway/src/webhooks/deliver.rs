@@ -27,7 +27,7 @@ use tracing::{debug, info, warn};
 use super::http::AttemptError;
 use super::record::Subscription;
 use super::target::Target;
-use super::{ACK_WAIT, Settings, sign};
+use super::{ACK_WAIT, Settings, position, sign};
 use crate::error::chain;
 use crate::service::Service;
 
@@ -134,8 +134,8 @@ impl Task {
             if current.status == WebhookStatus::Parked {
                 return Exit::Parked;
             }
-            let consumer = match self.service.webhooks.open_consumer(&current).await {
-                Ok(Some(c)) => c,
+            let (consumer, floor) = match self.service.webhooks.open_consumer(&current).await {
+                Ok(Some(opened)) => (opened.consumer, opened.floor),
                 Ok(None) => return Exit::Deleted,
                 Err(e) => {
                     warn!(error = %chain(&e), webhook.id = %self.sub.id, "cannot open the webhook's consumer; retrying");
@@ -167,7 +167,7 @@ impl Task {
                 match next {
                     Some(Ok(msg)) => {
                         pause = RETRY_MIN;
-                        if let Step::Stop(exit) = self.handle(&target, msg).await {
+                        if let Step::Stop(exit) = self.handle(&target, msg, floor).await {
                             return exit;
                         }
                     }
@@ -182,9 +182,17 @@ impl Task {
         }
     }
 
-    /// Delivers one event (or skips it when the filter does not want it).
-    async fn handle(&self, target: &Target, msg: Message) -> Step {
-        let seq = msg.info().map(|i| i.stream_sequence).ok();
+    /// Delivers one event (or skips it when the filter does not want it, or when its
+    /// `FLUE_EVT` sequence is below `floor`: the consumer may start a little early, see
+    /// [`super::position`]).
+    async fn handle(&self, target: &Target, msg: Message, floor: Option<u64>) -> Step {
+        // The FLUE_EVT sequence, which the API shows; not the copy's own.
+        let seq = position::origin(msg.headers.as_ref());
+        if let (Some(floor), Some(seq)) = (floor, seq)
+            && seq < floor
+        {
+            return self.ack(&msg).await;
+        }
         let event: CloudEvent = match serde_json::from_slice(&msg.payload) {
             Ok(e) => e,
             Err(e) => {

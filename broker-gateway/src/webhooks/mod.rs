@@ -1,8 +1,11 @@
 //! Webhook subscriptions and their delivery.
 //!
 //! A subscription is a record in KV `flue_webhooks` ([`record`]) and a durable pull
-//! consumer on the event stream (`wh-<len>-<tenant>-<id>`, max one unacknowledged
-//! message), both made by the gateway at creation. A delivery task per active
+//! consumer (`wh-<len>-<tenant>-<id>`, max one unacknowledged message), both made by the
+//! gateway at creation. The consumer reads `FLUE_EVT_GW`, the gateway's copy of the event
+//! stream, on which listeners have no rights: a listener may pull from any consumer of
+//! `FLUE_EVT` (ordered consumers cannot be named in advance), so a webhook consumer there
+//! could be emptied by one ([`position`] maps between the two streams' sequences). A delivery task per active
 //! subscription ([`deliver`]) pulls one event at a time and POSTs it, signed
 //! ([`sign`]), over [`http`]; it acknowledges the event only after a 2xx, so delivery
 //! is at least once and in stream order.
@@ -19,6 +22,7 @@
 pub mod address;
 pub mod deliver;
 pub mod http;
+pub mod position;
 pub mod record;
 pub mod sign;
 pub mod target;
@@ -29,9 +33,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, kv, stream};
-use flue_proto::event::EVENT_STREAM;
+use flue_proto::event::GATEWAY_EVENT_STREAM;
 use flue_proto::webhook::{
-    CreateWebhook, MAX_SECRET_BYTES, MIN_SECRET_BYTES, WebhookStart, WebhookStatus, consumer_name,
+    CreateWebhook, MAX_SECRET_BYTES, MIN_SECRET_BYTES, WebhookStatus, consumer_name,
 };
 use flue_proto::{TenantId, WebhookId};
 use futures_util::StreamExt;
@@ -306,23 +310,32 @@ impl Webhooks {
 
     /// The subscription's consumer, created if missing: from just after the last event
     /// it acknowledged if it has one (a consumer lost with a broker's disk), else from
-    /// where the subscription asked to start.
-    async fn consumer(&self, sub: &Subscription) -> Result<consumer::PullConsumer, BrokerError> {
+    /// where the subscription asked to start. A consumer an older gateway left on
+    /// `FLUE_EVT` is moved: the new one starts where the old one got to, then the old
+    /// one is deleted. Also the first `FLUE_EVT` sequence it may deliver, when known.
+    async fn consumer(&self, sub: &Subscription) -> Result<Opened, BrokerError> {
         let name = consumer_name(&sub.tenant, &sub.id);
         let err = |e: Box<dyn std::error::Error + Send + Sync>| BrokerError::Consumer {
-            stream: EVENT_STREAM,
+            stream: GATEWAY_EVENT_STREAM,
             consumer: name.clone(),
             source: e,
         };
-        let deliver_policy = match (sub.last_seq, sub.start) {
-            (Some(seq), _) => consumer::DeliverPolicy::ByStartSequence {
-                start_sequence: seq + 1,
-            },
-            (None, WebhookStart::New) => consumer::DeliverPolicy::New,
-            (None, WebhookStart::All) => consumer::DeliverPolicy::All,
-        };
         let stream = self.event_stream().await.map_err(err)?;
-        stream
+        let floor = position::floor(sub);
+        match stream.consumer_info(&name).await {
+            Ok(_) => {
+                let consumer = stream.get_consumer(&name).await.map_err(err)?;
+                return Ok(Opened { consumer, floor });
+            }
+            Err(e) if position::is_consumer_not_found(&e) => {}
+            Err(e) => return Err(err(e.into())),
+        }
+        let legacy = position::legacy_floor(&self.js, &name).await.map_err(err)?;
+        let floor = floor.max(legacy);
+        let deliver_policy = position::deliver_policy(&stream, floor, sub.start)
+            .await
+            .map_err(err)?;
+        let consumer = stream
             .get_or_create_consumer(
                 &name,
                 consumer::pull::Config {
@@ -340,19 +353,23 @@ impl Webhooks {
                 },
             )
             .await
-            .map_err(|e| err(e.into()))
+            .map_err(|e| err(e.into()))?;
+        if legacy.is_some() {
+            position::delete_legacy(&self.js, &name)
+                .await
+                .map_err(err)?;
+            info!(webhook.id = %sub.id, from_seq = floor, "webhook consumer moved off FLUE_EVT");
+        }
+        Ok(Opened { consumer, floor })
     }
 
     /// The consumer of `sub` for its delivery task: made if missing, then checked
     /// against the record, which a delete removes before the consumer. `None` when the
     /// subscription is gone; a consumer made for it meanwhile is deleted again.
-    async fn open_consumer(
-        &self,
-        sub: &Subscription,
-    ) -> Result<Option<consumer::PullConsumer>, WebhookError> {
-        let consumer = self.consumer(sub).await?;
+    async fn open_consumer(&self, sub: &Subscription) -> Result<Option<Opened>, WebhookError> {
+        let opened = self.consumer(sub).await?;
         if self.records.get(&sub.tenant, &sub.id).await?.is_some() {
-            return Ok(Some(consumer));
+            return Ok(Some(opened));
         }
         self.delete_consumer(&sub.tenant, &sub.id).await?;
         Ok(None)
@@ -361,22 +378,38 @@ impl Webhooks {
     async fn delete_consumer(&self, tenant: &TenantId, id: &WebhookId) -> Result<(), BrokerError> {
         let name = consumer_name(tenant, id);
         let err = |e: Box<dyn std::error::Error + Send + Sync>| BrokerError::Consumer {
-            stream: EVENT_STREAM,
+            stream: GATEWAY_EVENT_STREAM,
             consumer: name.clone(),
             source: e,
         };
         let stream = self.event_stream().await.map_err(err)?;
         match stream.delete_consumer(&name).await {
-            Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(err(e.into())),
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(err(e.into())),
         }
+        // One an older gateway made on FLUE_EVT and no task has moved yet (a parked
+        // subscription's).
+        position::delete_legacy(&self.js, &name).await.map_err(err)
     }
 
     async fn event_stream(
         &self,
     ) -> Result<stream::Stream, Box<dyn std::error::Error + Send + Sync>> {
-        Ok(self.js.get_stream(EVENT_STREAM).await?)
+        Ok(self.js.get_stream(GATEWAY_EVENT_STREAM).await?)
+    }
+
+    /// Makes sure parked subscription `sub` has its consumer on `FLUE_EVT_GW`: one an
+    /// older gateway left on `FLUE_EVT` is moved at once (the watch shows every record at
+    /// start), rather than at the resume, so that no listener can pull from or acknowledge
+    /// on it meanwhile. Nothing is delivered.
+    fn move_parked(&self, service: &Service, sub: Subscription) {
+        let webhooks = self.clone();
+        service.tasks.spawn(async move {
+            if let Err(e) = webhooks.open_consumer(&sub).await {
+                warn!(error = %chain(&e), webhook.id = %sub.id, "cannot check the consumer of a parked webhook");
+            }
+        });
     }
 
     /// Acts on one change of the bucket: start active subscriptions, stop the others.
@@ -386,8 +419,9 @@ impl Webhooks {
                 Ok(sub) if sub.status == WebhookStatus::Active => {
                     self.ensure_running(service, &sub);
                 }
-                Ok(_) => {
+                Ok(sub) => {
                     self.stop(&entry.key);
+                    self.move_parked(service, sub);
                 }
                 Err(e) => {
                     warn!(error = %chain(&e), key = %entry.key, "webhook record cannot be decoded; not delivered");
@@ -398,6 +432,13 @@ impl Webhooks {
             }
         }
     }
+}
+
+/// A subscription's consumer and the first `FLUE_EVT` sequence it may deliver (a copy
+/// of an earlier one is skipped); `None` when any will do (`new`, `all`).
+struct Opened {
+    consumer: consumer::PullConsumer,
+    floor: Option<u64>,
 }
 
 fn is_not_found(e: &stream::ConsumerError) -> bool {

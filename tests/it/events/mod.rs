@@ -9,4 +9,4 @@ mod progress;
 mod python;
 mod sse;
 mod stacks;
-mod webhooks;
+pub(crate) mod webhooks;

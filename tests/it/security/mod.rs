@@ -5,6 +5,7 @@ mod broker_agent_refusals;
 mod broker_auth;
 mod broker_leaf;
 mod broker_listener;
+mod broker_listener_webhooks;
 mod broker_tls;
 mod credentials;
 mod datakeys;
