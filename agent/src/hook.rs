@@ -360,7 +360,6 @@ fn status_code(v: Option<Value>) -> Result<Option<i64>, String> {
         None | Some(Value::Null | Value::Bool(false)) => Ok(None),
         Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => Ok(Some(i)),
-            (None, Some(f)) if f == 0.0 => Ok(Some(0)),
             (None, Some(f)) if f.fract() == 0.0 && f.abs() < 1e15 => Ok(Some(f as i64)),
             _ => reported(&n),
         },

@@ -235,8 +235,8 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
             format!("inputs[{}].default", i.unwrap_or_default())
         }
     };
-    let as_hook_gets = as_declared(&config, &opened, &field)?;
-    check_input_values(&config.group, &as_hook_gets, &field)?;
+    let as_hook_gets = as_declared(&config, &opened, field)?;
+    check_input_values(&config.group, &as_hook_gets, field)?;
     let fresh: Vec<String> = hidden
         .iter()
         .filter(|name| !sealed_at_rest.contains(*name))
