@@ -176,3 +176,56 @@ async fn a_value_that_is_not_its_declared_type_is_refused_naming_the_input_and_n
     assert!(listed.is_empty(), "nothing recorded: {listed:?}");
     assert!(!ran.exists(), "nothing ran");
 }
+
+#[tokio::test]
+async fn a_stack_gives_hooks_heats_stack_id_and_each_members_resource_name_with_typed_parameters() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    flue.register("s2").await;
+    let _s1 = flue.agent("s1", &[]).await;
+    let _s2 = flue.agent("s2", &[]).await;
+    let seen = flue.path("seen");
+    let template = flue.path("shop.yaml");
+    std::fs::write(
+        &template,
+        format!(
+            r#"heat_template_version: 2018-08-31
+parameters:
+  port: {{type: number, default: 8080}}
+  debug: {{type: boolean, default: true}}
+resources:
+  cfg:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      inputs: [{{name: port, type: Number}}, {{name: debug, type: Boolean}}]
+      config: |
+        #!/bin/sh
+        printf '%s %s %s %s %s' "$deploy_stack_id" "$deploy_resource_name" "$deploy_action" \
+          "$port" "$debug" > '{seen}.'"$deploy_resource_name"
+  app:
+    type: OS::Heat::SoftwareDeploymentGroup
+    properties:
+      config: {{get_resource: cfg}}
+      servers: {{web1: s1, web2: s2}}
+      input_values: {{port: {{get_param: port}}, debug: {{get_param: debug}}}}
+"#,
+            seen = seen.display()
+        ),
+    )
+    .expect("template");
+
+    let run = crate::stack::create_stack(
+        &flue,
+        "shop",
+        &template.display().to_string(),
+        &["port=9090"],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    for member in ["web1", "web2"] {
+        let text = std::fs::read_to_string(format!("{}.{member}", seen.display()))
+            .unwrap_or_else(|e| panic!("{member} ran: {e}"));
+        assert_eq!(text, format!("shop/shop {member} CREATE 9090 true"));
+    }
+}
