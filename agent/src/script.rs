@@ -4,7 +4,7 @@
 //! (with `/bin/sh` unless it starts with `#!`). Each input becomes an environment
 //! variable as `hook-script.py` sets it (text as it is, a list or map as the JSON Python's
 //! `json.dumps` writes, `{"a": [1, 2]}`; a number or boolean as JSON, `8080`, `true`,
-//! where `hook-script.py` would stop with a `TypeError`; null as ``),
+//! where `hook-script.py` would stop with a `TypeError`; null as an empty string),
 //! `heat_outputs_path` tells the script where to write outputs, and each
 //! declared output is read back from `${heat_outputs_path}.<name>`, as-is. An output file
 //! larger than [`MAX_OUTPUT_FILE_BYTES`] fails the deployment instead of being read whole.
