@@ -157,7 +157,14 @@ impl HookItem {
             string_input(name, Value::String(v.to_owned()), Some(about))
         }));
 
+        let mut group = cfg.group.clone();
         let mut config = cfg.body_for(&req.action).clone();
+        if group == COMPONENT_GROUP
+            && let Some((tool, body)) = component_part(&config, req.action.as_str())
+        {
+            group = tool;
+            config = body;
+        }
         if cfg.substitute_inputs {
             substitute(&mut config, &|name| {
                 typed.iter().find(|i| i.name == name).map(|i| &i.value)
@@ -179,7 +186,7 @@ impl HookItem {
         Self {
             id: req.deployment_id.to_string(),
             name: req.name.clone(),
-            group: cfg.group.clone(),
+            group,
             creation_time: req
                 .created_at
                 .format(&Rfc3339)
@@ -208,6 +215,26 @@ impl HookItem {
             other => other.to_string(),
         }
     }
+}
+
+/// The group of Heat's `OS::Heat::SoftwareComponent`: its body is
+/// `{"configs": [{"actions": [...], "tool": GROUP, "config": BODY}, ...]}`, and the
+/// dispatcher runs the first entry that lists the deployment's action, as group `tool`.
+/// An item still of this group has no entry for its action: Heat's engine sends nothing
+/// for such an action and the deployment completes at once, which the agent does too.
+pub const COMPONENT_GROUP: &str = "component";
+
+/// The `(tool, config)` of the first entry of a component body listing `action`.
+fn component_part(body: &Value, action: &str) -> Option<(String, Value)> {
+    let configs = body.get("configs")?.as_array()?;
+    configs.iter().find_map(|entry| {
+        let actions = entry.get("actions")?.as_array()?;
+        if !actions.iter().any(|a| a.as_str() == Some(action)) {
+            return None;
+        }
+        let tool = entry.get("tool")?.as_str()?.to_owned();
+        Some((tool, entry.get("config").cloned().unwrap_or(Value::Null)))
+    })
 }
 
 /// Replaces, anywhere in `body`, every object that is exactly `{"get_input": NAME}` with
@@ -410,6 +437,28 @@ pub(crate) mod tests {
         );
         req.action = flue_proto::Action::new("backup").expect("action");
         assert_eq!(body(&req), json!("tar c /srv"));
+    }
+
+    #[test]
+    fn a_component_runs_the_config_listing_the_action_with_its_tool() {
+        let spec = json!({
+            "group": "component",
+            "config": {"configs": [
+                {"actions": ["CREATE", "UPDATE"], "tool": "script", "config": "echo up"},
+                {"actions": ["DELETE"], "tool": "ansible", "config": "- hosts: all"},
+                {"actions": ["DELETE"], "tool": "script", "config": "never: the first wins"}
+            ]}
+        });
+        let mut req = request(spec, json!({}));
+        let picked = |req: &DeploymentRequest| {
+            let item = HookItem::from_request(req);
+            (item.group, item.config)
+        };
+        assert_eq!(picked(&req), ("script".into(), json!("echo up")));
+        req.action = flue_proto::Action::new("DELETE").expect("action");
+        assert_eq!(picked(&req), ("ansible".into(), json!("- hosts: all")));
+        req.action = flue_proto::Action::new("SUSPEND").expect("action");
+        assert_eq!(picked(&req).0, COMPONENT_GROUP, "nothing for SUSPEND");
     }
 
     #[test]

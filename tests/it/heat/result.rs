@@ -125,3 +125,50 @@ async fn a_hook_that_exits_nonzero_after_printing_its_json_is_judged_by_that_jso
     assert_eq!(mute.deploy_status_code, Some(1));
     assert_eq!(mute.outputs.get("result"), Some(&json!("r3")));
 }
+
+#[tokio::test]
+async fn a_component_runs_the_config_for_its_action_and_completes_an_action_it_has_none_for() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let _agent = flue.agent("s1", &[]).await;
+    config(
+        &flue,
+        json!({
+            "id": "comp", "group": "component",
+            "config": {"configs": [
+                {"actions": ["CREATE", "UPDATE"], "tool": "script",
+                 "config": "#!/bin/sh\necho \"up $deploy_action\"\nprintf on > \"$heat_outputs_path.state\"\n"}
+            ]},
+            "outputs": [{"name": "state"}],
+        }),
+    )
+    .await;
+    let deploy = async |action: &str| {
+        let created = flue
+            .client()
+            .create_deployment(&flue_proto::CreateDeployment {
+                action: flue_proto::Action::new(action).expect("action"),
+                ..flue_proto::CreateDeployment::new(
+                    "comp".parse().expect("id"),
+                    "s1".parse().expect("id"),
+                )
+            })
+            .await
+            .expect("deploy");
+        flue.finished(&created.id).await
+    };
+
+    let created = deploy("CREATE").await;
+    assert_eq!(created.status, DeploymentStatus::Complete, "{created:?}");
+    assert_eq!(created.deploy_stdout, "up CREATE\n");
+    assert_eq!(created.outputs.get("state"), Some(&json!("on")));
+    // No config lists SUSPEND: Heat's engine sends nothing and the deployment completes.
+    let suspended = deploy("SUSPEND").await;
+    assert_eq!(
+        suspended.status,
+        DeploymentStatus::Complete,
+        "{suspended:?}"
+    );
+    assert_eq!(suspended.deploy_stdout, "");
+    assert!(suspended.outputs.is_empty(), "nothing ran: {suspended:?}");
+}
