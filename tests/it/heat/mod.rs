@@ -8,6 +8,7 @@
 //! wrapper in the test's hook dir that points its work and data directories (settable by
 //! environment variables in every stock hook) into the test's scratch dir.
 
+mod dispatcher;
 mod hooks;
 mod inputs;
 mod result;
