@@ -14,6 +14,23 @@ if ! .venv/bin/python -c "import nats, nkeys" 2>/dev/null; then
   echo "installing nats-py[nkeys] ${NATS_PY_PIN} into .venv (for the Python listener tests)" >&2
   .venv/bin/pip install --quiet --disable-pip-version-check "nats-py[nkeys]==${NATS_PY_PIN}" >&2
 fi
+# The Heat compatibility tests (tests/it/heat) run heat-agents' stock hooks unmodified. They
+# ship only in its source distribution (its wheel holds release notes), unpacked into .venv.
+HEAT_AGENTS_PIN=13.0.0
+if [ ! -f ".venv/heat_agents-${HEAT_AGENTS_PIN}/heat-config/os-refresh-config/configure.d/55-heat-config" ]; then
+  echo "unpacking heat-agents ${HEAT_AGENTS_PIN} into .venv (for the Heat compatibility tests)" >&2
+  heat_tmp="$(mktemp -d)"
+  .venv/bin/pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+    "heat-agents==${HEAT_AGENTS_PIN}" -d "$heat_tmp" >&2
+  tar -xzf "$heat_tmp/heat_agents-${HEAT_AGENTS_PIN}.tar.gz" -C .venv
+  rm -rf "$heat_tmp"
+fi
+# Their stock Ansible hook runs a real ansible-playbook (installed in about 10 s).
+ANSIBLE_CORE_PIN=2.19.14
+if [ ! -x .venv/bin/ansible-playbook ]; then
+  echo "installing ansible-core ${ANSIBLE_CORE_PIN} into .venv (for the Heat compatibility tests)" >&2
+  .venv/bin/pip install --quiet --disable-pip-version-check "ansible-core==${ANSIBLE_CORE_PIN}" >&2
+fi
 # The dashboard test drives Debian's headless `chromium` (or $FLUE_CHROMIUM).
 if [ -z "${FLUE_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

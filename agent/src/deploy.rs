@@ -23,7 +23,7 @@ use crate::data::space::DataSpace;
 use crate::error::Error;
 use crate::guard::Guard;
 use crate::hook::{self, HookEnv, Outcome};
-use crate::item::HookItem;
+use crate::item::{self, HookItem};
 use crate::ledger::{Entry, LedgerKey};
 use crate::process::{HookProcess, Launch, StopReason};
 use crate::progress::{self, Redactor};
@@ -294,6 +294,12 @@ async fn apply(
 ) -> Result<DeploymentResult, Error> {
     let seq = Some(stream_seq(msg));
     let item = HookItem::from_request(req);
+    if item.group == item::COMPONENT_GROUP {
+        info!(action = %req.action, "the component has no config for this action; nothing to run");
+        let now = OffsetDateTime::now_utc();
+        let done = Outcome::default().into_result(&[], Some(now), now);
+        return record(agent, key, digest, seq, done).await;
+    }
     let hook = match hook::find(&agent.config.hook_dirs, &item.group) {
         Ok(hook) => hook,
         Err(reason) => {

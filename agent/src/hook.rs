@@ -106,8 +106,10 @@ impl Outcome {
         self
     }
 
-    /// Judges the outcome: COMPLETE iff it ran, its status code is 0 (or missing) and no
-    /// `error_output` output is set.
+    /// Judges the outcome as Heat judges a deployment's signal: COMPLETE iff it ran, its
+    /// status code is 0 (or missing) and the answer holds no `error_output` output. An
+    /// error output fails it by being there at all, even empty or null (Heat's engine
+    /// tests `name in details`, not the value); the reason quotes a visible one's value.
     pub fn into_result(
         self,
         decls: &[OutputDecl],
@@ -116,11 +118,11 @@ impl Outcome {
     ) -> DeploymentResult {
         let error_output = decls
             .iter()
-            .find(|d| d.error_output && self.outputs.get(&d.name).is_some_and(truthy));
+            .find(|d| d.error_output && self.outputs.contains_key(&d.name));
         let reason = match (&self.failure, self.status_code.unwrap_or(0), error_output) {
             (Some(reason), _, _) => Some(reason.clone()),
             (None, code, _) if code != 0 => Some(format!("hook exited with status {code}")),
-            (None, _, Some(d)) => Some(format!("error output {:?} set", d.name)),
+            (None, _, Some(d)) => Some(error_reason(d, self.outputs.get(&d.name))),
             (None, _, None) => None,
         };
         DeploymentResult {
@@ -140,16 +142,27 @@ impl Outcome {
     }
 }
 
-/// Python truthiness, which Heat uses to decide whether an error output is set.
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
+/// Longest part of an error output's value quoted in a `status_reason`.
+const MAX_REASON_VALUE_BYTES: usize = 512;
+
+/// `error output "err": <its value>` (Heat's reason is `err : <value>`); a hidden
+/// output's value is never quoted.
+fn error_reason(decl: &OutputDecl, value: Option<&Value>) -> String {
+    let text = match value {
+        _ if decl.hidden => return format!("error output {:?} present (hidden)", decl.name),
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.trim_end().to_owned(),
+        Some(other) => other.to_string(),
+    };
+    if text.is_empty() {
+        return format!("error output {:?} present (empty)", decl.name);
     }
+    let mut end = text.len().min(MAX_REASON_VALUE_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let more = if end < text.len() { "…" } else { "" };
+    format!("error output {:?}: {}{more}", decl.name, &text[..end])
 }
 
 /// Cuts `s` to [`MAX_STREAM_BYTES`] (on a character boundary) and marks it when it was
@@ -244,17 +257,24 @@ async fn run_external(
             ..raw
         };
     }
-    if f.status.is_some_and(|s| !s.success()) {
-        let how = match f.status_code() {
-            Some(c) if c < 0 => format!("was killed by signal {}", -c),
-            Some(c) => format!("exited with status {c}"),
-            None => "failed".to_owned(),
-        };
-        return Outcome {
-            failure: Some(format!("hook {} {how}", path.display())),
-            ..raw
-        };
-    }
+    let exited = match f.status_code() {
+        Some(c) if c < 0 => {
+            return Outcome {
+                failure: Some(format!(
+                    "hook {} was killed by signal {}",
+                    path.display(),
+                    -c
+                )),
+                ..raw
+            };
+        }
+        Some(0) => None,
+        Some(c) => Some(format!("hook {} exited with status {c}", path.display())),
+        None if f.status.is_some_and(|s| !s.success()) => {
+            Some(format!("hook {} failed", path.display()))
+        }
+        None => None,
+    };
     if f.stdout.truncated {
         return Outcome {
             failure: Some(format!(
@@ -264,13 +284,29 @@ async fn run_external(
             ..raw
         };
     }
-    match serde_json::from_slice::<serde_json::Map<String, Value>>(&f.stdout.bytes) {
-        Ok(response) => from_response(response, item),
-        Err(e) => Outcome {
+    // As `55-heat-config`: a JSON object on stdout is the answer, whatever the exit
+    // status; anything else (nothing, text) is answered with the raw streams and the
+    // exit status, so a silent hook that exits 0 succeeds.
+    match serde_json::from_slice::<Value>(&f.stdout.bytes) {
+        Ok(Value::Object(response)) => {
+            let mut answer = from_response(response, item);
+            // Heat would lose the exit status here; a hook that failed and did not say
+            // its status has failed.
+            if answer.status_code.is_none() && exited.is_some() {
+                answer.status_code = raw.status_code;
+                answer.failure = answer.failure.or(exited);
+            }
+            answer
+        }
+        Ok(_) => Outcome {
             failure: Some(format!(
-                "hook {} did not print one JSON object: {e}",
+                "hook {} printed JSON that is not an object",
                 path.display()
             )),
+            ..raw
+        },
+        Err(_) => Outcome {
+            failure: exited,
             ..raw
         },
     }
@@ -285,13 +321,11 @@ fn from_response(mut r: serde_json::Map<String, Value>, item: &HookItem) -> Outc
     };
     let stdout = stream("deploy_stdout");
     let stderr = stream("deploy_stderr");
-    let status_code = match r.remove("deploy_status_code") {
-        Some(Value::Number(n)) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
-        Some(Value::String(s)) => s.trim().parse().ok(),
-        _ => None,
+    let (status_code, mut failure) = match status_code(r.remove("deploy_status_code")) {
+        Ok(code) => (code, None),
+        Err(reason) => (None, Some(reason)),
     };
     let mut outputs = BTreeMap::new();
-    let mut failure = None;
     for o in &item.outputs {
         let Some(value) = r.remove(&o.name) else {
             continue;
@@ -313,6 +347,31 @@ fn from_response(mut r: serde_json::Map<String, Value>, item: &HookItem) -> Outc
         status_code,
         outputs,
         failure,
+    }
+}
+
+/// A hook's `deploy_status_code` as Heat's engine reads it: a failure unless it is
+/// missing, Python-false (`null`, `false`, `0`, `""`, empty) or reads as `0`
+/// (`status_code and str(status_code) != '0'`). A status that is no integer is the
+/// failure's reason.
+fn status_code(v: Option<Value>) -> Result<Option<i64>, String> {
+    let reported = |what: &dyn std::fmt::Display| Err(format!("hook reported status {what}"));
+    match v {
+        None | Some(Value::Null | Value::Bool(false)) => Ok(None),
+        Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Ok(Some(i)),
+            (None, Some(f)) if f.fract() == 0.0 && f.abs() < 1e15 => Ok(Some(f as i64)),
+            _ => reported(&n),
+        },
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) => match s.parse::<i64>() {
+            Ok(i) => Ok(Some(i)),
+            Err(_) => reported(&format!("{s:?}")),
+        },
+        Some(Value::Bool(true)) => reported(&"true"),
+        Some(Value::Array(a)) if a.is_empty() => Ok(None),
+        Some(Value::Object(o)) if o.is_empty() => Ok(None),
+        Some(_) => reported(&"that is not a number"),
     }
 }
 

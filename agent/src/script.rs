@@ -2,7 +2,10 @@
 //!
 //! The config body is written to an executable file in a per-deployment work dir and run
 //! (with `/bin/sh` unless it starts with `#!`). Each input becomes an environment
-//! variable, `heat_outputs_path` tells the script where to write outputs, and each
+//! variable as `hook-script.py` sets it (text as it is, a list or map as the JSON Python's
+//! `json.dumps` writes, `{"a": [1, 2]}`; a number or boolean as JSON, `8080`, `true`,
+//! where `hook-script.py` would stop with a `TypeError`; null as an empty string),
+//! `heat_outputs_path` tells the script where to write outputs, and each
 //! declared output is read back from `${heat_outputs_path}.<name>`, as-is. An output file
 //! larger than [`MAX_OUTPUT_FILE_BYTES`] fails the deployment instead of being read whole.
 
@@ -85,11 +88,8 @@ async fn run_in(
             tracing::warn!(input = %input.name, "input name is not a valid variable name, not exported");
             continue;
         }
-        let value = match &input.value {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        cmd.env(&input.name, value);
+        // As hook-script.py: text as it is, lists and maps as Python's json.dumps.
+        cmd.env(&input.name, flue_proto::heat::env_text(&input.value));
     }
     // After the inputs: the agent's own variables win over a same-named input.
     env.apply(&mut cmd);

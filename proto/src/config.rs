@@ -227,6 +227,10 @@ pub enum ConfigError {
     /// A body, default or `options` that could not be read back or run ([`crate::limits`]).
     #[error(transparent)]
     Limit(#[from] LimitError),
+    /// A default that is not its input's declared type ([`crate::heat`]), as Heat
+    /// refuses it.
+    #[error(transparent)]
+    Type(#[from] crate::heat::TypeMismatch),
 }
 
 /// True for names usable as an environment variable and as an output file suffix.
@@ -275,6 +279,21 @@ impl ConfigSpec {
             }
         }
         self.check_limits()?;
+        self.check_default_types()?;
+        Ok(())
+    }
+
+    /// Every default readable as its input's declared type, as Heat checks a software
+    /// config's defaults. A hidden one is checked when a deployment uses it (a spec may
+    /// carry it sealed).
+    fn check_default_types(&self) -> Result<(), crate::heat::TypeMismatch> {
+        for (i, input) in self.inputs.iter().enumerate() {
+            if let Some(default) = input.default.as_ref().filter(|_| !input.hidden) {
+                let kind = crate::heat::InputType::parse(&input.kind);
+                crate::heat::typed(kind, default)
+                    .map_err(|e| e.at(format!("inputs[{i}].default")))?;
+            }
+        }
         Ok(())
     }
 

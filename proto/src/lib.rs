@@ -13,7 +13,8 @@
 //! - [`webhook`]: webhook subscriptions;
 //! - [`nats_url`], [`nats_tls`]: broker URLs with their credentials, and client TLS;
 //! - [`tenant`]: the tenant API's bodies;
-//! - [`limits`]: nesting depth and `script` environment limits on what the API accepts.
+//! - [`limits`]: nesting depth and `script` environment limits on what the API accepts;
+//! - [`heat`]: input values as Heat hands them to hooks (declared types, text, environment).
 
 pub mod auth;
 pub mod config;
@@ -21,6 +22,7 @@ pub mod creds;
 pub mod deployment;
 pub mod digest;
 pub mod event;
+pub mod heat;
 pub mod ids;
 pub mod jsapi;
 pub mod limits;

@@ -180,8 +180,8 @@ pub fn check_input_values<'a>(
 }
 
 /// Checks that `name=value` can be one environment variable of a `script` hook, as the
-/// agent sets it (a string as is, anything else as its JSON text); returns the bytes it
-/// takes, NUL included.
+/// agent sets it ([`crate::heat::env_text`]: a string as is, anything else as the JSON
+/// Python's `json.dumps` writes); returns the bytes it takes, NUL included.
 pub fn check_env_var(
     field: impl Fn() -> String,
     name: &str,
@@ -192,8 +192,7 @@ pub fn check_env_var(
         Value::String(s) if s.contains('\0') => {
             return Err(LimitError::NulInEnv { field: field() });
         }
-        Value::String(s) => s.len(),
-        other => other.to_string().len(),
+        other => crate::heat::env_text(other).len(),
     };
     let size = name.len() + 1 + len + 1;
     if size > MAX_SCRIPT_ENV_VAR_BYTES {

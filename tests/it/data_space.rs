@@ -278,10 +278,10 @@ async fn lifecycle_hooks_adhoc_actions_and_substituted_inputs_reach_the_hook() {
     let created = run_complete(&flue, "structured", "s1", None, "CREATE", &inputs).await;
     assert_eq!(
         item_config(&created),
-        json!({"listen": "8080", "peers": ["s1"], "unknown": null})
+        json!({"listen": 8080, "peers": ["s1"], "unknown": null})
     );
     let deleted = run_complete(&flue, "structured", "s1", None, "DELETE", &inputs).await;
-    assert_eq!(item_config(&deleted), json!({"remove": "8080"}));
+    assert_eq!(item_config(&deleted), json!({"remove": 8080}));
     let backed_up = run_complete(&flue, "structured", "s1", None, "backup", &inputs).await;
     assert_eq!(item_config(&backed_up), json!({"to": "/backups"}));
 

@@ -119,10 +119,14 @@ async fn external_hook_speaks_the_heat_config_protocol() {
             .unwrap_or_else(|| panic!("input {name} missing in {item}"))["value"]
             .clone()
     };
-    assert_eq!(value("count"), json!("7"), "scalars are passed as strings");
+    assert_eq!(
+        value("count"),
+        json!(7),
+        "a Number is a JSON number, as Heat sends it"
+    );
     assert_eq!(value("deploy_server_id"), json!("s1"));
     assert_eq!(value("deploy_action"), json!("CREATE"));
-    assert_eq!(value("deploy_stack_id"), json!("st1"));
+    assert_eq!(value("deploy_stack_id"), json!("st1/st1"));
     assert_eq!(value("deploy_resource_name"), json!("res1"));
     assert_eq!(item["outputs"][0]["name"], json!("answer"));
 }

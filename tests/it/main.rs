@@ -9,6 +9,7 @@ mod deploy;
 mod events;
 mod gateway;
 mod hardening;
+mod heat;
 mod ledger_reuse;
 mod limits;
 mod resilience;

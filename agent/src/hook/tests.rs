@@ -87,7 +87,7 @@ async fn script_hook_gets_inputs_as_env_and_returns_outputs_and_status() {
         json!({"foo": "bar baz", "n": 2, "list": [1, 2]}),
     );
     let r = judge(&Hook::Script, &it, tmp.path()).await;
-    assert_eq!(r.deploy_stdout, "foo=bar baz n=2 list=[1,2] server=web1\n");
+    assert_eq!(r.deploy_stdout, "foo=bar baz n=2 list=[1, 2] server=web1\n");
     assert_eq!(r.deploy_stderr, "oops\n");
     assert_eq!(r.deploy_status_code, Some(4));
     assert_eq!(r.status, DeploymentStatus::Failed);
@@ -121,7 +121,10 @@ async fn script_with_a_shebang_runs_directly_and_error_outputs_fail_it() {
     let r = judge(&Hook::Script, &it, tmp.path()).await;
     assert_eq!(r.deploy_status_code, Some(0));
     assert_eq!(r.status, DeploymentStatus::Failed);
-    assert_eq!(r.status_reason.as_deref(), Some("error output \"err\" set"));
+    assert_eq!(
+        r.status_reason.as_deref(),
+        Some("error output \"err\": boom")
+    );
     assert!(r.deploy_stdout.ends_with("/d1/d1\n"), "{}", r.deploy_stdout);
 
     let ok = item(
@@ -132,6 +135,19 @@ async fn script_with_a_shebang_runs_directly_and_error_outputs_fail_it() {
     let r = judge(&Hook::Script, &ok, tmp.path()).await;
     assert_eq!(r.status, DeploymentStatus::Complete, "{r:?}");
     assert_eq!(r.status_reason, None);
+
+    // Written but empty: present, so failed, as Heat fails it.
+    let empty = item(
+        json!({"group": "script", "config": ": > \"$heat_outputs_path.err\"",
+               "outputs": [{"name": "err", "error_output": true}]}),
+        json!({}),
+    );
+    let r = judge(&Hook::Script, &empty, tmp.path()).await;
+    assert_eq!(r.status, DeploymentStatus::Failed, "{r:?}");
+    assert_eq!(
+        r.status_reason.as_deref(),
+        Some("error output \"err\" present (empty)")
+    );
 }
 
 #[tokio::test]
@@ -177,17 +193,116 @@ async fn external_hook_failures_keep_its_stderr() {
     );
     assert_eq!(r.deploy_stderr, "broken\n");
 
-    write_exec(&hook, "#!/bin/sh\necho not json\necho why >&2\n");
+    write_exec(&hook, "#!/bin/sh\necho not json\necho why >&2\nexit 3\n");
+    let r = judge(&Hook::External(hook.clone()), &it, tmp.path()).await;
+    assert_eq!(r.status, DeploymentStatus::Failed);
+    assert_eq!(
+        r.status_reason,
+        Some(format!("hook {} exited with status 3", hook.display()))
+    );
+    assert_eq!(
+        (r.deploy_stdout.as_str(), r.deploy_stderr.as_str()),
+        ("not json\n", "why\n")
+    );
+
+    write_exec(&hook, "#!/bin/sh\necho '[1]'\n");
     let r = judge(&Hook::External(hook), &it, tmp.path()).await;
     assert_eq!(r.status, DeploymentStatus::Failed);
     assert!(
         r.status_reason
             .as_deref()
             .unwrap_or("")
-            .contains("did not print one JSON object"),
+            .contains("printed JSON that is not an object"),
         "{r:?}"
     );
-    assert_eq!(r.deploy_stderr, "why\n");
+}
+
+#[tokio::test]
+async fn external_hooks_are_judged_as_the_heat_dispatcher_judges_them() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let hook = tmp.path().join("h");
+    let it = item(
+        json!({"group": "h", "outputs": [{"name": "result"}, {"name": "err", "error_output": true}]}),
+        json!({}),
+    );
+    let run = async |body: &str| {
+        write_exec(&hook, &format!("#!/bin/sh\n{body}\n"));
+        judge(&Hook::External(hook.clone()), &it, tmp.path()).await
+    };
+
+    // Silent, exit 0: COMPLETE (55-heat-config signals `{}`).
+    let r = run("echo only-stderr >&2").await;
+    assert_eq!(r.status, DeploymentStatus::Complete, "{r:?}");
+    assert_eq!(
+        (r.deploy_stdout.as_str(), r.deploy_stderr.as_str()),
+        ("", "only-stderr\n")
+    );
+    // Text, exit 0: COMPLETE with the text as deploy_stdout.
+    let r = run("echo plain words").await;
+    assert_eq!(r.status, DeploymentStatus::Complete, "{r:?}");
+    assert_eq!(r.deploy_stdout, "plain words\n");
+    // Exit 1 but a JSON answer: the answer is used, its status code too.
+    let r = run(r#"echo '{"deploy_stdout": "o", "deploy_status_code": 0, "result": "r"}'; exit 1"#)
+        .await;
+    assert_eq!(r.status, DeploymentStatus::Complete, "{r:?}");
+    assert_eq!(r.outputs.get("result"), Some(&json!("r")));
+    assert_eq!(r.deploy_status_code, Some(0));
+    let r = run(r#"echo '{"deploy_status_code": 5, "result": "r"}'; exit 1"#).await;
+    assert_eq!(
+        r.status_reason.as_deref(),
+        Some("hook exited with status 5")
+    );
+    assert_eq!(r.outputs.get("result"), Some(&json!("r")));
+    // ... and one that says no status: the exit status (Heat would lose it).
+    let r = run(r#"echo '{"result": "r"}'; exit 2"#).await;
+    assert_eq!(r.status, DeploymentStatus::Failed, "{r:?}");
+    assert_eq!(r.deploy_status_code, Some(2));
+    assert_eq!(r.outputs.get("result"), Some(&json!("r")));
+    // An error output that is there at all fails it: empty, null.
+    for answer in [r#"{"err": ""}"#, r#"{"err": null}"#] {
+        let r = run(&format!("echo '{answer}'")).await;
+        assert_eq!(r.status, DeploymentStatus::Failed, "{answer}");
+        assert_eq!(
+            r.status_reason.as_deref(),
+            Some("error output \"err\" present (empty)")
+        );
+    }
+    let r = run(r#"printf '%s' '{"err": "disk full\n"}'"#).await;
+    assert_eq!(
+        r.status_reason.as_deref(),
+        Some("error output \"err\": disk full")
+    );
+}
+
+#[test]
+fn status_codes_are_read_as_heat_reads_them() {
+    for ok in [
+        json!(null),
+        json!(0),
+        json!("0"),
+        json!(""),
+        json!(false),
+        json!(0.0),
+        json!([]),
+    ] {
+        assert!(
+            status_code(Some(ok.clone())).is_ok_and(|c| c.unwrap_or(0) == 0),
+            "{ok}"
+        );
+    }
+    assert_eq!(status_code(None), Ok(None));
+    assert_eq!(status_code(Some(json!("3"))), Ok(Some(3)));
+    assert_eq!(status_code(Some(json!(2.0))), Ok(Some(2)));
+    assert_eq!(
+        status_code(Some(json!("oops"))),
+        Err("hook reported status \"oops\"".to_owned())
+    );
+    assert_eq!(
+        status_code(Some(json!(true))),
+        Err("hook reported status true".to_owned())
+    );
+    assert!(status_code(Some(json!(1.5))).is_err());
+    assert!(status_code(Some(json!({"a": 1}))).is_err());
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::ops::Range;
 
 use flue_proto::DeploymentRequest;
 use flue_proto::event::ProgressLine;
+use flue_proto::heat::{self, InputType};
 use serde_json::Value;
 
 use super::lines::RawLine;
@@ -58,19 +59,39 @@ impl Redactor {
     }
 
     /// Hides the value of every input `req`'s config declares hidden or `req` carries as
-    /// hidden (a string as-is, anything else as its JSON text, which is how hooks get it).
+    /// hidden, in every form a hook may print it: as given (a string as-is, anything else
+    /// as its JSON text) and as the hook gets it (of its declared type, a `String`'s made
+    /// text, and as the `script` group's environment writes it, `flue_proto::heat`).
     pub fn for_request(req: &DeploymentRequest) -> Self {
+        let kind = |name: &str| {
+            let decl = req.config.inputs.iter().find(|d| d.name == name);
+            decl.map_or(InputType::String, |d| InputType::parse(&d.kind))
+        };
         let declared = req
             .config
             .inputs
             .iter()
             .filter(|decl| decl.hidden)
-            .filter_map(|decl| req.input_values.get(&decl.name).or(decl.default.as_ref()));
+            .filter_map(|decl| {
+                let value = req.input_values.get(&decl.name).or(decl.default.as_ref());
+                value.map(|v| (decl.name.as_str(), v))
+            });
         let carried = req
             .hidden_inputs
             .iter()
-            .filter_map(|name| req.input_values.get(name));
-        Self::new(declared.chain(carried).map(as_text))
+            .filter_map(|name| req.input_values.get(name).map(|v| (name.as_str(), v)));
+        let forms = declared.chain(carried).flat_map(|(name, raw)| {
+            let kind = kind(name);
+            let typed = heat::typed_or_as_is(kind, raw);
+            let given = heat::dispatched(kind, typed.clone());
+            [
+                as_text(raw),
+                as_text(&typed),
+                as_text(&given),
+                heat::env_text(&given),
+            ]
+        });
+        Self::new(forms)
     }
 
     /// How many bytes of a line must be kept so that a hidden value starting within the
@@ -301,6 +322,23 @@ mod tests {
         assert_eq!(
             r.render(&raw("hunter22 12345 ab visible")).text,
             "<hidden> <hidden> ab visible"
+        );
+    }
+
+    #[test]
+    fn a_hidden_value_is_hidden_in_the_form_the_hook_gets_it_too() {
+        let req = crate::item::tests::request(
+            serde_json::json!({
+                "group": "script",
+                "inputs": [{"name": "conf", "type": "Json", "hidden": true}]
+            }),
+            serde_json::json!({"conf": "{\"pw\":\"hunter22\"}"}),
+        );
+        let r = Redactor::for_request(&req);
+        // Given as compact text; the script's environment writes it as Python does.
+        assert_eq!(
+            r.hide(r#"{"pw":"hunter22"} {"pw": "hunter22"}"#),
+            "<hidden> <hidden>"
         );
     }
 

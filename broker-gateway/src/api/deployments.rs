@@ -1,6 +1,6 @@
 //! `/v1/deployments`: create (queue for the agent) and read, with an optional long poll.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,6 +8,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
+use flue_proto::heat::{self, InputType};
 use flue_proto::limits::check_input_values;
 use flue_proto::seal;
 use flue_proto::{
@@ -35,6 +36,30 @@ use crate::store::deployment_key;
 use crate::store::{Listing, StoreError};
 use crate::waiters::{Waiters, Wake};
 
+/// The values as the agent hands them to the hook (`flue_proto::heat`): each read as its
+/// declared type (an undeclared one is a `String`), then a `String`'s made text. A value
+/// that cannot be its declared type is refused (422 naming the field, never the value,
+/// which may be hidden), as Heat refuses a parameter that is not its type.
+fn as_declared(
+    config: &Config,
+    values: &BTreeMap<String, serde_json::Value>,
+    field: impl Fn(&str) -> String,
+) -> Result<BTreeMap<String, serde_json::Value>, ApiError> {
+    values
+        .iter()
+        .map(|(name, value)| {
+            let kind = config
+                .inputs
+                .iter()
+                .find(|i| &i.name == name)
+                .map_or(InputType::String, |i| InputType::parse(&i.kind));
+            let typed = heat::typed(kind, value)
+                .map_err(|e| ApiError::InvalidInput(e.at(field(name)).to_string()))?;
+            Ok((name.clone(), heat::dispatched(kind, typed)))
+        })
+        .collect()
+}
+
 /// Longest long poll, in seconds.
 pub const MAX_WAIT_SECS: u64 = 60;
 
@@ -50,7 +75,8 @@ pub const MAX_WAIT_SECS: u64 = 60;
 ///
 /// Every input value (given, inherited, referenced or defaulted) must be within the
 /// nesting limit and, for the `script` group, passable as an environment variable
-/// (422 `invalid_input` naming it, [`flue_proto::limits`]); the record and the request
+/// (422 `invalid_input` naming it, [`flue_proto::limits`]) and readable as its declared
+/// type ([`flue_proto::heat`]); the record and the request
 /// must each fit in one broker message (413 `too_large`).
 ///
 /// An id already used answers 202 with the recorded deployment when the request is the
@@ -197,7 +223,7 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
     let mut input_values = with_defaults(&config, values);
     // The limits are about what the hook gets: carried hidden values are checked opened.
     let opened = opened_values(&input_values, &sealed_at_rest, &service.keys.sealing)?;
-    check_input_values(&config.group, &opened, |name| {
+    let field = |name: &str| {
         if body.input_refs.contains_key(name) {
             format!("input_refs.{name}")
         } else if given.contains(name) {
@@ -208,7 +234,9 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
             let i = config.inputs.iter().position(|i| i.name == name);
             format!("inputs[{}].default", i.unwrap_or_default())
         }
-    })?;
+    };
+    let as_hook_gets = as_declared(&config, &opened, field)?;
+    check_input_values(&config.group, &as_hook_gets, field)?;
     let fresh: Vec<String> = hidden
         .iter()
         .filter(|name| !sealed_at_rest.contains(*name))

@@ -258,12 +258,13 @@ resources:
     )
     .await;
     assert_eq!(run.code, 0, "{run}");
-    // `n` is a string in YAML 1.2, not a boolean.
-    assert_eq!(lines(&record), [r#"n ["alpha","beta"]"#]);
+    // `n` is a string in YAML 1.2, not a boolean; a list reaches a String input as the
+    // JSON Python's json.dumps writes.
+    assert_eq!(lines(&record), [r#"n ["alpha", "beta"]"#]);
     let t = write("blue");
     let run = flue(&env, &["stack", "update", "p", "-t", &t]).await;
     assert_eq!(run.code, 0, "{run}");
-    assert_eq!(lines(&record)[1..], [r#"blue ["alpha","beta"]"#]);
+    assert_eq!(lines(&record)[1..], [r#"blue ["alpha", "beta"]"#]);
 }
 
 /// A hidden parameter can come from a file (not the command line), is never stored,
