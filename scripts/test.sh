@@ -14,6 +14,31 @@ if ! .venv/bin/python -c "import nats, nkeys" 2>/dev/null; then
   echo "installing nats-py[nkeys] ${NATS_PY_PIN} into .venv (for the Python listener tests)" >&2
   .venv/bin/pip install --quiet --disable-pip-version-check "nats-py[nkeys]==${NATS_PY_PIN}" >&2
 fi
+# Polling servers (tests/it/poll) are tested with the stock tools of a Heat image:
+# os-collect-config, os-refresh-config and os-apply-config (with their dependencies: ~10 s)
+# and heat-agents' 55-heat-config, heat-config-notify and script hook. heat-agents' wheel
+# holds none of those files, so its pinned sdist is unpacked into .venv/share instead.
+OCC_PIN=14.1.0
+HEAT_AGENTS_PIN=13.0.0
+if ! .venv/bin/python -c "import os_collect_config" 2>/dev/null; then
+  echo "installing os-collect-config ${OCC_PIN} into .venv (for the polling-server tests)" >&2
+  .venv/bin/pip install --quiet --disable-pip-version-check "os-collect-config==${OCC_PIN}" >&2
+fi
+if ! .venv/bin/python -c "import os_refresh_config" 2>/dev/null; then
+  .venv/bin/pip install --quiet --disable-pip-version-check "os-refresh-config==${OCC_PIN}" >&2
+fi
+if ! .venv/bin/python -c "import os_apply_config" 2>/dev/null; then
+  .venv/bin/pip install --quiet --disable-pip-version-check "os-apply-config==${OCC_PIN}" >&2
+fi
+if [ ! -f ".venv/share/heat_agents-${HEAT_AGENTS_PIN}/heat-config/bin/heat-config-notify" ]; then
+  echo "unpacking heat-agents ${HEAT_AGENTS_PIN} (sdist) into .venv/share (for the polling-server tests)" >&2
+  heat_tmp="$(mktemp -d)"
+  .venv/bin/pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+    -d "$heat_tmp" "heat-agents==${HEAT_AGENTS_PIN}" >&2
+  mkdir -p .venv/share
+  tar -xzf "$heat_tmp/heat_agents-${HEAT_AGENTS_PIN}.tar.gz" -C .venv/share
+  rm -rf "$heat_tmp"
+fi
 # The dashboard test drives Debian's headless `chromium` (or $FLUE_CHROMIUM).
 if [ -z "${FLUE_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -231,8 +231,8 @@ mod tests {
 
     #[test]
     fn a_secret_never_shows_in_a_redacted_path_or_debug_output() {
-        let t = TenantId::new("acme").unwrap();
-        let s = ServerId::new("web1").unwrap();
+        let t = TenantId::new("acme").expect("id");
+        let s = ServerId::new("web1").expect("id");
         let path = metadata_path(&t, &s, "s3cr3t");
         assert_eq!(tenant_of_path(&path), Some(t.clone()));
         assert!(!redact_path(&path).contains("s3cr3t"));
@@ -245,7 +245,7 @@ mod tests {
         let body: SignalBody = serde_json::from_str(
             r#"{"deploy_stdout":"o","deploy_stderr":"e","deploy_status_code":0,"result":"x"}"#,
         )
-        .unwrap();
+        .expect("body");
         assert_eq!(body.deploy_status_code, Some(Value::from(0)));
         assert_eq!(body.outputs.get("result"), Some(&Value::from("x")));
         assert_eq!(body.outputs.len(), 1);

@@ -11,6 +11,7 @@ mod gateway;
 mod hardening;
 mod ledger_reuse;
 mod limits;
+mod poll;
 mod resilience;
 mod security;
 mod stack;

@@ -146,6 +146,10 @@ pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Ro
 }
 
 pub(crate) async fn unknown_route(uri: Uri) -> ApiError {
+    // A secret URL gone wrong may still carry its secret: never quoted.
+    if uri.path().starts_with(flue_proto::poll::PATH_PREFIX) {
+        return ApiError::NotFound("not found".to_owned());
+    }
     ApiError::NotFound(format!("no route for {}", uri.path()))
 }
 

@@ -89,8 +89,9 @@ mod tests {
     #[test]
     fn a_signal_secret_opens_only_its_own_deployment_of_its_own_tenant() {
         let key = b"k".repeat(32);
-        let (t1, t2): (TenantId, TenantId) = ("t1".parse().unwrap(), "t2".parse().unwrap());
-        let (d1, d2): (DeploymentId, DeploymentId) = ("d1".parse().unwrap(), "d2".parse().unwrap());
+        let (t1, t2): (TenantId, TenantId) = ("t1".parse().expect("id"), "t2".parse().expect("id"));
+        let (d1, d2): (DeploymentId, DeploymentId) =
+            ("d1".parse().expect("id"), "d2".parse().expect("id"));
         let s = signal_secret(&key, &t1, &d1);
         assert!(signal_matches(&key, &t1, &d1, &s));
         assert!(!signal_matches(&key, &t1, &d2, &s));

@@ -428,6 +428,15 @@ pub enum DeploymentCommand {
     },
 }
 
+/// `--transport`: `nats` or `poll`.
+fn parse_transport(text: &str) -> Result<Transport, String> {
+    match text {
+        "nats" => Ok(Transport::Nats),
+        "poll" => Ok(Transport::Poll),
+        other => Err(format!("unknown transport {other:?}: use `nats` or `poll`")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -534,14 +543,5 @@ mod tests {
         assert!(err.to_string().contains("'.'"), "{err}");
         let err = Cli::try_parse_from(["flue", "tenant", "create", "a>"]).expect_err("bad id");
         assert!(err.to_string().contains("'>'"), "{err}");
-    }
-}
-
-/// `--transport`: `nats` or `poll`.
-fn parse_transport(text: &str) -> Result<Transport, String> {
-    match text {
-        "nats" => Ok(Transport::Nats),
-        "poll" => Ok(Transport::Poll),
-        other => Err(format!("unknown transport {other:?}: use `nats` or `poll`")),
     }
 }
