@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use flue_proto::poll::Metadata;
 use flue_proto::{DeploymentStatus, EventType};
-use flue_tests::{EventTap, Flue};
+use flue_tests::{EventTap, Flue, PolledServer};
 use serde_json::{Value, json};
 
-use super::{PolledServer, anonymous, register_polling};
+use super::{anonymous, register_polling};
 
 const EVENTS: Duration = Duration::from_secs(30);
 
