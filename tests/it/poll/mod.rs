@@ -3,6 +3,7 @@
 //! stock tools (os-collect-config → os-refresh-config → os-apply-config → 55-heat-config →
 //! the stock `script` hook → heat-config-notify).
 
+mod cli;
 mod refusals;
 mod stock;
 
