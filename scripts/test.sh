@@ -14,15 +14,26 @@ if ! .venv/bin/python -c "import nats, nkeys" 2>/dev/null; then
   echo "installing nats-py[nkeys] ${NATS_PY_PIN} into .venv (for the Python listener tests)" >&2
   .venv/bin/pip install --quiet --disable-pip-version-check "nats-py[nkeys]==${NATS_PY_PIN}" >&2
 fi
-# The Heat compatibility tests (tests/it/heat) run heat-agents' stock hooks unmodified. They
-# ship only in its source distribution (its wheel holds release notes), unpacked into .venv.
+# Heat compatibility: tests/it/heat runs heat-agents' stock hooks unmodified through the agent,
+# tests/it/poll runs a server with the stock tools of a Heat image (os-collect-config,
+# os-refresh-config, os-apply-config with their dependencies: ~10 s, and heat-agents'
+# 55-heat-config, heat-config-notify and hooks). heat-agents' wheel holds none of those
+# files, so its pinned sdist is unpacked into .venv/share instead.
+OCC_PIN=14.1.0
 HEAT_AGENTS_PIN=13.0.0
-if [ ! -f ".venv/heat_agents-${HEAT_AGENTS_PIN}/heat-config/os-refresh-config/configure.d/55-heat-config" ]; then
-  echo "unpacking heat-agents ${HEAT_AGENTS_PIN} into .venv (for the Heat compatibility tests)" >&2
+for tool in os-collect-config os-refresh-config os-apply-config; do
+  if ! .venv/bin/python -c "import ${tool//-/_}" 2>/dev/null; then
+    echo "installing ${tool} ${OCC_PIN} into .venv (for the polling-server tests)" >&2
+    .venv/bin/pip install --quiet --disable-pip-version-check "${tool}==${OCC_PIN}" >&2
+  fi
+done
+if [ ! -f ".venv/share/heat_agents-${HEAT_AGENTS_PIN}/heat-config/bin/heat-config-notify" ]; then
+  echo "unpacking heat-agents ${HEAT_AGENTS_PIN} (sdist) into .venv/share (for the Heat tests)" >&2
   heat_tmp="$(mktemp -d)"
   .venv/bin/pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
-    "heat-agents==${HEAT_AGENTS_PIN}" -d "$heat_tmp" >&2
-  tar -xzf "$heat_tmp/heat_agents-${HEAT_AGENTS_PIN}.tar.gz" -C .venv
+    -d "$heat_tmp" "heat-agents==${HEAT_AGENTS_PIN}" >&2
+  mkdir -p .venv/share
+  tar -xzf "$heat_tmp/heat_agents-${HEAT_AGENTS_PIN}.tar.gz" -C .venv/share
   rm -rf "$heat_tmp"
 fi
 # Their stock Ansible hook runs a real ansible-playbook (installed in about 10 s).

@@ -47,6 +47,11 @@ pub struct Config {
     /// credentials (`user:pass@`), which are the gateway's own and never handed out.
     #[arg(long, env = "FLUE_AGENT_NATS_URL")]
     pub agent_nats_url: Option<String>,
+    /// Base URL polling servers reach this gateway at (`https://flue.example.com`), used
+    /// in their metadata and signal URLs; when absent, the scheme served and the `Host`
+    /// of the registering request.
+    #[arg(long, env = "FLUE_PUBLIC_URL")]
+    pub public_url: Option<String>,
     /// CA certificate (PEM) the broker's certificate must chain to. Given, the broker
     /// connection must be TLS (also on a `nats://` URL), verified against this CA only.
     #[arg(long, env = "FLUE_NATS_CA", value_name = "FILE")]
@@ -210,6 +215,7 @@ impl Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8470)),
             nats_url: nats_url.into(),
             agent_nats_url: None,
+            public_url: None,
             nats_ca: None,
             nats_cert: None,
             nats_key: None,
@@ -314,6 +320,7 @@ impl fmt::Debug for Config {
                 "agent_nats_url",
                 &self.agent_nats_url.as_deref().map(redact),
             )
+            .field("public_url", &self.public_url)
             .field("nats_ca", &self.nats_ca)
             .field("nats_cert", &self.nats_cert)
             .field("nats_key", &self.nats_key)

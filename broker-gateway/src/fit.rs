@@ -82,6 +82,7 @@ mod tests {
             hidden_outputs: Vec::new(),
             request_digest: None,
             agent_jwt: None,
+            polled: false,
         }
     }
 

@@ -35,6 +35,7 @@ pub mod fit;
 pub mod link;
 pub mod listen;
 pub mod natsauth;
+pub mod poll;
 pub mod presence;
 pub mod record;
 pub mod responses;

@@ -52,6 +52,10 @@ pub struct DeploymentRecord {
     /// [`crate::rights`]), kept so that a republished request has the same bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_jwt: Option<String>,
+    /// Its server polls ([`crate::poll`]): the record is the request, served in the
+    /// server's metadata, and nothing goes to the broker's request queue.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub polled: bool,
 }
 
 impl DeploymentRecord {
@@ -353,6 +357,7 @@ pub(crate) mod tests {
             request_published: false,
             request_digest: None,
             agent_jwt: None,
+            polled: false,
             hidden_inputs: hidden_inputs(&config),
             hidden_outputs: Vec::new(),
         }

@@ -91,7 +91,7 @@ const MAX_OWNERS: usize = 4096;
 
 /// Why a message could not be handled (it is retried).
 #[derive(Debug, thiserror::Error)]
-enum HandleError {
+pub(crate) enum HandleError {
     /// The record could not be read or written.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -379,13 +379,55 @@ async fn apply(
     from: Sender<'_>,
     parsed: &AgentMessage,
 ) -> Result<(), HandleError> {
-    let (tenant, server) = (from.tenant, from.server);
     let Some(id) = parsed.deployment_id() else {
         return Ok(());
     };
-    let kind = kind(parsed);
     let (received, refused) = received_outputs(service, from, parsed).await?;
     let parsed = received.as_ref().unwrap_or(parsed);
+    apply_received(service, owners, from, id, parsed, &refused).await
+}
+
+/// What a polling server did (see [`crate::poll`]): `delivered` when it first read the
+/// deployment in its metadata, `finished` for its signal. Applied exactly as the same
+/// answer from an agent of `server`: the same transition, record fitting, timeout
+/// removal and event. Hidden outputs must be sealed to the gateway already (a polling
+/// server has no key of its own to seal them with).
+pub(crate) async fn apply_polled(
+    service: &Service,
+    (tenant, server): (&TenantId, &ServerId),
+    message: &AgentMessage,
+) -> Result<(), HandleError> {
+    let Some(id) = message.deployment_id() else {
+        return Ok(());
+    };
+    let from = Sender {
+        tenant,
+        server,
+        handled_before: false,
+    };
+    apply_received(
+        service,
+        &Owners::default(),
+        from,
+        id,
+        message,
+        &BTreeSet::new(),
+    )
+    .await
+}
+
+/// [`apply`] once the outputs are as they are stored (`refused`: sealed ones that did
+/// not open).
+async fn apply_received(
+    service: &Service,
+    owners: &Owners,
+    from: Sender<'_>,
+    id: &DeploymentId,
+    parsed: &AgentMessage,
+    refused: &BTreeSet<String>,
+) -> Result<(), HandleError> {
+    let (tenant, server) = (from.tenant, from.server);
+    let kind = kind(parsed);
     let now = OffsetDateTime::now_utc();
     let mut foreign = false;
     let mut stray = false;
@@ -408,7 +450,7 @@ async fn apply(
                 AgentMessage::Finished { result, .. } => {
                     let changed = apply_finished(record, result, now);
                     if changed {
-                        settle_hidden_outputs(record, &refused);
+                        settle_hidden_outputs(record, refused);
                         fit_record(record, service.broker.payload_limit());
                     }
                     changed

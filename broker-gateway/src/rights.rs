@@ -151,6 +151,8 @@ mod tests {
             stacks: stacks.iter().map(|s| s.parse().expect("id")).collect(),
             agent_jwt,
             presence: None,
+            transport: Default::default(),
+            poll_secret_sha256: None,
         }
     }
 

@@ -247,16 +247,23 @@ impl Service {
         config: &StoredConfig,
     ) -> Result<(), PublishError> {
         let d = &record.deployment;
-        let request = self.sealed_request(record, config).await?;
+        // A polling server's request is its record, served in its metadata once marked
+        // published (`crate::poll`): nothing goes to the broker's queue.
+        let request = match record.polled {
+            true => None,
+            false => Some(self.sealed_request(record, config).await?),
+        };
         self.store
             .index_deployment(&d.tenant, &d.server_id, &d.id)
             .await?;
         self.events
             .publish(&record.event(EventType::DeploymentQueued))
             .await?;
-        self.broker
-            .publish_request(&request, &self.keys.signing)
-            .await?;
+        if let Some(request) = &request {
+            self.broker
+                .publish_request(request, &self.keys.signing)
+                .await?;
+        }
         self.store
             .update_deployment(&d.tenant, &d.id, apply_published)
             .await?;

@@ -29,6 +29,7 @@ pub mod limits;
 pub mod nats_tls;
 pub mod nats_url;
 pub mod output;
+pub mod poll;
 pub mod seal;
 pub mod server;
 pub mod signing;

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::ids::{ServerId, TenantId};
+use crate::poll::Transport;
 
 /// What an engine sends to register a server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -14,6 +15,10 @@ pub struct RegisterServer {
     /// Human name.
     #[serde(default)]
     pub name: String,
+    /// How the server gets its deployments: `nats` (a flue-agent, the default) or `poll`
+    /// (stock os-collect-config reading a secret metadata URL, see [`crate::poll`]).
+    #[serde(default, skip_serializing_if = "Transport::is_default")]
+    pub transport: Transport,
 }
 
 /// A registered server.
@@ -48,6 +53,21 @@ pub struct Server {
     /// Presence derived from its agent's heartbeats: filled in by API reads, never stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub presence: Option<crate::event::Presence>,
+    /// How it gets its deployments (absent: `nats`).
+    #[serde(default, skip_serializing_if = "Transport::is_default")]
+    pub transport: Transport,
+    /// A polling server's metadata URL secret, SHA-256, lower-case hex: stored so that the
+    /// URL can be checked, taken out of every API read ([`Server::public`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_secret_sha256: Option<String>,
+}
+
+impl Server {
+    /// The record as API reads show it: without the hash of its metadata URL's secret.
+    pub fn public(mut self) -> Self {
+        self.poll_secret_sha256 = None;
+        self
+    }
 }
 
 /// The public halves of a server's keys; the secret halves exist only in its agent's
@@ -79,13 +99,20 @@ pub struct AgentBootstrap {
     pub inbox_prefix: String,
 }
 
-/// Answer to a registration: the server and its agent bootstrap.
+/// Answer to a registration: the server and its agent bootstrap (or, for a polling
+/// server, its metadata URL).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Registration {
     /// The server record.
     pub server: Server,
-    /// What its agent needs.
-    pub agent: AgentBootstrap,
+    /// What its agent needs; absent for a polling server, which has no agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentBootstrap>,
+    /// A polling server's metadata URL and os-collect-config snippet: present only in the
+    /// answer that made the URL (first registration, credential rotation), never shown
+    /// again. A secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll: Option<crate::poll::PollAccess>,
     /// The agent's credentials file ([`crate::creds::AgentCredentials`] text): present only
     /// in the answer that minted them (first registration, credential rotation), never
     /// stored by the gateway and never shown again. A secret: write it with mode 0600.

@@ -275,6 +275,7 @@ impl Setup {
                 off.gateway
                     .admin_client()
                     .register_server(&RegisterServer {
+                        transport: Default::default(),
                         id: ServerId::new(server).expect("server id"),
                         name: String::new(),
                     })

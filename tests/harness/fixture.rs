@@ -183,6 +183,7 @@ impl Flue {
         let registration = self
             .admin_client()
             .register_server(&RegisterServer {
+                transport: Default::default(),
                 id: ServerId::new(server).expect("server id"),
                 name: String::new(),
             })

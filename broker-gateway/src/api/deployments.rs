@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use flue_proto::heat::{self, InputType};
 use flue_proto::limits::check_input_values;
+use flue_proto::poll::Transport;
 use flue_proto::seal;
 use flue_proto::{
     Action, Config, CreateDeployment, Deployment, DeploymentId, DeploymentStatus, IdError,
@@ -23,6 +24,7 @@ use tracing::{info, warn};
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId, PathIdKind, inner_text};
 use super::listing::Listed;
+use super::poll;
 use super::references;
 use crate::config::MAX_TIMEOUT_SECS;
 use crate::error::chain;
@@ -30,7 +32,7 @@ use crate::record::{
     DeploymentRecord, hidden_inputs, hidden_outputs, hidden_union, same_config_content,
     same_request, timeout_deadline, with_defaults,
 };
-use crate::sealing::{opened_inputs, opened_values, seal_at_rest, server_key};
+use crate::sealing::{opened_inputs, opened_values, seal_at_rest};
 use crate::service::{Service, request};
 use crate::store::deployment_key;
 use crate::store::{Listing, StoreError};
@@ -278,11 +280,18 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
         hidden_outputs: hidden_outputs(&config),
         request_digest: None,
         agent_jwt: None,
+        polled: false,
     };
     // Last of the checks that read: joining a stack writes the server record.
     record.agent_jwt =
         crate::rights::for_stack(&service, &server, record.deployment.stack_id.as_ref()).await?;
-    let req = request(&record, &config, &service.keys.sealing, server_key(&server))?;
+    record.polled = server.transport == Transport::Poll;
+    let req = request(
+        &record,
+        &config,
+        &service.keys.sealing,
+        poll::request_key(&service, &server),
+    )?;
     service.broker.fits_json("deployment request", &req)?;
     // Recorded before the request is published, so that no answer can come first.
     record.request_digest = Some(req.digest());

@@ -10,6 +10,7 @@ pub mod guard;
 pub mod health;
 pub mod listeners;
 pub mod listing;
+pub mod poll;
 pub mod references;
 pub mod servers;
 pub mod stacks;
@@ -23,7 +24,7 @@ use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Extension};
 use axum::http::{Request, Uri};
 use axum::middleware;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
@@ -73,10 +74,14 @@ pub fn router(tenants: Tenants, auth: Auth) -> Router {
         ))
         .layer(Extension(auth))
         .layer(CatchPanicLayer::custom(guard::panic_response))
-        // The span names the path only: a query may carry an event-stream ticket.
-        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request<Body>| {
-            tracing::debug_span!("request", method = %request.method(), path = %request.uri().path())
-        }))
+        // The span names the path only (a query may carry an event-stream ticket), and a
+        // secret URL's path without its secret.
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request<Body>| {
+                let path = flue_proto::poll::redact_path(request.uri().path());
+                tracing::debug_span!("request", method = %request.method(), path = %path)
+            }),
+        )
         .with_state(tenants)
 }
 
@@ -117,6 +122,14 @@ pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Ro
         .route("/v1/deployments/{id}", get(deployments::get))
         .route("/v1/stacks", get(stacks::list))
         .route(
+            "/heat/{tenant}/servers/{id}/metadata/{secret}",
+            get(poll::metadata),
+        )
+        .route(
+            "/heat/{tenant}/deployments/{id}/signal/{secret}",
+            put(poll::signal).post(poll::signal),
+        )
+        .route(
             "/v1/stacks/{id}",
             get(stacks::get).put(stacks::put).delete(stacks::delete),
         )
@@ -133,6 +146,10 @@ pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Ro
 }
 
 pub(crate) async fn unknown_route(uri: Uri) -> ApiError {
+    // A secret URL gone wrong may still carry its secret: never quoted.
+    if uri.path().starts_with(flue_proto::poll::PATH_PREFIX) {
+        return ApiError::NotFound("not found".to_owned());
+    }
     ApiError::NotFound(format!("no route for {}", uri.path()))
 }
 

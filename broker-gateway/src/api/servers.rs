@@ -4,8 +4,9 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use flue_proto::event::ServerEventData;
+use flue_proto::poll::Transport;
 use flue_proto::{
     AgentBootstrap, CloudEvent, Deployment, EventType, RegisterServer, Registration, Server,
     ServerId, subject,
@@ -25,8 +26,12 @@ use crate::service::Service;
 /// its queue; registering again ensures it again.
 pub async fn register(
     State(service): State<Service>,
+    headers: HeaderMap,
     JsonBody(body): JsonBody<RegisterServer>,
 ) -> Result<(StatusCode, Json<Registration>), ApiError> {
+    if body.transport == Transport::Poll {
+        return super::poll::register(&service, body, &headers).await;
+    }
     let tenant = &service.config.tenant;
     let consumer = service
         .broker
@@ -42,6 +47,8 @@ pub async fn register(
         stacks: Vec::new(),
         agent_jwt: None,
         presence: None,
+        transport: Transport::Nats,
+        poll_secret_sha256: None,
     };
     // Only the registration that recorded the server hands out the credentials whose
     // public keys it recorded; a repeated registration gets none.
@@ -58,7 +65,8 @@ pub async fn register(
                 .await;
             (StatusCode::CREATED, server)
         }
-        Some(stored) => (StatusCode::OK, stored),
+        Some(stored) if stored.transport == Transport::Nats => (StatusCode::OK, stored),
+        Some(stored) => return Err(super::poll::other_transport(&stored)),
     };
     service
         .presence
@@ -75,8 +83,9 @@ pub async fn register(
     Ok((
         status,
         Json(Registration {
-            server,
-            agent,
+            server: server.public(),
+            agent: Some(agent),
+            poll: None,
             credentials,
         }),
     ))
@@ -88,10 +97,14 @@ pub async fn register(
 /// signed with the old key are refused; the agent must be restarted with the new file.
 pub async fn rotate_credentials(
     State(service): State<Service>,
+    headers: HeaderMap,
     PathId(id): PathId<ServerId>,
 ) -> Result<Json<Registration>, ApiError> {
     let tenant = &service.config.tenant;
     let old = known_server(&service, &id).await?;
+    if old.transport == Transport::Poll {
+        return super::poll::rotate(&service, &id, &headers).await;
+    }
     let minted = credentials::mint(&service, &id, &old.stacks)?;
     let server = service
         .store
@@ -113,8 +126,9 @@ pub async fn rotate_credentials(
         inbox_prefix: subject::agent_inbox_prefix(tenant, &id),
     };
     Ok(Json(Registration {
-        server,
-        agent,
+        server: server.public(),
+        agent: Some(agent),
+        poll: None,
         credentials: Some(minted.text),
     }))
 }
@@ -122,7 +136,13 @@ pub async fn rotate_credentials(
 /// `GET /v1/servers`: every server of the tenant, oldest first.
 pub async fn list(State(service): State<Service>) -> Result<Json<Vec<Server>>, ApiError> {
     let tenant = &service.config.tenant;
-    let mut servers = service.store.servers(tenant).await?;
+    let mut servers: Vec<Server> = service
+        .store
+        .servers(tenant)
+        .await?
+        .into_iter()
+        .map(Server::public)
+        .collect();
     for server in &mut servers {
         let presence = service.presence.view(tenant, &server.id);
         server.presence = Some(presence.unwrap_or_else(crate::presence::unknown));
@@ -135,7 +155,7 @@ pub async fn get(
     State(service): State<Service>,
     PathId(id): PathId<ServerId>,
 ) -> Result<Json<Server>, ApiError> {
-    let mut server = known_server(&service, &id).await?;
+    let mut server = known_server(&service, &id).await?.public();
     let presence = service.presence.view(&service.config.tenant, &id);
     server.presence = Some(presence.unwrap_or_else(crate::presence::unknown));
     Ok(Json(server))
@@ -234,7 +254,7 @@ async fn revoke_user(service: &Service, server: &Server) -> Result<(), ApiError>
 
 /// `server.registered` or `server.deregistered` of one registration of `server`: the
 /// id names its `created_at`, so a later registration of the same id is another fact.
-fn server_event(server: &Server, ty: EventType) -> CloudEvent {
+pub(crate) fn server_event(server: &Server, ty: EventType) -> CloudEvent {
     let millis = server.created_at.unix_timestamp_nanos() / 1_000_000;
     let data = ServerEventData {
         server_id: server.id.clone(),

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
+use flue_proto::poll::Transport;
 use flue_proto::{ConfigId, DeploymentId, EventType, ServerId, StackId, TenantId};
 use time::OffsetDateTime;
 
@@ -371,9 +372,16 @@ pub enum ServerCommand {
         /// Overwrite the --creds file if it exists.
         #[arg(long, requires = "creds")]
         force: bool,
+        /// How the server gets its deployments: `nats` (a flue-agent) or `poll` (stock
+        /// os-collect-config reading a secret metadata URL; prints the
+        /// os-collect-config.conf snippet, or writes it to --creds).
+        #[arg(long, default_value = "nats", value_parser = parse_transport)]
+        transport: Transport,
     },
     /// Mint new credentials for a registered server and write them (mode 0600); answers
-    /// signed with the old ones are refused from then on.
+    /// signed with the old ones are refused from then on. For a polling server: a new
+    /// metadata URL (its os-collect-config.conf snippet is written); the old one stops
+    /// working at once.
     RotateCredentials {
         /// Server id.
         id: ServerId,
@@ -460,6 +468,15 @@ pub enum DeploymentCommand {
         #[arg(long, value_name = "NAME")]
         output: Option<String>,
     },
+}
+
+/// `--transport`: `nats` or `poll`.
+fn parse_transport(text: &str) -> Result<Transport, String> {
+    match text {
+        "nats" => Ok(Transport::Nats),
+        "poll" => Ok(Transport::Poll),
+        other => Err(format!("unknown transport {other:?}: use `nats` or `poll`")),
+    }
 }
 
 #[cfg(test)]

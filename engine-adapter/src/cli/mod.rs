@@ -15,6 +15,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use flue_proto::poll::Transport;
 use flue_proto::{
     Action, CreateDeployment, CreateTenant, DeploymentId, DeploymentStatus, RegisterServer,
 };
@@ -230,15 +231,22 @@ async fn server(
             env,
             creds,
             force,
+            transport,
         } => {
             if let Some(path) = &creds {
                 creds::check_writable(path, force)?;
             }
             let body = RegisterServer {
+                transport,
                 id,
                 name: name.unwrap_or_default(),
             };
             let mut registration = client.register_server(&body).await?;
+            if transport == Transport::Poll {
+                let text = polling_registered(&mut registration, creds.as_deref(), force)?;
+                out.write_all(text.as_bytes())?;
+                return Ok(());
+            }
             // The secret goes to the file only, never to the terminal.
             match (registration.credentials.take(), &creds) {
                 (Some(text), Some(path)) => creds::write(path, &text, force)?,
@@ -269,6 +277,15 @@ async fn server(
         ServerCommand::RotateCredentials { id, creds, force } => {
             creds::check_writable(&creds, force)?;
             let mut registration = client.rotate_server_credentials(&id).await?;
+            if let Some(poll) = registration.poll.take() {
+                creds::write(&creds, &poll.os_collect_config, force)?;
+                let text = format!(
+                    "new metadata URL of server {id}: its os-collect-config.conf written to {}; install it on the server (the old URL is refused from now on)\n",
+                    creds.display()
+                );
+                out.write_all(text.as_bytes())?;
+                return Ok(());
+            }
             let text = registration
                 .credentials
                 .take()
@@ -303,6 +320,34 @@ async fn server(
     };
     out.write_all(text.as_bytes())?;
     Ok(())
+}
+
+/// What `flue server register --transport poll` shows: the os-collect-config.conf
+/// snippet with the secret metadata URL, printed or written to `path` (mode 0600).
+fn polling_registered(
+    registration: &mut flue_proto::Registration,
+    path: Option<&std::path::Path>,
+    force: bool,
+) -> Result<String, CliError> {
+    let id = &registration.server.id;
+    let Some(poll) = registration.poll.take() else {
+        return Ok(format!(
+            "server {id} was registered before: its metadata URL is not shown again (use `flue server rotate-credentials {id} --creds FILE` for a new one)\n"
+        ));
+    };
+    match path {
+        Some(path) => {
+            creds::write(path, &poll.os_collect_config, force)?;
+            Ok(format!(
+                "polling server {id} registered; its os-collect-config.conf (a secret: the metadata URL) written to {}\n",
+                path.display()
+            ))
+        }
+        None => Ok(format!(
+            "# /etc/os-collect-config.conf of server {id}; the metadata URL is a secret, shown only now\n{}",
+            poll.os_collect_config
+        )),
+    }
 }
 
 async fn tenant(

@@ -59,7 +59,9 @@ pub(crate) fn pretty_json(value: &impl Serialize) -> String {
 
 /// The agent's environment, one `NAME=value` line each, for an env file.
 pub(crate) fn agent_env(registration: &Registration) -> String {
-    let agent = &registration.agent;
+    let Some(agent) = &registration.agent else {
+        return String::new();
+    };
     format!(
         "FLUE_NATS_URL={}\nFLUE_TENANT={}\nFLUE_SERVER_ID={}\n",
         agent.nats_url, agent.tenant, agent.server_id

@@ -502,6 +502,7 @@ async fn servers_report_registration_and_deregistration() {
     let register = || async {
         client
             .register_server(&RegisterServer {
+                transport: Default::default(),
                 id: ServerId::new("box").expect("id"),
                 name: "the box".into(),
             })

@@ -40,6 +40,7 @@ fn record(id: &str) -> DeploymentRecord {
         },
         request_digest: None,
         agent_jwt: None,
+        polled: false,
         request_published: false,
         hidden_inputs: Vec::new(),
         hidden_outputs: Vec::new(),

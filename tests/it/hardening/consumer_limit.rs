@@ -15,6 +15,7 @@ const CONCURRENT: usize = 32;
 async fn register(flue: &Flue, id: &str) -> Result<(), ClientError> {
     flue.admin_client()
         .register_server(&RegisterServer {
+            transport: Default::default(),
             id: ServerId::new(id).expect("id"),
             name: String::new(),
         })
@@ -120,6 +121,7 @@ async fn a_gateway_on_a_broker_account_with_fewer_consumers_warns_at_start_and_a
     for i in 0..25 {
         let registered = client
             .register_server(&RegisterServer {
+                transport: Default::default(),
                 id: ServerId::new(format!("s{i}")).expect("id"),
                 name: String::new(),
             })

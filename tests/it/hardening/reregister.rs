@@ -74,6 +74,7 @@ async fn server_registered_events_always_carry_the_name() {
     for (id, name) in [("named", "Web One"), ("unnamed", "")] {
         flue.admin_client()
             .register_server(&RegisterServer {
+                transport: Default::default(),
                 id: ServerId::new(id).expect("id"),
                 name: name.to_owned(),
             })

@@ -3,7 +3,7 @@
 //! them, and are judged as Heat judges them.
 //!
 //! The hooks come from heat-agents' source distribution, which `scripts/test.sh` unpacks
-//! into `.venv/heat_agents-13.0.0` (or `$FLUE_HEAT_AGENTS`); the Ansible hook runs the
+//! into `.venv/share/heat_agents-13.0.0` (or `$FLUE_HEAT_AGENTS`); the Ansible hook runs the
 //! `ansible-playbook` it installs into `.venv/bin`. Each stock hook is started by a small
 //! wrapper in the test's hook dir that points its work and data directories (settable by
 //! environment variables in every stock hook) into the test's scratch dir.
@@ -26,14 +26,14 @@ const HEAT_AGENTS: &str = "heat_agents-13.0.0";
 /// The unpacked heat-agents source tree; fails saying how to get it.
 fn heat_agents() -> PathBuf {
     let dir = std::env::var_os("FLUE_HEAT_AGENTS").map_or_else(
-        || repo_root().join(".venv").join(HEAT_AGENTS),
+        || repo_root().join(".venv/share").join(HEAT_AGENTS),
         PathBuf::from,
     );
     let dispatcher = dir.join("heat-config/os-refresh-config/configure.d/55-heat-config");
     assert!(
         dispatcher.exists(),
         "heat-agents 13.0.0 is not unpacked at {}: run `bash scripts/test.sh` (it unpacks it \
-         into .venv) or set FLUE_HEAT_AGENTS to an unpacked heat-agents 13.0.0 source tree",
+         into .venv/share) or set FLUE_HEAT_AGENTS to an unpacked heat-agents 13.0.0 source tree",
         dir.display()
     );
     dir

@@ -128,6 +128,7 @@ async fn a_request_the_broker_refuses_fails_that_deployment_and_the_server_queue
         hidden_outputs: Vec::new(),
         request_digest: None,
         agent_jwt: None,
+        polled: false,
     };
     let js = jetstream::new(flue.nats.client().await);
     js.get_key_value("flue_deployments")

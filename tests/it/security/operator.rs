@@ -226,6 +226,7 @@ async fn two_tenants_on_one_gateway_each_run_a_deployment_and_neither_reaches_th
     // Tenant acme: b1 runs one too, its agent authenticated as acme's user.
     let registration = acme_as(Role::Admin)
         .register_server(&RegisterServer {
+            transport: Default::default(),
             id: ServerId::new("b1").expect("id"),
             name: String::new(),
         })
@@ -476,6 +477,7 @@ async fn a_broker_that_lost_its_resolver_directory_learns_every_account_again_fr
         .await
         .expect("acme is served again");
     let server = flue_proto::RegisterServer {
+        transport: Default::default(),
         id: ServerId::new("b1").expect("id"),
         name: String::new(),
     };

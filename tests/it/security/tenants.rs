@@ -109,13 +109,17 @@ async fn a_development_gateway_serves_its_default_tenant_and_lists_only_it() {
         .gateway
         .admin_client()
         .register_server(&RegisterServer {
+            transport: Default::default(),
             id: "web1".parse().expect("id"),
             name: String::new(),
         })
         .await
         .expect("registered");
     assert_eq!(registration.server.tenant, tenant("acme"));
-    assert_eq!(registration.agent.tenant, tenant("acme"));
+    assert_eq!(
+        registration.agent.as_ref().expect("agent bootstrap").tenant,
+        tenant("acme")
+    );
     let page = reqwest::get(format!("{gw}/"))
         .await
         .expect("dashboard answers")

@@ -79,6 +79,7 @@ async fn a_client_without_the_gateway_ca_is_refused_and_changes_nothing() {
     // The system's roots do not include the test CA.
     let untrusting = flue_engine::Client::new(flue.gateway.url()).expect("client");
     let register = RegisterServer {
+        transport: Default::default(),
         id: ServerId::new("intruder").expect("id"),
         name: String::new(),
     };

@@ -1,0 +1,357 @@
+//! Polling servers over HTTP (see [`crate::poll`]): their registration and rotation
+//! (called from [`super::servers`]), and the two secret URLs, which take no bearer
+//! token: `GET /heat/{tenant}/servers/{id}/metadata/{secret}` (os-collect-config's
+//! `request` collector, HEAD included) and `PUT /heat/{tenant}/deployments/{id}/signal/
+//! {secret}` (`heat-config-notify`).
+//!
+//! Every refusal of a secret URL is the same 404, whatever was wrong (tenant, id, secret,
+//! a server that does not poll), so that nothing confirms what exists. The secrets never
+//! reach a log: request spans show these paths with the secret cut off
+//! ([`flue_proto::poll::redact_path`]).
+
+use std::collections::{BTreeMap, HashMap};
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use flue_proto::poll::{
+    self, Metadata, OsCollectConfig, PollAccess, RequestCollector, SignalAck, SignalBody, Transport,
+};
+use flue_proto::{
+    AgentMessage, Config as StoredConfig, ConfigId, DeploymentId, PROTOCOL_VERSION, RegisterServer,
+    Registration, Server, ServerId,
+};
+use time::OffsetDateTime;
+use tracing::{info, warn};
+
+use super::error::ApiError;
+use super::extract::JsonBody;
+use crate::error::chain;
+use crate::poll::{item, new_secret, secret_hash, secret_matches, signal, signal_matches};
+use crate::record::DeploymentRecord;
+use crate::responses::apply_polled;
+use crate::sealing::{self, SealFailure, seal_at_rest};
+use crate::service::Service;
+
+/// The one answer to a secret URL that is wrong in any way.
+fn not_found() -> ApiError {
+    ApiError::NotFound("not found".to_owned())
+}
+
+/// The key a deployment's request is sealed to when its digest is computed: the
+/// server's, or for a polling server (which has none, and gets no request message) the
+/// gateway's own.
+pub fn request_key(service: &Service, server: &Server) -> Result<nkeys::XKey, SealFailure> {
+    match server.transport {
+        Transport::Poll => flue_proto::seal::public_key(&service.keys.sealing.public_key())
+            .map_err(|_| SealFailure::BadServerKey(server.id.clone())),
+        Transport::Nats => sealing::server_key(server),
+    }
+}
+
+/// Where servers reach this gateway: `--public-url`, else the scheme this gateway serves
+/// and the `Host` the caller used.
+fn base_url(service: &Service, headers: &HeaderMap) -> Result<String, ApiError> {
+    if let Some(url) = &service.config.public_url {
+        return Ok(url.trim_end_matches('/').to_owned());
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| !h.is_empty() && !h.contains(['/', ' ', '@']))
+        .ok_or_else(|| {
+            ApiError::InvalidInput(
+                "no usable Host header to build the metadata URL from; start the gateway with --public-url".to_owned(),
+            )
+        })?;
+    let scheme = if service.config.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    Ok(format!("{scheme}://{host}"))
+}
+
+fn random_secret() -> Result<String, ApiError> {
+    new_secret().map_err(|_| ApiError::Internal("the system random generator failed".to_owned()))
+}
+
+fn access(service: &Service, base: &str, server: &ServerId, secret: &str) -> PollAccess {
+    let path = poll::metadata_path(&service.config.tenant, server, secret);
+    PollAccess::new(format!("{base}{path}"))
+}
+
+/// `POST /v1/servers` with `"transport": "poll"`: records the server with the hash of a
+/// new metadata URL secret and hands the URL out, once (201). Registering it again
+/// answers 200 with the record and no URL; a server registered with the other transport
+/// is a 409. No broker consumer and no broker user are made: the server never connects.
+pub async fn register(
+    service: &Service,
+    body: RegisterServer,
+    headers: &HeaderMap,
+) -> Result<(StatusCode, Json<Registration>), ApiError> {
+    let base = base_url(service, headers)?;
+    let secret = random_secret()?;
+    let server = Server {
+        id: body.id,
+        tenant: service.config.tenant.clone(),
+        name: body.name,
+        created_at: OffsetDateTime::now_utc(),
+        keys: None,
+        stacks: Vec::new(),
+        agent_jwt: None,
+        presence: None,
+        transport: Transport::Poll,
+        poll_secret_sha256: Some(secret_hash(&secret)),
+    };
+    let (status, server, poll) = match service.store.create_server(&server).await? {
+        None => {
+            info!(server.id = %server.id, "polling server registered");
+            service
+                .events
+                .emit(&super::servers::server_event(
+                    &server,
+                    flue_proto::EventType::ServerRegistered,
+                ))
+                .await;
+            let poll = access(service, &base, &server.id, &secret);
+            (StatusCode::CREATED, server, Some(poll))
+        }
+        Some(stored) if stored.transport == Transport::Poll => (StatusCode::OK, stored, None),
+        Some(stored) => return Err(other_transport(&stored)),
+    };
+    Ok((
+        status,
+        Json(Registration {
+            server: server.public(),
+            agent: None,
+            poll,
+            credentials: None,
+        }),
+    ))
+}
+
+/// The 409 for registering `stored` again with the other transport.
+pub fn other_transport(stored: &Server) -> ApiError {
+    ApiError::Conflict(format!(
+        "server {:?} is registered with transport {:?}; deregister it first to change it",
+        stored.id.as_str(),
+        stored.transport.as_str()
+    ))
+}
+
+/// `POST /v1/servers/{id}/credentials` of a polling server: a new metadata URL secret
+/// replaces the old one (compare-and-set), which stops working at once. Pending signal
+/// URLs stay valid: they do not depend on it.
+pub async fn rotate(
+    service: &Service,
+    id: &ServerId,
+    headers: &HeaderMap,
+) -> Result<Json<Registration>, ApiError> {
+    let base = base_url(service, headers)?;
+    let secret = random_secret()?;
+    let hash = secret_hash(&secret);
+    let server = service
+        .store
+        .update_server(&service.config.tenant, id, |stored| {
+            stored.poll_secret_sha256 = Some(hash.clone());
+            true
+        })
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("server {:?} not found", id.as_str())))?;
+    info!(server.id = %id, "polling server's metadata URL rotated");
+    Ok(Json(Registration {
+        server: server.public(),
+        agent: None,
+        poll: Some(access(service, &base, id, &secret)),
+        credentials: None,
+    }))
+}
+
+/// `GET /heat/{tenant}/servers/{id}/metadata/{secret}`: the server's deployments that
+/// wait for it (published, not ended), oldest first, as Heat metadata; hidden values
+/// opened, for this URL only. The first read of a deployment reports it `delivered`.
+pub async fn metadata(
+    State(service): State<Service>,
+    Path((_tenant, id, secret)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = &service.config.tenant;
+    let id: ServerId = id.parse().map_err(|_| not_found())?;
+    let server = service
+        .store
+        .server(tenant, &id)
+        .await?
+        .filter(|s| s.transport == Transport::Poll)
+        .filter(|s| secret_matches(s.poll_secret_sha256.as_deref(), &secret))
+        .ok_or_else(not_found)?;
+    let base = base_url(&service, &headers)?;
+    let records = service.store.server_deployments(tenant, &server.id).await?;
+    let mut configs: HashMap<ConfigId, StoredConfig> = HashMap::new();
+    let mut deployments = Vec::new();
+    for record in records.iter().filter(|r| waiting(r)) {
+        let d = &record.deployment;
+        let config = match configs.get(&d.config_id) {
+            Some(config) => config,
+            None => {
+                let Some(config) = service.store.config(tenant, &d.config_id).await? else {
+                    warn!(deployment.id = %d.id, config.id = %d.config_id, "polled deployment's config is missing; left out");
+                    continue;
+                };
+                configs
+                    .entry(d.config_id.clone())
+                    .or_insert(without_hidden_defaults(config))
+            }
+        };
+        let values = opened(&service, record)?;
+        let signal_url = format!(
+            "{base}{}",
+            poll::signal_path(tenant, &d.id, &signal_secret(&service, &d.id))
+        );
+        deployments.push(item::item(d, config, &values, &signal_url));
+        if d.delivered_at.is_none() {
+            delivered(&service, &server.id, record).await;
+        }
+    }
+    let body = Metadata {
+        deployments,
+        os_collect_config: OsCollectConfig {
+            collectors: vec!["request".to_owned()],
+            request: RequestCollector {
+                metadata_url: format!("{base}{}", poll::metadata_path(tenant, &id, &secret)),
+            },
+        },
+    };
+    let mut response = Json(body).into_response();
+    // It carries hidden values: no cache may keep it.
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+/// Whether a polled deployment is for its server to run now.
+fn waiting(record: &DeploymentRecord) -> bool {
+    record.polled && record.request_published && !record.deployment.status.is_terminal()
+}
+
+/// A config as an item shows it: a hidden input's default is among the deployment's
+/// values already (sealed, see [`sealing::for_server`]).
+fn without_hidden_defaults(mut config: StoredConfig) -> StoredConfig {
+    for input in config.inputs.iter_mut().filter(|i| i.hidden) {
+        input.default = None;
+    }
+    config
+}
+
+fn opened(
+    service: &Service,
+    record: &DeploymentRecord,
+) -> Result<BTreeMap<String, serde_json::Value>, ApiError> {
+    sealing::opened_inputs(record, &service.keys.sealing).map_err(|e| {
+        // Never the value: the failure names the input only.
+        ApiError::Internal(format!(
+            "cannot open a hidden input of deployment {}: {}",
+            record.deployment.id,
+            chain(&e)
+        ))
+    })
+}
+
+fn signal_secret(service: &Service, id: &DeploymentId) -> String {
+    crate::poll::signal_secret(&service.keys.token_secret, &service.config.tenant, id)
+}
+
+/// Reports that the server read `record` (once: later reads change nothing). A failure
+/// only loses the `delivered` step; the metadata is served all the same.
+async fn delivered(service: &Service, server: &ServerId, record: &DeploymentRecord) {
+    let d = &record.deployment;
+    let message = AgentMessage::Delivered {
+        v: PROTOCOL_VERSION,
+        deployment_id: d.id.clone(),
+        at: OffsetDateTime::now_utc(),
+        request_digest: record.request_digest.clone(),
+    };
+    if let Err(e) = apply_polled(service, (&service.config.tenant, server), &message).await {
+        warn!(error = %chain(&e), deployment.id = %d.id, "cannot record that a polling server read its deployment");
+    }
+}
+
+/// `PUT` (or `POST`) `/heat/{tenant}/deployments/{id}/signal/{secret}`: the result of a
+/// polled deployment, applied through the agents' answer path, exactly once. 200 with
+/// the status; 409 when the deployment had already ended (nothing changes, no event);
+/// 404 for anything but a valid signal URL of a polled deployment.
+pub async fn signal(
+    State(service): State<Service>,
+    Path((_tenant, id, secret)): Path<(String, String, String)>,
+    JsonBody(body): JsonBody<SignalBody>,
+) -> Result<(StatusCode, Json<SignalAck>), ApiError> {
+    let tenant = &service.config.tenant;
+    let id: DeploymentId = id.parse().map_err(|_| not_found())?;
+    if !signal_matches(&service.keys.token_secret, tenant, &id, &secret) {
+        return Err(not_found());
+    }
+    let record = service
+        .store
+        .deployment(tenant, &id)
+        .await?
+        .filter(|r| r.polled)
+        .ok_or_else(not_found)?;
+    let d = &record.deployment;
+    if d.status.is_terminal() {
+        return Err(ApiError::Conflict(format!(
+            "deployment {:?} already ended ({}); this signal was ignored",
+            id.as_str(),
+            d.status
+        )));
+    }
+    let config = service
+        .store
+        .config(tenant, &d.config_id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::Internal(format!("config {} of a deployment is missing", d.config_id))
+        })?;
+    let mut result = signal::result(body, &config, OffsetDateTime::now_utc());
+    seal_at_rest(
+        &mut result.outputs,
+        &record.hidden_outputs,
+        &service.keys.sealing,
+    )?;
+    let finished_at = result.finished_at;
+    let message = AgentMessage::Finished {
+        v: PROTOCOL_VERSION,
+        deployment_id: id.clone(),
+        result,
+        request_digest: record.request_digest.clone(),
+    };
+    apply_polled(&service, (tenant, &d.server_id), &message)
+        .await
+        .map_err(|e| {
+            warn!(error = %chain(&e), deployment.id = %id, "cannot record a polling server's signal; it will be retried");
+            ApiError::Unavailable("the signal could not be recorded; retry".to_owned())
+        })?;
+    let after = service
+        .store
+        .deployment(tenant, &id)
+        .await?
+        .ok_or_else(not_found)?;
+    let applied = after.deployment.finished_at == Some(finished_at);
+    if !applied {
+        return Err(ApiError::Conflict(format!(
+            "deployment {:?} already ended ({}); this signal was ignored",
+            id.as_str(),
+            after.deployment.status
+        )));
+    }
+    info!(deployment.id = %id, status = %after.deployment.status, "polling server signalled");
+    Ok((
+        StatusCode::OK,
+        Json(SignalAck {
+            deployment_id: id,
+            status: after.deployment.status,
+            applied,
+        }),
+    ))
+}
