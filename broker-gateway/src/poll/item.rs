@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use flue_proto::heat::{self, InputType};
 use flue_proto::poll::{HeatInput, HeatItem, HeatOutput, SIGNAL_VERB, TEMP_URL_SIGNAL};
 use flue_proto::{Config, Deployment};
 use serde_json::Value;
@@ -26,11 +27,15 @@ pub fn item(
         .map(|decl| HeatInput {
             name: decl.name.clone(),
             kind: decl.kind.clone(),
+            // Declared types as the agent's item has them (`flue_proto::heat`): a Number
+            // given as text on the command line still reaches the hook as a number.
             value: values
                 .get(&decl.name)
                 .or(decl.default.as_ref())
-                .cloned()
-                .unwrap_or_else(|| Value::String(String::new())),
+                .map_or_else(
+                    || Value::String(String::new()),
+                    |v| heat::typed_or_as_is(InputType::parse(&decl.kind), v),
+                ),
             description: decl.description.clone(),
         })
         .collect();
@@ -39,7 +44,11 @@ pub fn item(
             inputs.push(string_input(name, value.clone(), None));
         }
     }
-    let stack_id = d.stack_id.as_ref().map_or("", |s| s.as_str());
+    // Heat's `<stack name>/<stack id>`; a Flue stack's id is its name (as the agent forms it).
+    let stack_id = d
+        .stack_id
+        .as_ref()
+        .map_or(String::new(), |s| format!("{s}/{s}"));
     let resource_name = d.resource_name.as_deref().unwrap_or(&d.name);
     // Heat's own descriptions of its derived inputs, in Heat's order.
     let derived = [
@@ -55,7 +64,7 @@ pub fn item(
         ),
         (
             "deploy_stack_id",
-            stack_id,
+            stack_id.as_str(),
             "ID of the stack this deployment belongs to",
         ),
         (
