@@ -178,13 +178,6 @@ section "scale out to 3 members: c3 CREATE, c1 and c2 re-run (UPDATE) with the n
 echo "compute1 now knows the members: $(cat "$demo/hpc/compute1/members.json")"
 echo "the head now knows: $(cat "$demo/hpc/head/computes.json")"
 
-section "flue stack create legacy: examples/heat/two-servers.yaml, written for Heat, run unchanged"
-# Its OS::Nova::Server resources are not Flue's to create: --server maps each onto a
-# registered server; -e is a Heat environment file; the RandomString password stays hidden.
-"$flue" stack create legacy -t examples/heat/two-servers.yaml -e examples/heat/two-servers-env.yaml \
-  --server db_server=db --server web_server=web -P data_dir="$demo/legacy" ||
-  die "stack legacy did not complete"
-
 section "the group's membership as a PaaS layer sees it: flue events --stack hpc --type group.member_joined"
 "$flue" events --stack hpc --type group.member_joined | python3 -c '
 import json, sys
@@ -192,6 +185,13 @@ for line in sys.stdin:
     e = json.loads(line)
     d = e["data"]
     print("    %s: %s/%s on %s, members now %s" % (e["type"], d["group"], d["member"], d["server_id"], d["members"]))'
+
+section "flue stack create legacy: examples/heat/two-servers.yaml, written for Heat, run unchanged"
+# Its OS::Nova::Server resources are not Flue's to create: --server maps each onto a
+# registered server; -e is a Heat environment file; the RandomString password stays hidden.
+"$flue" stack create legacy -t examples/heat/two-servers.yaml -e examples/heat/two-servers-env.yaml \
+  --server db_server=db --server web_server=web -P data_dir="$demo/legacy" ||
+  die "stack legacy did not complete"
 
 section "flue stack delete shop: delete hooks in reverse dependency order (web, then db)"
 "$flue" stack delete shop || die "the delete of shop did not complete"
