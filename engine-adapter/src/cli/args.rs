@@ -284,6 +284,14 @@ pub struct StackValidateArgs {
     /// An environment file (repeatable, merged in order).
     #[arg(short = 'e', long = "environment", value_name = "FILE")]
     pub environments: Vec<PathBuf>,
+    /// Map an `OS::Nova::Server` resource onto a server id (repeatable), as with
+    /// `flue stack create` (the server's registration is not checked here).
+    #[arg(long = "server", value_name = "RESOURCE=SERVER_ID")]
+    pub servers: Vec<String>,
+    /// A value for a mapped server or an external resource (repeatable), as with `flue
+    /// stack create`: `RESOURCE.ATTR=VALUE` or `RESOURCE=VALUE`.
+    #[arg(long = "attr", value_name = "RESOURCE[.ATTR]=VALUE")]
+    pub attrs: Vec<String>,
     /// The stack name `OS::stack_name` and `OS::stack_id` stand for.
     #[arg(long, value_name = "NAME", default_value = "validate")]
     pub stack_name: StackId,

@@ -1,7 +1,8 @@
 //! `flue stack validate`: everything `flue stack create` checks before it contacts the
 //! gateway (the template, its environments, the parameters, the conditions, each
-//! deployment's server), and a summary of what the stack would hold.
+//! deployment's server and the `--server` / `--attr` map), and a summary of what the stack would hold.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::Path;
@@ -12,6 +13,7 @@ use super::args::StackValidateArgs;
 use super::stack::{add_parameter_files, parameters};
 use super::{CliError, Outcome};
 use crate::stack::environment::Environment;
+use crate::stack::infra;
 use crate::stack::template::{Template, TemplateError};
 use crate::stack::units;
 
@@ -60,8 +62,12 @@ pub fn run(args: &StackValidateArgs, out: &mut impl Write) -> Result<Outcome, Cl
     let (instantiated, decided) = template
         .instantiate(&params)
         .map_err(|e| invalid(&args.template, e))?;
-    let plan =
-        units::expand(&instantiated, &params, true).map_err(|e| invalid(&args.template, e))?;
+    // The server map as `create` takes it: checked against the whole template, then
+    // used to resolve every server and infrastructure attribute the stack would read.
+    let given_map = super::mapping::parse(&args.servers, &args.attrs)?;
+    let mapped = infra::merge(&template, &BTreeMap::new(), &given_map).map_err(CliError::Usage)?;
+    let plan = units::expand_mapped(&instantiated, &params, &mapped, true)
+        .map_err(|e| invalid(&args.template, e))?;
 
     let mut text = String::new();
     let _ = writeln!(

@@ -146,6 +146,45 @@ async fn validate_checks_a_template_with_its_environment_without_a_gateway() {
 }
 
 #[tokio::test]
+async fn validate_maps_heat_servers_and_asks_for_infrastructure_values_it_cannot_know() {
+    let t = flue_tests::repo_root()
+        .join("examples/heat/two-servers.yaml")
+        .display()
+        .to_string();
+    let nowhere = "http://127.0.0.1:9".to_owned();
+    let validate = |extra: &[&str]| {
+        let mut a = vec!["stack", "validate", "-t", &t, "-P", "data_dir=/tmp/x"];
+        a.extend(extra);
+        a.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let run = run_flue(
+        nowhere.clone(),
+        None,
+        validate(&["--server", "db_server=db1", "--server", "web_server=web1"]),
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    assert!(
+        run.stdout
+            .contains("db_deployment (OS::Heat::SoftwareDeployment) on db1"),
+        "{run}"
+    );
+    assert!(
+        run.stdout
+            .contains("web_deployment (OS::Heat::SoftwareDeployment) on web1"),
+        "{run}"
+    );
+    // A map naming a resource the template does not have is refused, naming it.
+    let run = run_flue(nowhere, None, validate(&["--server", "dbserver=db1"])).await;
+    assert_eq!(run.code, 2, "{run}");
+    assert!(
+        run.stderr
+            .contains("--server dbserver: the template has no resource \"dbserver\""),
+        "{run}"
+    );
+}
+
+#[tokio::test]
 async fn conditions_and_constraints_decide_what_a_stack_runs() {
     let (env, _agents) = cluster(&["s1"]).await;
     let record = env.path("record.log");
