@@ -10,70 +10,8 @@ use serde_json::{Map, Value};
 /// `True` / `False`, numbers as they are, maps and lists as `json.dumps(value,
 /// sort_keys=True)` writes them (`{"a": [1, "b"]}`, non-ASCII as `\uXXXX`).
 pub fn to_text(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        Value::Bool(true) => "True".to_owned(),
-        Value::Bool(false) => "False".to_owned(),
-        Value::Number(n) => n.to_string(),
-        other => {
-            let mut out = String::new();
-            python_json(other, &mut out);
-            out
-        }
-    }
-}
-
-/// `json.dumps` with Python's defaults: `", "` and `": "` separators, ASCII only.
-/// Maps are already sorted by key (serde_json's map is ordered).
-fn python_json(value: &Value, out: &mut String) {
-    match value {
-        Value::String(s) => {
-            out.push('"');
-            for c in s.chars() {
-                match c {
-                    '"' => out.push_str("\\\""),
-                    '\\' => out.push_str("\\\\"),
-                    '\n' => out.push_str("\\n"),
-                    '\r' => out.push_str("\\r"),
-                    '\t' => out.push_str("\\t"),
-                    '\u{8}' => out.push_str("\\b"),
-                    '\u{c}' => out.push_str("\\f"),
-                    c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
-                    c => {
-                        let mut units = [0u16; 2];
-                        for u in c.encode_utf16(&mut units) {
-                            out.push_str(&format!("\\u{u:04x}"));
-                        }
-                    }
-                }
-            }
-            out.push('"');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                python_json(v, out);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            out.push('{');
-            for (i, (k, v)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                python_json(&Value::String(k.clone()), out);
-                out.push_str(": ");
-                python_json(v, out);
-            }
-            out.push('}');
-        }
-        other => out.push_str(&other.to_string()),
-    }
+    // The same rule as the dispatcher's for a `String` input (`flue_proto::heat`).
+    flue_proto::heat::as_text(value)
 }
 
 /// Replaces each key of `params` in `template` by its value, longest key first at each
