@@ -23,7 +23,7 @@ use crate::data::space::DataSpace;
 use crate::error::Error;
 use crate::guard::Guard;
 use crate::hook::{self, HookEnv, Outcome};
-use crate::item::{self, HookItem};
+use crate::item;
 use crate::ledger::{Entry, LedgerKey};
 use crate::process::{HookProcess, Launch, StopReason};
 use crate::progress::{self, Redactor};
@@ -293,7 +293,7 @@ async fn apply(
     digest: &RequestDigest,
 ) -> Result<DeploymentResult, Error> {
     let seq = Some(stream_seq(msg));
-    let item = HookItem::from_request(req);
+    let item = item::from_request(req);
     if item.group == item::COMPONENT_GROUP {
         info!(action = %req.action, "the component has no config for this action; nothing to run");
         let now = OffsetDateTime::now_utc();

@@ -13,7 +13,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use tokio::process::Command;
 
-use crate::item::HookItem;
+use crate::item::HeatItem;
 use crate::process::{self, Captured, Launch, StopReason, Tees};
 use crate::progress::{Redactor, Sink, as_text};
 
@@ -193,7 +193,7 @@ pub fn text(c: &Captured) -> String {
 /// the JSON answer, which may hold hidden outputs).
 pub async fn run(
     hook: &Hook,
-    item: &HookItem,
+    item: &HeatItem,
     env: &HookEnv,
     work_root: &Path,
     stop: impl Future<Output = StopReason>,
@@ -220,7 +220,7 @@ pub async fn run(
 
 async fn run_external(
     path: &Path,
-    item: &HookItem,
+    item: &HeatItem,
     env: &HookEnv,
     stop: impl Future<Output = StopReason>,
     tees: Tees,
@@ -313,7 +313,7 @@ async fn run_external(
 }
 
 /// Reads a heat-config hook response: the three `deploy_*` keys and the declared outputs.
-fn from_response(mut r: serde_json::Map<String, Value>, item: &HookItem) -> Outcome {
+fn from_response(mut r: serde_json::Map<String, Value>, item: &HeatItem) -> Outcome {
     let mut stream = |key: &str| match r.remove(key) {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => bound(s, false),

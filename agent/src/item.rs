@@ -9,7 +9,7 @@
 //! text as the dispatcher makes it: `True`, `3`, JSON for maps and lists).
 //!
 //! After the declared and extra inputs come the derived inputs Heat adds (see
-//! [`HookItem::from_request`]), all `String`, each with Heat's description.
+//! [`from_request`]), all `String`, each with Heat's description.
 //!
 //! The `config` handed over is the body for the deployment's action: the config's hook for
 //! that lifecycle action or its ad-hoc action's body, else its own `config`; when the
@@ -19,7 +19,8 @@
 
 use flue_proto::DeploymentRequest;
 use flue_proto::heat::{self, InputType};
-use serde::Serialize;
+pub use flue_proto::poll::HeatItem;
+use flue_proto::poll::{HeatInput, HeatOutput};
 use serde_json::Value;
 use time::format_description::well_known::Rfc3339;
 
@@ -28,57 +29,6 @@ use time::format_description::well_known::Rfc3339;
 /// `deploy_signal_id`, `deploy_signal_verb`, `deploy_auth_url` or `deploy_queue_id`, and
 /// without those `heat-config-notify` signals nothing, so no stock tool tries to.
 pub const SIGNAL_TRANSPORT: &str = "NO_SIGNAL";
-
-/// The item JSON written to a hook's stdin.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HookItem {
-    /// Deployment id.
-    pub id: String,
-    /// Deployment name.
-    pub name: String,
-    /// Hook group.
-    pub group: String,
-    /// RFC 3339 time the deployment was accepted.
-    pub creation_time: String,
-    /// The body for the deployment's action, inputs substituted if the config asks.
-    pub config: Value,
-    /// Hook options, always an object.
-    pub options: Value,
-    /// Input values, declared ones first, then extra values, then derived ones.
-    pub inputs: Vec<ItemInput>,
-    /// Declared outputs.
-    pub outputs: Vec<ItemOutput>,
-}
-
-/// One input of a [`HookItem`].
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ItemInput {
-    /// Input name.
-    pub name: String,
-    /// Heat type.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The value as the dispatcher hands it over: of the declared type, a `String`'s text.
-    pub value: Value,
-    /// Human description (the declared one, Heat's for a derived input).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-}
-
-/// One output of a [`HookItem`].
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ItemOutput {
-    /// Output name.
-    pub name: String,
-    /// Heat type.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// An answer that holds this output at all, even empty, fails the deployment.
-    pub error_output: bool,
-    /// Human description.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-}
 
 /// The derived inputs, in Heat's order, with Heat's descriptions.
 const DERIVED: [(&str, &str); 5] = [
@@ -106,114 +56,115 @@ struct Typed {
     description: Option<String>,
 }
 
-impl HookItem {
-    /// Builds the item for `req`.
-    ///
-    /// The derived inputs, as Heat forms them: `deploy_server_id` (the server),
-    /// `deploy_action` (`CREATE`…, or the ad-hoc action's name), `deploy_stack_id`
-    /// (`<stack name>/<stack id>`; a Flue stack's id is its name, so `web/web`; empty
-    /// outside a stack), `deploy_resource_name` (the template's resource, a group
-    /// member's name, else the deployment's name) and `deploy_signal_transport`
-    /// ([`SIGNAL_TRANSPORT`]). The agent knows these better than any caller: a
-    /// same-named value is replaced.
-    pub fn from_request(req: &DeploymentRequest) -> Self {
-        let cfg = &req.config;
-        let mut typed: Vec<Typed> = cfg
-            .inputs
-            .iter()
-            .map(|decl| {
-                let value = req
-                    .input_values
-                    .get(&decl.name)
-                    .or(decl.default.as_ref())
-                    .unwrap_or(&Value::Null);
-                Typed {
-                    name: decl.name.clone(),
-                    kind: decl.kind.clone(),
-                    value: heat::typed_or_as_is(InputType::parse(&decl.kind), value),
-                    description: decl.description.clone(),
-                }
-            })
-            .collect();
-        for (name, value) in &req.input_values {
-            if !cfg.inputs.iter().any(|d| &d.name == name) {
-                typed.push(string_input(name, value.clone(), None));
+/// Builds the item for `req`.
+///
+/// The derived inputs, as Heat forms them: `deploy_server_id` (the server),
+/// `deploy_action` (`CREATE`…, or the ad-hoc action's name), `deploy_stack_id`
+/// (`<stack name>/<stack id>`; a Flue stack's id is its name, so `web/web`; empty
+/// outside a stack), `deploy_resource_name` (the template's resource, a group
+/// member's name, else the deployment's name) and `deploy_signal_transport`
+/// ([`SIGNAL_TRANSPORT`]). The agent knows these better than any caller: a
+/// same-named value is replaced.
+pub fn from_request(req: &DeploymentRequest) -> HeatItem {
+    let cfg = &req.config;
+    let mut typed: Vec<Typed> = cfg
+        .inputs
+        .iter()
+        .map(|decl| {
+            let value = req
+                .input_values
+                .get(&decl.name)
+                .or(decl.default.as_ref())
+                .unwrap_or(&Value::Null);
+            Typed {
+                name: decl.name.clone(),
+                kind: decl.kind.clone(),
+                value: heat::typed_or_as_is(InputType::parse(&decl.kind), value),
+                description: decl.description.clone(),
             }
-        }
-        let resource_name = req.resource_name.as_deref().unwrap_or(&req.name);
-        let stack_id = req
-            .stack_id
-            .as_ref()
-            .map_or(String::new(), |s| format!("{s}/{s}"));
-        let values = [
-            req.server.as_str(),
-            req.action.as_str(),
-            stack_id.as_str(),
-            resource_name,
-            SIGNAL_TRANSPORT,
-        ];
-        typed.retain(|i| !DERIVED.iter().any(|(name, _)| *name == i.name));
-        typed.extend(DERIVED.iter().zip(values).map(|((name, about), v)| {
-            string_input(name, Value::String(v.to_owned()), Some(about))
-        }));
-
-        let mut group = cfg.group.clone();
-        let mut config = cfg.body_for(&req.action).clone();
-        if group == COMPONENT_GROUP
-            && let Some((tool, body)) = component_part(&config, req.action.as_str())
-        {
-            group = tool;
-            config = body;
-        }
-        if cfg.substitute_inputs {
-            substitute(&mut config, &|name| {
-                typed.iter().find(|i| i.name == name).map(|i| &i.value)
-            });
-        }
-        let inputs: Vec<ItemInput> = typed
-            .into_iter()
-            .map(|t| ItemInput {
-                value: heat::dispatched(InputType::parse(&t.kind), t.value),
-                name: t.name,
-                kind: t.kind,
-                description: t.description,
-            })
-            .collect();
-        let options = match &cfg.options {
-            Value::Null => Value::Object(serde_json::Map::new()),
-            other => other.clone(),
-        };
-        Self {
-            id: req.deployment_id.to_string(),
-            name: req.name.clone(),
-            group,
-            creation_time: req
-                .created_at
-                .format(&Rfc3339)
-                .unwrap_or_else(|_| req.created_at.unix_timestamp().to_string()),
-            config,
-            options,
-            inputs,
-            outputs: cfg
-                .outputs
-                .iter()
-                .map(|o| ItemOutput {
-                    name: o.name.clone(),
-                    kind: o.kind.clone(),
-                    error_output: o.error_output,
-                    description: o.description.clone(),
-                })
-                .collect(),
+        })
+        .collect();
+    for (name, value) in &req.input_values {
+        if !cfg.inputs.iter().any(|d| &d.name == name) {
+            typed.push(string_input(name, value.clone(), None));
         }
     }
+    let resource_name = req.resource_name.as_deref().unwrap_or(&req.name);
+    let stack_id = req
+        .stack_id
+        .as_ref()
+        .map_or(String::new(), |s| format!("{s}/{s}"));
+    let values = [
+        req.server.as_str(),
+        req.action.as_str(),
+        stack_id.as_str(),
+        resource_name,
+        SIGNAL_TRANSPORT,
+    ];
+    typed.retain(|i| !DERIVED.iter().any(|(name, _)| *name == i.name));
+    typed.extend(
+        DERIVED
+            .iter()
+            .zip(values)
+            .map(|((name, about), v)| string_input(name, Value::String(v.to_owned()), Some(about))),
+    );
 
-    /// The config body as the text of a script: a string as-is, anything else as JSON.
-    pub fn config_text(&self) -> String {
-        match &self.config {
-            Value::String(s) => s.clone(),
-            Value::Null => String::new(),
-            other => other.to_string(),
-        }
+    let mut group = cfg.group.clone();
+    let mut config = cfg.body_for(&req.action).clone();
+    if group == COMPONENT_GROUP
+        && let Some((tool, body)) = component_part(&config, req.action.as_str())
+    {
+        group = tool;
+        config = body;
+    }
+    if cfg.substitute_inputs {
+        substitute(&mut config, &|name| {
+            typed.iter().find(|i| i.name == name).map(|i| &i.value)
+        });
+    }
+    let inputs: Vec<HeatInput> = typed
+        .into_iter()
+        .map(|t| HeatInput {
+            value: heat::dispatched(InputType::parse(&t.kind), t.value),
+            name: t.name,
+            kind: t.kind,
+            description: t.description,
+        })
+        .collect();
+    let options = match &cfg.options {
+        Value::Null => Value::Object(serde_json::Map::new()),
+        other => other.clone(),
+    };
+    HeatItem {
+        id: req.deployment_id.to_string(),
+        name: req.name.clone(),
+        group,
+        creation_time: req
+            .created_at
+            .format(&Rfc3339)
+            .unwrap_or_else(|_| req.created_at.unix_timestamp().to_string()),
+        config,
+        options,
+        inputs,
+        outputs: cfg
+            .outputs
+            .iter()
+            .map(|o| HeatOutput {
+                name: o.name.clone(),
+                kind: o.kind.clone(),
+                error_output: o.error_output,
+                description: o.description.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The config body as the text of a script: a string as-is, anything else as JSON.
+pub fn config_text(item: &HeatItem) -> String {
+    match &item.config {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
     }
 }
 
@@ -241,7 +192,7 @@ fn component_part(body: &Value, action: &str) -> Option<(String, Value)> {
 /// the value of input NAME as the item carries it, or null when there is no such input
 /// (Heat's `OS::Heat::StructuredConfig`). A `get_input` whose argument is not a string, or
 /// an object with other keys beside it, is left as it is.
-pub fn substitute_inputs(body: &mut Value, inputs: &[ItemInput]) {
+pub fn substitute_inputs(body: &mut Value, inputs: &[HeatInput]) {
     substitute(body, &|name| {
         inputs.iter().find(|i| i.name == name).map(|i| &i.value)
     });
@@ -321,7 +272,7 @@ pub(crate) mod tests {
         );
         req.config.options = Value::Null;
         req.resource_name = Some("web_config".into());
-        let item = serde_json::to_value(HookItem::from_request(&req)).expect("ser");
+        let item = serde_json::to_value(from_request(&req)).expect("ser");
         assert_eq!(
             item,
             json!({
@@ -378,7 +329,7 @@ pub(crate) mod tests {
                 "hosts": "a, b", "label": false, "odd": "not a number"
             }),
         );
-        let item = HookItem::from_request(&req);
+        let item = from_request(&req);
         let value = |n: &str| {
             let input = item.inputs.iter().find(|i| i.name == n).expect(n);
             input.value.clone()
@@ -401,7 +352,7 @@ pub(crate) mod tests {
     fn resource_name_defaults_to_the_deployment_name() {
         let mut req = request(json!({"group": "script"}), json!({}));
         req.stack_id = Some("st1".parse().expect("id"));
-        let item = HookItem::from_request(&req);
+        let item = from_request(&req);
         let get = |n: &str| {
             item.inputs
                 .iter()
@@ -425,7 +376,7 @@ pub(crate) mod tests {
             "actions": {"backup": {"config": "tar c /srv"}}
         });
         let mut req = request(spec, json!({}));
-        let body = |req: &DeploymentRequest| HookItem::from_request(req).config;
+        let body = |req: &DeploymentRequest| from_request(req).config;
         assert_eq!(body(&req), json!("echo create"));
         req.action = flue_proto::Action::new("DELETE").expect("action");
         assert_eq!(body(&req), json!("echo bye"));
@@ -451,7 +402,7 @@ pub(crate) mod tests {
         });
         let mut req = request(spec, json!({}));
         let picked = |req: &DeploymentRequest| {
-            let item = HookItem::from_request(req);
+            let item = from_request(req);
             (item.group, item.config)
         };
         assert_eq!(picked(&req), ("script".into(), json!("echo up")));
@@ -477,8 +428,7 @@ pub(crate) mod tests {
             "inputs": [{"name": "port", "type": "Number"}, {"name": "list"}],
             "substitute_inputs": true
         });
-        let item =
-            HookItem::from_request(&request(spec.clone(), json!({"port": 80, "list": [1, 2]})));
+        let item = from_request(&request(spec.clone(), json!({"port": 80, "list": [1, 2]})));
         assert_eq!(
             item.config,
             json!({
@@ -497,7 +447,7 @@ pub(crate) mod tests {
 
         let mut spec = spec;
         spec["substitute_inputs"] = json!(false);
-        let item = HookItem::from_request(&request(spec, json!({"port": 80})));
+        let item = from_request(&request(spec, json!({"port": 80})));
         assert_eq!(item.config, body, "left alone unless the config asks");
     }
 }

@@ -19,7 +19,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 use crate::hook::{HookEnv, MAX_STREAM_BYTES, Outcome, text};
-use crate::item::HookItem;
+use crate::item::{self, HeatItem};
 use crate::process::{self, Launch, StopReason, Tees};
 
 /// Largest output file read back, the same 1 MiB as `deploy_stdout` and `deploy_stderr`: a
@@ -30,7 +30,7 @@ pub const MAX_OUTPUT_FILE_BYTES: usize = MAX_STREAM_BYTES;
 /// Runs `item`'s config as a script in `<work_root>/<deployment id>/`, removed afterwards,
 /// started as `launch` says; its stdout and stderr also go to `tees` as they are read.
 pub async fn run(
-    item: &HookItem,
+    item: &HeatItem,
     env: &HookEnv,
     work_root: &Path,
     stop: impl Future<Output = StopReason>,
@@ -51,7 +51,7 @@ pub async fn run(
 }
 
 /// Creates a fresh work dir (a crash may have left an old one) holding the script.
-async fn prepare(dir: &Path, item: &HookItem) -> std::io::Result<PathBuf> {
+async fn prepare(dir: &Path, item: &HeatItem) -> std::io::Result<PathBuf> {
     match tokio::fs::remove_dir_all(dir).await {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
@@ -59,7 +59,7 @@ async fn prepare(dir: &Path, item: &HookItem) -> std::io::Result<PathBuf> {
     tokio::fs::create_dir_all(dir).await?;
     tokio::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).await?;
     let script = dir.join(&item.id);
-    tokio::fs::write(&script, item.config_text()).await?;
+    tokio::fs::write(&script, item::config_text(item)).await?;
     tokio::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).await?;
     Ok(script)
 }
@@ -67,14 +67,14 @@ async fn prepare(dir: &Path, item: &HookItem) -> std::io::Result<PathBuf> {
 async fn run_in(
     dir: &Path,
     script: &Path,
-    item: &HookItem,
+    item: &HeatItem,
     env: &HookEnv,
     stop: impl Future<Output = StopReason>,
     tees: Tees,
     launch: Launch,
 ) -> Outcome {
     let outputs_path = dir.join("outputs");
-    let mut cmd = if item.config_text().starts_with("#!") {
+    let mut cmd = if item::config_text(item).starts_with("#!") {
         Command::new(script)
     } else {
         let mut sh = Command::new("/bin/sh");

@@ -146,7 +146,8 @@ pub struct RequestCollector {
     pub metadata_url: String,
 }
 
-/// One deployment as Heat's dispatcher (`55-heat-config`) reads it.
+/// One deployment as Heat's dispatcher (`55-heat-config`) reads it from a server's
+/// metadata, and as a hook gets it on stdin (the agent builds the same shape).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HeatItem {
     /// Deployment id (`55-heat-config` keeps `deployed/<id>.json` and never runs it again).
@@ -175,7 +176,8 @@ pub struct HeatInput {
     /// Heat type (`String`, `Number`, `Json`, …).
     #[serde(rename = "type")]
     pub kind: String,
-    /// Value, typed as declared.
+    /// Value, typed as declared (in a hook's item, a `String` input's value already as
+    /// the text the dispatcher makes of it).
     pub value: Value,
     /// Description, as Heat gives its derived inputs one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -15,11 +15,11 @@ fn write_exec(path: &Path, body: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
-fn item(config: Value, values: Value) -> HookItem {
-    HookItem::from_request(&request(config, values))
+fn item(config: Value, values: Value) -> HeatItem {
+    crate::item::from_request(&request(config, values))
 }
 
-async fn judge(hook: &Hook, item: &HookItem, work: &Path) -> DeploymentResult {
+async fn judge(hook: &Hook, item: &HeatItem, work: &Path) -> DeploymentResult {
     let outcome = run(
         hook,
         item,
@@ -405,7 +405,7 @@ async fn a_script_output_file_over_the_limit_fails_the_deployment() {
 }
 
 /// Runs `hook` with a progress sink; the lines it queued, as (stream, text).
-async fn progress_of(hook: &Hook, item: &HookItem, work: &Path) -> Vec<(OutputStream, String)> {
+async fn progress_of(hook: &Hook, item: &HeatItem, work: &Path) -> Vec<(OutputStream, String)> {
     let (sink, mut rx) = crate::progress::Sink::for_test(100);
     run(
         hook,
