@@ -23,10 +23,12 @@
   const REPLAY_MINUTES = 15;
   /** Deployments seen in events but never read, read together after this pause. */
   const READ_DELAY_MS = 200;
-  /** From this many unread deployments on, one list read replaces reading each. */
-  const BATCH_READ_MIN = 8;
-  /** Largest `limit` of GET /v1/deployments. */
+  /** Unread deployments read at once. */
+  const READS_IN_FLIGHT = 8;
+  /** Largest `limit` of the paginated listings. */
   const MAX_LIST_LIMIT = 1000;
+  /** Response header carrying the cursor of a listing's next page. */
+  const NEXT_CURSOR_HEADER = 'flue-next-cursor';
   /** Output panels opened by themselves (live output) at once; the oldest closes first. */
   const MAX_AUTO_OPEN = 3;
   /** Reconnect delay once the browser gave up on a stream (a non-200 answer). */
@@ -94,6 +96,28 @@
   }
 
   async function getJson(path) {
+    return (await getPage(path)).body;
+  }
+
+  /**
+   * Every item of a paginated listing: follows the `flue-next-cursor` header page by
+   * page (the listings answer one page, oldest first).
+   */
+  async function getAll(path) {
+    const items = [];
+    const sep = path.includes('?') ? '&' : '?';
+    let cursor = null;
+    do {
+      const url = `${path}${sep}limit=${MAX_LIST_LIMIT}` + (cursor ? `&cursor=${encodeURIComponent(cursor)}` : '');
+      const page = await getPage(url);
+      items.push(...page.body);
+      cursor = page.next;
+    } while (cursor);
+    return items;
+  }
+
+  /** A JSON answer and the cursor of the next page, if the listing has one. */
+  async function getPage(path) {
     const res = await fetch(path, { cache: 'no-store', headers: apiHeaders() });
     if (res.status === 401) {
       const body = await res.json().catch(() => ({}));
@@ -110,15 +134,16 @@
       }
       throw new Error(`${path}: ${message}`);
     }
-    return res.json();
+    return { body: await res.json(), next: res.headers.get(NEXT_CURSOR_HEADER) };
   }
 
   /** Re-reads servers and deployments; events keep them current afterwards. */
   async function sync() {
     try {
       const [serverList, deploymentList] = await Promise.all([
-        getJson('/v1/servers'),
-        getJson('/v1/deployments?limit=100'),
+        getAll('/v1/servers'),
+        // Whole records: a finished one's output is shown from its record.
+        getAll('/v1/deployments?include=output'),
       ]);
       for (const s of serverList) upsertServer(s);
       for (const id of [...servers.keys()]) {
@@ -138,8 +163,8 @@
 
   /**
    * Reads a deployment first seen in an event (its name, exact times) soon. A page that
-   * opens on a busy system replays many such events at once: read them with one list
-   * rather than one request each.
+   * opens on a busy system replays many such events at once: they are read together,
+   * a few at a time, after a short pause.
    */
   function readSoon(id) {
     unread.add(id);
@@ -150,21 +175,13 @@
     readTimer = null;
     const ids = [...unread];
     unread.clear();
-    if (ids.length < BATCH_READ_MIN) {
-      for (const id of ids) fetchDeployment(id);
-      return;
-    }
-    try {
-      // Newest first: those just seen are near the top. Older ones stay as their events
-      // showed them (a finished one's output is read when it is opened).
-      const limit = Math.min(MAX_LIST_LIMIT, ids.length + 100);
-      const wanted = new Set(ids);
-      for (const d of await getJson(`/v1/deployments?limit=${limit}`)) {
-        if (wanted.has(d.id)) upsertDeployment(d, 'record');
-      }
-    } catch (e) {
-      showBanner(`Cannot read deployments: ${e.message}`);
-    }
+    // One read each, a few at a time: the listing is in creation order, so a page
+    // would not hold the newest, and reading each costs the same at any history length.
+    let next = 0;
+    const worker = async () => {
+      while (next < ids.length) await fetchDeployment(ids[next++]);
+    };
+    await Promise.all(Array.from({ length: READS_IN_FLIGHT }, worker));
   }
 
   /** Reads one deployment; asked again while a read is on its way, reads once more after it. */
