@@ -23,8 +23,8 @@
   const REPLAY_MINUTES = 15;
   /** Deployments seen in events but never read, read together after this pause. */
   const READ_DELAY_MS = 200;
-  /** Unread deployments read at once. */
-  const READS_IN_FLIGHT = 8;
+  /** From this many unread deployments on, one listing read replaces reading each. */
+  const BATCH_READ_MIN = 8;
   /** Largest `limit` of the paginated listings. */
   const MAX_LIST_LIMIT = 1000;
   /** Response header carrying the cursor of a listing's next page. */
@@ -163,8 +163,8 @@
 
   /**
    * Reads a deployment first seen in an event (its name, exact times) soon. A page that
-   * opens on a busy system replays many such events at once: they are read together,
-   * a few at a time, after a short pause.
+   * opens on a busy system replays many such events at once: read them with one
+   * listing rather than one request each.
    */
   function readSoon(id) {
     unread.add(id);
@@ -175,13 +175,20 @@
     readTimer = null;
     const ids = [...unread];
     unread.clear();
-    // One read each, a few at a time: the listing is in creation order, so a page
-    // would not hold the newest, and reading each costs the same at any history length.
-    let next = 0;
-    const worker = async () => {
-      while (next < ids.length) await fetchDeployment(ids[next++]);
-    };
-    await Promise.all(Array.from({ length: READS_IN_FLIGHT }, worker));
+    if (ids.length < BATCH_READ_MIN) {
+      for (const id of ids) fetchDeployment(id);
+      return;
+    }
+    try {
+      // The listing is in creation order, page by page: read it through rather than
+      // one request per deployment.
+      const wanted = new Set(ids);
+      for (const d of await getAll('/v1/deployments?include=output')) {
+        if (wanted.has(d.id)) upsertDeployment(d, 'record');
+      }
+    } catch (e) {
+      showBanner(`Cannot read deployments: ${e.message}`);
+    }
   }
 
   /** Reads one deployment; asked again while a read is on its way, reads once more after it. */

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use flue_proto::{
     Config, ConfigId, ConfigSpec, CreateDeployment, CreateTenant, Deployment, DeploymentId,
-    DeploymentStatus, ErrorBody, NEXT_CURSOR_HEADER, PutStack, RegisterServer, Registration, Server, ServerId, Stack,
-    StackId, Tenant,
+    DeploymentStatus, ErrorBody, NEXT_CURSOR_HEADER, PutStack, RegisterServer, Registration,
+    Server, ServerId, Stack, StackId, Tenant,
 };
 use reqwest::{Method, RequestBuilder, Url};
 use serde::Serialize;
@@ -265,11 +265,14 @@ impl Client {
         let request = self
             .request(Method::GET, url.clone())
             .timeout(REQUEST_TIMEOUT);
-        let (body, next) = self.send_bytes_with(request, &url, NEXT_CURSOR_HEADER).await?;
-        let items = serde_json::from_slice(body.as_ref()).map_err(|source| ClientError::Decode {
-            url: url.to_string(),
-            source,
-        })?;
+        let (body, next) = self
+            .send_bytes_with(request, &url, NEXT_CURSOR_HEADER)
+            .await?;
+        let items =
+            serde_json::from_slice(body.as_ref()).map_err(|source| ClientError::Decode {
+                url: url.to_string(),
+                source,
+            })?;
         Ok(Page { items, next })
     }
 

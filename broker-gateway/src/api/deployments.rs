@@ -32,8 +32,8 @@ use crate::record::{
 };
 use crate::sealing::{opened_inputs, opened_values, seal_at_rest, server_key};
 use crate::service::{Service, request};
-use crate::store::deployment_key;
 use crate::store::Listing;
+use crate::store::deployment_key;
 use crate::waiters::{Waiters, Wake};
 
 /// The values as the agent hands them to the hook (`flue_proto::heat`): each read as its

@@ -129,7 +129,7 @@ impl Pages {
 
 /// The text whose bytes `hex` spells, if it is lowercase hex of UTF-8.
 fn unhex(hex: &str) -> Option<String> {
-    if hex.len() % 2 != 0 || hex.len() > 512 {
+    if !hex.len().is_multiple_of(2) || hex.len() > 512 {
         return None;
     }
     let bytes = (0..hex.len())
@@ -154,7 +154,10 @@ mod tests {
     fn a_cursor_names_the_sequence_it_was_made_for() {
         let t = tenant("acme");
         let cursor = Pages::Deployments.cursor(&t, 42);
-        assert_eq!(Pages::Deployments.start(&t, Some(&cursor)).expect("start"), 42);
+        assert_eq!(
+            Pages::Deployments.start(&t, Some(&cursor)).expect("start"),
+            42
+        );
         assert_eq!(Pages::Deployments.start(&t, None).expect("start"), 1);
     }
 
@@ -163,7 +166,13 @@ mod tests {
         let t = tenant("acme");
         let other = Pages::Deployments.cursor(&tenant("globex"), 42);
         let servers = Pages::Servers.cursor(&t, 42);
-        for bad in [other.as_str(), servers.as_str(), "zz", "abc", "6465706c6f796d656e74733a61636d653a30"] {
+        for bad in [
+            other.as_str(),
+            servers.as_str(),
+            "zz",
+            "abc",
+            "6465706c6f796d656e74733a61636d653a30",
+        ] {
             let err = Pages::Deployments.start(&t, Some(bad)).expect_err(bad);
             assert!(err.to_string().contains("cursor"), "{err}");
         }

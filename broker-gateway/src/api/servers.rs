@@ -19,9 +19,9 @@ use tracing::{info, warn};
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId, inner_text};
 use super::listing::{Listed, Paged, Pages, page_limit};
-use crate::store::Listing;
 use crate::credentials;
 use crate::service::Service;
+use crate::store::Listing;
 
 /// `POST /v1/servers`: 201 on first registration, 200 with the same registration after.
 ///

@@ -27,7 +27,11 @@ fn marker_key(tenant: &TenantId) -> String {
 
 impl Store {
     /// Marks deployment `id` pending (idempotent).
-    pub async fn mark_pending(&self, tenant: &TenantId, id: &DeploymentId) -> Result<(), StoreError> {
+    pub async fn mark_pending(
+        &self,
+        tenant: &TenantId,
+        id: &DeploymentId,
+    ) -> Result<(), StoreError> {
         let key = format!("{tenant}.{id}");
         self.pending
             .put(&key, Bytes::new())
@@ -41,7 +45,11 @@ impl Store {
     }
 
     /// Removes deployment `id` from the pending index (nothing if it is not there).
-    pub async fn clear_pending(&self, tenant: &TenantId, id: &DeploymentId) -> Result<(), StoreError> {
+    pub async fn clear_pending(
+        &self,
+        tenant: &TenantId,
+        id: &DeploymentId,
+    ) -> Result<(), StoreError> {
         let filter = format!("{}{tenant}.{id}", self.pending.prefix);
         self.pending
             .stream
