@@ -237,8 +237,8 @@ impl Service {
         self.deferred.insert(&d.server_id, d.created_at, &d.id);
     }
 
-    /// Indexes, reports (`deployment.queued`), publishes and marks published one
-    /// recorded deployment.
+    /// Reports (`deployment.queued`), publishes and marks published one recorded
+    /// deployment.
     ///
     /// The event goes out just before the request, so that it always precedes what the
     /// agent reports (`delivered` may otherwise overtake it), and both before the mark:
@@ -251,10 +251,8 @@ impl Service {
         config: &StoredConfig,
     ) -> Result<(), PublishError> {
         let d = &record.deployment;
+        // Its listing entry was written with its record (`Store::create_deployment`).
         let request = self.sealed_request(record, config).await?;
-        self.store
-            .index_deployment(&d.tenant, &d.server_id, &d.id)
-            .await?;
         self.events
             .publish(&record.event(EventType::DeploymentQueued))
             .await?;

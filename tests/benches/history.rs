@@ -41,7 +41,10 @@ async fn main() {
         .buffer_unordered(IN_FLIGHT)
         .collect::<Vec<()>>()
         .await;
-    println!("registered {n} servers in {:.1} s", started.elapsed().as_secs_f64());
+    println!(
+        "registered {n} servers in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 
     let spec: ConfigSpec = serde_json::from_value(serde_json::json!({
         "id": "noop", "group": "script", "config": "#!/bin/sh\ntrue\n",
@@ -119,7 +122,11 @@ async fn get(flue: &Flue, path: &str) -> usize {
         .send()
         .await
         .expect("GET");
-    assert!(response.status().is_success(), "{path}: {}", response.status());
+    assert!(
+        response.status().is_success(),
+        "{path}: {}",
+        response.status()
+    );
     response.bytes().await.expect("body").len()
 }
 
