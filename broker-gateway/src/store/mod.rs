@@ -285,7 +285,17 @@ impl Store {
         let value = encode(record);
         match self.deployments.create(&key, value).await {
             Ok(_) => Ok(true),
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                // A retry of a finished deployment: the entry just written would otherwise
+                // stay until the next recovery.
+                if !d.status.is_terminal()
+                    && let Ok(Some(stored)) = self.deployment(&d.tenant, &d.id).await
+                    && stored.deployment.status.is_terminal()
+                {
+                    self.clear_pending_logged(&d.tenant, &d.id).await;
+                }
+                Ok(false)
+            }
             Err(e) => Err(StoreError::Write {
                 bucket: DEPLOYMENTS_BUCKET,
                 key,

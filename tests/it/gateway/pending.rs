@@ -54,6 +54,11 @@ async fn recovery_keeps_every_pending_deployment_whatever_write_a_crash_interrup
         .expect("update")
         .expect("exists");
 
+    // A retry of the finished one leaves no entry behind.
+    let mut retry = record("done");
+    retry.deployment.tenant = tenant.clone();
+    assert!(!store.create_deployment(&retry).await.expect("retry"));
+
     let mut pending = store.pending_ids(&tenant).await.expect("pending");
     pending.sort();
     assert_eq!(pending, vec![id("finished"), id("no-record"), id("queued")]);
