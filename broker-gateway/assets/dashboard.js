@@ -23,10 +23,12 @@
   const REPLAY_MINUTES = 15;
   /** Deployments seen in events but never read, read together after this pause. */
   const READ_DELAY_MS = 200;
-  /** From this many unread deployments on, one list read replaces reading each. */
+  /** From this many unread deployments on, one listing read replaces reading each. */
   const BATCH_READ_MIN = 8;
-  /** Largest `limit` of GET /v1/deployments. */
+  /** Largest `limit` of the paginated listings. */
   const MAX_LIST_LIMIT = 1000;
+  /** Response header carrying the cursor of a listing's next page. */
+  const NEXT_CURSOR_HEADER = 'flue-next-cursor';
   /** Output panels opened by themselves (live output) at once; the oldest closes first. */
   const MAX_AUTO_OPEN = 3;
   /** Reconnect delay once the browser gave up on a stream (a non-200 answer). */
@@ -94,6 +96,28 @@
   }
 
   async function getJson(path) {
+    return (await getPage(path)).body;
+  }
+
+  /**
+   * Every item of a paginated listing: follows the `flue-next-cursor` header page by
+   * page (the listings answer one page, oldest first).
+   */
+  async function getAll(path) {
+    const items = [];
+    const sep = path.includes('?') ? '&' : '?';
+    let cursor = null;
+    do {
+      const url = `${path}${sep}limit=${MAX_LIST_LIMIT}` + (cursor ? `&cursor=${encodeURIComponent(cursor)}` : '');
+      const page = await getPage(url);
+      items.push(...page.body);
+      cursor = page.next;
+    } while (cursor);
+    return items;
+  }
+
+  /** A JSON answer and the cursor of the next page, if the listing has one. */
+  async function getPage(path) {
     const res = await fetch(path, { cache: 'no-store', headers: apiHeaders() });
     if (res.status === 401) {
       const body = await res.json().catch(() => ({}));
@@ -110,15 +134,16 @@
       }
       throw new Error(`${path}: ${message}`);
     }
-    return res.json();
+    return { body: await res.json(), next: res.headers.get(NEXT_CURSOR_HEADER) };
   }
 
   /** Re-reads servers and deployments; events keep them current afterwards. */
   async function sync() {
     try {
       const [serverList, deploymentList] = await Promise.all([
-        getJson('/v1/servers'),
-        getJson('/v1/deployments?limit=100'),
+        getAll('/v1/servers'),
+        // Whole records: a finished one's output is shown from its record.
+        getAll('/v1/deployments?include=output'),
       ]);
       for (const s of serverList) upsertServer(s);
       for (const id of [...servers.keys()]) {
@@ -138,8 +163,8 @@
 
   /**
    * Reads a deployment first seen in an event (its name, exact times) soon. A page that
-   * opens on a busy system replays many such events at once: read them with one list
-   * rather than one request each.
+   * opens on a busy system replays many such events at once: read them with one
+   * listing rather than one request each.
    */
   function readSoon(id) {
     unread.add(id);
@@ -155,11 +180,10 @@
       return;
     }
     try {
-      // Newest first: those just seen are near the top. Older ones stay as their events
-      // showed them (a finished one's output is read when it is opened).
-      const limit = Math.min(MAX_LIST_LIMIT, ids.length + 100);
+      // The listing is in creation order, page by page: read it through rather than
+      // one request per deployment.
       const wanted = new Set(ids);
-      for (const d of await getJson(`/v1/deployments?limit=${limit}`)) {
+      for (const d of await getAll('/v1/deployments?include=output')) {
         if (wanted.has(d.id)) upsertDeployment(d, 'record');
       }
     } catch (e) {

@@ -67,6 +67,18 @@ impl DeploymentRecord {
         deployment
     }
 
+    /// [`DeploymentRecord::redacted`] without what a run produced (outputs, stdout,
+    /// stderr): what a listing shows unless asked for output, so that a page's size
+    /// does not grow with what hooks print. The fields stay, empty, so the shape is
+    /// the same.
+    pub fn summary(&self) -> Deployment {
+        let mut deployment = self.redacted();
+        deployment.outputs.clear();
+        deployment.deploy_stdout.clear();
+        deployment.deploy_stderr.clear();
+        deployment
+    }
+
     /// The event of type `ty` about this deployment as it now stands (hidden outputs
     /// `<hidden>`), with its stable id `deployment:<id>:<name>`.
     pub fn event(&self, ty: EventType) -> CloudEvent {

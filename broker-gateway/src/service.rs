@@ -101,6 +101,10 @@ enum Stored {
 /// What recovery found at start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recovery {
+    /// Deployment records read: the pending index's, or every one when it was built.
+    pub read: usize,
+    /// Index entries removed: of terminal records, or of records never written.
+    pub repaired: usize,
     /// Non-terminal deployments now watched for their timeout.
     pub pending: usize,
     /// Requests published again because their first publish was never confirmed.
@@ -233,8 +237,8 @@ impl Service {
         self.deferred.insert(&d.server_id, d.created_at, &d.id);
     }
 
-    /// Indexes, reports (`deployment.queued`), publishes and marks published one
-    /// recorded deployment.
+    /// Reports (`deployment.queued`), publishes and marks published one recorded
+    /// deployment.
     ///
     /// The event goes out just before the request, so that it always precedes what the
     /// agent reports (`delivered` may otherwise overtake it), and both before the mark:
@@ -248,14 +252,12 @@ impl Service {
     ) -> Result<(), PublishError> {
         let d = &record.deployment;
         // A polling server's request is its record, served in its metadata once marked
-        // published (`crate::poll`): nothing goes to the broker's queue.
+        // published (`crate::poll`): nothing goes to the broker's queue. Its listing
+        // entry was written with its record (`Store::create_deployment`).
         let request = match record.polled {
             true => None,
             false => Some(self.sealed_request(record, config).await?),
         };
-        self.store
-            .index_deployment(&d.tenant, &d.server_id, &d.id)
-            .await?;
         self.events
             .publish(&record.event(EventType::DeploymentQueued))
             .await?;
@@ -429,15 +431,26 @@ impl Service {
         true
     }
 
-    /// Rebuilds the in-memory state from the KV buckets: watches every non-terminal
+    /// Rebuilds the in-memory state from the KV buckets: watches every pending
     /// deployment's timeout and republishes every request never confirmed published,
     /// each server's oldest first.
+    ///
+    /// Reads only the deployments in the pending index ([`crate::store::pending`]), and
+    /// repairs it on the way: a terminal record's entry is removed, as is an entry whose
+    /// record never appeared within [`MISSING_RECORD_GRACE`]. A store without the index
+    /// is indexed here once, by one full scan.
     ///
     /// Only listing the deployments can fail it: an undecodable record is logged and
     /// skipped, one that cannot be read is read again in the background.
     pub async fn recover(&self) -> Result<Recovery, StoreError> {
         let tenant = &self.config.tenant;
-        let ids = self.store.deployment_ids(tenant).await?;
+        let indexing = !self.store.pending_indexed(tenant).await?;
+        let ids = if indexing {
+            info!("no pending index yet; reading every deployment once to build it");
+            self.store.deployment_ids(tenant).await?
+        } else {
+            self.store.pending_ids(tenant).await?
+        };
         let reads: Vec<(DeploymentId, Result<Option<DeploymentRecord>, StoreError>)> =
             futures_util::stream::iter(ids)
                 .map(|id| async move {
@@ -447,12 +460,27 @@ impl Service {
                 .buffer_unordered(CONCURRENCY)
                 .collect()
                 .await;
-        let mut recovery = Recovery::default();
+        let mut recovery = Recovery {
+            read: reads.len(),
+            ..Recovery::default()
+        };
         for (id, read) in reads {
             match read {
                 Ok(Some(record)) => {
                     if self.watch(&record) {
                         recovery.pending += 1;
+                        if indexing {
+                            self.store.mark_pending(tenant, &id).await?;
+                        }
+                    } else if !indexing {
+                        // Finished, but the gateway stopped before removing the entry.
+                        self.store.clear_pending(tenant, &id).await?;
+                        recovery.repaired += 1;
+                    }
+                }
+                Ok(None) if !indexing => {
+                    if self.drop_if_never_recorded(&id).await? {
+                        recovery.repaired += 1;
                     }
                 }
                 Ok(None) => {}
@@ -462,23 +490,54 @@ impl Service {
                 }
                 Err(e) => {
                     warn!(error = %chain(&e), deployment.id = %id, "cannot read deployment record; retrying in the background");
+                    if indexing {
+                        // Kept in the index until a read tells whether it is terminal.
+                        self.store.mark_pending(tenant, &id).await?;
+                    }
                     self.unread_insert(id);
                     recovery.unread += 1;
                 }
             }
         }
+        if indexing {
+            self.store.mark_pending_indexed(tenant).await?;
+        }
+        if !self.store.server_order_indexed(tenant).await? {
+            let servers = self.store.index_server_order(tenant).await?;
+            info!(servers, "servers put in the listing order index");
+        }
         // The deferred queues are ordered by `(created_at, id)`, so each server's
         // requests are republished in acceptance order, whatever order they were read in.
         recovery.republished = self.publish_deferred().await;
         info!(
+            read = recovery.read,
             pending = recovery.pending,
             republished = recovery.republished,
             still_unpublished = self.deferred.len(),
+            repaired = recovery.repaired,
             undecodable = recovery.undecodable,
             unread = recovery.unread,
+            indexed = indexing,
             "deployment state recovered"
         );
         Ok(recovery)
+    }
+
+    /// Removes pending entry `id` whose record is not there, once it is older than
+    /// [`MISSING_RECORD_GRACE`] (before that its creation may still be under way, here
+    /// or in another gateway); true when removed.
+    async fn drop_if_never_recorded(&self, id: &DeploymentId) -> Result<bool, StoreError> {
+        let tenant = &self.config.tenant;
+        let Some(since) = self.store.pending_since(tenant, id).await? else {
+            return Ok(false);
+        };
+        if OffsetDateTime::now_utc() < since + MISSING_RECORD_GRACE {
+            self.unread_insert(id.clone());
+            return Ok(false);
+        }
+        info!(deployment.id = %id, "pending entry of a deployment never recorded; removed");
+        self.store.clear_pending(tenant, id).await?;
+        Ok(true)
     }
 
     fn unread_insert(&self, id: DeploymentId) {
@@ -495,7 +554,12 @@ impl Service {
             match self.store.deployment(&self.config.tenant, &id).await {
                 Ok(Some(record)) => {
                     info!(deployment.id = %id, "deployment record read at last; recovered");
-                    self.watch(&record);
+                    if !self.watch(&record) {
+                        let cleared = self.store.clear_pending(&self.config.tenant, &id).await;
+                        if let Err(e) = cleared {
+                            debug!(error = %chain(&e), deployment.id = %id, "cannot remove a finished deployment's pending entry");
+                        }
+                    }
                 }
                 Ok(None) => {}
                 Err(StoreError::Decode { key, source, .. }) => {

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use flue_proto::{
     Config, ConfigId, ConfigSpec, CreateDeployment, CreateTenant, Deployment, DeploymentId,
-    DeploymentStatus, ErrorBody, PutStack, RegisterServer, Registration, Server, ServerId, Stack,
-    StackId, Tenant,
+    DeploymentStatus, ErrorBody, NEXT_CURSOR_HEADER, PutStack, RegisterServer, Registration,
+    Server, ServerId, Stack, StackId, Tenant,
 };
 use reqwest::{Method, RequestBuilder, Url};
 use serde::Serialize;
@@ -27,6 +27,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Slack added to a long-poll's own wait before the client gives up on the request.
 const LONG_POLL_SLACK: Duration = Duration::from_secs(15);
+/// Largest page the gateway serves (`limit` 1..=1000).
+const MAX_PAGE_LIMIT: usize = 1000;
 /// Longest piece of a non-JSON error body quoted in an [`ClientError::Api`] message.
 const MAX_QUOTED_BODY: usize = 200;
 
@@ -181,9 +183,97 @@ impl Client {
         self.get(&format!("v1/servers/{id}")).await
     }
 
-    /// `GET /v1/servers`.
+    /// `GET /v1/servers`, every page: every registered server, oldest first.
     pub async fn list_servers(&self) -> Result<Vec<Server>, ClientError> {
-        self.get("v1/servers").await
+        self.list_servers_up_to(usize::MAX).await
+    }
+
+    /// The first `most` servers, oldest first, read page by page.
+    pub async fn list_servers_up_to(&self, most: usize) -> Result<Vec<Server>, ClientError> {
+        self.collect_pages("v1/servers?", most).await
+    }
+
+    /// `GET /v1/servers?limit=N&cursor=C`: one page of servers, oldest first, and the
+    /// cursor of the next (none on the last page).
+    pub async fn list_servers_page(
+        &self,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<Server>, ClientError> {
+        self.get_page("v1/servers?", limit, cursor).await
+    }
+
+    /// The first `most` deployments (only `server`'s, if given) in creation order, as
+    /// summaries (no outputs, stdout or stderr), read page by page.
+    pub async fn list_deployments_up_to(
+        &self,
+        server: Option<&ServerId>,
+        most: usize,
+    ) -> Result<Vec<Deployment>, ClientError> {
+        let base = match server {
+            Some(s) => format!("v1/deployments?server={s}&"),
+            None => "v1/deployments?".to_owned(),
+        };
+        self.collect_pages(&base, most).await
+    }
+
+    /// `GET /v1/deployments?limit=N&cursor=C`: one page of deployment summaries in
+    /// creation order, and the cursor of the next (none on the last page).
+    pub async fn list_deployments_page(
+        &self,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<Deployment>, ClientError> {
+        self.get_page("v1/deployments?", limit, cursor).await
+    }
+
+    /// Follows the pages of `base` (a path ending in `?` or `&`) until `most` items or
+    /// the last page.
+    async fn collect_pages<T: DeserializeOwned>(
+        &self,
+        base: &str,
+        most: usize,
+    ) -> Result<Vec<T>, ClientError> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        while items.len() < most {
+            let limit = (most - items.len()).min(MAX_PAGE_LIMIT);
+            let page = self.get_page(base, limit, cursor.as_deref()).await?;
+            items.extend(page.items);
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        items.truncate(most);
+        Ok(items)
+    }
+
+    async fn get_page<T: DeserializeOwned>(
+        &self,
+        base: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<T>, ClientError> {
+        let mut path = format!("{base}limit={limit}");
+        if let Some(cursor) = cursor {
+            // Cursors are hex: nothing to escape.
+            path.push_str("&cursor=");
+            path.push_str(cursor);
+        }
+        let url = self.url(&path)?;
+        let request = self
+            .request(Method::GET, url.clone())
+            .timeout(REQUEST_TIMEOUT);
+        let (body, next) = self
+            .send_bytes_with(request, &url, NEXT_CURSOR_HEADER)
+            .await?;
+        let items =
+            serde_json::from_slice(body.as_ref()).map_err(|source| ClientError::Decode {
+                url: url.to_string(),
+                source,
+            })?;
+        Ok(Page { items, next })
     }
 
     /// `DELETE /v1/servers/{id}`: deregisters the server (refused with 409 while it has
@@ -358,11 +448,28 @@ impl Client {
         request: RequestBuilder,
         url: &Url,
     ) -> Result<impl AsRef<[u8]> + use<>, ClientError> {
+        self.send_bytes_with(request, url, "")
+            .await
+            .map(|(body, _)| body)
+    }
+
+    /// [`Client::send_bytes`], and the value of response header `header` if present.
+    async fn send_bytes_with(
+        &self,
+        request: RequestBuilder,
+        url: &Url,
+        header: &str,
+    ) -> Result<(impl AsRef<[u8]> + use<>, Option<String>), ClientError> {
         tracing::debug!(url = %url, "gateway request");
         let response = request
             .send()
             .await
             .map_err(|e| ClientError::transport(url, e))?;
+        let value = (!header.is_empty())
+            .then(|| response.headers().get(header))
+            .flatten()
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let status = response.status().as_u16();
         let body = response
             .bytes()
@@ -372,8 +479,17 @@ impl Client {
         if !(200..300).contains(&status) {
             return Err(api_error(status, &body));
         }
-        Ok(body)
+        Ok((body, value))
     }
+}
+
+/// One page of a paginated listing.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    /// The page's items.
+    pub items: Vec<T>,
+    /// The cursor of the next page; `None` on the last.
+    pub next: Option<String>,
 }
 
 /// Whole seconds to ask the gateway to wait: rounded up, at most [`MAX_WAIT`].

@@ -13,5 +13,5 @@ pub mod stack;
 #[cfg(test)]
 mod test_support;
 
-pub use client::{Client, MAX_WAIT};
+pub use client::{Client, MAX_WAIT, Page};
 pub use error::ClientError;

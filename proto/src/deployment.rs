@@ -16,6 +16,12 @@ use crate::ids::{ConfigId, DeploymentId, ServerId, StackId, TenantId};
 /// left out because they cannot be decoded (absent when none was).
 pub const SKIPPED_RECORDS_HEADER: &str = "flue-skipped-records";
 
+/// HTTP response header of the paginated listings (`GET /v1/deployments`,
+/// `GET /v1/servers`): the opaque cursor of the next page, passed back as the `cursor`
+/// query parameter. Absent on the last page. The body stays a bare JSON array, so
+/// clients that read one page keep working.
+pub const NEXT_CURSOR_HEADER: &str = "flue-next-cursor";
+
 /// Version of the gateway↔agent messages; an agent refuses a request of another version.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -100,6 +106,17 @@ impl DeploymentStatus {
     /// True once nothing can change the deployment any more.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Complete | Self::Failed)
+    }
+
+    /// The status named as on the wire (`QUEUED`, `IN_PROGRESS`, `COMPLETE`, `FAILED`).
+    pub fn from_wire(name: &str) -> Option<Self> {
+        match name {
+            "QUEUED" => Some(Self::Queued),
+            "IN_PROGRESS" => Some(Self::InProgress),
+            "COMPLETE" => Some(Self::Complete),
+            "FAILED" => Some(Self::Failed),
+            _ => None,
+        }
     }
 }
 

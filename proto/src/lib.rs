@@ -43,7 +43,7 @@ pub use config::{
 };
 pub use deployment::{
     Action, AgentMessage, CreateDeployment, Deployment, DeploymentRequest, DeploymentResult,
-    DeploymentStatus, OutputRef, PROTOCOL_VERSION, SKIPPED_RECORDS_HEADER,
+    DeploymentStatus, NEXT_CURSOR_HEADER, OutputRef, PROTOCOL_VERSION, SKIPPED_RECORDS_HEADER,
 };
 pub use digest::RequestDigest;
 pub use event::{

@@ -12,6 +12,7 @@ mod hardening;
 mod heat;
 mod ledger_reuse;
 mod limits;
+mod paging;
 mod poll;
 mod resilience;
 mod security;

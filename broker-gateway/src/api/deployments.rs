@@ -23,7 +23,7 @@ use tracing::{info, warn};
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId, PathIdKind, inner_text};
-use super::listing::Listed;
+use super::listing::{Listed, Paged, Pages, page_limit};
 use super::poll;
 use super::references;
 use crate::config::MAX_TIMEOUT_SECS;
@@ -34,8 +34,8 @@ use crate::record::{
 };
 use crate::sealing::{opened_inputs, opened_values, seal_at_rest};
 use crate::service::{Service, request};
+use crate::store::Listing;
 use crate::store::deployment_key;
-use crate::store::{Listing, StoreError};
 use crate::waiters::{Waiters, Wake};
 
 /// The values as the agent hands them to the hook (`flue_proto::heat`): each read as its
@@ -511,10 +511,6 @@ pub async fn get(
     Ok(Json(latest.redacted()))
 }
 
-/// Default of `limit` in `GET /v1/deployments`.
-pub const DEFAULT_LIST_LIMIT: usize = 100;
-/// Largest `limit` in `GET /v1/deployments`.
-pub const MAX_LIST_LIMIT: usize = 1000;
 /// Deployment records read at once while listing.
 const LIST_READS_IN_FLIGHT: usize = 16;
 
@@ -526,99 +522,93 @@ pub struct ListQuery {
     pub server: Option<String>,
     /// Only this stack's deployments (empty: any stack).
     pub stack: Option<String>,
-    /// How many, newest first (1..=1000, default 100).
+    /// Only deployments in this status (`QUEUED`, `IN_PROGRESS`, `COMPLETE`, `FAILED`).
+    pub status: Option<String>,
+    /// Index entries per page (1..=1000, default 100).
     pub limit: Option<String>,
+    /// Where the page starts: the previous page's `flue-next-cursor` header.
+    pub cursor: Option<String>,
+    /// `output`: whole deployments, with outputs, stdout and stderr.
+    pub include: Option<String>,
 }
 
-/// `GET /v1/deployments[?server=S&stack=K&limit=N]`: the tenant's most recent
-/// deployments, newest first (by `created_at`, then id), redacted. A bad parameter is
-/// a 400 `invalid_query` naming it.
+/// `GET /v1/deployments[?limit=N&cursor=C&server=S&stack=K&status=X&include=output]`:
+/// one page of the tenant's deployments in creation order, redacted, as summaries
+/// (no outputs, stdout or stderr) unless `include=output`. The cursor of the next page
+/// is in the `flue-next-cursor` header, absent on the last page. A bad parameter is a
+/// 400 `invalid_query` naming it.
 ///
-/// Every call reads every record it filters (with `server`, only that server's, through
-/// the `flue_server_deployments` index): its cost grows with the deployments kept, which
-/// is fine for a dashboard's first page but not for polling. Without `server`, at most
-/// twice `limit` records are held at a time (a record may carry megabytes of output).
-/// A record that cannot be decoded is left out (logged), and the number left out is in
-/// the `flue-skipped-records` header.
+/// A page reads `limit` entries of the `flue_server_deployments` index from the
+/// cursor on (only `server`'s with `server`) and their records: O(page), whatever the
+/// history. `stack` and `status` filter the records read, so such a page may hold fewer
+/// than `limit` items, even none, and still have a next one. A record that cannot be
+/// decoded is left out (logged), and the number left out is in the
+/// `flue-skipped-records` header.
 pub async fn list(
     State(service): State<Service>,
     query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Listed<Deployment>, ApiError> {
+) -> Result<Paged<Deployment>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::InvalidQuery(inner_text(&e)))?;
-    let limit = list_limit(query.limit.as_deref())?;
+    let limit = page_limit(query.limit.as_deref())?;
     let server = query_id::<ServerId>("server", query.server.as_deref())?;
     let stack = query_id::<StackId>("stack", query.stack.as_deref())?;
+    let status = query_status(query.status.as_deref())?;
+    let with_output = match query.include.as_deref() {
+        None | Some("") => false,
+        Some("output") => true,
+        Some(other) => {
+            return Err(ApiError::InvalidQuery(format!(
+                "query parameter \"include\": only \"output\" is known, got {other:?}"
+            )));
+        }
+    };
     let tenant = &service.config.tenant;
+    let from = Pages::Deployments.start(tenant, query.cursor.as_deref())?;
+    let page = service
+        .store
+        .deployment_page(tenant, server.as_ref(), from, limit)
+        .await?;
+    let store = &service.store;
+    let reads: Vec<_> = futures_util::stream::iter(page.items)
+        .map(|entry| async move { store.deployment(tenant, &entry.id).await })
+        .buffered(LIST_READS_IN_FLIGHT)
+        .collect()
+        .await;
     let wanted = |r: &DeploymentRecord| {
         stack
             .as_ref()
             .is_none_or(|s| r.deployment.stack_id.as_ref() == Some(s))
+            && status.is_none_or(|s| r.deployment.status == s)
     };
-    let mut listing = match &server {
-        Some(server) => {
-            let mut listing = service
-                .store
-                .server_deployments_listing(tenant, server)
-                .await?;
-            listing.items.retain(wanted);
-            listing
+    let mut listing = Listing::default();
+    for read in reads {
+        // A record never written (a create that failed after its index entry) is not there.
+        if let Some(record) = listing.skip_undecodable(read)?.filter(wanted) {
+            listing.items.push(if with_output {
+                record.redacted()
+            } else {
+                record.summary()
+            });
         }
-        None => {
-            let ids = service.store.deployment_ids(tenant).await?;
-            let store = &service.store;
-            futures_util::stream::iter(ids)
-                .map(|id| async move { store.deployment(tenant, &id).await })
-                .buffer_unordered(LIST_READS_IN_FLIGHT)
-                .fold(
-                    Ok(Listing::default()),
-                    |kept: Result<_, StoreError>, read| {
-                        let kept = kept.and_then(|mut kept: Listing<DeploymentRecord>| {
-                            // A record deleted since its id was listed is simply not there.
-                            if let Some(record) = kept.skip_undecodable(read)?.filter(wanted) {
-                                kept.items.push(record);
-                                if kept.items.len() >= 2 * limit {
-                                    newest_first(&mut kept.items);
-                                    kept.items.truncate(limit);
-                                }
-                            }
-                            Ok(kept)
-                        });
-                        std::future::ready(kept)
-                    },
-                )
-                .await?
-        }
-    };
-    newest_first(&mut listing.items);
-    listing.items.truncate(limit);
-    Ok(Listed {
-        items: listing
-            .items
-            .iter()
-            .map(DeploymentRecord::redacted)
-            .collect(),
-        skipped: listing.skipped,
+    }
+    Ok(Paged {
+        listed: Listed {
+            items: listing.items,
+            skipped: listing.skipped,
+        },
+        next: page.next.map(|seq| Pages::Deployments.cursor(tenant, seq)),
     })
 }
 
-/// Sorts by `created_at`, newest first, then by id.
-fn newest_first(records: &mut [DeploymentRecord]) {
-    records.sort_by(|a, b| {
-        (b.deployment.created_at, &b.deployment.id)
-            .cmp(&(a.deployment.created_at, &a.deployment.id))
-    });
-}
-
-/// The `limit` parameter: absent is [`DEFAULT_LIST_LIMIT`].
-fn list_limit(value: Option<&str>) -> Result<usize, ApiError> {
-    let Some(raw) = value else {
-        return Ok(DEFAULT_LIST_LIMIT);
-    };
-    match raw.parse::<usize>() {
-        Ok(n) if (1..=MAX_LIST_LIMIT).contains(&n) => Ok(n),
-        _ => Err(ApiError::InvalidQuery(format!(
-            "query parameter \"limit\": must be a whole number from 1 to {MAX_LIST_LIMIT}, got {raw:?}"
-        ))),
+/// The `status` parameter: absent or empty is any status.
+fn query_status(value: Option<&str>) -> Result<Option<DeploymentStatus>, ApiError> {
+    match value {
+        None | Some("") => Ok(None),
+        Some(raw) => DeploymentStatus::from_wire(raw).map(Some).ok_or_else(|| {
+            ApiError::InvalidQuery(format!(
+                "query parameter \"status\": must be QUEUED, IN_PROGRESS, COMPLETE or FAILED, got {raw:?}"
+            ))
+        }),
     }
 }
 

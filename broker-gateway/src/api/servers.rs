@@ -3,7 +3,8 @@
 //! deregistering are reported as server events.
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use flue_proto::event::ServerEventData;
 use flue_proto::poll::Transport;
@@ -11,14 +12,17 @@ use flue_proto::{
     AgentBootstrap, CloudEvent, Deployment, EventType, RegisterServer, Registration, Server,
     ServerId, subject,
 };
+use futures_util::StreamExt;
+use serde::Deserialize;
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
 use super::error::ApiError;
-use super::extract::{JsonBody, PathId};
-use super::listing::Listed;
+use super::extract::{JsonBody, PathId, inner_text};
+use super::listing::{Listed, Paged, Pages, page_limit};
 use crate::credentials;
 use crate::service::Service;
+use crate::store::Listing;
 
 /// `POST /v1/servers`: 201 on first registration, 200 with the same registration after.
 ///
@@ -133,21 +137,58 @@ pub async fn rotate_credentials(
     }))
 }
 
-/// `GET /v1/servers`: every server of the tenant, oldest first.
-pub async fn list(State(service): State<Service>) -> Result<Json<Vec<Server>>, ApiError> {
+/// Server records read at once while listing.
+const LIST_READS_IN_FLIGHT: usize = 16;
+
+/// Query of `GET /v1/servers`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Servers per page (1..=1000, default 100).
+    pub limit: Option<String>,
+    /// Where the page starts: the previous page's `flue-next-cursor` header.
+    pub cursor: Option<String>,
+}
+
+/// `GET /v1/servers[?limit=N&cursor=C]`: one page of the tenant's servers in
+/// registration order, each with its presence; the cursor of the next page is in the
+/// `flue-next-cursor` header, absent on the last page.
+///
+/// A page reads `limit` entries of the `flue_server_order` index from the cursor on and
+/// their records: O(page), however many servers are registered. A server deregistered
+/// while its entry was read is left out.
+pub async fn list(
+    State(service): State<Service>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Paged<Server>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(inner_text(&e)))?;
+    let limit = page_limit(query.limit.as_deref())?;
     let tenant = &service.config.tenant;
-    let mut servers: Vec<Server> = service
-        .store
-        .servers(tenant)
-        .await?
-        .into_iter()
-        .map(Server::public)
-        .collect();
-    for server in &mut servers {
-        let presence = service.presence.view(tenant, &server.id);
-        server.presence = Some(presence.unwrap_or_else(crate::presence::unknown));
+    let from = Pages::Servers.start(tenant, query.cursor.as_deref())?;
+    let page = service.store.server_page(tenant, from, limit).await?;
+    let store = &service.store;
+    let reads: Vec<_> = futures_util::stream::iter(page.items)
+        .map(|id| async move { store.server(tenant, &id).await })
+        .buffered(LIST_READS_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut listing = Listing::default();
+    for read in reads {
+        if let Some(server) = listing.skip_undecodable(read)? {
+            // Never the polling secret's hash, as every read.
+            let mut server = server.public();
+            let presence = service.presence.view(tenant, &server.id);
+            server.presence = Some(presence.unwrap_or_else(crate::presence::unknown));
+            listing.items.push(server);
+        }
     }
-    Ok(Json(servers))
+    Ok(Paged {
+        listed: Listed {
+            items: listing.items,
+            skipped: listing.skipped,
+        },
+        next: page.next.map(|seq| Pages::Servers.cursor(tenant, seq)),
+    })
 }
 
 /// `GET /v1/servers/{id}`.

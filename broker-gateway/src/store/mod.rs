@@ -7,6 +7,8 @@
 //! | `flue_deployments` | `<tenant>.<deployment>` | [`DeploymentRecord`] JSON |
 //! | `flue_server_deployments` | `<tenant>.<server>.<deployment>` | empty (listing index) |
 //! | `flue_stacks` | `<tenant>.<stack>` | [`flue_proto::Stack`] JSON |
+//! | `flue_pending` | `<tenant>.<deployment>` | empty: the deployment is not terminal ([`pending`]) |
+//! | `flue_server_order` | `<tenant>.<server>` | empty: servers in registration order ([`paging`]) |
 //! | `flue_data` | `<tenant>.<stack>.<key>` | a hook's value (written by agents) |
 //!
 //! Every bucket keeps one revision per key. Configs, servers and deployments are
@@ -18,6 +20,8 @@
 
 mod bucket;
 mod error;
+pub mod paging;
+pub mod pending;
 mod stacks;
 
 use async_nats::jetstream::{self, kv};
@@ -43,6 +47,10 @@ pub const DEPLOYMENTS_BUCKET: &str = "flue_deployments";
 pub const SERVER_DEPLOYMENTS_BUCKET: &str = "flue_server_deployments";
 /// Bucket of stack records.
 pub const STACKS_BUCKET: &str = "flue_stacks";
+/// Index bucket of the deployments that are not terminal.
+pub const PENDING_BUCKET: &str = "flue_pending";
+/// Index bucket of servers in registration order.
+pub const SERVER_ORDER_BUCKET: &str = "flue_server_order";
 
 /// How many times a compare-and-set is retried after losing a race before giving up.
 pub(crate) const MAX_CAS_ATTEMPTS: usize = 32;
@@ -65,6 +73,8 @@ pub struct Store {
     index: kv::Store,
     stacks: kv::Store,
     data: kv::Store,
+    pending: kv::Store,
+    server_order: kv::Store,
 }
 
 impl Store {
@@ -78,6 +88,8 @@ impl Store {
             stacks: bucket(js, STACKS_BUCKET).await?,
             // Agents read and write it but never create anything: it must exist first.
             data: bucket(js, subject::DATA_BUCKET).await?,
+            pending: bucket(js, PENDING_BUCKET).await?,
+            server_order: bucket(js, SERVER_ORDER_BUCKET).await?,
         })
     }
 
@@ -127,7 +139,11 @@ impl Store {
     }
 
     /// Stores a new server; returns the stored one instead when it is already registered.
+    ///
+    /// The server is put in the listing order first, so that a crash in between leaves
+    /// at worst an entry without a record, which listings skip.
     pub async fn create_server(&self, server: &Server) -> Result<Option<Server>, StoreError> {
+        self.order_server(&server.tenant, &server.id).await?;
         let key = key2(&server.tenant, &server.id);
         create(&self.servers, SERVERS_BUCKET, &key, server, |k| {
             self.server_by_key(k)
@@ -224,7 +240,9 @@ impl Store {
                 bucket: SERVERS_BUCKET,
                 key,
                 source: e.into(),
-            })
+            })?;
+        // After the record: an interrupted removal leaves an entry listings skip.
+        self.unorder_server(tenant, id).await
     }
 
     /// Every server of `tenant`, oldest first.
@@ -251,13 +269,33 @@ impl Store {
     }
 
     /// Stores a new deployment record; false when the id is already used.
+    ///
+    /// A record that is not terminal is marked pending first, and put in the listing
+    /// order: a crash after these writes leaves entries without a record, which
+    /// recovery and listings skip; the other way round it would leave a pending
+    /// deployment no restart reads.
     pub async fn create_deployment(&self, record: &DeploymentRecord) -> Result<bool, StoreError> {
         let d = &record.deployment;
+        if !d.status.is_terminal() {
+            self.mark_pending(&d.tenant, &d.id).await?;
+        }
+        self.index_deployment(&d.tenant, &d.server_id, &d.id)
+            .await?;
         let key = key2(&d.tenant, &d.id);
         let value = encode(record);
         match self.deployments.create(&key, value).await {
             Ok(_) => Ok(true),
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                // A retry of a finished deployment: the entry just written would otherwise
+                // stay until the next recovery.
+                if !d.status.is_terminal()
+                    && let Ok(Some(stored)) = self.deployment(&d.tenant, &d.id).await
+                    && stored.deployment.status.is_terminal()
+                {
+                    self.clear_pending_logged(&d.tenant, &d.id).await;
+                }
+                Ok(false)
+            }
             Err(e) => Err(StoreError::Write {
                 bucket: DEPLOYMENTS_BUCKET,
                 key,
@@ -295,6 +333,11 @@ impl Store {
                 .await
             {
                 Ok(_) => {
+                    if record.deployment.status.is_terminal() {
+                        // After the record: a crash in between leaves a pending entry
+                        // of a terminal record, which the next recovery removes.
+                        self.clear_pending_logged(tenant, id).await;
+                    }
                     return Ok(Some(Updated {
                         record,
                         changed: true,
@@ -313,7 +356,9 @@ impl Store {
         Err(StoreError::Contention { key })
     }
 
-    /// Records that deployment `id` runs on `server`, for [`Store::server_deployments`].
+    /// Records that deployment `id` runs on `server`, for [`Store::server_deployments`]
+    /// and the paginated listing. Written once: a second call keeps the entry where it
+    /// is, so the listing order (the index stream's) is the order of acceptance.
     pub async fn index_deployment(
         &self,
         tenant: &TenantId,
@@ -321,8 +366,9 @@ impl Store {
         id: &DeploymentId,
     ) -> Result<(), StoreError> {
         let key = format!("{tenant}.{server}.{id}");
-        match self.index.put(&key, Bytes::new()).await {
+        match self.index.create(&key, Bytes::new()).await {
             Ok(_) => Ok(()),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(()),
             Err(e) => Err(StoreError::Write {
                 bucket: SERVER_DEPLOYMENTS_BUCKET,
                 key,

@@ -145,6 +145,11 @@ impl TenantRuntime {
         &self.tenant.id
     }
 
+    /// Its shared state (the store, recovery), for in-process tests and tools.
+    pub fn service(&self) -> &Service {
+        &self.service
+    }
+
     /// The tenant's routes (`/v1/…`, the dashboard), for requests of its callers.
     pub fn router(&self) -> axum::Router {
         self.router.clone()

@@ -400,11 +400,14 @@ pub enum ServerCommand {
         #[arg(long)]
         force: bool,
     },
-    /// List registered servers.
+    /// List registered servers, oldest first (every one, read page by page).
     List {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Show at most this many.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
     },
     /// Print a server as JSON.
     Show {
@@ -468,6 +471,18 @@ pub struct DeployArgs {
 /// `flue deployment …`
 #[derive(Debug, Subcommand)]
 pub enum DeploymentCommand {
+    /// List deployments in creation order, as summaries (every one, read page by page).
+    List {
+        /// Only this server's.
+        #[arg(long)]
+        server: Option<ServerId>,
+        /// Show at most this many.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a deployment as JSON, or one of its outputs.
     Show {
         /// Deployment id.

@@ -193,6 +193,21 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<Outcome, CliError> {
             };
             return watch::run(&client, args, screen, out).await;
         }
+        Command::Deployment(DeploymentCommand::List {
+            server,
+            limit,
+            json,
+        }) => {
+            let deployments = client
+                .list_deployments_up_to(server.as_ref(), limit.unwrap_or(usize::MAX))
+                .await?;
+            let text = if json {
+                render::pretty_json(&deployments)
+            } else {
+                render::deployments_table(&deployments)
+            };
+            out.write_all(text.as_bytes())?;
+        }
         Command::Deployment(DeploymentCommand::Show { id, output }) => {
             let deployment = client.get_deployment(&id).await?;
             let Some(name) = output else {
@@ -296,8 +311,10 @@ async fn server(
                 creds.display()
             )
         }
-        ServerCommand::List { json } => {
-            let servers = client.list_servers().await?;
+        ServerCommand::List { json, limit } => {
+            let servers = client
+                .list_servers_up_to(limit.unwrap_or(usize::MAX))
+                .await?;
             if json {
                 render::pretty_json(&servers)
             } else {

@@ -62,7 +62,7 @@ async fn a_closed_port_is_reported_as_unreachable_with_its_url() {
     assert!(matches!(err, ClientError::Unreachable { .. }), "{err:?}");
     assert_eq!(
         err.to_string(),
-        format!("cannot reach the gateway at http://{addr}/v1/servers")
+        format!("cannot reach the gateway at http://{addr}/v1/servers?limit=1000")
     );
 }
 

@@ -371,7 +371,7 @@ async fn dashboard_reconnects_by_itself_and_says_when_events_were_missed() {
 }
 
 #[tokio::test]
-async fn deployments_are_listed_newest_first_filtered_and_bounded() {
+async fn deployments_are_listed_in_creation_order_filtered_and_bounded() {
     let flue = Flue::start().await;
     flue.register("a").await;
     flue.register("b").await;
@@ -402,12 +402,11 @@ async fn deployments_are_listed_newest_first_filtered_and_bounded() {
 
     let (status, all) = get("").await;
     assert_eq!(status, 200);
-    let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
-    assert_eq!(listed(&all), newest_first);
+    assert_eq!(listed(&all), ids);
     let (_, on_a) = get("?server=a").await;
-    assert_eq!(listed(&on_a), vec![ids[2].clone(), ids[0].clone()]);
+    assert_eq!(listed(&on_a), vec![ids[0].clone(), ids[2].clone()]);
     let (_, one) = get("?limit=1").await;
-    assert_eq!(listed(&one), vec![ids[2].clone()]);
+    assert_eq!(listed(&one), vec![ids[0].clone()]);
     let (_, none) = get("?stack=s1").await;
     assert_eq!(listed(&none), Vec::<String>::new());
 
@@ -422,7 +421,8 @@ async fn deployments_are_listed_newest_first_filtered_and_bounded() {
         .await
         .expect("create config");
     let secret = flue.deploy("secret", "b", &[("password", "s3cret")]).await;
-    let (_, newest) = get("?limit=1").await;
+    let (_, newest) = get("?server=b&stack=").await;
+    let newest = Value::from(vec![newest[1].clone()]);
     assert_eq!(listed(&newest), vec![secret.id.to_string()]);
     assert_eq!(newest[0]["input_values"]["password"], "<hidden>");
     assert!(!newest.to_string().contains("s3cret"), "{newest}");

@@ -5,5 +5,6 @@ mod api;
 mod create_options;
 mod deployments;
 pub(crate) mod fixture;
+mod pending;
 mod stacks;
 mod store;

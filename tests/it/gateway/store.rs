@@ -10,7 +10,7 @@ use flue_proto::{
 };
 use time::OffsetDateTime;
 
-fn record(id: &str) -> DeploymentRecord {
+pub(super) fn record(id: &str) -> DeploymentRecord {
     let now = OffsetDateTime::now_utc();
     DeploymentRecord {
         deployment: Deployment {

@@ -92,8 +92,8 @@ async fn a_request_the_broker_refuses_fails_that_deployment_and_the_server_queue
         .expect("send");
     assert_eq!(created.status(), StatusCode::CREATED);
 
-    // A record accepted by an older gateway (or written by another client): its request,
-    // config plus input, is larger than the broker takes.
+    // A record accepted by an older gateway (or written by another client) and marked
+    // pending: its request, config plus input, is larger than the broker takes.
     flue.gateway.kill().await;
     let now = OffsetDateTime::now_utc();
     let id = DeploymentId::new("huge").expect("id");
@@ -140,6 +140,13 @@ async fn a_request_the_broker_refuses_fails_that_deployment_and_the_server_queue
         )
         .await
         .expect("put record");
+    // Pending, as every gateway marks what it records (`flue_pending`, entry first).
+    js.get_key_value("flue_pending")
+        .await
+        .expect("pending bucket")
+        .put("default.huge", bytes::Bytes::new())
+        .await
+        .expect("mark pending");
     flue.gateway.restart().await;
     let _agent = flue.agent("s1", &[]).await;
 
