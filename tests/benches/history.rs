@@ -109,6 +109,7 @@ async fn register(admin: &Client, id: &str) {
         .register_server(&RegisterServer {
             id: ServerId::new(id).expect("server id"),
             name: String::new(),
+            transport: Default::default(),
         })
         .await
         .expect("register server");
