@@ -37,6 +37,7 @@ pub mod listen;
 pub mod natsauth;
 pub mod presence;
 pub mod record;
+pub mod replicas;
 pub mod responses;
 pub mod rights;
 pub mod sealing;

@@ -77,7 +77,7 @@ impl TenantRuntime {
         let events_js = context(&connections.events().client);
         let broker = Broker::new(js.clone());
         broker
-            .ensure_streams(config.stream_max_age(), config.max_servers)
+            .ensure_streams(config.stream_max_age(), config.max_servers, config.replicas())
             .await?;
         check_consumer_limits(&broker, config.max_servers).await;
         let events = events::Events::open(events_js.clone(), config.event_retention()).await?;
@@ -87,6 +87,11 @@ impl TenantRuntime {
         broker.response_consumer().await?;
         // Revoked HTTP tokens live in the tenant's own account, like everything of it.
         let revoked = Revoked::open(&js).await?;
+        // Buckets are created with the broker's default count; this also brings streams
+        // made under another `--replicas` to this one.
+        for context in [&js, &events_js] {
+            crate::replicas::ensure(context, config.replicas()).await?;
+        }
 
         let shutdown = parent.child_token();
         let service = Service::new(
