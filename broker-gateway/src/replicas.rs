@@ -8,12 +8,19 @@
 
 use async_nats::jetstream::{self, stream};
 use futures_util::TryStreamExt;
+use std::time::Duration;
+
 use tracing::info;
 
 /// Replicas of the gateway's streams and buckets when `--replicas` is not given.
 pub const DEFAULT_REPLICAS: u8 = 1;
 /// Most replicas JetStream keeps of a stream.
 pub const MAX_REPLICAS: u8 = 5;
+/// How long a changed stream may take to have a leader and every copy current: until
+/// then writes to it can time out, so the gateway does not serve before.
+const SETTLE: Duration = Duration::from_secs(30);
+/// Pause between two looks at a changed stream (the broker announces nothing).
+const SETTLE_POLL: Duration = Duration::from_millis(100);
 
 /// Names of the streams the gateway owns in an account: its own (`FLUE_…`) and those
 /// behind its KV buckets (`KV_flue_…`). Other streams of the account are left alone.
@@ -35,6 +42,14 @@ pub enum ReplicasError {
         /// Cause.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The changed stream did not get a leader with every copy current in time.
+    #[error("stream {stream} did not settle on {to} current replicas within {}s", SETTLE.as_secs())]
+    Settle {
+        /// Stream name.
+        stream: String,
+        /// Replicas wanted.
+        to: usize,
     },
     /// The broker refused the new count: typically more replicas than the cluster has
     /// nodes, or replicas above 1 on a broker that is not a JetStream cluster.
@@ -86,10 +101,42 @@ pub async fn ensure(js: &jetstream::Context, replicas: usize) -> Result<usize, R
                 to: replicas,
                 source: e.into(),
             })?;
+        settle(js, &name, replicas).await?;
         info!(stream = %name, from, to = replicas, "stream replicas changed");
         changed += 1;
     }
     Ok(changed)
+}
+
+/// Waits until stream `name` has a leader and `replicas - 1` current followers.
+async fn settle(js: &jetstream::Context, name: &str, replicas: usize) -> Result<(), ReplicasError> {
+    let look = async {
+        loop {
+            if let Ok(mut stream) = js.get_stream(name).await
+                && let Ok(info) = stream.info().await
+            {
+                let settled = match &info.cluster {
+                    // Not clustered: a single copy, nothing to wait for.
+                    None => true,
+                    Some(c) => {
+                        c.leader.is_some()
+                            && c.replicas.len() + 1 == replicas
+                            && c.replicas.iter().all(|p| p.current && !p.offline)
+                    }
+                };
+                if settled {
+                    return;
+                }
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
+        }
+    };
+    tokio::time::timeout(SETTLE, look)
+        .await
+        .map_err(|_| ReplicasError::Settle {
+            stream: name.to_owned(),
+            to: replicas,
+        })
 }
 
 #[cfg(test)]
@@ -98,7 +145,12 @@ mod tests {
 
     #[test]
     fn only_the_gateways_own_streams_are_changed() {
-        for name in ["FLUE_REQ", "FLUE_EVT_GW", "KV_flue_deployments", "KV_flue_data"] {
+        for name in [
+            "FLUE_REQ",
+            "FLUE_EVT_GW",
+            "KV_flue_deployments",
+            "KV_flue_data",
+        ] {
             assert!(owned(name), "{name}");
         }
         for name in ["KV_other", "ORDERS", "flue_x", "KV_FLUE"] {

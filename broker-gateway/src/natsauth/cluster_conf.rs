@@ -162,7 +162,11 @@ pub fn node(hub: &str, cluster: &ClusterSettings, me: &ClusterNode) -> String {
     out.push_str(&cluster.route_tls.block("  "));
     out.push_str("  routes: [\n");
     for other in cluster.nodes.iter().filter(|n| n.name != me.name) {
-        let _ = writeln!(out, "    {}", quote(&format!("nats-route://{}", other.route)));
+        let _ = writeln!(
+            out,
+            "    {}",
+            quote(&format!("nats-route://{}", other.route))
+        );
     }
     out.push_str("  ]\n}\n");
     out
@@ -207,10 +211,14 @@ mod tests {
     use super::*;
 
     fn three() -> Vec<ClusterNode> {
-        ["n1,127.0.0.1:4222,127.0.0.1:6222", "n2,127.0.0.1:4223,127.0.0.1:6223", "n3,127.0.0.1:4224,127.0.0.1:6224"]
-            .iter()
-            .map(|v| v.parse().expect("node"))
-            .collect()
+        [
+            "n1,127.0.0.1:4222,127.0.0.1:6222",
+            "n2,127.0.0.1:4223,127.0.0.1:6223",
+            "n3,127.0.0.1:4224,127.0.0.1:6224",
+        ]
+        .iter()
+        .map(|v| v.parse().expect("node"))
+        .collect()
     }
 
     #[test]
@@ -241,7 +249,11 @@ mod tests {
         let cluster = ClusterSettings::new("flue".into(), three(), tls).expect("valid");
         let conf = node("", &cluster, &cluster.nodes[1]);
         let block = conf.split("cluster {").nth(1).expect("cluster block");
-        for part in ["cert_file: \"/r.pem\"", "key_file: \"/r.key\"", "ca_file: \"/ca.pem\""] {
+        for part in [
+            "cert_file: \"/r.pem\"",
+            "key_file: \"/r.key\"",
+            "ca_file: \"/ca.pem\"",
+        ] {
             assert!(block.contains(part), "{part} missing in\n{conf}");
         }
     }

@@ -77,7 +77,11 @@ impl TenantRuntime {
         let events_js = context(&connections.events().client);
         let broker = Broker::new(js.clone());
         broker
-            .ensure_streams(config.stream_max_age(), config.max_servers, config.replicas())
+            .ensure_streams(
+                config.stream_max_age(),
+                config.max_servers,
+                config.replicas(),
+            )
             .await?;
         check_consumer_limits(&broker, config.max_servers).await;
         let events = events::Events::open(events_js.clone(), config.event_retention()).await?;
