@@ -10,7 +10,7 @@ use async_nats::jetstream;
 use flue_engine::{Client, ClientError};
 use flue_proto::event::{EVENT_STREAM, EventType};
 use flue_proto::{CreateDeployment, Deployment, DeploymentId, DeploymentStatus, subject};
-use flue_tests::{Cluster, EventTap, WAIT};
+use flue_tests::{Cluster, EventTap, Flue, WAIT};
 use futures_util::TryStreamExt;
 
 use crate::stack::{create_stack, example};
@@ -117,10 +117,22 @@ async fn finished_through(client: &Client, id: &DeploymentId) -> Deployment {
         .unwrap_or_else(|_| panic!("deployment {id} did not finish within {WAIT:?}"))
 }
 
+/// The cluster is first served with one replica per stream and bucket; a gateway started
+/// with `--replicas 3` brings them all to three, and a stack runs on them.
 #[tokio::test]
-async fn a_stack_runs_to_complete_on_a_three_node_cluster_with_every_stream_and_bucket_on_three_nodes()
+async fn a_stack_runs_to_complete_on_a_three_node_cluster_with_every_stream_and_bucket_brought_to_three_nodes()
  {
-    let cluster = Cluster::start(3, REPLICAS).await;
+    let mut cluster = Cluster::start(3, &[]).await;
+    let single = streams(&cluster.flue.nats.client().await).await;
+    assert_eq!(single[subject::REQUEST_STREAM].0, 1, "{single:?}");
+    cluster.flue.gateway.kill().await;
+    cluster.flue.gateway = cluster.another_gateway(REPLICAS).await;
+    cluster
+        .flue
+        .gateway
+        .logs()
+        .wait_for("stream replicas changed", WAIT)
+        .await;
     let env = &cluster.flue;
     let mut agents = Vec::new();
     for server in ["db", "web"] {
@@ -319,5 +331,35 @@ async fn two_gateways_on_one_cluster_run_each_deployment_once_and_publish_no_eve
     assert!(
         repeated.is_empty(),
         "deployment events announced twice: {repeated:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_gateway_asked_for_more_replicas_than_a_single_broker_keeps_stops_naming_the_flag() {
+    let flue = Flue::start().await;
+    let run = tokio::process::Command::new(flue_tests::bin("flue-gateway"))
+        .args(["--listen", "127.0.0.1:0", "--nats-url", &flue.nats.url()])
+        .arg("--state-dir")
+        .arg(flue.gateway.state_dir())
+        .args(REPLICAS)
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_BACKTRACE")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(WAIT, run)
+        .await
+        .expect("the gateway stops")
+        .expect("run flue-gateway");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--replicas needs a JetStream cluster of at least that many nodes"),
+        "{stderr}"
+    );
+    // Nothing was changed: the first gateway's streams keep their one copy.
+    let found = streams(&flue.nats.client().await).await;
+    assert!(
+        found.values().all(|(replicas, _)| *replicas == 1),
+        "{found:?}"
     );
 }
