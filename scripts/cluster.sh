@@ -165,14 +165,14 @@ section "SIGKILL node $victim (leading FLUE_REQ), then flue stack update shop -P
 kill -KILL "${node_pid[$victim]}"
 wait "${node_pid[$victim]}" 2>/dev/null || true
 started=$(now_ms)
-# Until the other nodes have elected new leaders for the streams $victim led (a few
-# seconds), the gateway answers 503 "retry later"; flue does not retry by itself, and an
+# Until the other nodes have elected new leaders for the streams $victim led (about 5 s
+# here), the gateway answers 503 "retry later"; flue does not retry by itself, and an
 # operation run again resumes where it stopped.
-for attempt in 1 2 3 4 5; do
+for attempt in $(seq 30); do
   if "$flue" --gateway "$gw2" stack update shop -t examples/two-tier/stack.yaml -P db_port=5433; then
     break
   fi
-  ((attempt < 5)) || die "the update of shop did not complete with $victim down"
+  ((attempt < 30)) || die "the update of shop did not complete with $victim down"
   echo "(attempt $attempt failed while the cluster elects new leaders; running it again)"
   sleep 1
 done
