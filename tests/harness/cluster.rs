@@ -19,6 +19,8 @@ pub struct Cluster {
     /// Every node's client URL, comma-separated (what gateways connect to).
     urls: String,
     state: Arc<TempDir>,
+    /// Every node's route port, in node order.
+    route_ports: Vec<u16>,
 }
 
 impl Cluster {
@@ -26,6 +28,11 @@ impl Cluster {
     /// JetStream meta leader elected, then a gateway given every node's URL and
     /// `gateway_flags`.
     pub async fn start(nodes: usize, gateway_flags: &[&str]) -> Cluster {
+        Cluster::start_with(nodes, &[], gateway_flags).await
+    }
+
+    /// [`Cluster::start`] with extra `cluster-config` arguments (`--route-tls-cert …`).
+    pub async fn start_with(nodes: usize, config_args: &[&str], gateway_flags: &[&str]) -> Cluster {
         let state = Arc::new(tempfile::tempdir().expect("tempdir"));
         let state_dir = state.path().join("gateway");
         let state_arg = state_dir.display().to_string();
@@ -39,6 +46,7 @@ impl Cluster {
             "--out".into(),
             out.display().to_string(),
         ];
+        args.extend(config_args.iter().map(|a| (*a).to_owned()));
         for (i, (client, route)) in ports.iter().enumerate() {
             args.push("--node".into());
             args.push(format!("n{},127.0.0.1:{client},127.0.0.1:{route}", i + 1));
@@ -75,12 +83,18 @@ impl Cluster {
             others: nodes.collect(),
             urls,
             state,
+            route_ports: ports.iter().map(|(_, route)| *route).collect(),
         }
     }
 
     /// Another gateway on the same state directory and cluster (both serve every tenant).
     pub async fn another_gateway(&self, gateway_flags: &[&str]) -> Gateway {
         Gateway::start_in(&self.urls, self.state.clone(), gateway_flags, None).await
+    }
+
+    /// Node `i`'s route listener port (0-based).
+    pub fn route_port(&self, i: usize) -> u16 {
+        self.route_ports[i]
     }
 
     /// Node `i` (0-based; node 0 is `flue.nats`).

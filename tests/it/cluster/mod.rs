@@ -10,8 +10,9 @@ use async_nats::jetstream;
 use flue_engine::{Client, ClientError};
 use flue_proto::event::{EVENT_STREAM, EventType};
 use flue_proto::{CreateDeployment, Deployment, DeploymentId, DeploymentStatus, subject};
-use flue_tests::{Cluster, EventTap, Flue, WAIT};
+use flue_tests::{Cluster, EventTap, Flue, TestCa, WAIT};
 use futures_util::TryStreamExt;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::stack::{create_stack, example};
 
@@ -362,4 +363,61 @@ async fn a_gateway_asked_for_more_replicas_than_a_single_broker_keeps_stops_nami
         found.values().all(|(replicas, _)| *replicas == 1),
         "{found:?}"
     );
+}
+
+#[tokio::test]
+async fn nodes_whose_routes_speak_tls_only_form_the_cluster_and_a_deployment_completes_on_three_replicas()
+ {
+    let ca = TestCa::new();
+    let route = ca.leaf("route", &[]);
+    let (cert, key, ca_file) = (
+        route.cert.display().to_string(),
+        route.key.display().to_string(),
+        ca.ca_file().display().to_string(),
+    );
+    let cluster = Cluster::start_with(
+        3,
+        &[
+            "--route-tls-cert",
+            &cert,
+            "--route-tls-key",
+            &key,
+            "--route-tls-ca",
+            &ca_file,
+        ],
+        REPLICAS,
+    )
+    .await;
+    // A node speaking plain NATS to a route port gets no INFO, no PONG: the port wants a
+    // TLS handshake first, and the node drops the connection as a failed one.
+    let mut route = tokio::net::TcpStream::connect(("127.0.0.1", cluster.route_port(1)))
+        .await
+        .expect("connect to a route port");
+    route
+        .write_all(b"CONNECT {}\r\nPING\r\n")
+        .await
+        .expect("send plain NATS");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(WAIT, route.read_to_end(&mut answer))
+        .await
+        .expect("the node closes the connection");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        !answer.contains("INFO") && !answer.contains("PONG"),
+        "{answer}"
+    );
+    cluster.others[0]
+        .logs()
+        .wait_for("TLS route handshake error", WAIT)
+        .await;
+
+    let record = cluster.flue.path("record");
+    recording_config(&cluster, &record).await;
+    cluster.flue.register("s1").await;
+    let _agent = cluster.flue.agent("s1", &[]).await;
+    let d = deploy_through(&cluster.flue.client(), "s1", "over-tls").await;
+    let done = finished_through(&cluster.flue.client(), &d.id).await;
+    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+    let found = streams(&cluster.flue.nats.client().await).await;
+    assert_eq!(found[subject::REQUEST_STREAM], (3, 2), "{found:?}");
 }
