@@ -207,11 +207,13 @@ impl Broker {
     /// The limit is set on the stream explicitly: left at -1 it would mean the broker's
     /// default, 1,000 on nats-server 2.15, and the 1,001st registration would fail. An
     /// account allowing fewer consumers caps it (the broker refuses a stream limit above
-    /// its account's); the start-up check then warns.
+    /// its account's); the start-up check then warns. `replicas` is the count a new
+    /// stream is created with ([`crate::replicas::ensure`] changes existing ones).
     pub async fn ensure_streams(
         &self,
         max_age: Duration,
         max_servers: i32,
+        replicas: usize,
     ) -> Result<(), BrokerError> {
         // The broker refuses a stream limit above its account's.
         let request_limit = match self.account_consumer_limit().await {
@@ -237,6 +239,7 @@ impl Broker {
                 max_age,
                 // One durable consumer per server on the request stream.
                 max_consumers,
+                num_replicas: replicas,
                 ..Default::default()
             };
             let err = |e: BoxError| BrokerError::Stream {

@@ -191,6 +191,12 @@ pub struct Config {
     #[arg(long, env = "FLUE_MAX_CONNECTIONS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: u64,
+    /// Copies of every stream and KV bucket the gateway creates (JetStream replicas): 1 on
+    /// a single broker, 3 on a 3-node cluster (one node may then fail). Streams and
+    /// buckets found with another count are changed at start.
+    #[arg(long, env = "FLUE_REPLICAS", default_value_t = crate::replicas::DEFAULT_REPLICAS,
+          value_parser = clap::value_parser!(u8).range(1..=i64::from(crate::replicas::MAX_REPLICAS)))]
+    pub replicas: u8,
     /// Development only: serve the HTTP API without tokens, every caller being admin,
     /// engine, listener and viewer of `--tenant`. Logged as a warning at start.
     #[arg(long, env = "FLUE_INSECURE_NO_AUTH")]
@@ -243,6 +249,7 @@ impl Config {
             body_timeout_ms: 30_000,
             request_timeout_secs: 90,
             max_connections: 10_000,
+            replicas: crate::replicas::DEFAULT_REPLICAS,
             insecure_no_auth: false,
             insecure_unsigned_answers: false,
             insecure_dev_broker: false,
@@ -287,6 +294,7 @@ impl Config {
             max_age: Duration::from_secs(self.events_max_age_secs),
             max_bytes: self.events_max_bytes,
             max_consumers: self.events_max_consumers,
+            replicas: self.replicas(),
         }
     }
 
@@ -303,6 +311,11 @@ impl Config {
     /// How often every account JWT is pushed again; `None` when `--account-push-secs` is 0.
     pub fn account_push_every(&self) -> Option<Duration> {
         (self.account_push_secs > 0).then(|| Duration::from_secs(self.account_push_secs))
+    }
+
+    /// Replicas of every stream and bucket, as JetStream counts them.
+    pub fn replicas(&self) -> usize {
+        usize::from(self.replicas)
     }
 
     /// How long messages stay in the streams.
@@ -347,6 +360,7 @@ impl fmt::Debug for Config {
             .field("body_timeout_ms", &self.body_timeout_ms)
             .field("request_timeout_secs", &self.request_timeout_secs)
             .field("max_connections", &self.max_connections)
+            .field("replicas", &self.replicas)
             .field("insecure_no_auth", &self.insecure_no_auth)
             .field("insecure_unsigned_answers", &self.insecure_unsigned_answers)
             .finish()
@@ -441,6 +455,8 @@ mod tests {
             ["flue-gateway", "--body-timeout-ms", "x"],
             ["flue-gateway", "--request-timeout-secs", "60"],
             ["flue-gateway", "--max-connections", "0"],
+            ["flue-gateway", "--replicas", "0"],
+            ["flue-gateway", "--replicas", "6"],
             ["flue-gateway", "--account-push-secs", "86401"],
             ["flue-gateway", "--account-push-secs", "-1"],
             ["flue-gateway", "--webhook-allow", "10.0.0.0/33"],

@@ -20,6 +20,9 @@ pub enum Error {
     /// Streams or consumers could not be set up.
     #[error("cannot set up the broker")]
     Broker(#[from] BrokerError),
+    /// A stream or bucket cannot have the replica count `--replicas` asks for.
+    #[error("cannot give the broker's streams their replicas")]
+    Replicas(#[from] crate::replicas::ReplicasError),
     /// The KV state could not be opened or read.
     #[error("cannot read the gateway state")]
     Store(#[from] StoreError),

@@ -33,6 +33,9 @@ pub struct Retention {
     pub max_bytes: i64,
     /// Consumers the stream allows (`max_consumers`); the broker refuses more.
     pub max_consumers: i32,
+    /// Copies the broker keeps (`num_replicas`, `--replicas`), given at creation only:
+    /// [`crate::replicas::ensure`] changes the count of an existing stream.
+    pub replicas: usize,
 }
 
 /// Handle on the event stream; cheap to clone.
@@ -139,6 +142,7 @@ async fn open_event_stream(
         // cannot make the broker hold consumers without end. The broker's own sourcing
         // consumer (for FLUE_EVT_GW) is not counted.
         max_consumers: retention.max_consumers,
+        num_replicas: retention.replicas,
         ..Default::default()
     };
     let stream = js
@@ -180,6 +184,7 @@ async fn open_gateway_stream(
         max_bytes: gateway_max_bytes(retention.max_bytes),
         // One consumer per webhook subscription, made through the API only.
         max_consumers: -1,
+        num_replicas: retention.replicas,
         ..Default::default()
     };
     let stream = js
@@ -190,6 +195,7 @@ async fn open_gateway_stream(
         max_age: retention.max_age,
         max_bytes: gateway_max_bytes(retention.max_bytes),
         max_consumers: -1,
+        replicas: retention.replicas,
     };
     update_retention(
         js,

@@ -38,6 +38,7 @@ pub mod natsauth;
 pub mod poll;
 pub mod presence;
 pub mod record;
+pub mod replicas;
 pub mod responses;
 pub mod rights;
 pub mod sealing;

@@ -156,7 +156,7 @@ pub fn unknown() -> Presence {
 impl PresenceTracker {
     /// Opens (creating if missing) the presence bucket and loads this tenant's records.
     pub async fn open(js: &jetstream::Context, config: &Config) -> Result<Self, StoreError> {
-        let kv = bucket(js).await?;
+        let kv = bucket(js, config.replicas()).await?;
         let timeout = config.presence_timeout();
         let tenant = config.tenant.clone();
         let mut servers = HashMap::new();

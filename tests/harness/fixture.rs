@@ -98,6 +98,17 @@ impl Flue {
         }
     }
 
+    /// A Flue over a broker and a gateway started elsewhere (a cluster's first node).
+    pub(crate) fn assemble(nats: Nats, gateway: Gateway) -> Flue {
+        Flue {
+            nats,
+            gateway,
+            dir: tempfile::tempdir().expect("tempdir"),
+            ca: None,
+            agent_flags: Vec::new(),
+        }
+    }
+
     /// Starts everything over TLS with a fresh test CA, in operator mode: a broker that
     /// speaks TLS only (`flue-gateway init --tls-cert --tls-key`),
     /// a gateway connecting to it with `--nats-ca` and serving HTTPS (`--tls-cert`,

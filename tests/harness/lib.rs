@@ -6,6 +6,7 @@
 
 pub mod auth;
 mod browser;
+mod cluster;
 mod events;
 mod fixture;
 mod logs;
@@ -21,6 +22,7 @@ use std::time::Duration;
 
 pub use auth::{Http, Tokens};
 pub use browser::{Browser, Page, chromium_bin};
+pub use cluster::Cluster;
 pub use events::EventTap;
 pub use fixture::Flue;
 pub use logs::Logs;

@@ -182,6 +182,25 @@ impl Nats {
         nats
     }
 
+    /// Starts one node of a cluster with its configuration (written by `flue-gateway
+    /// cluster-config`: listener, store, routes) on client port `port`; waits until ready.
+    pub async fn start_node(config: &Path, port: u16) -> Nats {
+        install_crypto_provider();
+        let mut nats = Nats {
+            child: None,
+            port,
+            store: tempfile::tempdir().expect("tempdir"),
+            config: config.to_owned(),
+            ca_file: None,
+            _conf_dir: None,
+            logs: Logs::default(),
+            users: None,
+            store_in_config: true,
+        };
+        nats.spawn().await;
+        nats
+    }
+
     /// Makes [`Nats::client`] connect as `tenant_user` and [`Nats::events_client`] as
     /// `events_user` (a broker in operator mode checks every client).
     pub fn connect_as(&mut self, tenant_user: UserCreds, events_user: UserCreds) {

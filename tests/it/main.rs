@@ -3,6 +3,7 @@
 
 mod api_errors;
 mod cli;
+mod cluster;
 mod data_space;
 mod delivery;
 mod deploy;

@@ -42,8 +42,9 @@ impl std::fmt::Debug for Revoked {
 }
 
 impl Revoked {
-    /// Opens (creating when missing) the bucket and reads every revocation in it.
-    pub async fn open(js: &jetstream::Context) -> Result<Self, StoreError> {
+    /// Opens (creating when missing, with `replicas` copies) the bucket and reads every
+    /// revocation in it.
+    pub async fn open(js: &jetstream::Context, replicas: usize) -> Result<Self, StoreError> {
         let kv = match js.get_key_value(REVOKED_TOKENS_BUCKET).await {
             Ok(kv) => kv,
             Err(_) => {
@@ -53,6 +54,7 @@ impl Revoked {
                         history: 1,
                         max_age: Duration::from_secs(MAX_TOKEN_TTL_SECS) + KEEP_PAST_LONGEST_TOKEN,
                         storage: jetstream::stream::StorageType::File,
+                        num_replicas: replicas,
                         ..Default::default()
                     })
                     .await;

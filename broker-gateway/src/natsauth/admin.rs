@@ -1,4 +1,4 @@
-//! `flue-gateway init | tenant create | leaf-config`: the broker's keys and configuration
+//! `flue-gateway init | cluster-config | tenant create | leaf-config`: the broker's keys and configuration
 //! files, made offline from the state directory (running the gateway stays the default).
 
 use std::path::{Path, PathBuf};
@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use flue_proto::TenantId;
 
 use super::broker_conf::{HubSettings, TlsFiles};
+use super::cluster_conf::{ClusterNode, ClusterSettings};
 use super::{BROKER_DIR, NatsAuth, NatsAuthError};
 use crate::state::StateDir;
 
@@ -19,6 +20,9 @@ pub enum Admin {
     /// Creates the operator, the system account and the first tenant's accounts (keeping
     /// every key that exists) and writes `<state-dir>/broker/nats-server.conf`.
     Init(InitArgs),
+    /// Writes one nats-server configuration per node of a NATS cluster (after `init`):
+    /// `<out>/<node>/nats-server.conf`, operator mode, full resolver, JetStream, routes.
+    ClusterConfig(ClusterArgs),
     /// Tenants' broker accounts.
     #[command(subcommand)]
     Tenant(TenantCommand),
@@ -53,6 +57,44 @@ pub struct InitArgs {
     /// CA (PEM) of the listeners' TLS.
     #[arg(long)]
     pub tls_ca: Option<PathBuf>,
+}
+
+/// `flue-gateway cluster-config`.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// The gateway's state directory (after `init`).
+    #[arg(long, env = "FLUE_STATE_DIR")]
+    pub state_dir: PathBuf,
+    /// The cluster's name, the same on every node.
+    #[arg(long, default_value = "flue")]
+    pub name: String,
+    /// A node: `NAME,CLIENT_HOST:PORT,ROUTE_HOST:PORT`; at least three, repeated.
+    #[arg(long = "node", required = true)]
+    pub nodes: Vec<ClusterNode>,
+    /// Directory of the nodes' files, `<out>/<node>/` (default `<state-dir>/broker/cluster`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Parent of the nodes' JetStream stores, `<store-root>/<node>` (default `<out>`/<node>/jetstream).
+    #[arg(long)]
+    pub store_root: Option<PathBuf>,
+    /// Certificate (PEM) of the client listeners (valid for every node's host).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of the client listeners.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) of the client listeners' TLS.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// Certificate (PEM) of the routes between nodes (valid for every node's route host).
+    #[arg(long, requires = "route_tls_key")]
+    pub route_tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of the routes.
+    #[arg(long, requires = "route_tls_cert")]
+    pub route_tls_key: Option<PathBuf>,
+    /// CA (PEM) the nodes verify each other's route certificates against.
+    #[arg(long)]
+    pub route_tls_ca: Option<PathBuf>,
 }
 
 /// `flue-gateway tenant …`.
@@ -115,6 +157,7 @@ pub fn run(admin: Admin) -> Result<(), NatsAuthError> {
             println!("operator {}", auth.operator_public_key());
             println!("broker configuration {}", conf.display());
         }
+        Admin::ClusterConfig(args) => cluster_config(args)?,
         Admin::Tenant(TenantCommand::Create { tenant, state_dir }) => {
             let auth = NatsAuth::open(&state_dir)?;
             auth.create_tenant_offline(&tenant)?;
@@ -138,6 +181,47 @@ pub fn run(admin: Admin) -> Result<(), NatsAuthError> {
                 );
             }
         }
+    }
+    Ok(())
+}
+
+fn cluster_config(args: ClusterArgs) -> Result<(), NatsAuthError> {
+    let auth = NatsAuth::open(&args.state_dir)?;
+    let cluster = ClusterSettings::new(
+        args.name,
+        args.nodes,
+        TlsFiles {
+            cert: args.route_tls_cert.map(absolute),
+            key: args.route_tls_key.map(absolute),
+            ca: args.route_tls_ca.map(absolute),
+        },
+    )?;
+    let out = absolute(
+        args.out
+            .unwrap_or_else(|| args.state_dir.join(BROKER_DIR).join("cluster")),
+    );
+    let store_root = args.store_root.map(absolute);
+    let client_tls = TlsFiles {
+        cert: args.tls_cert.map(absolute),
+        key: args.tls_key.map(absolute),
+        ca: args.tls_ca.map(absolute),
+    };
+    let written = auth.write_cluster_conf(
+        &cluster,
+        |node| HubSettings {
+            listen: node.listen.clone(),
+            store_dir: match &store_root {
+                Some(root) => root.join(&node.name),
+                None => out.join(&node.name).join("jetstream"),
+            },
+            leafnode_listen: None,
+            tls: client_tls.clone(),
+        },
+        &out,
+    )?;
+    println!("operator {}", auth.operator_public_key());
+    for (node, conf) in cluster.nodes.iter().zip(&written) {
+        println!("node {} configuration {}", node.name, conf.display());
     }
     Ok(())
 }

@@ -30,7 +30,7 @@ impl TlsFiles {
     }
 
     /// A `tls { … }` block, empty when no file is given.
-    fn block(&self, indent: &str) -> String {
+    pub(super) fn block(&self, indent: &str) -> String {
         if self.is_empty() {
             return String::new();
         }

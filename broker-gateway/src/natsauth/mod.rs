@@ -12,12 +12,14 @@
 //! - [`perms`]: the agent's and the listener's permission sets;
 //! - [`accounts`]: keys and account JWTs in the state directory, minting users;
 //! - [`broker_conf`]: the hub's and a leaf node's nats-server configuration;
+//! - [`cluster_conf`]: one configuration per node of a NATS cluster;
 //! - [`push`]: sending account JWTs to the running broker (new tenants, revocations);
-//! - [`admin`]: the `init`, `tenant create` and `leaf-config` subcommands.
+//! - [`admin`]: the `init`, `cluster-config`, `tenant create` and `leaf-config` subcommands.
 
 pub mod accounts;
 pub mod admin;
 pub mod broker_conf;
+pub mod cluster_conf;
 pub mod jwt;
 pub mod perms;
 pub mod push;
@@ -430,6 +432,9 @@ pub enum NatsAuthError {
     /// A JWT could not be made or read.
     #[error(transparent)]
     Jwt(#[from] jwt::JwtError),
+    /// A `cluster-config` value is wrong.
+    #[error(transparent)]
+    Cluster(#[from] cluster_conf::ClusterError),
     /// `flue-gateway init` has not run on this state directory.
     #[error("{} holds no operator key: run `flue-gateway init --state-dir {}` first", .0.display(), .0.display())]
     NotInitialised(PathBuf),

@@ -64,7 +64,10 @@ pub(super) async fn read(kv: &kv::Store, key: &str) -> Result<(Option<Record>, u
     }
 }
 
-/// Opens the presence bucket, creating it (one revision per key) if missing.
-pub(super) async fn bucket(js: &jetstream::Context) -> Result<kv::Store, StoreError> {
-    crate::store::open_bucket(js, PRESENCE_BUCKET).await
+/// Opens the presence bucket, creating it (one revision per key, `replicas` copies) if missing.
+pub(super) async fn bucket(
+    js: &jetstream::Context,
+    replicas: usize,
+) -> Result<kv::Store, StoreError> {
+    crate::store::open_bucket(js, PRESENCE_BUCKET, replicas).await
 }

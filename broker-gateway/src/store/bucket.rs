@@ -8,10 +8,12 @@ use serde::de::DeserializeOwned;
 
 use super::error::{BoxError, StoreError};
 
-/// Opens bucket `name`, creating it (one revision per key, file storage) if missing.
+/// Opens bucket `name`, creating it (one revision per key, file storage, `replicas`
+/// copies) if missing; [`crate::replicas::ensure`] changes the count of an existing one.
 pub(crate) async fn bucket(
     js: &jetstream::Context,
     name: &'static str,
+    replicas: usize,
 ) -> Result<kv::Store, StoreError> {
     let open_err = |e: BoxError| StoreError::Open {
         bucket: name,
@@ -27,6 +29,7 @@ pub(crate) async fn bucket(
             bucket: name.to_owned(),
             history: 1,
             storage: jetstream::stream::StorageType::File,
+            num_replicas: replicas,
             ..Default::default()
         })
         .await;

@@ -80,16 +80,21 @@ pub struct Store {
 impl Store {
     /// Creates the buckets if they do not exist yet and opens them.
     pub async fn open(js: &jetstream::Context) -> Result<Self, StoreError> {
+        Self::open_with(js, 1).await
+    }
+
+    /// [`Store::open`], creating missing buckets with `replicas` copies (`--replicas`).
+    pub async fn open_with(js: &jetstream::Context, replicas: usize) -> Result<Self, StoreError> {
         Ok(Self {
-            configs: bucket(js, CONFIGS_BUCKET).await?,
-            servers: bucket(js, SERVERS_BUCKET).await?,
-            deployments: bucket(js, DEPLOYMENTS_BUCKET).await?,
-            index: bucket(js, SERVER_DEPLOYMENTS_BUCKET).await?,
-            stacks: bucket(js, STACKS_BUCKET).await?,
+            configs: bucket(js, CONFIGS_BUCKET, replicas).await?,
+            servers: bucket(js, SERVERS_BUCKET, replicas).await?,
+            deployments: bucket(js, DEPLOYMENTS_BUCKET, replicas).await?,
+            index: bucket(js, SERVER_DEPLOYMENTS_BUCKET, replicas).await?,
+            stacks: bucket(js, STACKS_BUCKET, replicas).await?,
             // Agents read and write it but never create anything: it must exist first.
-            data: bucket(js, subject::DATA_BUCKET).await?,
-            pending: bucket(js, PENDING_BUCKET).await?,
-            server_order: bucket(js, SERVER_ORDER_BUCKET).await?,
+            data: bucket(js, subject::DATA_BUCKET, replicas).await?,
+            pending: bucket(js, PENDING_BUCKET, replicas).await?,
+            server_order: bucket(js, SERVER_ORDER_BUCKET, replicas).await?,
         })
     }
 

@@ -77,16 +77,26 @@ impl TenantRuntime {
         let events_js = context(&connections.events().client);
         let broker = Broker::new(js.clone());
         broker
-            .ensure_streams(config.stream_max_age(), config.max_servers)
+            .ensure_streams(
+                config.stream_max_age(),
+                config.max_servers,
+                config.replicas(),
+            )
             .await?;
         check_consumer_limits(&broker, config.max_servers).await;
         let events = events::Events::open(events_js.clone(), config.event_retention()).await?;
-        let store = Store::open(&js).await?;
+        let store = Store::open_with(&js, config.replicas()).await?;
         let presence = presence::PresenceTracker::open(&js, &config).await?;
-        let webhooks = webhooks::Webhooks::open(&js, &events_js, config.webhook_policy()).await?;
+        let webhooks =
+            webhooks::Webhooks::open(&js, &events_js, config.webhook_policy(), config.replicas())
+                .await?;
         broker.response_consumer().await?;
         // Revoked HTTP tokens live in the tenant's own account, like everything of it.
-        let revoked = Revoked::open(&js).await?;
+        let revoked = Revoked::open(&js, config.replicas()).await?;
+        // Streams and buckets made under another `--replicas` are brought to this one.
+        for context in [&js, &events_js] {
+            crate::replicas::ensure(context, config.replicas()).await?;
+        }
 
         let shutdown = parent.child_token();
         let service = Service::new(

@@ -128,14 +128,16 @@ impl Webhooks {
     /// Opens (creating if missing) the subscriptions' bucket in the tenant account
     /// (`js`: they hold the webhooks' secrets); their consumers are made on the event
     /// stream through `events_js`, the tenant's events account.
-    /// Deliveries follow `policy` (which addresses they may reach).
+    /// Deliveries follow `policy` (which addresses they may reach); a missing bucket is
+    /// created with `replicas` copies.
     pub async fn open(
         js: &jetstream::Context,
         events_js: &jetstream::Context,
         policy: address::AddressPolicy,
+        replicas: usize,
     ) -> Result<Self, StoreError> {
         Ok(Self {
-            records: Records::open(js).await?,
+            records: Records::open(js, replicas).await?,
             js: events_js.clone(),
             http: http::HttpClient::new(policy),
             running: Arc::default(),

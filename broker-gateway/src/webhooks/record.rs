@@ -122,10 +122,10 @@ pub struct Records {
 }
 
 impl Records {
-    /// Creates the bucket if it does not exist yet and opens it.
-    pub async fn open(js: &jetstream::Context) -> Result<Self, StoreError> {
+    /// Creates the bucket (`replicas` copies) if it does not exist yet and opens it.
+    pub async fn open(js: &jetstream::Context, replicas: usize) -> Result<Self, StoreError> {
         Ok(Self {
-            kv: crate::store::open_bucket(js, WEBHOOKS_BUCKET).await?,
+            kv: crate::store::open_bucket(js, WEBHOOKS_BUCKET, replicas).await?,
         })
     }
 

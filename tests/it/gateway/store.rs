@@ -125,7 +125,10 @@ async fn streams_take_the_max_age_of_the_latest_start() {
     let broker = flue_gateway::broker::Broker::new(js.clone());
     for secs in [3600, 7200] {
         let max_age = std::time::Duration::from_secs(secs);
-        broker.ensure_streams(max_age, 100).await.expect("streams");
+        broker
+            .ensure_streams(max_age, 100, 1)
+            .await
+            .expect("streams");
         for name in [
             flue_proto::subject::REQUEST_STREAM,
             flue_proto::subject::RESPONSE_STREAM,

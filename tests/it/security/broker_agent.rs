@@ -46,7 +46,7 @@ pub(super) async fn world() -> World {
     let gateway_js = jetstream::new(gateway.clone());
     let broker = Broker::new(gateway_js.clone());
     broker
-        .ensure_streams(Duration::from_secs(3600), 100)
+        .ensure_streams(Duration::from_secs(3600), 100, 1)
         .await
         .expect("streams");
     for name in ["web1", "web2"] {

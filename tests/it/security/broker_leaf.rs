@@ -28,7 +28,7 @@ pub(super) async fn hub_and_leaf() -> (SecureNats, NatsProcess, tempfile::TempDi
     let js = jetstream::new(gateway);
     let broker = Broker::new(js.clone());
     broker
-        .ensure_streams(Duration::from_secs(3600), 100)
+        .ensure_streams(Duration::from_secs(3600), 100, 1)
         .await
         .expect("streams");
     let (tenant, server) = ids();
