@@ -12,6 +12,7 @@ mod logs;
 pub mod netns;
 mod procs;
 mod secure;
+pub mod sim;
 pub mod tenant_net;
 mod tls;
 

@@ -14,4 +14,5 @@ mod ledger_reuse;
 mod limits;
 mod resilience;
 mod security;
+mod sim_agents;
 mod stack;
