@@ -1,0 +1,473 @@
+//! Benchmark (not a test): Flue with many servers on one broker and one gateway
+//! (issue 11, point 5). Agents are simulated ([`flue_tests::sim`]): N of them in this one
+//! process, each with its own authenticated NATS connection, its own request consumer
+//! (made by the gateway at registration), signed requests checked and signed no-op
+//! answers, presence heartbeats every 3 s; no hook runs. The broker and gateway are the
+//! real binaries, the secure way of the harness ([`Flue::start`]: operator mode, tokens,
+//! per-server credentials, signing; no TLS).
+//!
+//! For each N (arguments, default `1000 5000`), on a fresh Flue:
+//!
+//! - registration of N servers through the API (16 at a time): time and rate;
+//! - broker and gateway RSS (`/proc/<pid>/status` VmRSS) before, after registration and
+//!   with every agent connected and pulling: per registered server and per connected agent;
+//! - presence at idle: CPU seconds of broker, gateway and the load generator over 30 s
+//!   (`/proc/<pid>/stat` utime + stime);
+//! - `GET /v1/servers` with N servers: time and size;
+//! - one no-op deployment to every server at once (POSTed 32 at a time): time until all
+//!   are accepted, until all results are stored, and accepted → result stored (the
+//!   gateway's own `created_at` → `updated_at`) at p50 / p99 / max;
+//! - broker shutdown (SIGTERM → exit) with every agent connected.
+//!
+//! Printed as a table with the ratio of the largest N to the smallest. Run with
+//! `bash scripts/bench.sh scale [N…]` (release build first). Not part of the test suite.
+
+use std::time::{Duration, Instant};
+
+use flue_proto::{CreateDeployment, Deployment, DeploymentStatus};
+use flue_tests::Flue;
+use flue_tests::sim::{self, SimAgents, SimOptions};
+use futures_util::StreamExt;
+
+/// Registrations in flight at once.
+const REGISTER_AT_ONCE: usize = 16;
+/// Simulated agents connecting at once.
+const CONNECT_AT_ONCE: usize = 64;
+/// Deployments POSTed at once.
+const DEPLOY_AT_ONCE: usize = 32;
+/// Long polls waiting for results at once.
+const WAIT_AT_ONCE: usize = 256;
+/// The idle window over which presence costs CPU.
+const IDLE_WINDOW: Duration = Duration::from_secs(30);
+/// Linux reports `/proc/<pid>/stat` times in clock ticks of 1/100 s (`USER_HZ`, fixed
+/// by the kernel's ABI on every architecture Flue runs on).
+const TICKS_PER_SEC: f64 = 100.0;
+/// Bound on any phase: a phase that takes longer is a finding, not a hang.
+const PHASE_LIMIT: Duration = Duration::from_secs(900);
+
+#[tokio::main]
+async fn main() {
+    let sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let sizes = if sizes.is_empty() {
+        vec![1000, 5000]
+    } else {
+        sizes
+    };
+    println!(
+        "Flue scale benchmark: N simulated agents (one process) on one broker and one gateway"
+    );
+    println!("sizes: {sizes:?}; load average at start: {}", loadavg());
+    let mut runs = Vec::new();
+    for &n in &sizes {
+        let run = measure(n).await;
+        runs.push(run);
+    }
+    print_table(&sizes, &runs);
+}
+
+/// Every figure of one size.
+#[derive(Debug, Default, Clone)]
+struct Run {
+    register_secs: f64,
+    connect_secs: f64,
+    broker_rss_kib: [u64; 3],
+    gateway_rss_kib: [u64; 3],
+    idle_cpu_secs: [f64; 3],
+    list_servers_ms: f64,
+    list_servers_kib: f64,
+    accept_all_secs: f64,
+    results_all_secs: f64,
+    latency_ms: [f64; 3],
+    failed: usize,
+    broker_shutdown_secs: f64,
+    load: [String; 2],
+}
+
+async fn measure(n: usize) -> Run {
+    let mut run = Run::default();
+    let load_before = loadavg();
+    println!("\n== N = {n} (load average {load_before})");
+    let mut flue = Flue::start().await;
+    let broker = flue.nats.pid().expect("broker running");
+    let gateway = flue.gateway.pid().expect("gateway running");
+    let admin = flue.admin_client();
+    flue.script_config("noop", "true", &[], &[]).await;
+    let rss = |pid| rss_kib(pid);
+    run.broker_rss_kib[0] = rss(broker);
+    run.gateway_rss_kib[0] = rss(gateway);
+
+    let t = Instant::now();
+    let servers = bounded(
+        sim::register(&admin, "sim", n, REGISTER_AT_ONCE),
+        "registration",
+    )
+    .await;
+    run.register_secs = t.elapsed().as_secs_f64();
+    run.broker_rss_kib[1] = rss(broker);
+    run.gateway_rss_kib[1] = rss(gateway);
+    println!(
+        "registered {n} servers in {:.1} s ({:.0}/s)",
+        run.register_secs,
+        n as f64 / run.register_secs
+    );
+
+    let ids: Vec<_> = servers.iter().map(|s| s.id.clone()).collect();
+    let options = SimOptions {
+        nats_url: flue.nats.url(),
+        tenant: "default".parse().expect("tenant"),
+        heartbeat: Duration::from_secs(3),
+        connecting_at_once: CONNECT_AT_ONCE,
+    };
+    let t = Instant::now();
+    let agents = SimAgents::start(&options, servers);
+    agents.wait_ready(PHASE_LIMIT).await;
+    run.connect_secs = t.elapsed().as_secs_f64();
+    run.broker_rss_kib[2] = rss(broker);
+    run.gateway_rss_kib[2] = rss(gateway);
+    println!(
+        "{n} agents connected and pulling in {:.1} s",
+        run.connect_secs
+    );
+
+    // The window is the measurement itself: nothing is waited for here.
+    let me = std::process::id();
+    let before = [cpu_secs(broker), cpu_secs(gateway), cpu_secs(me)];
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let after = [cpu_secs(broker), cpu_secs(gateway), cpu_secs(me)];
+    for i in 0..3 {
+        run.idle_cpu_secs[i] = after[i] - before[i];
+    }
+    println!(
+        "idle {IDLE_WINDOW:?}: CPU s broker/gateway/generator {:?}",
+        run.idle_cpu_secs
+    );
+
+    let t = Instant::now();
+    let listed = flue
+        .http()
+        .get(format!("{}/v1/servers", flue.gateway.url()))
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .expect("GET /v1/servers")
+        .bytes()
+        .await
+        .expect("GET /v1/servers body");
+    run.list_servers_ms = t.elapsed().as_secs_f64() * 1000.0;
+    run.list_servers_kib = listed.len() as f64 / 1024.0;
+    println!(
+        "GET /v1/servers: {:.0} ms, {:.0} KiB",
+        run.list_servers_ms, run.list_servers_kib
+    );
+
+    let client = flue.client();
+    let t = Instant::now();
+    let accepted: Vec<Deployment> = bounded(
+        futures_util::stream::iter(ids.iter().cloned())
+            .map(|id| {
+                let client = client.clone();
+                async move {
+                    client
+                        .create_deployment(&CreateDeployment::new(
+                            "noop".parse().expect("config id"),
+                            id,
+                        ))
+                        .await
+                        .expect("create deployment")
+                }
+            })
+            .buffer_unordered(DEPLOY_AT_ONCE)
+            .collect(),
+        "deployments accepted",
+    )
+    .await;
+    run.accept_all_secs = t.elapsed().as_secs_f64();
+    let done: Vec<Deployment> = bounded(
+        futures_util::stream::iter(accepted)
+            .map(|d| {
+                let client = client.clone();
+                async move { until_terminal(&client, d).await }
+            })
+            .buffer_unordered(WAIT_AT_ONCE)
+            .collect(),
+        "results",
+    )
+    .await;
+    run.results_all_secs = t.elapsed().as_secs_f64();
+    run.failed = done
+        .iter()
+        .filter(|d| d.status != DeploymentStatus::Complete)
+        .count();
+    let mut latencies: Vec<f64> = done
+        .iter()
+        .map(|d| (d.updated_at - d.created_at).as_seconds_f64() * 1000.0)
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    run.latency_ms = [
+        pct(&latencies, 50),
+        pct(&latencies, 99),
+        pct(&latencies, 100),
+    ];
+    println!(
+        "{n} deployments: all accepted {:.1} s, all results {:.1} s, accepted → result p50 {:.0} ms p99 {:.0} ms max {:.0} ms, {} not COMPLETE, agents answered {}",
+        run.accept_all_secs,
+        run.results_all_secs,
+        run.latency_ms[0],
+        run.latency_ms[1],
+        run.latency_ms[2],
+        run.failed,
+        agents.answered()
+    );
+
+    let t = Instant::now();
+    flue.nats.terminate_within(PHASE_LIMIT).await;
+    run.broker_shutdown_secs = t.elapsed().as_secs_f64();
+    println!(
+        "broker shutdown (SIGTERM → exit) with {n} agents connected: {:.2} s",
+        run.broker_shutdown_secs
+    );
+    agents.stop().await;
+    run.load = [load_before, loadavg()];
+    drop(flue);
+    run
+}
+
+/// Long-polls one deployment until it is COMPLETE or FAILED.
+async fn until_terminal(client: &flue_engine::Client, mut d: Deployment) -> Deployment {
+    while !d.status.is_terminal() {
+        match client
+            .wait_deployment(&d.id, Some(d.status), Duration::from_secs(20))
+            .await
+        {
+            Ok(next) => d = next,
+            Err(e) => panic!("waiting for {}: {e}", d.id),
+        }
+    }
+    d
+}
+
+/// `fut`, or a panic naming the phase after [`PHASE_LIMIT`].
+async fn bounded<T>(fut: impl std::future::Future<Output = T>, phase: &str) -> T {
+    tokio::time::timeout(PHASE_LIMIT, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{phase} took longer than {PHASE_LIMIT:?}"))
+}
+
+fn print_table(sizes: &[usize], runs: &[Run]) {
+    type Figure = (&'static str, &'static str, Box<dyn Fn(&Run, usize) -> f64>);
+    let figures: Vec<Figure> = vec![
+        (
+            "registration, all N (16 at a time)",
+            "s",
+            Box::new(|r, _| r.register_secs),
+        ),
+        (
+            "registrations per second",
+            "1/s",
+            Box::new(|r, n| n as f64 / r.register_secs),
+        ),
+        (
+            "agents connected and pulling, all N (64 at a time)",
+            "s",
+            Box::new(|r, _| r.connect_secs),
+        ),
+        (
+            "broker RSS, before registration",
+            "MiB",
+            Box::new(|r, _| r.broker_rss_kib[0] as f64 / 1024.0),
+        ),
+        (
+            "broker RSS, all connected",
+            "MiB",
+            Box::new(|r, _| r.broker_rss_kib[2] as f64 / 1024.0),
+        ),
+        (
+            "broker RSS per registered server",
+            "KiB",
+            Box::new(|r, n| per(r.broker_rss_kib[1], r.broker_rss_kib[0], n)),
+        ),
+        (
+            "broker RSS per connected agent",
+            "KiB",
+            Box::new(|r, n| per(r.broker_rss_kib[2], r.broker_rss_kib[1], n)),
+        ),
+        (
+            "gateway RSS, before registration",
+            "MiB",
+            Box::new(|r, _| r.gateway_rss_kib[0] as f64 / 1024.0),
+        ),
+        (
+            "gateway RSS, all connected",
+            "MiB",
+            Box::new(|r, _| r.gateway_rss_kib[2] as f64 / 1024.0),
+        ),
+        (
+            "gateway RSS per registered server",
+            "KiB",
+            Box::new(|r, n| per(r.gateway_rss_kib[1], r.gateway_rss_kib[0], n)),
+        ),
+        (
+            "gateway RSS per connected agent",
+            "KiB",
+            Box::new(|r, n| per(r.gateway_rss_kib[2], r.gateway_rss_kib[1], n)),
+        ),
+        (
+            "idle 30 s, broker CPU",
+            "s",
+            Box::new(|r, _| r.idle_cpu_secs[0]),
+        ),
+        (
+            "idle 30 s, gateway CPU",
+            "s",
+            Box::new(|r, _| r.idle_cpu_secs[1]),
+        ),
+        (
+            "idle 30 s, load generator CPU",
+            "s",
+            Box::new(|r, _| r.idle_cpu_secs[2]),
+        ),
+        (
+            "idle, broker + gateway CPU per 1,000 agents",
+            "% of a core",
+            Box::new(|r, n| {
+                (r.idle_cpu_secs[0] + r.idle_cpu_secs[1]) / 30.0 * 100.0 * 1000.0 / n as f64
+            }),
+        ),
+        ("GET /v1/servers", "ms", Box::new(|r, _| r.list_servers_ms)),
+        (
+            "GET /v1/servers body",
+            "KiB",
+            Box::new(|r, _| r.list_servers_kib),
+        ),
+        (
+            "one deployment per server: all accepted (32 POSTs at a time)",
+            "s",
+            Box::new(|r, _| r.accept_all_secs),
+        ),
+        (
+            "one deployment per server: all results stored",
+            "s",
+            Box::new(|r, _| r.results_all_secs),
+        ),
+        (
+            "deployments per second, POST → all results",
+            "1/s",
+            Box::new(|r, n| n as f64 / r.results_all_secs),
+        ),
+        (
+            "accepted → result stored, p50",
+            "ms",
+            Box::new(|r, _| r.latency_ms[0]),
+        ),
+        (
+            "accepted → result stored, p99",
+            "ms",
+            Box::new(|r, _| r.latency_ms[1]),
+        ),
+        (
+            "accepted → result stored, max",
+            "ms",
+            Box::new(|r, _| r.latency_ms[2]),
+        ),
+        (
+            "deployments not COMPLETE",
+            "",
+            Box::new(|r, _| r.failed as f64),
+        ),
+        (
+            "broker shutdown, SIGTERM → exit, all connected",
+            "s",
+            Box::new(|r, _| r.broker_shutdown_secs),
+        ),
+    ];
+    let last = sizes.len() - 1;
+    print!("\n| figure | unit |");
+    for n in sizes {
+        print!(" N={n} |");
+    }
+    if last > 0 {
+        print!(" ratio N={}/N={} |", sizes[last], sizes[0]);
+    }
+    println!();
+    println!(
+        "|---|---|{}{}",
+        "---|".repeat(sizes.len()),
+        if last > 0 { "---|" } else { "" }
+    );
+    for (name, unit, f) in &figures {
+        print!("| {name} | {unit} |");
+        let values: Vec<f64> = runs.iter().zip(sizes).map(|(r, &n)| f(r, n)).collect();
+        for v in &values {
+            print!(" {} |", fmt(*v));
+        }
+        if last > 0 {
+            let ratio = if values[0] == 0.0 {
+                f64::NAN
+            } else {
+                values[last] / values[0]
+            };
+            print!(" {:.2}× |", ratio);
+        }
+        println!();
+    }
+    for (run, n) in runs.iter().zip(sizes) {
+        println!(
+            "load average, N={n}: before {} / after {}",
+            run.load[0], run.load[1]
+        );
+    }
+}
+
+/// KiB more than `base`, per one of `n`.
+fn per(kib: u64, base: u64, n: usize) -> f64 {
+    kib.saturating_sub(base) as f64 / n as f64
+}
+
+/// Three significant figures.
+fn fmt(v: f64) -> String {
+    match v.abs() {
+        x if x >= 100.0 => format!("{v:.0}"),
+        x if x >= 10.0 => format!("{v:.1}"),
+        _ => format!("{v:.2}"),
+    }
+}
+
+/// The `p`th percentile of sorted samples.
+fn pct(sorted: &[f64], p: usize) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) * p) / 100]
+}
+
+/// VmRSS of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// User + system CPU seconds a process has used.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    // The command name may hold spaces: fields are counted after its closing parenthesis,
+    // where field 3 (state) comes first, so utime (14) and stime (15) are the 12th and 13th.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 =
+        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
+    ticks / TICKS_PER_SEC
+}
+
+/// The 1, 5 and 15 minute load averages.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
