@@ -17,7 +17,10 @@
 //! - one no-op deployment to every server at once (POSTed 32 at a time): time until all
 //!   are accepted, until all results are stored, and accepted → result stored (the
 //!   gateway's own `created_at` → `updated_at`) at p50 / p99 / max;
-//! - broker shutdown (SIGTERM → exit) with every agent connected.
+//! - a stack of one deployment group over all N servers, created by the stack engine
+//!   the CLI runs (`flue stack create`), until CREATE_COMPLETE;
+//! - broker shutdown (SIGTERM → exit) with every agent connected, then with the agents
+//!   stopped its start-up on the same store and its shutdown again.
 //!
 //! Printed as a table with the ratio of the largest N to the smallest. Run with
 //! `bash scripts/bench.sh scale [N…]` (release build first). Not part of the test suite.
@@ -42,6 +45,11 @@ const IDLE_WINDOW: Duration = Duration::from_secs(30);
 /// Linux reports `/proc/<pid>/stat` times in clock ticks of 1/100 s (`USER_HZ`, fixed
 /// by the kernel's ABI on every architecture Flue runs on).
 const TICKS_PER_SEC: f64 = 100.0;
+/// The group stack is created only up to this many servers: the stack engine rewrites
+/// the whole stack record once per unit, so its time grows with N² (docs/benchmarks.md).
+const STACK_UP_TO: usize = 1000;
+/// Bound on the stack's creation: past it, the figure is "not within".
+const STACK_LIMIT: Duration = Duration::from_secs(300);
 /// Bound on any phase: a phase that takes longer is a finding, not a hang.
 const PHASE_LIMIT: Duration = Duration::from_secs(900);
 
@@ -81,8 +89,12 @@ struct Run {
     accept_all_secs: f64,
     results_all_secs: f64,
     latency_ms: [f64; 3],
+    split_ms: [f64; 2],
     failed: usize,
+    stack_group_secs: f64,
     broker_shutdown_secs: f64,
+    broker_start_secs: f64,
+    broker_idle_shutdown_secs: f64,
     load: [String; 2],
 }
 
@@ -206,6 +218,29 @@ async fn measure(n: usize) -> Run {
         .map(|d| (d.updated_at - d.created_at).as_seconds_f64() * 1000.0)
         .collect();
     latencies.sort_by(f64::total_cmp);
+    // Where the time goes: accepted → the agent had it (its clock: same machine), and the
+    // agent finished → the gateway stored it.
+    let mut to_agent: Vec<f64> = done
+        .iter()
+        .filter_map(|d| {
+            d.delivered_at
+                .map(|at| (at - d.created_at).as_seconds_f64() * 1000.0)
+        })
+        .collect();
+    to_agent.sort_by(f64::total_cmp);
+    let mut to_store: Vec<f64> = done
+        .iter()
+        .filter_map(|d| {
+            d.finished_at
+                .map(|at| (d.updated_at - at).as_seconds_f64() * 1000.0)
+        })
+        .collect();
+    to_store.sort_by(f64::total_cmp);
+    run.split_ms = [pct(&to_agent, 50), pct(&to_store, 50)];
+    println!(
+        "p50 accepted → agent has it {:.0} ms, agent finished → stored {:.0} ms",
+        run.split_ms[0], run.split_ms[1]
+    );
     run.latency_ms = [
         pct(&latencies, 50),
         pct(&latencies, 99),
@@ -222,6 +257,17 @@ async fn measure(n: usize) -> Run {
         agents.answered()
     );
 
+    run.stack_group_secs = if n <= STACK_UP_TO {
+        stack_group(&flue, &ids).await
+    } else {
+        println!("stack skipped above {STACK_UP_TO} servers (not done within 300 s at 5,000)");
+        f64::NAN
+    };
+    println!(
+        "stack with one group over the {n} servers, create (stack engine): {:.1} s",
+        run.stack_group_secs
+    );
+
     let t = Instant::now();
     flue.nats.terminate_within(PHASE_LIMIT).await;
     run.broker_shutdown_secs = t.elapsed().as_secs_f64();
@@ -230,9 +276,65 @@ async fn measure(n: usize) -> Run {
         run.broker_shutdown_secs
     );
     agents.stop().await;
+
+    // The same broker without clients: start-up (JetStream restored) and shutdown again,
+    // telling what the N durable consumers cost from what the N connections do.
+    let t = Instant::now();
+    flue.nats.start_again().await;
+    run.broker_start_secs = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    flue.nats.terminate_within(PHASE_LIMIT).await;
+    run.broker_idle_shutdown_secs = t.elapsed().as_secs_f64();
+    println!(
+        "broker start-up with {n} servers' consumers, no agents: {:.2} s; shutdown then: {:.2} s",
+        run.broker_start_secs, run.broker_idle_shutdown_secs
+    );
     run.load = [load_before, loadavg()];
     drop(flue);
     run
+}
+
+/// Creates a stack of one `OS::Heat::SoftwareDeploymentGroup` over every server with the
+/// CLI's stack engine (`flue stack create` runs the same driver) and returns the seconds
+/// until CREATE_COMPLETE, or NaN when it was not complete within [`STACK_LIMIT`].
+async fn stack_group(flue: &Flue, servers: &[flue_proto::ServerId]) -> f64 {
+    use flue_engine::stack::driver::{self, Options, Source};
+    use flue_engine::stack::template::Template;
+    let mut text = String::from(
+        "heat_template_version: 2018-08-31\nresources:\n  noop:\n    type: OS::Heat::SoftwareConfig\n    properties: {group: script, config: 'true'}\n  all:\n    type: OS::Heat::SoftwareDeploymentGroup\n    properties:\n      config: {get_resource: noop}\n      servers:\n",
+    );
+    for (i, id) in servers.iter().enumerate() {
+        text.push_str(&format!("        m{i}: {id}\n"));
+    }
+    let template = Template::parse(&text, &flue.path(".")).expect("template");
+    let given = Default::default();
+    let source = Source {
+        template: &template,
+        given: &given,
+        mapped: &Default::default(),
+    };
+    let opts = Options {
+        force: false,
+        report: std::sync::Arc::new(|_: &driver::Event| {}),
+    };
+    let client = flue.client();
+    let id = flue_proto::StackId::new("scale").expect("id");
+    let t = Instant::now();
+    match tokio::time::timeout(STACK_LIMIT, driver::create(&client, &id, source, &opts)).await {
+        Ok(Ok(stack)) if stack.status.to_string() == "CREATE_COMPLETE" => t.elapsed().as_secs_f64(),
+        Ok(Ok(stack)) => {
+            println!("the stack ended {}", stack.status);
+            f64::NAN
+        }
+        Ok(Err(e)) => {
+            println!("the stack failed: {e}");
+            f64::NAN
+        }
+        Err(_) => {
+            println!("the stack was not complete within {STACK_LIMIT:?}");
+            f64::NAN
+        }
+    }
 }
 
 /// Long-polls one deployment until it is COMPLETE or FAILED.
@@ -381,6 +483,16 @@ fn print_table(sizes: &[usize], runs: &[Run]) {
             "broker shutdown, SIGTERM → exit, all connected",
             "s",
             Box::new(|r, _| r.broker_shutdown_secs),
+        ),
+        (
+            "broker start-up after that, agents stopped (ready)",
+            "s",
+            Box::new(|r, _| r.broker_start_secs),
+        ),
+        (
+            "broker shutdown again, no agents",
+            "s",
+            Box::new(|r, _| r.broker_idle_shutdown_secs),
         ),
     ];
     let last = sizes.len() - 1;
