@@ -480,6 +480,11 @@ fn print_table(sizes: &[usize], runs: &[Run]) {
             Box::new(|r, _| r.failed as f64),
         ),
         (
+            "stack with one group over all N servers, create (stack engine)",
+            "s",
+            Box::new(|r, _| r.stack_group_secs),
+        ),
+        (
             "broker shutdown, SIGTERM → exit, all connected",
             "s",
             Box::new(|r, _| r.broker_shutdown_secs),
