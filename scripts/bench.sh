@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# Benchmarks (not tests): Flue with every security feature off against on (tokens, agent credentials,
-# signed requests and answers, sealing, TLS): latency, throughput, agent RSS, as a table.
-# FLUE_BENCH_N=N sets the latency samples per mode (default 300).
-# `bash scripts/bench.sh poll`: a polling server (stock os-collect-config, installed by
-# scripts/test.sh) against a flue-agent instead (FLUE_BENCH_N default 20).
+# Benchmarks (not tests), release build.
+#
+#   bash scripts/bench.sh            Flue with every security feature off against on (tokens,
+#                                    agent credentials, signed requests and answers, sealing,
+#                                    TLS): latency, throughput, agent RSS, as a table.
+#                                    FLUE_BENCH_N=N sets the latency samples per mode (default 300).
+#   bash scripts/bench.sh scale [N…] N simulated agents (default 1000 5000) on one broker and one
+#                                    gateway: registration, RSS per server, idle presence CPU, one
+#                                    deployment to every server, broker shutdown (docs/benchmarks.md).
+#   bash scripts/bench.sh poll       a polling server (stock os-collect-config, installed by
+#                                    scripts/test.sh) against a flue-agent (FLUE_BENCH_N default 20).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 FLUE_NATS_SERVER="$(bash scripts/ensure-nats.sh)"
 export FLUE_NATS_SERVER
 cargo build --release --workspace --bins
-if [ "${1:-}" = poll ]; then
+if [[ "${1:-}" == poll ]]; then
   shift
   cargo bench -p flue-tests --bench poll -- "$@"
+elif [[ "${1:-}" == scale ]]; then
+  shift
+  # One connection per simulated agent, plus the broker's own per connection.
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  cargo bench -p flue-tests --bench scale -- "$@"
 else
   cargo bench -p flue-tests --bench e2e -- "$@"
 fi

@@ -14,6 +14,7 @@ pub mod netns;
 mod polling;
 mod procs;
 mod secure;
+pub mod sim;
 pub mod tenant_net;
 mod tls;
 

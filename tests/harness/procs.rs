@@ -341,6 +341,21 @@ impl Nats {
         signal(self.child.as_ref().expect("nats-server running"), "-CONT");
     }
 
+    /// Its process id, while running (the scale bench reads its `/proc` figures).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+
+    /// Stops the server cleanly (SIGTERM) and waits, at most `limit`, until it has exited.
+    pub async fn terminate_within(&mut self, limit: std::time::Duration) -> ExitStatus {
+        let mut child = self.child.take().expect("nats-server running");
+        signal(&child, "-TERM");
+        tokio::time::timeout(limit, child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("nats-server did not exit within {limit:?} of SIGTERM"))
+            .expect("wait for nats-server")
+    }
+
     /// A client connection (for tests that look at the broker directly), over TLS
     /// trusting the test CA when the server speaks TLS only.
     ///
@@ -555,6 +570,11 @@ impl Gateway {
     /// What it logged on stderr.
     pub fn logs(&self) -> &Logs {
         &self.stderr
+    }
+
+    /// Its process id, while running (the scale bench reads its `/proc` figures).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
     }
 }
 

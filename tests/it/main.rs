@@ -17,4 +17,5 @@ mod paging;
 mod poll;
 mod resilience;
 mod security;
+mod sim_agents;
 mod stack;

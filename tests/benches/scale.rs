@@ -1,0 +1,379 @@
+//! Benchmark (not a test): Flue with many servers on one broker and one gateway
+//! (issue 11, point 5). Agents are simulated ([`flue_tests::sim`]): N of them in this one
+//! process, each with its own authenticated NATS connection, its own request consumer
+//! (made by the gateway at registration), signed requests checked and signed no-op
+//! answers, presence heartbeats every 3 s; no hook runs. The broker and gateway are the
+//! real binaries, the secure way of the harness ([`Flue::start`]: operator mode, tokens,
+//! per-server credentials, signing; no TLS).
+//!
+//! For each N (arguments, default `1000 5000`), on a fresh Flue:
+//!
+//! - registration of N servers through the API (16 at a time): time and rate;
+//! - broker and gateway RSS (`/proc/<pid>/status` VmRSS) before, after registration and
+//!   with every agent connected and pulling: per registered server and per connected agent;
+//! - presence at idle: CPU seconds of broker, gateway and the load generator over 30 s
+//!   (`/proc/<pid>/stat` utime + stime);
+//! - `GET /v1/servers` with N servers: time and size;
+//! - one no-op deployment to every server at once (POSTed 32 at a time): time until all
+//!   are accepted, until all results are stored, and accepted → result stored (the
+//!   gateway's own `created_at` → `updated_at`) at p50 / p99 / max;
+//! - a stack of one deployment group over all N servers, created by the stack engine
+//!   the CLI runs (`flue stack create`), until CREATE_COMPLETE;
+//! - broker shutdown (SIGTERM → exit) with every agent connected, then with the agents
+//!   stopped its start-up on the same store and its shutdown again.
+//!
+//! Printed as a table with the ratio of the largest N to the smallest. Run with
+//! `bash scripts/bench.sh scale [N…]` (release build first). Not part of the test suite.
+
+use std::time::{Duration, Instant};
+
+use flue_proto::{CreateDeployment, Deployment, DeploymentStatus};
+use flue_tests::Flue;
+use flue_tests::sim::{self, SimAgents, SimOptions};
+use futures_util::StreamExt;
+
+#[path = "scale/report.rs"]
+mod report;
+
+use report::{Run, print_table};
+
+/// Registrations in flight at once.
+const REGISTER_AT_ONCE: usize = 16;
+/// Simulated agents connecting at once.
+const CONNECT_AT_ONCE: usize = 64;
+/// Deployments POSTed at once.
+const DEPLOY_AT_ONCE: usize = 32;
+/// Long polls waiting for results at once.
+const WAIT_AT_ONCE: usize = 256;
+/// The idle window over which presence costs CPU.
+const IDLE_WINDOW: Duration = Duration::from_secs(30);
+/// Linux reports `/proc/<pid>/stat` times in clock ticks of 1/100 s (`USER_HZ`, fixed
+/// by the kernel's ABI on every architecture Flue runs on).
+const TICKS_PER_SEC: f64 = 100.0;
+/// The group stack is created only up to this many servers: the stack engine rewrites
+/// the whole stack record once per unit, so its time grows with N² (docs/benchmarks.md).
+const STACK_UP_TO: usize = 1000;
+/// Bound on the stack's creation: past it, the figure is "not within".
+const STACK_LIMIT: Duration = Duration::from_secs(300);
+/// Bound on any phase: a phase that takes longer is a finding, not a hang.
+const PHASE_LIMIT: Duration = Duration::from_secs(900);
+
+#[tokio::main]
+async fn main() {
+    let sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let sizes = if sizes.is_empty() {
+        vec![1000, 5000]
+    } else {
+        sizes
+    };
+    println!(
+        "Flue scale benchmark: N simulated agents (one process) on one broker and one gateway"
+    );
+    println!("sizes: {sizes:?}; load average at start: {}", loadavg());
+    let mut runs = Vec::new();
+    for &n in &sizes {
+        let run = measure(n).await;
+        runs.push(run);
+    }
+    print_table(&sizes, &runs);
+}
+
+async fn measure(n: usize) -> Run {
+    let mut run = Run::default();
+    let load_before = loadavg();
+    println!("\n== N = {n} (load average {load_before})");
+    let mut flue = Flue::start().await;
+    let broker = flue.nats.pid().expect("broker running");
+    let gateway = flue.gateway.pid().expect("gateway running");
+    let admin = flue.admin_client();
+    flue.script_config("noop", "true", &[], &[]).await;
+    let rss = |pid| rss_kib(pid);
+    run.broker_rss_kib[0] = rss(broker);
+    run.gateway_rss_kib[0] = rss(gateway);
+
+    let t = Instant::now();
+    let servers = bounded(
+        sim::register(&admin, "sim", n, REGISTER_AT_ONCE),
+        "registration",
+    )
+    .await;
+    run.register_secs = t.elapsed().as_secs_f64();
+    run.broker_rss_kib[1] = rss(broker);
+    run.gateway_rss_kib[1] = rss(gateway);
+    println!(
+        "registered {n} servers in {:.1} s ({:.0}/s)",
+        run.register_secs,
+        n as f64 / run.register_secs
+    );
+
+    let ids: Vec<_> = servers.iter().map(|s| s.id.clone()).collect();
+    let options = SimOptions {
+        nats_url: flue.nats.url(),
+        tenant: "default".parse().expect("tenant"),
+        heartbeat: Duration::from_secs(3),
+        connecting_at_once: CONNECT_AT_ONCE,
+    };
+    let t = Instant::now();
+    let agents = SimAgents::start(&options, servers);
+    agents.wait_ready(PHASE_LIMIT).await;
+    run.connect_secs = t.elapsed().as_secs_f64();
+    run.broker_rss_kib[2] = rss(broker);
+    run.gateway_rss_kib[2] = rss(gateway);
+    println!(
+        "{n} agents connected and pulling in {:.1} s",
+        run.connect_secs
+    );
+
+    // The window is the measurement itself: nothing is waited for here.
+    let me = std::process::id();
+    let before = [cpu_secs(broker), cpu_secs(gateway), cpu_secs(me)];
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let after = [cpu_secs(broker), cpu_secs(gateway), cpu_secs(me)];
+    for i in 0..3 {
+        run.idle_cpu_secs[i] = after[i] - before[i];
+    }
+    println!(
+        "idle {IDLE_WINDOW:?}: CPU s broker/gateway/generator {:?}",
+        run.idle_cpu_secs
+    );
+
+    let t = Instant::now();
+    let listed = flue
+        .http()
+        .get(format!("{}/v1/servers", flue.gateway.url()))
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .expect("GET /v1/servers")
+        .bytes()
+        .await
+        .expect("GET /v1/servers body");
+    run.list_servers_ms = t.elapsed().as_secs_f64() * 1000.0;
+    run.list_servers_kib = listed.len() as f64 / 1024.0;
+    println!(
+        "GET /v1/servers: {:.0} ms, {:.0} KiB",
+        run.list_servers_ms, run.list_servers_kib
+    );
+
+    let client = flue.client();
+    let t = Instant::now();
+    let accepted: Vec<Deployment> = bounded(
+        futures_util::stream::iter(ids.iter().cloned())
+            .map(|id| {
+                let client = client.clone();
+                async move {
+                    client
+                        .create_deployment(&CreateDeployment::new(
+                            "noop".parse().expect("config id"),
+                            id,
+                        ))
+                        .await
+                        .expect("create deployment")
+                }
+            })
+            .buffer_unordered(DEPLOY_AT_ONCE)
+            .collect(),
+        "deployments accepted",
+    )
+    .await;
+    run.accept_all_secs = t.elapsed().as_secs_f64();
+    let done: Vec<Deployment> = bounded(
+        futures_util::stream::iter(accepted)
+            .map(|d| {
+                let client = client.clone();
+                async move { until_terminal(&client, d).await }
+            })
+            .buffer_unordered(WAIT_AT_ONCE)
+            .collect(),
+        "results",
+    )
+    .await;
+    run.results_all_secs = t.elapsed().as_secs_f64();
+    run.failed = done
+        .iter()
+        .filter(|d| d.status != DeploymentStatus::Complete)
+        .count();
+    let mut latencies: Vec<f64> = done
+        .iter()
+        .map(|d| (d.updated_at - d.created_at).as_seconds_f64() * 1000.0)
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    // Where the time goes: accepted → the agent had it (its clock: same machine), and the
+    // agent finished → the gateway stored it.
+    let mut to_agent: Vec<f64> = done
+        .iter()
+        .filter_map(|d| {
+            d.delivered_at
+                .map(|at| (at - d.created_at).as_seconds_f64() * 1000.0)
+        })
+        .collect();
+    to_agent.sort_by(f64::total_cmp);
+    let mut to_store: Vec<f64> = done
+        .iter()
+        .filter_map(|d| {
+            d.finished_at
+                .map(|at| (d.updated_at - at).as_seconds_f64() * 1000.0)
+        })
+        .collect();
+    to_store.sort_by(f64::total_cmp);
+    run.split_ms = [pct(&to_agent, 50), pct(&to_store, 50)];
+    println!(
+        "p50 accepted → agent has it {:.0} ms, agent finished → stored {:.0} ms",
+        run.split_ms[0], run.split_ms[1]
+    );
+    run.latency_ms = [
+        pct(&latencies, 50),
+        pct(&latencies, 99),
+        pct(&latencies, 100),
+    ];
+    println!(
+        "{n} deployments: all accepted {:.1} s, all results {:.1} s, accepted → result p50 {:.0} ms p99 {:.0} ms max {:.0} ms, {} not COMPLETE, agents answered {}",
+        run.accept_all_secs,
+        run.results_all_secs,
+        run.latency_ms[0],
+        run.latency_ms[1],
+        run.latency_ms[2],
+        run.failed,
+        agents.answered()
+    );
+
+    run.stack_group_secs = if n <= STACK_UP_TO {
+        stack_group(&flue, &ids).await
+    } else {
+        println!("stack skipped above {STACK_UP_TO} servers (not done within 300 s at 5,000)");
+        f64::NAN
+    };
+    println!(
+        "stack with one group over the {n} servers, create (stack engine): {:.1} s",
+        run.stack_group_secs
+    );
+
+    let t = Instant::now();
+    flue.nats.terminate_within(PHASE_LIMIT).await;
+    run.broker_shutdown_secs = t.elapsed().as_secs_f64();
+    println!(
+        "broker shutdown (SIGTERM → exit) with {n} agents connected: {:.2} s",
+        run.broker_shutdown_secs
+    );
+    agents.stop().await;
+
+    // The same broker without clients: start-up (JetStream restored) and shutdown again,
+    // telling what the N durable consumers cost from what the N connections do.
+    let t = Instant::now();
+    flue.nats.start_again().await;
+    run.broker_start_secs = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    flue.nats.terminate_within(PHASE_LIMIT).await;
+    run.broker_idle_shutdown_secs = t.elapsed().as_secs_f64();
+    println!(
+        "broker start-up with {n} servers' consumers, no agents: {:.2} s; shutdown then: {:.2} s",
+        run.broker_start_secs, run.broker_idle_shutdown_secs
+    );
+    run.load = [load_before, loadavg()];
+    drop(flue);
+    run
+}
+
+/// Creates a stack of one `OS::Heat::SoftwareDeploymentGroup` over every server with the
+/// CLI's stack engine (`flue stack create` runs the same driver) and returns the seconds
+/// until CREATE_COMPLETE, or NaN when it was not complete within [`STACK_LIMIT`].
+async fn stack_group(flue: &Flue, servers: &[flue_proto::ServerId]) -> f64 {
+    use flue_engine::stack::driver::{self, Options, Source};
+    use flue_engine::stack::template::Template;
+    let mut text = String::from(
+        "heat_template_version: 2018-08-31\nresources:\n  noop:\n    type: OS::Heat::SoftwareConfig\n    properties: {group: script, config: 'true'}\n  all:\n    type: OS::Heat::SoftwareDeploymentGroup\n    properties:\n      config: {get_resource: noop}\n      servers:\n",
+    );
+    for (i, id) in servers.iter().enumerate() {
+        text.push_str(&format!("        m{i}: {id}\n"));
+    }
+    let template = Template::parse(&text, &flue.path(".")).expect("template");
+    let given = Default::default();
+    let source = Source {
+        template: &template,
+        given: &given,
+        mapped: &Default::default(),
+    };
+    let opts = Options {
+        force: false,
+        report: std::sync::Arc::new(|_: &driver::Event| {}),
+    };
+    let client = flue.client();
+    let id = flue_proto::StackId::new("scale").expect("id");
+    let t = Instant::now();
+    match tokio::time::timeout(STACK_LIMIT, driver::create(&client, &id, source, &opts)).await {
+        Ok(Ok(stack)) if stack.status.to_string() == "CREATE_COMPLETE" => t.elapsed().as_secs_f64(),
+        Ok(Ok(stack)) => {
+            println!("the stack ended {}", stack.status);
+            f64::NAN
+        }
+        Ok(Err(e)) => {
+            println!("the stack failed: {e}");
+            f64::NAN
+        }
+        Err(_) => {
+            println!("the stack was not complete within {STACK_LIMIT:?}");
+            f64::NAN
+        }
+    }
+}
+
+/// Long-polls one deployment until it is COMPLETE or FAILED.
+async fn until_terminal(client: &flue_engine::Client, mut d: Deployment) -> Deployment {
+    while !d.status.is_terminal() {
+        match client
+            .wait_deployment(&d.id, Some(d.status), Duration::from_secs(20))
+            .await
+        {
+            Ok(next) => d = next,
+            Err(e) => panic!("waiting for {}: {e}", d.id),
+        }
+    }
+    d
+}
+
+/// `fut`, or a panic naming the phase after [`PHASE_LIMIT`].
+async fn bounded<T>(fut: impl std::future::Future<Output = T>, phase: &str) -> T {
+    tokio::time::timeout(PHASE_LIMIT, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{phase} took longer than {PHASE_LIMIT:?}"))
+}
+
+/// The `p`th percentile of sorted samples.
+fn pct(sorted: &[f64], p: usize) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) * p) / 100]
+}
+
+/// VmRSS of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// User + system CPU seconds a process has used.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    // The command name may hold spaces: fields are counted after its closing parenthesis,
+    // where field 3 (state) comes first, so utime (14) and stime (15) are the 12th and 13th.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 =
+        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
+    ticks / TICKS_PER_SEC
+}
+
+/// The 1, 5 and 15 minute load averages.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
