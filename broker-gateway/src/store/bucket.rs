@@ -1,4 +1,4 @@
-//! Thin typed helpers over one KV bucket: open, get, create, list keys.
+//! Thin typed helpers over one KV bucket: open, get, create, list keys, purge a key.
 
 use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
@@ -142,4 +142,25 @@ pub(super) async fn keys(
                 .map(str::to_owned)
         })
         .collect())
+}
+
+/// Removes `key` (wildcards allowed) of bucket `name` with a purge of its subject in the bucket's stream:
+/// unlike a KV delete or purge, it leaves no tombstone, so listing the bucket's keys
+/// costs only what is left in it (nothing if the key is not there).
+pub(crate) async fn purge_key(
+    kv: &kv::Store,
+    name: &'static str,
+    key: &str,
+) -> Result<(), StoreError> {
+    let filter = format!("{}{key}", kv.prefix);
+    kv.stream
+        .purge()
+        .filter(filter.clone())
+        .await
+        .map(drop)
+        .map_err(|e| StoreError::Purge {
+            bucket: name,
+            filter,
+            source: e.into(),
+        })
 }

@@ -226,17 +226,12 @@ impl Store {
     /// deployment records stay). The index goes first, so that a removal interrupted
     /// half-way still finds the server and can be repeated.
     pub async fn delete_server(&self, tenant: &TenantId, id: &ServerId) -> Result<(), StoreError> {
-        let filter = format!("{}{tenant}.{id}.*", self.index.prefix);
-        self.index
-            .stream
-            .purge()
-            .filter(filter.clone())
-            .await
-            .map_err(|e| StoreError::Purge {
-                bucket: SERVER_DEPLOYMENTS_BUCKET,
-                filter,
-                source: e.into(),
-            })?;
+        bucket::purge_key(
+            &self.index,
+            SERVER_DEPLOYMENTS_BUCKET,
+            &format!("{tenant}.{id}.*"),
+        )
+        .await?;
         let key = key2(tenant, id);
         self.servers
             .purge(&key)

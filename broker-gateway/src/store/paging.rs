@@ -62,18 +62,12 @@ impl Store {
         tenant: &TenantId,
         id: &ServerId,
     ) -> Result<(), StoreError> {
-        let filter = format!("{}{tenant}.{id}", self.server_order.prefix);
-        self.server_order
-            .stream
-            .purge()
-            .filter(filter.clone())
-            .await
-            .map(drop)
-            .map_err(|e| StoreError::Purge {
-                bucket: SERVER_ORDER_BUCKET,
-                filter,
-                source: e.into(),
-            })
+        super::bucket::purge_key(
+            &self.server_order,
+            SERVER_ORDER_BUCKET,
+            &format!("{tenant}.{id}"),
+        )
+        .await
     }
 
     /// True once `tenant`'s servers registered before the order index existed are in it.

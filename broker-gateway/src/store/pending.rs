@@ -50,18 +50,7 @@ impl Store {
         tenant: &TenantId,
         id: &DeploymentId,
     ) -> Result<(), StoreError> {
-        let filter = format!("{}{tenant}.{id}", self.pending.prefix);
-        self.pending
-            .stream
-            .purge()
-            .filter(filter.clone())
-            .await
-            .map(drop)
-            .map_err(|e| StoreError::Purge {
-                bucket: PENDING_BUCKET,
-                filter,
-                source: e.into(),
-            })
+        super::bucket::purge_key(&self.pending, PENDING_BUCKET, &format!("{tenant}.{id}")).await
     }
 
     /// [`Store::clear_pending`] after the terminal write of a record: a failure is
