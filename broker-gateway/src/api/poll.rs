@@ -9,7 +9,7 @@
 //! reach a log: request spans show these paths with the secret cut off
 //! ([`flue_proto::poll::redact_path`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -187,7 +187,19 @@ pub async fn metadata(
         .filter(|s| secret_matches(s.poll_secret_sha256.as_deref(), &secret))
         .ok_or_else(not_found)?;
     let base = base_url(&service, &headers)?;
-    let records = service.store.server_deployments(tenant, &server.id).await?;
+    // Only deployments still pending can be waiting: the pending index keeps a poll's
+    // record reads to those, however long the server's history.
+    let pending: HashSet<DeploymentId> = service
+        .store
+        .pending_ids(tenant)
+        .await?
+        .into_iter()
+        .collect();
+    let records = service
+        .store
+        .server_deployments_among(tenant, &server.id, |id| pending.contains(id))
+        .await?
+        .items;
     let mut configs: HashMap<ConfigId, StoredConfig> = HashMap::new();
     let mut deployments = Vec::new();
     for record in records.iter().filter(|r| waiting(r)) {

@@ -393,6 +393,18 @@ impl Store {
         tenant: &TenantId,
         server: &ServerId,
     ) -> Result<Listing<DeploymentRecord>, StoreError> {
+        self.server_deployments_among(tenant, server, |_| true)
+            .await
+    }
+
+    /// [`Store::server_deployments_listing`] reading only the records whose id `keep`
+    /// accepts (e.g. those in the pending index): the rest cost a key, not a read.
+    pub async fn server_deployments_among(
+        &self,
+        tenant: &TenantId,
+        server: &ServerId,
+        keep: impl Fn(&DeploymentId) -> bool,
+    ) -> Result<Listing<DeploymentRecord>, StoreError> {
         let mut listing = Listing::default();
         for key in keys(
             &self.index,
@@ -405,6 +417,7 @@ impl Store {
                 .rsplit('.')
                 .next()
                 .and_then(|s| DeploymentId::new(s).ok())
+                .filter(|id| keep(id))
             else {
                 continue;
             };
