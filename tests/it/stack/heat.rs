@@ -16,6 +16,17 @@ fn heat_example(name: &str) -> String {
         .to_string()
 }
 
+/// `flue stack update STACK -t TEMPLATE -P PARAM`, which must succeed.
+async fn update(env: &flue_tests::Flue, stack: &str, template: &str, param: &str) -> super::Run {
+    let run = flue(
+        env,
+        &["stack", "update", stack, "-t", template, "-P", param],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    run
+}
+
 fn read(path: &std::path::Path) -> String {
     std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -106,17 +117,7 @@ async fn the_heat_two_server_template_runs_db_then_web_on_the_mapped_servers() {
 
     // The map is kept: an update without --server runs on the same servers, and only
     // what changed runs (web's port).
-    let update = [
-        "stack",
-        "update",
-        "shop",
-        "-t",
-        &template,
-        "-P",
-        "app_port=9090",
-    ];
-    let run = flue(&env, &update).await;
-    assert_eq!(run.code, 0, "{run}");
+    let run = update(&env, "shop", &template, "app_port=9090").await;
     assert!(run.stdout.contains("url: http://127.0.0.1:9090/"), "{run}");
     assert_eq!(
         lines(&data.join("order.log")),
@@ -211,20 +212,7 @@ async fn a_random_string_keeps_its_value_across_updates_until_its_properties_cha
     let first = read(&data.join("db/password"));
 
     // Another port: web runs again and gets the same password; db does not run.
-    let run = flue(
-        &env,
-        &[
-            "stack",
-            "update",
-            "shop",
-            "-t",
-            &template,
-            "-P",
-            "app_port=9090",
-        ],
-    )
-    .await;
-    assert_eq!(run.code, 0, "{run}");
+    let run = update(&env, "shop", &template, "app_port=9090").await;
     assert!(
         run.stdout
             .contains("db_password              unchanged, not run"),
@@ -243,20 +231,7 @@ async fn a_random_string_keeps_its_value_across_updates_until_its_properties_cha
 
     // Another salt is another RandomString, as in Heat: a new value, and both servers
     // are configured again with it.
-    let run = flue(
-        &env,
-        &[
-            "stack",
-            "update",
-            "shop",
-            "-t",
-            &template,
-            "-P",
-            "password_salt=2",
-        ],
-    )
-    .await;
-    assert_eq!(run.code, 0, "{run}");
+    update(&env, "shop", &template, "password_salt=2").await;
     let second = read(&data.join("db/password"));
     assert_ne!(second, first);
     assert_eq!(second.len(), 24);
@@ -309,21 +284,11 @@ async fn heat_deployment_groups_run_one_member_per_server_and_scale_by_count() {
     assert!(ran(&env, "w3").await.is_empty());
 
     // count 3: the third member runs on the third server; the others are unchanged.
-    let run = flue(
-        &env,
-        &["stack", "update", "grp", "-t", &template, "-P", "count=3"],
-    )
-    .await;
-    assert_eq!(run.code, 0, "{run}");
+    update(&env, "grp", &template, "count=3").await;
     assert_eq!(ran(&env, "w3").await, [("2".into(), "CREATE".into())]);
     assert_eq!(ran(&env, "w1").await, [("0".into(), "CREATE".into())]);
     // count 1: members 1 and 2 leave the stack.
-    let run = flue(
-        &env,
-        &["stack", "update", "grp", "-t", &template, "-P", "count=1"],
-    )
-    .await;
-    assert_eq!(run.code, 0, "{run}");
+    update(&env, "grp", &template, "count=1").await;
     let s = stack(&env, "grp").await;
     let keys: Vec<&str> = s.state.units.keys().map(String::as_str).collect();
     assert_eq!(keys, ["nodes/a", "nodes/b", "workers/0"]);
