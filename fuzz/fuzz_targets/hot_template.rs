@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use flue_engine::stack::template::Template;
-use flue_engine::stack::units;
+use flue_stack::template::Template;
+use flue_stack::units;
 use flue_fuzz::assert_id;
 use libfuzzer_sys::fuzz_target;
 

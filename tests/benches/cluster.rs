@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use flue_engine::Client;
+use flue_client::Client;
 use flue_proto::{CreateDeployment, DeploymentStatus};
 use flue_tests::{Cluster, Flue};
 use serde_json::json;

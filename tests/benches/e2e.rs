@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, stream};
-use flue_engine::Client;
+use flue_client::Client;
 use flue_proto::{ConfigSpec, CreateDeployment, DeploymentStatus, RegisterServer, ServerId};
 use flue_tests::{Agent, Flue, Gateway, Nats, write_executable};
 use futures_util::StreamExt;
@@ -556,8 +556,8 @@ impl Listener {
 /// A stack of `n` no-op deployments on `b0`, each depending on the one before: the create
 /// and an update that changes nothing, in ms per unit.
 async fn stack_chain(setup: &Setup, n: usize) -> (f64, f64) {
-    use flue_engine::stack::driver::{self, Options, Source};
-    use flue_engine::stack::template::Template;
+    use flue_stack::driver::{self, Options, Source};
+    use flue_stack::template::Template;
     let mut text = String::from(
         "heat_template_version: 2018-08-31\nresources:\n  noop:\n    type: OS::Heat::SoftwareConfig\n    properties: {group: noop, config: ''}\n",
     );

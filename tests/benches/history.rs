@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use flue_engine::Client;
+use flue_client::Client;
 use flue_proto::{ConfigSpec, CreateDeployment, RegisterServer, ServerId};
 use flue_tests::{Flue, WAIT};
 use futures_util::StreamExt;

@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use flue_engine::Client;
+use flue_client::Client;
 use flue_proto::poll::Transport;
 use flue_proto::{ConfigSpec, CreateDeployment, DeploymentStatus, RegisterServer, ServerId};
 use flue_tests::{Flue, PolledServer};

@@ -281,8 +281,8 @@ async fn measure(n: usize) -> Run {
 /// CLI's stack engine (`flue stack create` runs the same driver) and returns the seconds
 /// until CREATE_COMPLETE, or NaN when it was not complete within [`STACK_LIMIT`].
 async fn stack_group(flue: &Flue, servers: &[flue_proto::ServerId]) -> f64 {
-    use flue_engine::stack::driver::{self, Options, Source};
-    use flue_engine::stack::template::Template;
+    use flue_stack::driver::{self, Options, Source};
+    use flue_stack::template::Template;
     let mut text = String::from(
         "heat_template_version: 2018-08-31\nresources:\n  noop:\n    type: OS::Heat::SoftwareConfig\n    properties: {group: script, config: 'true'}\n  all:\n    type: OS::Heat::SoftwareDeploymentGroup\n    properties:\n      config: {get_resource: noop}\n      servers:\n",
     );
@@ -321,7 +321,7 @@ async fn stack_group(flue: &Flue, servers: &[flue_proto::ServerId]) -> f64 {
 }
 
 /// Long-polls one deployment until it is COMPLETE or FAILED.
-async fn until_terminal(client: &flue_engine::Client, mut d: Deployment) -> Deployment {
+async fn until_terminal(client: &flue_client::Client, mut d: Deployment) -> Deployment {
     while !d.status.is_terminal() {
         match client
             .wait_deployment(&d.id, Some(d.status), Duration::from_secs(20))

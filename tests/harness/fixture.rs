@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use flue_engine::Client;
+use flue_client::Client;
 use flue_proto::creds::AgentCredentials;
 use flue_proto::{
     Config, ConfigSpec, CreateDeployment, Deployment, DeploymentId, DeploymentStatus,

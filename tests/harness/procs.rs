@@ -508,18 +508,18 @@ impl Gateway {
 
     /// A typed API client for this gateway with an engine token (configs, deployments,
     /// stacks, reads and events).
-    pub fn client(&self) -> flue_engine::Client {
+    pub fn client(&self) -> flue_client::Client {
         self.client_as(Role::Engine)
     }
 
     /// A typed API client with an admin token (servers, tokens, reads).
-    pub fn admin_client(&self) -> flue_engine::Client {
+    pub fn admin_client(&self) -> flue_client::Client {
         self.client_as(Role::Admin)
     }
 
     /// A typed API client with the token of `role`.
-    pub fn client_as(&self, role: Role) -> flue_engine::Client {
-        flue_engine::Client::with_ca(&self.url, self.ca_file.as_deref())
+    pub fn client_as(&self, role: Role) -> flue_client::Client {
+        flue_client::Client::with_ca(&self.url, self.ca_file.as_deref())
             .expect("client")
             .with_token(self.tokens.get(role))
     }

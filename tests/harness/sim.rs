@@ -322,7 +322,7 @@ async fn answer_noop(
 /// admin client), at most `at_once` at a time, and returns them with the credentials each
 /// registration minted, in order.
 pub async fn register(
-    admin: &flue_engine::Client,
+    admin: &flue_client::Client,
     prefix: &str,
     count: usize,
     at_once: usize,

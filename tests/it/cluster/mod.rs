@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use flue_engine::{Client, ClientError};
+use flue_client::{Client, ClientError};
 use flue_proto::event::{EVENT_STREAM, EventType};
 use flue_proto::{CreateDeployment, Deployment, DeploymentId, DeploymentStatus, subject};
 use flue_tests::{Cluster, EventTap, Flue, TestCa, WAIT};

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use flue_engine::ClientError;
+use flue_client::ClientError;
 use flue_proto::{RegisterServer, ServerId, subject};
 use flue_tests::{Flue, Gateway, Nats, WAIT};
 use futures_util::StreamExt;

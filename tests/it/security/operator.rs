@@ -202,7 +202,7 @@ async fn two_tenants_on_one_gateway_each_run_a_deployment_and_neither_reaches_th
     assert_eq!(created.id, acme);
     let acme_tokens = Tokens::for_tenant(&flue.gateway.state_dir(), &acme);
     let acme_as = |role: Role| {
-        flue_engine::Client::new(flue.gateway.url())
+        flue_client::Client::new(flue.gateway.url())
             .expect("client")
             .with_token(acme_tokens.get(role))
     };
@@ -279,7 +279,7 @@ async fn two_tenants_on_one_gateway_each_run_a_deployment_and_neither_reaches_th
     assert_eq!(b_done.outputs["result"], "b");
 
     // Over the API, each tenant sees only its own objects.
-    let servers = |c: flue_engine::Client| async move {
+    let servers = |c: flue_client::Client| async move {
         c.list_servers()
             .await
             .expect("listed")
@@ -446,7 +446,7 @@ async fn a_broker_that_lost_its_resolver_directory_learns_every_account_again_fr
         })
         .await
         .expect("created");
-    let acme_admin = flue_engine::Client::new(flue.gateway.url())
+    let acme_admin = flue_client::Client::new(flue.gateway.url())
         .expect("client")
         .with_token(Tokens::for_tenant(&flue.gateway.state_dir(), &acme).get(Role::Admin));
     acme_admin.list_servers().await.expect("acme is served");

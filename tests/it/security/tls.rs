@@ -77,7 +77,7 @@ async fn a_deployment_runs_end_to_end_over_https_and_a_tls_only_broker() {
 async fn a_client_without_the_gateway_ca_is_refused_and_changes_nothing() {
     let flue = Flue::start_tls(&[]).await;
     // The system's roots do not include the test CA.
-    let untrusting = flue_engine::Client::new(flue.gateway.url()).expect("client");
+    let untrusting = flue_client::Client::new(flue.gateway.url()).expect("client");
     let register = RegisterServer {
         transport: Default::default(),
         id: ServerId::new("intruder").expect("id"),
@@ -126,10 +126,10 @@ async fn plain_http_to_the_https_port_is_answered_400_https_required() {
     );
 
     // The typed client sees the same, as an API error rather than a transport failure.
-    let plain = flue_engine::Client::new(&format!("http://{}", authority(flue.gateway.url())))
+    let plain = flue_client::Client::new(&format!("http://{}", authority(flue.gateway.url())))
         .expect("client");
     match plain.list_servers().await {
-        Err(flue_engine::ClientError::Api { status, code, .. }) => {
+        Err(flue_client::ClientError::Api { status, code, .. }) => {
             assert_eq!((status, code.as_str()), (400, HTTPS_REQUIRED));
         }
         other => panic!("expected a 400 https_required, got {other:?}"),

@@ -1,0 +1,233 @@
+//! One step's deployment: its config and body, then (in its own task) finding or
+//! creating it and following it to its end.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use flue_proto::{Action, ConfigId, ConfigSpec, CreateDeployment, Deployment, DeploymentId};
+use tokio::task::JoinSet;
+
+use super::plan::{Step, StepKind};
+use super::state::{ApplyContext, Driver};
+use super::{EngineError, Event, STDERR_TAIL_BYTES};
+use crate::random;
+use crate::resolve::{self, HiddenOutputs};
+use crate::template::ResourceKind;
+use flue_client::{Client, ClientError};
+
+/// Added to a deployment's own timeout when waiting for it: the gateway fails it at
+/// its timeout, so this is only a bound against a gateway that never answers.
+const WAIT_SLACK: Duration = Duration::from_secs(120);
+
+/// How a step's deployment ended.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// Its config and inputs did not change: nothing ran.
+    Unchanged,
+    /// It reached a terminal status.
+    Finished(Box<Deployment>),
+}
+
+/// Why a step could not start.
+pub(super) enum StartError {
+    /// The operation cannot go on.
+    Engine(EngineError),
+    /// The step fails (its template does not resolve, its action is not valid); other
+    /// steps go on.
+    Failed(String),
+}
+
+impl From<EngineError> for StartError {
+    fn from(e: EngineError) -> Self {
+        Self::Engine(e)
+    }
+}
+
+impl Driver<'_> {
+    /// Starts one step: `Ok(true)` when a deployment task now runs, `Ok(false)` when
+    /// the step needed no deployment.
+    pub(super) async fn start(
+        &mut self,
+        step: &Step,
+        ctx: Option<&ApplyContext<'_>>,
+        running: &mut JoinSet<(String, Result<Outcome, ClientError>)>,
+    ) -> Result<bool, StartError> {
+        let key = step.key.clone();
+        let (action, config_spec, body, compare_with) = match &step.kind {
+            StepKind::Skip => return Ok(false),
+            StepKind::Drop => {
+                self.save(|s, _| {
+                    s.units.remove(&key);
+                })
+                .await?;
+                (self.opts.report)(&Event::Removed { unit: key });
+                return Ok(false);
+            }
+            StepKind::Apply {
+                action,
+                compare_with,
+            } => {
+                let ctx = ctx.expect("apply steps come with a template");
+                let want = &ctx.plan.units[&key];
+                self.fetch_completed(&want.depends_on).await?;
+                let resolver = self.resolver(ctx, HiddenOutputs::Refuse);
+                let mut resolved = resolve::unit_deployment(&resolver, want)
+                    .map_err(|e| StartError::Failed(e.to_string()))?;
+                let mut inputs_from = None;
+                // A RandomString whose properties did not change keeps its value: the
+                // keeper re-uses its last inputs, so the gateway finds nothing changed.
+                if ctx.template.resources[&want.resource].kind == ResourceKind::RandomString
+                    && let Some(base) = compare_with
+                {
+                    let last = self
+                        .client
+                        .get_deployment(base)
+                        .await
+                        .map_err(|e| StartError::Engine(e.into()))?;
+                    if last.input_values.get(random::PROPERTIES)
+                        == resolved.input_values.get(random::PROPERTIES)
+                    {
+                        resolved.input_values.remove(random::VALUE);
+                        inputs_from = Some(base.clone());
+                    }
+                }
+                let pending = self
+                    .plan_pending(&key, action, Some(ConfigId::random()))
+                    .await?;
+                let mut spec = resolved.spec;
+                spec.id = pending.config_id.clone();
+                let body = CreateDeployment {
+                    id: Some(pending.deployment_id.clone()),
+                    config_id: pending.config_id.clone().expect("apply plans a config"),
+                    server_id: want.server_id.clone(),
+                    action: Action::new(*action).expect("lifecycle action"),
+                    input_values: resolved.input_values,
+                    name: Some(resolved.name),
+                    timeout_secs: resolved.timeout_secs,
+                    stack_id: Some(self.id.clone()),
+                    // What a hook sees as deploy_resource_name: Heat gives a group
+                    // member's name, not the group's.
+                    resource_name: Some(want.member.clone().unwrap_or(want.resource.clone())),
+                    inputs_from,
+                    input_refs: resolved.input_refs,
+                    skip_if_unchanged_from: compare_with.clone(),
+                };
+                ((*action).to_owned(), Some(spec), body, compare_with.clone())
+            }
+            StepKind::Reuse {
+                action,
+                config,
+                inputs_from,
+                ..
+            } => {
+                let unit = self.stack.state.units[&key].clone();
+                let pending = self.plan_pending(&key, action, None).await?;
+                let body = CreateDeployment {
+                    id: Some(pending.deployment_id.clone()),
+                    config_id: config.clone(),
+                    server_id: unit.server_id.clone(),
+                    action: Action::new(action.as_str())
+                        .map_err(|e| StartError::Failed(format!("action {action:?} {e}")))?,
+                    input_values: BTreeMap::new(),
+                    name: Some(match &unit.member {
+                        Some(m) => format!("{}-{m}", unit.resource),
+                        None => unit.resource.clone(),
+                    }),
+                    timeout_secs: None,
+                    stack_id: Some(self.id.clone()),
+                    resource_name: Some(unit.member.clone().unwrap_or(unit.resource.clone())),
+                    inputs_from: Some(inputs_from.clone()),
+                    input_refs: BTreeMap::new(),
+                    skip_if_unchanged_from: None,
+                };
+                (action.clone(), None, body, None)
+            }
+        };
+        let client = self.client.clone();
+        let report = self.opts.report.clone();
+        let server = body.server_id.clone();
+        running.spawn(async move {
+            let result = execute(&client, config_spec, body, compare_with, |d| {
+                report(&Event::Deployment {
+                    unit: key.clone(),
+                    action: action.clone(),
+                    server: server.clone(),
+                    deployment: d.id.clone(),
+                    status: d.status,
+                    reason: d.status_reason.clone(),
+                });
+            })
+            .await;
+            (key, result)
+        });
+        Ok(true)
+    }
+}
+
+/// Creates (or finds, when an interrupted run already created it) one deployment and
+/// waits for its end.
+pub(super) async fn execute(
+    client: &Client,
+    config: Option<ConfigSpec>,
+    body: CreateDeployment,
+    compare_with: Option<DeploymentId>,
+    on_change: impl FnMut(&Deployment),
+) -> Result<Outcome, ClientError> {
+    let id = body
+        .id
+        .clone()
+        .expect("the driver always names its deployments");
+    let existing = match client.get_deployment(&id).await {
+        Ok(d) => Some(d),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e),
+    };
+    let d = match existing {
+        Some(d) => d,
+        None => {
+            if let Some(spec) = &config {
+                match client.create_config(spec).await {
+                    Ok(_) => {}
+                    // The id was planned by this operation and recorded before use: a
+                    // config already stored under it is the one an interrupted run
+                    // created (the gateway does not compare configs with hidden defaults).
+                    Err(e) if e.status() == Some(409) => {
+                        let id = spec.id.clone().expect("planned configs have an id");
+                        client.get_config(&id).await?;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let d = client.create_deployment(&body).await?;
+            if compare_with.as_ref() == Some(&d.id) {
+                return Ok(Outcome::Unchanged);
+            }
+            d
+        }
+    };
+    let wait = Duration::from_secs(d.timeout_secs) + WAIT_SLACK;
+    let d = client.wait_until_terminal(&d.id, wait, on_change).await?;
+    Ok(Outcome::Finished(Box::new(d)))
+}
+
+/// The stack's failure reason for one unit: resource, server, why, and its stderr.
+pub(super) fn failure_reason(key: &str, d: &Deployment) -> String {
+    let why = d.status_reason.as_deref().unwrap_or("failed");
+    let mut reason = format!(
+        "{key} ({} on server {}) failed: {why}",
+        d.action, d.server_id
+    );
+    let stderr = d.deploy_stderr.trim_end();
+    if !stderr.is_empty() {
+        let start = stderr.len().saturating_sub(STDERR_TAIL_BYTES);
+        let start = (start..stderr.len())
+            .find(|i| stderr.is_char_boundary(*i))
+            .unwrap_or(stderr.len());
+        reason.push_str("\nstderr:\n");
+        if start > 0 {
+            reason.push_str("[…]");
+        }
+        reason.push_str(&stderr[start..]);
+    }
+    reason
+}

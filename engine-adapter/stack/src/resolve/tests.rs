@@ -1,0 +1,279 @@
+use std::path::Path;
+
+use flue_proto::StackState;
+use serde_json::json;
+
+use super::*;
+use crate::units;
+
+const STACK: &str = r##"
+heat_template_version: 2018-08-31
+parameters:
+  password: {type: string, hidden: true}
+  port: {type: number, default: 8080}
+  workers: {type: json, default: {b: node2, a: node1}}
+resources:
+  db_config:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      config: "#!/bin/sh\necho db"
+      inputs:
+        - {name: password}
+        - {name: port, type: Number}
+  db:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: db_config}
+      server: db1
+      name: database
+      timeout: 30
+      input_values:
+        password:
+          str_replace:
+            template: "secret-$PW"
+            params: {$PW: {get_param: password}}
+        port: {get_param: port}
+        token: {get_param: password}
+        greeting: hello
+  cluster:
+    type: OS::Heat::SoftwareDeploymentGroup
+    properties:
+      config: {get_resource: db_config}
+      servers: {get_param: workers}
+      members_input: members
+      input_values: {port: {get_param: port}}
+  leaky_config:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      config:
+        str_replace:
+          template: "#!/bin/sh\necho $PW"
+          params: {$PW: {get_param: password}}
+  leaky:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: leaky_config}
+      server: db1
+"##;
+
+struct Fixture {
+    template: Template,
+    params: Parameters,
+    plan: Plan,
+    state: StackState,
+    deployments: HashMap<DeploymentId, Deployment>,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let template = Template::parse(STACK, Path::new(".")).expect("valid template");
+        let given = [("password".to_owned(), "s3cret".to_owned())].into();
+        let params = template.bind_parameters(&given).expect("parameters bind");
+        let plan = units::expand(&template, &params, true).expect("expands");
+        Self {
+            template,
+            params,
+            plan,
+            state: StackState::default(),
+            deployments: HashMap::new(),
+        }
+    }
+
+    fn resolve(&self, key: &str) -> Result<Resolved, TemplateError> {
+        let r = RuntimeResolver {
+            template: &self.template,
+            params: &self.params,
+            plan: &self.plan,
+            state: &self.state,
+            deployments: &self.deployments,
+            hidden_outputs: HiddenOutputs::Refuse,
+        };
+        unit_deployment(&r, &self.plan.units[key])
+    }
+}
+
+fn decl<'a>(resolved: &'a Resolved, name: &str) -> &'a InputDecl {
+    resolved
+        .spec
+        .inputs
+        .iter()
+        .find(|i| i.name == name)
+        .unwrap_or_else(|| panic!("no declaration of {name}"))
+}
+
+#[test]
+fn an_input_derived_from_a_hidden_parameter_is_declared_hidden() {
+    let f = Fixture::new();
+    let db = f.resolve("db").expect("resolves");
+    assert_eq!(db.input_values["password"], json!("secret-s3cret"));
+    let password = decl(&db, "password");
+    assert!(password.hidden);
+    // The config's own declaration is kept, only marked.
+    assert_eq!(password.kind, "String");
+    assert!(!decl(&db, "port").hidden);
+    assert_eq!(decl(&db, "port").kind, "Number");
+    // The config itself holds no hidden value.
+    assert_eq!(db.spec.config, json!("#!/bin/sh\necho db"));
+}
+
+#[test]
+fn undeclared_input_values_get_a_declaration() {
+    let f = Fixture::new();
+    let db = f.resolve("db").expect("resolves");
+    let mut names: Vec<&str> = db.spec.inputs.iter().map(|i| i.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["greeting", "password", "port", "token"]);
+    let greeting = decl(&db, "greeting");
+    assert_eq!(
+        *greeting,
+        InputDecl {
+            name: "greeting".into(),
+            kind: "String".into(),
+            description: None,
+            default: None,
+            hidden: false,
+        }
+    );
+    assert_eq!(db.input_values["greeting"], json!("hello"));
+    // Undeclared and derived from a hidden parameter: declared hidden.
+    assert!(decl(&db, "token").hidden);
+    assert_eq!(db.input_values["token"], json!("s3cret"));
+    assert_eq!(db.input_values["port"], json!(8080));
+    assert_eq!(db.name, "database");
+    assert_eq!(db.timeout_secs, Some(30));
+    assert_eq!(db.spec.name, "db_config");
+    assert_eq!(db.spec.group, "script");
+    assert!(!db.spec.substitute_inputs);
+}
+
+#[test]
+fn members_input_adds_the_member_list() {
+    let f = Fixture::new();
+    let a = f.resolve("cluster/a").expect("resolves");
+    let members = json!([
+        {"name": "a", "server_id": "node1"},
+        {"name": "b", "server_id": "node2"},
+    ]);
+    assert_eq!(a.input_values["members"], members);
+    assert_eq!(decl(&a, "members").kind, "Json");
+    assert!(!decl(&a, "members").hidden);
+    assert_eq!(a.name, "cluster-a");
+    // Every member gets the same list.
+    let b = f.resolve("cluster/b").expect("resolves");
+    assert_eq!(b.input_values["members"], members);
+    assert_eq!(b.name, "cluster-b");
+    // A single deployment has no members.
+    let db = f.resolve("db").expect("resolves");
+    assert!(!db.input_values.contains_key("members"));
+}
+
+#[test]
+fn a_hidden_parameter_in_a_config_body_is_refused_with_its_path() {
+    let f = Fixture::new();
+    let e = f.resolve("leaky").expect_err("hidden value in a config");
+    assert_eq!(e.path, "resources.leaky_config.properties.config");
+    assert!(
+        e.message.contains("uses a hidden parameter"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn a_hidden_output_travels_only_as_a_whole_input_reference() {
+    let text = r#"heat_template_version: 2018-08-31
+resources:
+  db_config:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      outputs: [{name: password, hidden: true}, {name: address}]
+      config: x
+  db: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: db_config}, server: s1}}
+  web_config: {type: OS::Heat::SoftwareConfig, properties: {config: x}}
+  web:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: web_config}
+      server: s2
+      input_values:
+        pw: {get_attr: [db, password]}
+        addr: {get_attr: [db, address]}
+"#;
+    // Anything but a whole input value is refused when the template loads.
+    let leaky = format!(
+        "{text}  leaky:\n    type: OS::Heat::SoftwareDeployment\n    properties:\n      config: {{get_resource: web_config}}\n      server: s2\n      input_values:\n        url: {{str_replace: {{template: \"u:PW\", params: {{PW: {{get_attr: [db, password]}}}}}}}}\n"
+    );
+    let err = Template::parse(&leaky, Path::new(".")).expect_err("refused");
+    assert_eq!(
+        err.path,
+        "resources.leaky.properties.input_values.url.str_replace.params.PW"
+    );
+    assert!(err.message.contains("can only be passed whole"), "{err}");
+    let template = Template::parse(text, Path::new(".")).expect("template");
+    assert!(is_hidden_output(&template, "db", "password"));
+    assert!(!is_hidden_output(&template, "db", "address"));
+    let params = template
+        .bind_parameters(&Default::default())
+        .expect("params");
+    let plan = units::expand(&template, &params, true).expect("plan");
+    let db_id = DeploymentId::new("d-db").expect("id");
+    let mut state = StackState::default();
+    let mut unit: flue_proto::Unit = serde_json::from_value(json!({
+        "resource": "db", "server_id": "s1", "action": "CREATE", "status": "COMPLETE",
+        "baseline": "d-db", "baseline_config": "c-db"
+    }))
+    .expect("unit");
+    unit.member = None;
+    state.units.insert("db".into(), unit);
+    let d: Deployment = serde_json::from_value(json!({
+        "id": "d-db", "tenant": "default", "server_id": "s1", "config_id": "c-db",
+        "group": "script", "name": "db", "action": "CREATE", "status": "COMPLETE",
+        "outputs": {"password": "<hidden>", "address": "10.0.0.1:5432"},
+        "timeout_secs": 60, "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-01T01:00:00Z"
+    }))
+    .expect("deployment");
+    let deployments: HashMap<DeploymentId, Deployment> = [(db_id.clone(), d)].into();
+    let r = RuntimeResolver {
+        template: &template,
+        params: &params,
+        plan: &plan,
+        state: &state,
+        deployments: &deployments,
+        hidden_outputs: HiddenOutputs::Refuse,
+    };
+    let web = unit_deployment(&r, &plan.units["web"]).expect("web resolves");
+    assert_eq!(
+        web.input_refs["pw"],
+        OutputRef {
+            deployment_id: db_id,
+            output: "password".into()
+        }
+    );
+    assert!(!web.input_values.contains_key("pw"));
+    assert_eq!(web.input_values["addr"], json!("10.0.0.1:5432"));
+    assert!(web.spec.inputs.iter().any(|i| i.name == "pw" && i.hidden));
+}
+
+#[test]
+fn hidden_outputs_of_a_group_cannot_be_passed_on() {
+    let text = r#"heat_template_version: 2018-08-31
+resources:
+  member_config:
+    type: OS::Heat::SoftwareConfig
+    properties: {config: x, outputs: [{name: token, hidden: true}]}
+  grp:
+    type: OS::Heat::SoftwareDeploymentGroup
+    properties: {config: {get_resource: member_config}, servers: {a: s1}}
+  user:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: member_config}
+      server: s2
+      input_values: {tokens: {get_attr: [grp, token]}}
+"#;
+    let err = Template::parse(text, Path::new(".")).expect_err("refused");
+    assert_eq!(err.path, "resources.user.properties.input_values.tokens");
+    assert!(err.message.contains("hidden outputs of a group"), "{err}");
+}
