@@ -14,6 +14,10 @@ use flue_proto::{
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+mod queued;
+
+pub use queued::NewDeployment;
+
 /// What replaces a hidden input's value in every API read.
 pub const HIDDEN: &str = "<hidden>";
 

@@ -61,12 +61,13 @@ use crate::record::{
     end_event_type,
 };
 use crate::sealing::{self, SealFailure, settle_hidden_outputs};
-use crate::service::Service;
 use crate::store::StoreError;
 
+mod answers;
 mod lanes;
 mod signers;
 
+pub use answers::Answers;
 use lanes::Lanes;
 pub use signers::{SignedMessage, Signers};
 
@@ -101,7 +102,7 @@ pub(crate) enum HandleError {
 }
 
 /// Consumes agent answers until cancelled, getting the consumer back after any failure.
-pub async fn consume(service: Service, cancel: CancellationToken) {
+pub async fn consume(service: Answers, cancel: CancellationToken) {
     let mut backoff = MIN_BACKOFF;
     loop {
         let stopped = tokio::select! {
@@ -122,7 +123,7 @@ pub async fn consume(service: Service, cancel: CancellationToken) {
 
 /// Pulls the consumer until its message stream fails or ends, holding up to
 /// [`MAX_HELD`] messages: one at a time per subject, subjects side by side.
-async fn consume_until_error(service: &Service) -> Result<(), String> {
+async fn consume_until_error(service: &Answers) -> Result<(), String> {
     let consumer = service
         .broker
         .response_consumer()
@@ -235,7 +236,7 @@ pub fn parse_subject(subject: &str) -> Option<(TenantId, ServerId)> {
 }
 
 /// Handles one message to its settlement; returns its subject (its lane).
-async fn handle(service: &Service, owners: &Owners, message: Message) -> String {
+async fn handle(service: &Answers, owners: &Owners, message: Message) -> String {
     let subject = message.subject.to_string();
     let Some((tenant, server)) = parse_subject(&subject) else {
         warn!(subject, "agent message on an unexpected subject; dropped");
@@ -309,7 +310,7 @@ async fn handle(service: &Service, owners: &Owners, message: Message) -> String 
 /// Whether `message` was signed by the current key of the server whose subject it came
 /// on ([`Signers`]); an unsigned one passes only with `--insecure-unsigned-answers`.
 async fn authentic(
-    service: &Service,
+    service: &Answers,
     who: (&TenantId, &ServerId),
     message: &Message,
 ) -> Result<Result<(), Refusal>, StoreError> {
@@ -325,10 +326,7 @@ async fn authentic(
         signature: header(signing::SIGNATURE_HEADER),
         body: &message.payload,
     };
-    if service.config.insecure_unsigned_answers
-        && signed.claims.is_none()
-        && signed.signature.is_none()
-    {
+    if service.insecure_unsigned_answers && signed.claims.is_none() && signed.signature.is_none() {
         return Ok(Ok(()));
     }
     service.signers.check(&service.store, who, &signed).await
@@ -337,7 +335,7 @@ async fn authentic(
 /// Reports an agent message refused for its signature: logged (never its contents) and
 /// `server.answer_rejected`; nothing of it is applied.
 async fn refuse(
-    service: &Service,
+    service: &Answers,
     (tenant, server): (&TenantId, &ServerId),
     message: &Message,
     refusal: Refusal,
@@ -374,7 +372,7 @@ struct Sender<'a> {
 /// Applies `delivered`, `started` or `finished` to the record, then reports what the
 /// record shows of it.
 async fn apply(
-    service: &Service,
+    service: &Answers,
     owners: &Owners,
     from: Sender<'_>,
     parsed: &AgentMessage,
@@ -393,7 +391,7 @@ async fn apply(
 /// removal and event. Hidden outputs must be sealed to the gateway already (a polling
 /// server has no key of its own to seal them with).
 pub(crate) async fn apply_polled(
-    service: &Service,
+    service: &Answers,
     (tenant, server): (&TenantId, &ServerId),
     message: &AgentMessage,
 ) -> Result<(), HandleError> {
@@ -419,7 +417,7 @@ pub(crate) async fn apply_polled(
 /// [`apply`] once the outputs are as they are stored (`refused`: sealed ones that did
 /// not open).
 async fn apply_received(
-    service: &Service,
+    service: &Answers,
     owners: &Owners,
     from: Sender<'_>,
     id: &DeploymentId,
@@ -475,7 +473,7 @@ async fn apply_received(
         return Ok(());
     }
     owners.remember(&u.record);
-    if d.status.is_terminal() && tenant == &service.config.tenant {
+    if d.status.is_terminal() && tenant == &service.tenant {
         service.timeouts.remove(id);
     }
     if u.changed {
@@ -494,7 +492,7 @@ async fn apply_received(
 /// sender's agent and sealed again to the gateway, with the names that did not open
 /// ([`sealing::received_outputs`]). `None` when there is nothing to open.
 async fn received_outputs(
-    service: &Service,
+    service: &Answers,
     from: Sender<'_>,
     parsed: &AgentMessage,
 ) -> Result<(Option<AgentMessage>, BTreeSet<String>), HandleError> {
@@ -511,7 +509,7 @@ async fn received_outputs(
     let mut received = parsed.clone();
     let mut refused = BTreeSet::new();
     if let AgentMessage::Finished { result, .. } = &mut received {
-        refused = sealing::received_outputs(&mut result.outputs, &service.keys.sealing, &key);
+        refused = sealing::received_outputs(&mut result.outputs, &service.sealing, &key);
     }
     if !refused.is_empty() {
         warn!(server.id = %from.server, outputs = ?refused, "sealed outputs that do not open from the server's agent; refused");
@@ -552,7 +550,7 @@ fn reported(message: &AgentMessage, d: &Deployment, mine: bool) -> Option<EventT
 /// Reports a batch of lines a running hook printed, once it is sure the deployment is
 /// the sending server's; nothing is stored.
 async fn progress(
-    service: &Service,
+    service: &Answers,
     owners: &Owners,
     from: Sender<'_>,
     parsed: &AgentMessage,
@@ -613,7 +611,7 @@ async fn progress(
 /// Reports a message the agent could not read on its request queue as
 /// `server.request_rejected`, attributed to no deployment; nothing is stored.
 async fn rejected(
-    service: &Service,
+    service: &Answers,
     from: Sender<'_>,
     parsed: &AgentMessage,
 ) -> Result<(), HandleError> {

@@ -14,23 +14,70 @@
 //! nothing, and its agents run without broker-enforced rights.
 
 use flue_proto::creds::UserJwtClaims;
-use flue_proto::{Server, StackId};
+use flue_proto::{Server, ServerId, StackId, TenantId};
 use tracing::{info, warn};
 
-use crate::api::ApiError;
 use crate::error::chain;
 use crate::service::Service;
+use crate::store::{Store, StoreError};
+use crate::tenants::BrokerUsers;
 
-/// The JWT a request of `server` in `stack` carries: the server's current one, minted
-/// anew first when it does not grant `stack` yet (or was minted for another user key,
-/// before a credentials rotation). `None` for a deployment outside stacks, or when the
-/// gateway has no broker keys or the server none of its own.
-pub async fn for_stack(
-    service: &Service,
+/// Why an agent's JWT for a stack could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum RightsError {
+    /// The tenant account could not sign the agent's user JWT.
+    #[error("cannot mint the agent's user JWT: {0}")]
+    Mint(String),
+    /// The server was deregistered meanwhile.
+    #[error("server {:?} not found", .0.as_str())]
+    ServerGone(ServerId),
+    /// The server record could not be read or written.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What keeping agents' data-space rights takes: the tenant's server records and its
+/// broker users (`None` with `--insecure-dev-broker`, where nothing is minted); cheap to
+/// clone.
+#[derive(Debug, Clone)]
+pub struct StackRights {
+    /// The tenant whose servers these are.
+    pub tenant: TenantId,
+    /// Its KV state (the server records).
+    pub store: Store,
+    /// Its broker users.
+    pub users: Option<BrokerUsers>,
+}
+
+impl StackRights {
+    /// The rights handles of `service`'s tenant.
+    pub fn of(service: &Service) -> Self {
+        Self {
+            tenant: service.config.tenant.clone(),
+            store: service.store.clone(),
+            users: service.users.clone(),
+        }
+    }
+
+    /// The JWT a request of `server` in `stack` carries: the server's current one, minted
+    /// anew first when it does not grant `stack` yet (or was minted for another user key,
+    /// before a credentials rotation). `None` for a deployment outside stacks, or when the
+    /// gateway has no broker keys or the server none of its own.
+    pub async fn for_stack(
+        &self,
+        server: &Server,
+        stack: Option<&StackId>,
+    ) -> Result<Option<String>, RightsError> {
+        for_stack(self, server, stack).await
+    }
+}
+
+async fn for_stack(
+    rights: &StackRights,
     server: &Server,
     stack: Option<&StackId>,
-) -> Result<Option<String>, ApiError> {
-    let (Some(stack), Some(users)) = (stack, &service.users) else {
+) -> Result<Option<String>, RightsError> {
+    let (Some(stack), Some(users)) = (stack, &rights.users) else {
         return Ok(None);
     };
     if server.keys.is_none() {
@@ -39,9 +86,9 @@ pub async fn for_stack(
     if grants(server, stack) {
         return Ok(server.agent_jwt.clone());
     }
-    let tenant = &service.config.tenant;
+    let tenant = &rights.tenant;
     let mut failed = None;
-    let updated = service
+    let updated = rights
         .store
         .update_server(tenant, &server.id, |stored| {
             if grants(stored, stack) {
@@ -67,15 +114,10 @@ pub async fn for_stack(
         .await?;
     if let Some(e) = failed {
         warn!(error = %chain(&e), server.id = %server.id, stack.id = %stack, "cannot mint the agent's user JWT for a new stack");
-        return Err(ApiError::Internal(format!(
-            "cannot mint the agent's user JWT: {e}"
-        )));
+        return Err(RightsError::Mint(e.to_string()));
     }
     let Some(updated) = updated else {
-        return Err(ApiError::NotFound(format!(
-            "server {:?} not found",
-            server.id.as_str()
-        )));
+        return Err(RightsError::ServerGone(server.id.clone()));
     };
     info!(server.id = %server.id, stack.id = %stack, stacks = updated.stacks.len(), "server joined a stack; its agent gets a new user JWT");
     Ok(updated.agent_jwt)
@@ -101,25 +143,32 @@ fn grants(server: &Server, stack: &StackId) -> bool {
 pub async fn leave_stack(
     service: &Service,
     stack: &StackId,
-    servers: impl IntoIterator<Item = &flue_proto::ServerId>,
+    servers: impl IntoIterator<Item = &ServerId>,
 ) {
-    let tenant = &service.config.tenant;
-    let servers: std::collections::BTreeSet<_> = servers.into_iter().collect();
-    for id in servers {
-        let left = service
-            .store
-            .update_server(tenant, id, |stored| {
-                let before = stored.stacks.len();
-                stored.stacks.retain(|s| s != stack);
-                if stored.stacks.len() == before {
-                    return false;
-                }
-                stored.agent_jwt = None;
-                true
-            })
-            .await;
-        if let Err(e) = left {
-            warn!(error = %chain(&e), server.id = %id, stack.id = %stack, "cannot record that a server left a deleted stack; its next JWT still grants it");
+    StackRights::of(service).leave(stack, servers).await;
+}
+
+impl StackRights {
+    /// `stack` was deleted: see [`leave_stack`].
+    pub async fn leave(&self, stack: &StackId, servers: impl IntoIterator<Item = &ServerId>) {
+        let tenant = &self.tenant;
+        let servers: std::collections::BTreeSet<_> = servers.into_iter().collect();
+        for id in servers {
+            let left = self
+                .store
+                .update_server(tenant, id, |stored| {
+                    let before = stored.stacks.len();
+                    stored.stacks.retain(|s| s != stack);
+                    if stored.stacks.len() == before {
+                        return false;
+                    }
+                    stored.agent_jwt = None;
+                    true
+                })
+                .await;
+            if let Err(e) = left {
+                warn!(error = %chain(&e), server.id = %id, stack.id = %stack, "cannot record that a server left a deleted stack; its next JWT still grants it");
+            }
         }
     }
 }

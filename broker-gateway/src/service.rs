@@ -1,124 +1,36 @@
-//! Shared state of a running gateway, and publishing deployment requests reliably.
+//! A tenant runtime's shared state as the HTTP handlers see it: the domain operations'
+//! handles ([`Accept`], [`Publisher`], [`Servers`], [`Answers`]) built once from the
+//! tenant's connections, and the few raw handles the handlers not yet split out still
+//! read.
 //!
-//! A deployment is recorded (QUEUED, `request_published: false`) before its request is
-//! published (its `deployment.queued` event just before), and marked published only
-//! after the broker acknowledged both. Whatever fails in between is retried by
-//! [`republish`] and, after a restart, by [`Service::recover`]; the deployment id
-//! doubles as the JetStream message id (and the event's id is derived from it), so a
-//! retry that races a lost acknowledgement is dropped by the broker's de-duplication.
-//!
-//! A server applies its requests in queue order, so retries keep each server's
-//! acceptance order: see [`crate::deferred`].
+//! Nothing below takes a `Service` whole any more except the HTTP handlers (as axum
+//! state), presence and the stack handlers: every domain operation and background task
+//! gets the handles it needs (see ARCHITECTURE.md, "Domain operations").
 
-use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use flue_proto::{
-    Config as StoredConfig, ConfigId, DeploymentId, DeploymentRequest, DeploymentStatus, EventType,
-    PROTOCOL_VERSION, ServerId,
-};
-use futures_util::StreamExt;
-use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info, warn};
 
 use crate::Config;
-use crate::broker::{Broker, BrokerError};
-use crate::deferred::{Deferred, Entry};
-use crate::error::chain;
+use crate::broker::Broker;
+use crate::credentials::Minter;
+use crate::deployments::{Accept, Publisher, PublisherHandles};
 use crate::events::Events;
 use crate::presence::PresenceTracker;
-use crate::record::{DeploymentRecord, apply_published, timeout_deadline};
-use crate::sealing::{self, SealFailure};
+use crate::responses::{Answers, Signers};
+use crate::rights::StackRights;
+use crate::servers::Servers;
 use crate::state::GatewayKeys;
-use crate::store::{Store, StoreError};
-use crate::timeouts::TimeoutSet;
+use crate::store::Store;
+use crate::tenants::BrokerUsers;
+use crate::timeouts::{Sweeper, TimeoutSet};
 use crate::webhooks::Webhooks;
 
-/// Attempts made by the API before leaving a publish to the background retry.
-const PUBLISH_ATTEMPTS: u32 = 3;
-/// Pause after the first failed attempt; doubled after each further one.
-const PUBLISH_BACKOFF: Duration = Duration::from_millis(100);
-/// Interval of the background retry of unpublished requests.
-const REPUBLISH_INTERVAL: Duration = Duration::from_secs(1);
-/// Deployments read at once during recovery, and servers whose deferred requests are
-/// published at once.
-const CONCURRENCY: usize = 32;
-/// How long a deferred deployment whose record is not there is waited for.
-///
-/// Deferred after a failed KV `create` whose write may still land (a timed-out request),
-/// it holds back its server's later deployments until then, and is dropped after.
-const MISSING_RECORD_GRACE: time::Duration = time::Duration::seconds(30);
-
-/// Why a request could not be published.
-#[derive(Debug, thiserror::Error)]
-pub enum PublishError {
-    /// The state store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The broker refused or did not acknowledge the publish.
-    #[error(transparent)]
-    Broker(#[from] BrokerError),
-    /// The deployment's config is gone (configs are never deleted by the gateway).
-    #[error("config {0} of the deployment is missing")]
-    MissingConfig(ConfigId),
-    /// Its hidden values cannot be sealed to its server.
-    #[error(transparent)]
-    Sealing(#[from] SealFailure),
-    /// The request built now is not the one recorded at creation.
-    #[error(
-        "the server's sealing key changed before the request was published; create the deployment again"
-    )]
-    Changed,
-}
-
-impl PublishError {
-    /// Why publishing again can never succeed (the request is larger than the broker
-    /// takes, its hidden values cannot be sealed to its server), if that is the case.
-    fn permanent(&self) -> Option<String> {
-        match self {
-            Self::Broker(BrokerError::RequestTooLarge { source, .. }) => Some(source.to_string()),
-            Self::Sealing(e) => Some(e.to_string()),
-            Self::Changed => Some(self.to_string()),
-            _ => None,
-        }
-    }
-}
-
-/// What [`Service::publish_stored`] found to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stored {
-    /// The request was published now.
-    Published,
-    /// Nothing: published already, or the deployment finished.
-    Settled,
-    /// There is no such record.
-    Missing,
-}
-
-/// What recovery found at start.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Recovery {
-    /// Deployment records read: the pending index's, or every one when it was built.
-    pub read: usize,
-    /// Index entries removed: of terminal records, or of records never written.
-    pub repaired: usize,
-    /// Non-terminal deployments now watched for their timeout.
-    pub pending: usize,
-    /// Requests published again because their first publish was never confirmed.
-    pub republished: usize,
-    /// Records that cannot be decoded, logged and left alone.
-    pub undecodable: usize,
-    /// Records that could not be read, retried in the background.
-    pub unread: usize,
-}
-
-/// Everything the API handlers and background tasks share; cheap to clone.
+/// What a tenant runtime is made of, before the domain handles are built from it.
 #[derive(Debug, Clone)]
-pub struct Service {
-    /// The gateway's configuration.
+pub struct Parts {
+    /// The gateway's configuration, `tenant` set to the runtime's.
     pub config: Arc<Config>,
     /// KV state.
     pub store: Store,
@@ -128,41 +40,72 @@ pub struct Service {
     pub events: Events,
     /// Servers' presence.
     pub presence: PresenceTracker,
-    /// Webhook subscriptions.
+    /// Webhook subscriptions (they hold their own handles).
     pub webhooks: Webhooks,
     /// The gateway's own keys (request signing, sealing, HTTP tokens).
     pub keys: GatewayKeys,
-    /// Servers' answer-signing keys, recently read.
-    pub signers: crate::responses::Signers,
-    /// Deployments waiting for an answer.
-    pub timeouts: TimeoutSet,
-    /// Deployments whose request still has to be published, by server.
-    deferred: Deferred,
-    /// Deployments recovery could not read, read again in the background.
-    unread: Arc<Mutex<BTreeSet<DeploymentId>>>,
+    /// The tenant's broker users; `None` with `--insecure-dev-broker`, where the broker
+    /// checks no user.
+    pub users: Option<BrokerUsers>,
+    /// Cancelled when the runtime stops.
+    pub shutdown: CancellationToken,
+    /// Tracker of every task the runtime spawns, waited for at shutdown.
+    pub tasks: TaskTracker,
+}
+
+/// The HTTP handlers' state (axum `State`): one pointer to [`Shared`], so that the copy
+/// every request, task and future holds is small (the handles themselves take tens of
+/// KiB, mostly the KV bucket handles, which a debug build's futures would otherwise carry
+/// by value until a test thread's stack overflows).
+#[derive(Debug, Clone)]
+pub struct Service(Arc<Shared>);
+
+impl std::ops::Deref for Service {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What [`Service`] points to.
+#[derive(Debug)]
+pub struct Shared {
+    /// The gateway's configuration (configs, stacks, events, poll and listener handlers).
+    pub config: Arc<Config>,
+    /// KV state (reads, and the handlers of configs and stacks).
+    pub store: Store,
+    /// What the broker takes (configs' and stacks' size checks).
+    pub broker: Broker,
+    /// The event stream (SSE, stack events, polling servers' registrations).
+    pub events: Events,
+    /// Servers' presence (server reads).
+    pub presence: PresenceTracker,
+    /// Webhook subscriptions.
+    pub webhooks: Webhooks,
+    /// The gateway's own keys (config defaults sealed, polling servers' secrets).
+    pub keys: GatewayKeys,
+    /// Accepting deployments.
+    pub accept: Accept,
+    /// Publishing deployments' requests; recovery at start.
+    pub publisher: Publisher,
+    /// Registering, rotating and deregistering servers.
+    pub servers: Servers,
+    /// Applying answers (agents' and polling servers').
+    pub answers: Answers,
     /// Cancelled when the gateway shuts down; long polls return early on it.
     pub shutdown: CancellationToken,
     /// Tracker of every task the gateway spawns, waited for at shutdown.
     pub tasks: TaskTracker,
-    /// The tenant's broker users (agents' JWTs, revocations, listeners); `None` with
-    /// `--insecure-dev-broker`, where the broker checks no user.
-    pub users: Option<crate::tenants::BrokerUsers>,
+    /// The tenant's broker users (listener credentials, stack rights).
+    pub users: Option<BrokerUsers>,
 }
 
 impl Service {
-    /// Bundles the handles of a started gateway.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        config: Arc<Config>,
-        store: Store,
-        broker: Broker,
-        events: Events,
-        presence: PresenceTracker,
-        webhooks: Webhooks,
-        keys: GatewayKeys,
-        shutdown: CancellationToken,
-    ) -> Self {
-        Self {
+    /// Builds the domain handles from `parts`; they share one set of watched timeouts
+    /// and one cache of servers' answer keys.
+    pub fn new(parts: Parts) -> Self {
+        let Parts {
             config,
             store,
             broker,
@@ -170,452 +113,84 @@ impl Service {
             presence,
             webhooks,
             keys,
-            signers: crate::responses::Signers::default(),
-            timeouts: TimeoutSet::default(),
-            deferred: Deferred::default(),
-            unread: Arc::default(),
+            users,
             shutdown,
-            tasks: TaskTracker::new(),
-            users: None,
-        }
-    }
-
-    /// The same service minting and revoking its tenant's broker users with `users`.
-    pub fn with_users(mut self, users: Option<crate::tenants::BrokerUsers>) -> Self {
-        self.users = users;
-        self
-    }
-
-    /// Publishes a recorded deployment's request, retrying a few times; on failure the
-    /// background task takes over, so an accepted deployment is never lost. A request
-    /// larger than the broker takes is not retried: its deployment fails at once.
-    ///
-    /// When an earlier deployment of the same server is still deferred, this one is
-    /// deferred behind it at once, so that it cannot overtake it.
-    pub async fn publish_or_defer(&self, record: &DeploymentRecord, config: &StoredConfig) {
-        let d = &record.deployment;
-        if self
-            .deferred
-            .insert_if_blocked(&d.server_id, d.created_at, &d.id)
-        {
-            debug!(deployment.id = %d.id, server.id = %d.server_id, "an earlier request of the server is still unpublished; publishing after it");
-            return;
-        }
-        let mut pause = PUBLISH_BACKOFF;
-        for attempt in 1..=PUBLISH_ATTEMPTS {
-            match self.publish(record, config).await {
-                Ok(()) => return,
-                Err(e) if e.permanent().is_some() => {
-                    // Not recorded as failed (the store failed): the background retry
-                    // meets the same refusal and tries again.
-                    if !self.fail_unpublishable(&d.id, &e).await {
-                        self.defer(record);
-                    }
-                    return;
-                }
-                Err(e) => {
-                    warn!(error = %chain(&e), deployment.id = %d.id, attempt, "cannot publish deployment request")
-                }
-            }
-            if attempt < PUBLISH_ATTEMPTS {
-                tokio::select! {
-                    () = self.shutdown.cancelled() => break,
-                    () = tokio::time::sleep(pause) => {}
-                }
-                pause *= 2;
-            }
-        }
-        self.defer(record);
-    }
-
-    /// Leaves the publish of `record`'s request to the background retry.
-    ///
-    /// Harmless when the record was never stored (a failed `create`): the retry waits a
-    /// while for it to appear, then drops it.
-    pub fn defer(&self, record: &DeploymentRecord) {
-        let d = &record.deployment;
-        self.deferred.insert(&d.server_id, d.created_at, &d.id);
-    }
-
-    /// Reports (`deployment.queued`), publishes and marks published one recorded
-    /// deployment.
-    ///
-    /// The event goes out just before the request, so that it always precedes what the
-    /// agent reports (`delivered` may otherwise overtake it), and both before the mark:
-    /// whatever fails or crashes in between, the retry publishes both again and the
-    /// broker drops the copies (same message ids), so the event is neither lost nor
-    /// doubled.
-    async fn publish(
-        &self,
-        record: &DeploymentRecord,
-        config: &StoredConfig,
-    ) -> Result<(), PublishError> {
-        let d = &record.deployment;
-        // A polling server's request is its record, served in its metadata once marked
-        // published (`crate::poll`): nothing goes to the broker's queue. Its listing
-        // entry was written with its record (`Store::create_deployment`).
-        let request = match record.polled {
-            true => None,
-            false => Some(self.sealed_request(record, config).await?),
+            tasks,
+        } = parts;
+        let tenant = config.tenant.clone();
+        let timeouts = TimeoutSet::default();
+        let signers = Signers::default();
+        let publisher = Publisher::new(PublisherHandles {
+            tenant: tenant.clone(),
+            store: store.clone(),
+            broker: broker.clone(),
+            events: events.clone(),
+            signing: keys.signing.clone(),
+            sealing: keys.sealing.clone(),
+            timeouts: timeouts.clone(),
+            shutdown: shutdown.clone(),
+        });
+        let accept = Accept {
+            tenant: tenant.clone(),
+            default_timeout_secs: config.default_timeout_secs,
+            store: store.clone(),
+            broker: broker.clone(),
+            sealing: keys.sealing.clone(),
+            rights: StackRights {
+                tenant: tenant.clone(),
+                store: store.clone(),
+                users: users.clone(),
+            },
+            publisher: publisher.clone(),
         };
-        self.events
-            .publish(&record.event(EventType::DeploymentQueued))
-            .await?;
-        if let Some(request) = &request {
-            self.broker
-                .publish_request(request, &self.keys.signing)
-                .await?;
-        }
-        self.store
-            .update_deployment(&d.tenant, &d.id, apply_published)
-            .await?;
-        debug!(deployment.id = %d.id, server.id = %d.server_id, "deployment request published");
-        Ok(())
-    }
-
-    /// The request of `record`, its hidden values sealed to its server's current key;
-    /// refused when that key is not the one the recorded digest was computed with (the
-    /// server's credentials were rotated in between), as the agent's answers would then
-    /// name another digest and be ignored.
-    async fn sealed_request(
-        &self,
-        record: &DeploymentRecord,
-        config: &StoredConfig,
-    ) -> Result<DeploymentRequest, PublishError> {
-        let d = &record.deployment;
-        let hidden = record
-            .hidden_inputs
-            .iter()
-            .any(|name| d.input_values.contains_key(name));
-        if !hidden {
-            // Nothing depends on the server's key: the record alone makes the bytes.
-            let none = Err(SealFailure::NoServerKey(d.server_id.clone()));
-            return Ok(request(record, config, &self.keys.sealing, none)?);
-        }
-        let server = match self.store.server(&d.tenant, &d.server_id).await? {
-            Some(server) => sealing::server_key(&server),
-            None => Err(SealFailure::NoServerKey(d.server_id.clone())),
+        let servers = Servers {
+            tenant: tenant.clone(),
+            agent_nats_url: config.agent_nats_url(),
+            store: store.clone(),
+            broker: broker.clone(),
+            events: events.clone(),
+            presence: presence.clone(),
+            signers: signers.clone(),
+            minter: Minter::new(tenant.clone(), users.clone(), &keys),
+            users: users.clone(),
         };
-        let request = request(record, config, &self.keys.sealing, server)?;
-        if record
-            .request_digest
-            .as_ref()
-            .is_some_and(|recorded| recorded != &request.digest())
-        {
-            return Err(PublishError::Changed);
-        }
-        Ok(request)
-    }
-
-    /// Fails a deployment whose request the broker can never take (FAILED with the sizes
-    /// as reason, `deployment.failed`), so that its server's later requests go out;
-    /// false when that could not be recorded (tried again with the deferred queue).
-    async fn fail_unpublishable(&self, id: &DeploymentId, error: &PublishError) -> bool {
-        let Some(reason) = error.permanent() else {
-            return false;
+        let answers = Answers {
+            tenant,
+            insecure_unsigned_answers: config.insecure_unsigned_answers,
+            store: store.clone(),
+            broker: broker.clone(),
+            events: events.clone(),
+            signers,
+            timeouts,
+            sealing: keys.sealing.clone(),
         };
-        let now = OffsetDateTime::now_utc();
-        let failed = self
-            .store
-            .update_deployment(&self.config.tenant, id, |record| {
-                let d = &mut record.deployment;
-                if record.request_published || d.status.is_terminal() {
-                    return false;
-                }
-                d.status = DeploymentStatus::Failed;
-                d.status_reason = Some(reason.clone());
-                d.finished_at = Some(now);
-                d.updated_at = now;
-                true
-            })
-            .await;
-        match failed {
-            Ok(Some(u)) => {
-                self.timeouts.remove(id);
-                if u.changed {
-                    warn!(deployment.id = %id, server.id = %u.record.deployment.server_id, reason, "deployment request can never be published; deployment failed");
-                    self.events
-                        .emit(&u.record.event(EventType::DeploymentFailed))
-                        .await;
-                }
-                true
-            }
-            Ok(None) => true,
-            Err(e) => {
-                warn!(error = %chain(&e), deployment.id = %id, "cannot record that a deployment request is too large; retrying");
-                false
-            }
-        }
+        Self(Arc::new(Shared {
+            config,
+            store,
+            broker,
+            events,
+            presence,
+            webhooks,
+            keys,
+            accept,
+            publisher,
+            servers,
+            answers,
+            shutdown,
+            tasks,
+            users,
+        }))
     }
 
-    /// Reads a deployment and publishes its request if that is still to do.
-    async fn publish_stored(&self, id: &DeploymentId) -> Result<Stored, PublishError> {
-        let tenant = &self.config.tenant;
-        let Some(record) = self.store.deployment(tenant, id).await? else {
-            return Ok(Stored::Missing);
-        };
-        if record.request_published || record.deployment.status.is_terminal() {
-            return Ok(Stored::Settled);
+    /// The timeout sweeper's handles: the watched deployments, their records and the
+    /// event stream.
+    pub fn sweeper(&self) -> Sweeper {
+        Sweeper {
+            tenant: self.config.tenant.clone(),
+            timeouts: self.publisher.timeouts().clone(),
+            store: self.store.clone(),
+            events: self.events.clone(),
+            every: self.config.timeout_sweep(),
         }
-        let config_id = &record.deployment.config_id;
-        let config = self
-            .store
-            .config(tenant, config_id)
-            .await?
-            .ok_or_else(|| PublishError::MissingConfig(config_id.clone()))?;
-        self.publish(&record, &config).await?;
-        Ok(Stored::Published)
-    }
-
-    /// Publishes the deferred requests, servers side by side, each server's oldest first;
-    /// returns how many were published.
-    async fn publish_deferred(&self) -> usize {
-        futures_util::stream::iter(self.deferred.snapshot())
-            .map(|(server, queue)| self.publish_queue(server, queue))
-            .buffer_unordered(CONCURRENCY)
-            .fold(0, |total, n| async move { total + n })
-            .await
-    }
-
-    /// Publishes one server's deferred requests in order, stopping at the first that fails
-    /// so that no later one overtakes it; returns how many were published.
-    async fn publish_queue(&self, server: ServerId, queue: Vec<Entry>) -> usize {
-        let mut published = 0;
-        for entry in queue {
-            let (created_at, id) = &entry;
-            match self.publish_stored(id).await {
-                Ok(Stored::Published) => {
-                    published += 1;
-                    info!(deployment.id = %id, server.id = %server, "deferred deployment request published");
-                }
-                Ok(Stored::Settled) => {}
-                Ok(Stored::Missing)
-                    if OffsetDateTime::now_utc() < *created_at + MISSING_RECORD_GRACE =>
-                {
-                    debug!(deployment.id = %id, server.id = %server, "deferred deployment not recorded (yet); waiting for it");
-                    return published;
-                }
-                Ok(Stored::Missing) => {
-                    info!(deployment.id = %id, server.id = %server, "deferred deployment was never recorded; dropped");
-                }
-                Err(PublishError::Store(StoreError::Decode { key, source, .. })) => {
-                    warn!(key, error = %source, "deferred deployment record cannot be decoded; dropped");
-                }
-                Err(e) if e.permanent().is_some() => {
-                    // Later requests of the server must not wait for one that never goes out.
-                    if !self.fail_unpublishable(id, &e).await {
-                        return published;
-                    }
-                }
-                Err(e) => {
-                    debug!(error = %chain(&e), deployment.id = %id, server.id = %server, "deferred publish failed again");
-                    return published;
-                }
-            }
-            self.deferred.remove(&server, &entry);
-        }
-        published
-    }
-
-    /// Watches a recovered deployment's timeout and defers its request if it was never
-    /// confirmed published; false when the deployment is terminal (nothing to do).
-    fn watch(&self, record: &DeploymentRecord) -> bool {
-        let d = &record.deployment;
-        let Some(deadline) = timeout_deadline(d) else {
-            return false;
-        };
-        self.timeouts.insert(d.id.clone(), deadline);
-        if !record.request_published {
-            self.defer(record);
-        }
-        true
-    }
-
-    /// Rebuilds the in-memory state from the KV buckets: watches every pending
-    /// deployment's timeout and republishes every request never confirmed published,
-    /// each server's oldest first.
-    ///
-    /// Reads only the deployments in the pending index ([`crate::store::pending`]), and
-    /// repairs it on the way: a terminal record's entry is removed, as is an entry whose
-    /// record never appeared within [`MISSING_RECORD_GRACE`]. A store without the index
-    /// is indexed here once, by one full scan.
-    ///
-    /// Only listing the deployments can fail it: an undecodable record is logged and
-    /// skipped, one that cannot be read is read again in the background.
-    pub async fn recover(&self) -> Result<Recovery, StoreError> {
-        let tenant = &self.config.tenant;
-        let indexing = !self.store.pending_indexed(tenant).await?;
-        let ids = if indexing {
-            info!("no pending index yet; reading every deployment once to build it");
-            self.store.deployment_ids(tenant).await?
-        } else {
-            self.store.pending_ids(tenant).await?
-        };
-        let reads: Vec<(DeploymentId, Result<Option<DeploymentRecord>, StoreError>)> =
-            futures_util::stream::iter(ids)
-                .map(|id| async move {
-                    let read = self.store.deployment(tenant, &id).await;
-                    (id, read)
-                })
-                .buffer_unordered(CONCURRENCY)
-                .collect()
-                .await;
-        let mut recovery = Recovery {
-            read: reads.len(),
-            ..Recovery::default()
-        };
-        for (id, read) in reads {
-            match read {
-                Ok(Some(record)) => {
-                    if self.watch(&record) {
-                        recovery.pending += 1;
-                        if indexing {
-                            self.store.mark_pending(tenant, &id).await?;
-                        }
-                    } else if !indexing {
-                        // Finished, but the gateway stopped before removing the entry.
-                        self.store.clear_pending(tenant, &id).await?;
-                        recovery.repaired += 1;
-                    }
-                }
-                Ok(None) if !indexing => {
-                    if self.drop_if_never_recorded(&id).await? {
-                        recovery.repaired += 1;
-                    }
-                }
-                Ok(None) => {}
-                Err(StoreError::Decode { key, source, .. }) => {
-                    warn!(key, error = %source, "deployment record cannot be decoded; skipped");
-                    recovery.undecodable += 1;
-                }
-                Err(e) => {
-                    warn!(error = %chain(&e), deployment.id = %id, "cannot read deployment record; retrying in the background");
-                    if indexing {
-                        // Kept in the index until a read tells whether it is terminal.
-                        self.store.mark_pending(tenant, &id).await?;
-                    }
-                    self.unread_insert(id);
-                    recovery.unread += 1;
-                }
-            }
-        }
-        if indexing {
-            self.store.mark_pending_indexed(tenant).await?;
-        }
-        if !self.store.server_order_indexed(tenant).await? {
-            let servers = self.store.index_server_order(tenant).await?;
-            info!(servers, "servers put in the listing order index");
-        }
-        // The deferred queues are ordered by `(created_at, id)`, so each server's
-        // requests are republished in acceptance order, whatever order they were read in.
-        recovery.republished = self.publish_deferred().await;
-        info!(
-            read = recovery.read,
-            pending = recovery.pending,
-            republished = recovery.republished,
-            still_unpublished = self.deferred.len(),
-            repaired = recovery.repaired,
-            undecodable = recovery.undecodable,
-            unread = recovery.unread,
-            indexed = indexing,
-            "deployment state recovered"
-        );
-        Ok(recovery)
-    }
-
-    /// Removes pending entry `id` whose record is not there, once it is older than
-    /// [`MISSING_RECORD_GRACE`] (before that its creation may still be under way, here
-    /// or in another gateway); true when removed.
-    async fn drop_if_never_recorded(&self, id: &DeploymentId) -> Result<bool, StoreError> {
-        let tenant = &self.config.tenant;
-        let Some(since) = self.store.pending_since(tenant, id).await? else {
-            return Ok(false);
-        };
-        if OffsetDateTime::now_utc() < since + MISSING_RECORD_GRACE {
-            self.unread_insert(id.clone());
-            return Ok(false);
-        }
-        info!(deployment.id = %id, "pending entry of a deployment never recorded; removed");
-        self.store.clear_pending(tenant, id).await?;
-        Ok(true)
-    }
-
-    fn unread_insert(&self, id: DeploymentId) {
-        self.unread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id);
-    }
-
-    /// Reads again the records recovery could not read, and watches them.
-    async fn recover_unread(&self) {
-        let ids = std::mem::take(&mut *self.unread.lock().unwrap_or_else(|p| p.into_inner()));
-        for id in ids {
-            match self.store.deployment(&self.config.tenant, &id).await {
-                Ok(Some(record)) => {
-                    info!(deployment.id = %id, "deployment record read at last; recovered");
-                    if !self.watch(&record) {
-                        let cleared = self.store.clear_pending(&self.config.tenant, &id).await;
-                        if let Err(e) = cleared {
-                            debug!(error = %chain(&e), deployment.id = %id, "cannot remove a finished deployment's pending entry");
-                        }
-                    }
-                }
-                Ok(None) => {}
-                Err(StoreError::Decode { key, source, .. }) => {
-                    warn!(key, error = %source, "deployment record cannot be decoded; skipped");
-                }
-                Err(e) => {
-                    debug!(error = %chain(&e), deployment.id = %id, "cannot read deployment record; retrying");
-                    self.unread_insert(id);
-                }
-            }
-        }
-    }
-}
-
-/// The request queued for the agent of a recorded deployment, its hidden values sealed
-/// to `server` (the server's public sealing key, needed only when there are any).
-///
-/// Rebuilding it from the same record and keys gives the same bytes, so the digest
-/// recorded at creation names every publish of it.
-pub fn request(
-    record: &DeploymentRecord,
-    config: &StoredConfig,
-    gateway: &nkeys::XKey,
-    server: Result<nkeys::XKey, SealFailure>,
-) -> Result<DeploymentRequest, SealFailure> {
-    let d = &record.deployment;
-    let (input_values, config) = sealing::for_server(record, config, gateway, server)?;
-    Ok(DeploymentRequest {
-        v: PROTOCOL_VERSION,
-        tenant: d.tenant.clone(),
-        server: d.server_id.clone(),
-        deployment_id: d.id.clone(),
-        name: d.name.clone(),
-        action: d.action.clone(),
-        config,
-        input_values,
-        hidden_inputs: record.hidden_inputs.clone(),
-        stack_id: d.stack_id.clone(),
-        resource_name: d.resource_name.clone(),
-        created_at: d.created_at,
-        expires_at: d.expires_at,
-        agent_jwt: record.agent_jwt.clone(),
-    })
-}
-
-/// Every second until cancelled: reads the records recovery could not read, and
-/// publishes the deferred requests, each server's in acceptance order.
-pub async fn republish(service: Service, cancel: CancellationToken) {
-    let mut tick = tokio::time::interval(REPUBLISH_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        service.recover_unread().await;
-        service.publish_deferred().await;
     }
 }

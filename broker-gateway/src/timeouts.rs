@@ -8,13 +8,14 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use flue_proto::{DeploymentId, EventType};
+use flue_proto::{DeploymentId, EventType, TenantId};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::events::Events;
 use crate::record::{apply_timeout, timeout_deadline};
-use crate::service::Service;
+use crate::store::Store;
 
 /// Non-terminal deployments of this gateway by expiry time; cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -82,9 +83,24 @@ impl TimeoutSet {
     }
 }
 
-/// Every `timeout_sweep_ms`, fails the deployments whose deadline has passed, until cancelled.
-pub async fn sweep(service: Service, cancel: CancellationToken) {
-    let mut tick = tokio::time::interval(service.config.timeout_sweep());
+/// What the sweeper takes: the watched deployments, their records and the event stream.
+#[derive(Debug, Clone)]
+pub struct Sweeper {
+    /// The tenant whose deployments these are.
+    pub tenant: TenantId,
+    /// Deployments watched for their timeout.
+    pub timeouts: TimeoutSet,
+    /// Their records.
+    pub store: Store,
+    /// Where `deployment.timed_out` goes.
+    pub events: Events,
+    /// Time between sweeps (`--timeout-sweep-ms`).
+    pub every: std::time::Duration,
+}
+
+/// Every `every`, fails the deployments whose deadline has passed, until cancelled.
+pub async fn sweep(service: Sweeper, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(service.every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -98,9 +114,9 @@ pub async fn sweep(service: Service, cancel: CancellationToken) {
 /// One sweep: every due deployment still past its [`timeout_deadline`] becomes FAILED
 /// "timed out" (reported as `deployment.timed_out`); one started since it was watched
 /// is watched again until its later deadline.
-pub async fn sweep_once(service: &Service) {
+pub async fn sweep_once(service: &Sweeper) {
     let now = OffsetDateTime::now_utc();
-    let tenant = &service.config.tenant;
+    let tenant = &service.tenant;
     for (id, at) in service.timeouts.take_expired(now) {
         match service
             .store

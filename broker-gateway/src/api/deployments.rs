@@ -1,6 +1,5 @@
 //! `/v1/deployments`: create (queue for the agent) and read, with an optional long poll.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,425 +7,69 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use flue_proto::heat::{self, InputType};
-use flue_proto::limits::check_input_values;
-use flue_proto::poll::Transport;
-use flue_proto::seal;
 use flue_proto::{
-    Action, Config, CreateDeployment, Deployment, DeploymentId, DeploymentStatus, IdError,
-    ServerId, StackId,
+    CreateDeployment, Deployment, DeploymentId, DeploymentStatus, IdError, ServerId, StackId,
 };
 use futures_util::StreamExt;
 use serde::Deserialize;
-use time::OffsetDateTime;
-use tracing::{info, warn};
+use tracing::warn;
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId, PathIdKind, inner_text};
 use super::listing::{Listed, Paged, Pages, page_limit};
-use super::poll;
-use super::references;
-use crate::config::MAX_TIMEOUT_SECS;
+use crate::deployments::{AcceptError, Created};
 use crate::error::chain;
-use crate::record::{
-    DeploymentRecord, hidden_inputs, hidden_outputs, hidden_union, same_config_content,
-    same_request, timeout_deadline, with_defaults,
-};
-use crate::sealing::{opened_inputs, opened_values, seal_at_rest};
-use crate::service::{Service, request};
+use crate::record::DeploymentRecord;
+use crate::rights::RightsError;
+use crate::service::Service;
 use crate::store::Listing;
 use crate::store::deployment_key;
 use crate::waiters::{Waiters, Wake};
-
-/// The values as the agent hands them to the hook (`flue_proto::heat`): each read as its
-/// declared type (an undeclared one is a `String`), then a `String`'s made text. A value
-/// that cannot be its declared type is refused (422 naming the field, never the value,
-/// which may be hidden), as Heat refuses a parameter that is not its type.
-fn as_declared(
-    config: &Config,
-    values: &BTreeMap<String, serde_json::Value>,
-    field: impl Fn(&str) -> String,
-) -> Result<BTreeMap<String, serde_json::Value>, ApiError> {
-    values
-        .iter()
-        .map(|(name, value)| {
-            let kind = config
-                .inputs
-                .iter()
-                .find(|i| &i.name == name)
-                .map_or(InputType::String, |i| InputType::parse(&i.kind));
-            let typed = heat::typed(kind, value)
-                .map_err(|e| ApiError::InvalidInput(e.at(field(name)).to_string()))?;
-            Ok((name.clone(), heat::dispatched(kind, typed)))
-        })
-        .collect()
-}
 
 /// Longest long poll, in seconds.
 pub const MAX_WAIT_SECS: u64 = 60;
 
 /// `POST /v1/deployments`: records the deployment (QUEUED), publishes its request and
-/// answers 202. The work runs on its own task so that a client hanging up half-way
-/// cannot leave a recorded deployment unpublished.
+/// answers 202 ([`Accept::accept`] says what is checked). The work runs on its own task
+/// so that a client hanging up half-way cannot leave a recorded deployment unpublished.
 ///
-/// The action must be a lifecycle action or one the config declares (else 422).
-/// `inputs_from` starts the input values from another deployment's, hidden ones
-/// included. With `skip_if_unchanged_from`, a deployment that would apply the same
-/// config content with the same input values to the same server as that one is not
-/// created: the answer is 200 with that deployment.
-///
-/// Every input value (given, inherited, referenced or defaulted) must be within the
-/// nesting limit and, for the `script` group, passable as an environment variable
-/// (422 `invalid_input` naming it, [`flue_proto::limits`]) and readable as its declared
-/// type ([`flue_proto::heat`]); the record and the request
-/// must each fit in one broker message (413 `too_large`).
-///
-/// An id already used answers 202 with the recorded deployment when the request is the
-/// same ([`same_request`]), so a client can retry safely; 409 when it is not. When the
-/// record's write is not confirmed, the answer is 503 `unavailable`: the deployment may
-/// be recorded, so the client should retry with the same id.
+/// 200 with the `skip_if_unchanged_from` deployment when nothing changed; 422
+/// `invalid_input` naming a refused field; 404 for a missing config, server or referenced
+/// deployment; 409 for an id taken by a different request; 413 `too_large` when the record
+/// or the request would not fit in one broker message; 503 `unavailable` when the record's
+/// write is not confirmed (retry with the same id).
 pub async fn create(
     State(service): State<Service>,
     JsonBody(body): JsonBody<CreateDeployment>,
 ) -> Result<(StatusCode, Json<Deployment>), ApiError> {
-    let tasks = service.tasks.clone();
-    let created = tasks.spawn(create_and_publish(service, body)).await??;
+    let accept = service.accept.clone();
+    let created = service
+        .tasks
+        .spawn(async move { accept.accept(body).await })
+        .await??;
     Ok(match created {
         Created::Accepted(record) => (StatusCode::ACCEPTED, Json(record.redacted())),
         Created::Unchanged(record) => (StatusCode::OK, Json(record.redacted())),
     })
 }
 
-/// What a `POST /v1/deployments` came to.
-enum Created {
-    /// Recorded and queued now, or by an earlier identical request.
-    Accepted(DeploymentRecord),
-    /// Nothing to do: the `skip_if_unchanged_from` deployment already applied it.
-    Unchanged(DeploymentRecord),
-}
-
-async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<Created, ApiError> {
-    body.validate()?;
-    let tenant = &service.config.tenant;
-    let timeout_secs = body
-        .timeout_secs
-        .unwrap_or(service.config.default_timeout_secs);
-    if timeout_secs == 0 || timeout_secs > MAX_TIMEOUT_SECS {
-        return Err(ApiError::InvalidInput(format!(
-            "timeout_secs must be between 1 and {MAX_TIMEOUT_SECS} (7 days), got {timeout_secs}"
-        )));
-    }
-    let config = service
-        .store
-        .config(tenant, &body.config_id)
-        .await?
-        .ok_or_else(|| {
-            ApiError::NotFound(format!("config {:?} not found", body.config_id.as_str()))
-        })?;
-    check_action(&config, &body.action)?;
-    let server = service
-        .store
-        .server(tenant, &body.server_id)
-        .await?
-        .ok_or_else(|| {
-            ApiError::NotFound(format!("server {:?} not found", body.server_id.as_str()))
-        })?;
-    let inputs_from = match &body.inputs_from {
-        Some(id) => {
-            let from = referenced(&service, "inputs_from", id).await?;
-            references::check(&service, &body, "inputs_from", &from.deployment).await?;
-            Some(from)
-        }
-        None => None,
-    };
-    let skip_from = match &body.skip_if_unchanged_from {
-        Some(id) => {
-            let from = referenced(&service, "skip_if_unchanged_from", id).await?;
-            references::check(&service, &body, "skip_if_unchanged_from", &from.deployment).await?;
-            Some(from)
-        }
-        None => None,
-    };
-    // Read (and checked) before the body's values move below.
-    let mut refs = Vec::with_capacity(body.input_refs.len());
-    for (name, output) in &body.input_refs {
-        let from = referenced(&service, "input_refs", &output.deployment_id).await?;
-        references::check(
-            &service,
-            &body,
-            &format!("input_refs.{name}"),
-            &from.deployment,
-        )
-        .await?;
-        refs.push((name, output, from));
-    }
-    // Where each input value came from, to name it when it breaks a limit.
-    let given: BTreeSet<String> = body.input_values.keys().cloned().collect();
-    let mut inherited = BTreeSet::new();
-    // Inputs whose value is a hidden value the gateway stored, hence already sealed to it;
-    // every other hidden value is sealed below, before anything is stored.
-    let mut sealed_at_rest = BTreeSet::new();
-    let (mut values, mut hidden) = match inputs_from {
-        Some(from) => {
-            let mut values = from.deployment.input_values;
-            inherited.extend(values.keys().cloned());
-            sealed_at_rest.extend(
-                from.hidden_inputs
-                    .iter()
-                    .filter(|name| values.contains_key(*name) && !given.contains(*name))
-                    .cloned(),
-            );
-            values.extend(body.input_values);
-            (
-                values,
-                hidden_union(hidden_inputs(&config), &from.hidden_inputs),
-            )
-        }
-        None => (body.input_values, hidden_inputs(&config)),
-    };
-    // Outputs of other deployments, hidden ones included, resolved here so that no
-    // client ever reads them; the inputs they fill are hidden in turn.
-    for (name, output, from) in refs {
-        if from.deployment.status != DeploymentStatus::Complete {
-            return Err(ApiError::InvalidInput(format!(
-                "input_refs.{name}: deployment {:?} is {}, not COMPLETE",
-                output.deployment_id.as_str(),
-                from.deployment.status
-            )));
-        }
-        let value = from
-            .deployment
-            .outputs
-            .get(&output.output)
-            .cloned()
-            .unwrap_or(serde_json::Value::Null);
-        if from.hidden_outputs.contains(&output.output)
-            && from.deployment.outputs.contains_key(&output.output)
-        {
-            sealed_at_rest.insert(name.clone());
-        } else {
-            sealed_at_rest.remove(name);
-        }
-        values.insert(name.clone(), value);
-        if !hidden.contains(name) {
-            hidden.push(name.clone());
+impl From<AcceptError> for ApiError {
+    fn from(e: AcceptError) -> Self {
+        match e {
+            AcceptError::Invalid(text) => Self::InvalidInput(text),
+            AcceptError::Limit(e) => Self::Limit(e),
+            AcceptError::TooLarge(e) => Self::TooLarge(e),
+            AcceptError::NotFound(text) => Self::NotFound(text),
+            AcceptError::Conflict(text) => Self::Conflict(text),
+            e @ AcceptError::NotConfirmed(_) => Self::Unavailable(e.to_string()),
+            AcceptError::Sealing(e) => e.into(),
+            AcceptError::Rights(RightsError::Mint(text)) => {
+                Self::Internal(format!("cannot mint the agent's user JWT: {text}"))
+            }
+            AcceptError::Rights(e @ RightsError::ServerGone(_)) => Self::NotFound(e.to_string()),
+            AcceptError::Rights(RightsError::Store(e)) | AcceptError::Store(e) => e.into(),
         }
     }
-    // Hidden defaults were sealed when the config was stored (those of older configs
-    // were not: they are sealed now like a given value).
-    sealed_at_rest.extend(
-        config
-            .inputs
-            .iter()
-            .filter(|i| i.hidden && !values.contains_key(&i.name))
-            .filter(|i| i.default.as_ref().is_some_and(seal::is_sealed))
-            .map(|i| i.name.clone()),
-    );
-    let mut input_values = with_defaults(&config, values);
-    // The limits are about what the hook gets: carried hidden values are checked opened.
-    let opened = opened_values(&input_values, &sealed_at_rest, &service.keys.sealing)?;
-    let field = |name: &str| {
-        if body.input_refs.contains_key(name) {
-            format!("input_refs.{name}")
-        } else if given.contains(name) {
-            format!("input_values.{name}")
-        } else if inherited.contains(name) {
-            format!("inputs_from.{name}")
-        } else {
-            let i = config.inputs.iter().position(|i| i.name == name);
-            format!("inputs[{}].default", i.unwrap_or_default())
-        }
-    };
-    let as_hook_gets = as_declared(&config, &opened, field)?;
-    check_input_values(&config.group, &as_hook_gets, field)?;
-    let fresh: Vec<String> = hidden
-        .iter()
-        .filter(|name| !sealed_at_rest.contains(*name))
-        .cloned()
-        .collect();
-    seal_at_rest(&mut input_values, &fresh, &service.keys.sealing)?;
-    let id_given = body.id.is_some();
-    let id = body.id.unwrap_or_else(DeploymentId::random);
-    let now = OffsetDateTime::now_utc();
-    let expires_at = now + Duration::from_secs(timeout_secs);
-    let mut record = DeploymentRecord {
-        deployment: Deployment {
-            name: body.name.unwrap_or_else(|| id.to_string()),
-            id,
-            tenant: tenant.clone(),
-            server_id: body.server_id,
-            config_id: config.id.clone(),
-            group: config.group.clone(),
-            action: body.action,
-            input_values,
-            stack_id: body.stack_id,
-            resource_name: body.resource_name,
-            status: DeploymentStatus::Queued,
-            status_reason: None,
-            outputs: Default::default(),
-            deploy_stdout: String::new(),
-            deploy_stderr: String::new(),
-            deploy_status_code: None,
-            timeout_secs,
-            created_at: now,
-            updated_at: now,
-            delivered_at: None,
-            started_at: None,
-            finished_at: None,
-            expires_at,
-        },
-        request_published: false,
-        hidden_inputs: hidden,
-        hidden_outputs: hidden_outputs(&config),
-        request_digest: None,
-        agent_jwt: None,
-        polled: false,
-    };
-    // Last of the checks that read: joining a stack writes the server record.
-    record.agent_jwt =
-        crate::rights::for_stack(&service, &server, record.deployment.stack_id.as_ref()).await?;
-    record.polled = server.transport == Transport::Poll;
-    let req = request(
-        &record,
-        &config,
-        &service.keys.sealing,
-        poll::request_key(&service, &server),
-    )?;
-    service.broker.fits_json("deployment request", &req)?;
-    // Recorded before the request is published, so that no answer can come first.
-    record.request_digest = Some(req.digest());
-    service.broker.fits_json("deployment record", &record)?;
-    let d = &record.deployment;
-    if let Some(from) = skip_from {
-        // A retry of a request that did create its deployment is answered like any retry.
-        let recorded = id_given && service.store.deployment(tenant, &d.id).await?.is_some();
-        if !recorded && unchanged(&service, &from, &record, &config).await? {
-            info!(deployment.id = %from.deployment.id, server.id = %d.server_id, action = %d.action, "deployment unchanged; nothing created");
-            return Ok(Created::Unchanged(from));
-        }
-    }
-    match service.store.create_deployment(&record).await {
-        Ok(true) => {}
-        Ok(false) => {
-            return repeated(&service, &record, &config)
-                .await
-                .map(Created::Accepted);
-        }
-        Err(e) => {
-            // The write may still have happened (a lost acknowledgement, a timed-out
-            // request): watch the id as if it had, so that a record that is there gets
-            // published or times out. Both do nothing if it is not.
-            warn!(error = %chain(&e), deployment.id = %d.id, "deployment record not confirmed written; watching it in case it was");
-            service.timeouts.insert(d.id.clone(), expires_at);
-            service.defer(&record);
-            return Err(ApiError::Unavailable(format!(
-                "deployment {:?} may or may not have been recorded; retry with the same id",
-                d.id.as_str()
-            )));
-        }
-    }
-    service.timeouts.insert(d.id.clone(), expires_at);
-    service.publish_or_defer(&record, &config).await;
-    info!(
-        deployment.id = %d.id, server.id = %d.server_id, config.id = %d.config_id,
-        action = %d.action, timeout_secs, "deployment queued"
-    );
-    Ok(Created::Accepted(record))
-}
-
-/// Refuses an action that is neither a lifecycle action nor declared by the config.
-fn check_action(config: &Config, action: &Action) -> Result<(), ApiError> {
-    if config.allows(action) {
-        return Ok(());
-    }
-    let declared = if config.actions.is_empty() {
-        "it declares no ad-hoc actions".to_owned()
-    } else {
-        let names: Vec<&str> = config.actions.keys().map(String::as_str).collect();
-        format!("it declares: {}", names.join(", "))
-    };
-    Err(ApiError::InvalidInput(format!(
-        "action {:?} is not declared by config {:?} ({declared})",
-        action.as_str(),
-        config.id.as_str(),
-    )))
-}
-
-/// The deployment a body field (`field`) names, which must exist.
-async fn referenced(
-    service: &Service,
-    field: &str,
-    id: &DeploymentId,
-) -> Result<DeploymentRecord, ApiError> {
-    service
-        .store
-        .deployment(&service.config.tenant, id)
-        .await?
-        .ok_or_else(|| {
-            ApiError::NotFound(format!("{field} deployment {:?} not found", id.as_str()))
-        })
-}
-
-/// True when `new` would apply what `from` applied: the same server, the same input
-/// values (hidden ones included) and a config with the same content.
-async fn unchanged(
-    service: &Service,
-    from: &DeploymentRecord,
-    new: &DeploymentRecord,
-    config: &Config,
-) -> Result<bool, ApiError> {
-    let (a, b) = (&from.deployment, &new.deployment);
-    if a.server_id != b.server_id || a.input_values.len() != b.input_values.len() {
-        return Ok(false);
-    }
-    // Sealed values differ on every seal: compare what they hold. One that does not open
-    // counts as changed, so the deployment runs.
-    let key = &service.keys.sealing;
-    match (opened_inputs(from, key), opened_inputs(new, key)) {
-        (Ok(theirs), Ok(ours)) if theirs == ours => {}
-        _ => return Ok(false),
-    }
-    if a.config_id == config.id {
-        return Ok(true);
-    }
-    let theirs = service
-        .store
-        .config(&service.config.tenant, &a.config_id)
-        .await?;
-    Ok(theirs.is_some_and(|theirs| same_config_content(&theirs, config)))
-}
-
-/// A `POST` for an id already recorded: the recorded deployment if `new` asks for the
-/// same, after making sure it is watched and on its way to the agent (the earlier
-/// attempt may have failed half-way); a conflict otherwise.
-async fn repeated(
-    service: &Service,
-    new: &DeploymentRecord,
-    config: &Config,
-) -> Result<DeploymentRecord, ApiError> {
-    let id = &new.deployment.id;
-    let conflict = || {
-        ApiError::Conflict(format!(
-            "deployment {:?} already exists with a different request",
-            id.as_str()
-        ))
-    };
-    let stored = service
-        .store
-        .deployment(&service.config.tenant, id)
-        .await?
-        .ok_or_else(conflict)?;
-    if !same_request(&stored, new) {
-        return Err(conflict());
-    }
-    if let Some(deadline) = timeout_deadline(&stored.deployment) {
-        service.timeouts.insert(id.clone(), deadline);
-        if !stored.request_published {
-            service.publish_or_defer(&stored, config).await;
-        }
-    }
-    info!(deployment.id = %id, status = %stored.deployment.status, "deployment request repeated; answering with the recorded one");
-    Ok(stored)
 }
 
 /// Query of `GET /v1/deployments/{id}`.
@@ -622,5 +265,39 @@ fn query_id<T: PathIdKind>(name: &str, value: Option<&str>) -> Result<Option<T>,
                 T::WHAT
             ))
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::*;
+
+    #[test]
+    fn an_unconfirmed_write_is_a_503_asking_to_retry_with_the_same_id() {
+        let id = DeploymentId::new("d1").expect("id");
+        let e: ApiError = AcceptError::NotConfirmed(id).into();
+        assert_eq!(
+            e.status_and_code(),
+            (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+        );
+        assert_eq!(
+            e.to_string(),
+            "deployment \"d1\" may or may not have been recorded; retry with the same id"
+        );
+    }
+
+    #[test]
+    fn a_failed_jwt_mint_is_internal_and_a_server_gone_meanwhile_a_404() {
+        let mint: ApiError = AcceptError::Rights(RightsError::Mint("no key".into())).into();
+        assert_eq!(
+            mint.status_and_code(),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+        );
+        let gone: ApiError =
+            AcceptError::Rights(RightsError::ServerGone(ServerId::new("s1").expect("id"))).into();
+        assert_eq!(gone.status_and_code(), (StatusCode::NOT_FOUND, "not_found"));
+        assert_eq!(gone.to_string(), "server \"s1\" not found");
     }
 }

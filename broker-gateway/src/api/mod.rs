@@ -11,7 +11,6 @@ pub mod health;
 pub mod listeners;
 pub mod listing;
 pub mod poll;
-pub mod references;
 pub mod servers;
 pub mod stacks;
 pub mod tenants;

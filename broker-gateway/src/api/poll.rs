@@ -31,23 +31,12 @@ use crate::error::chain;
 use crate::poll::{item, new_secret, secret_hash, secret_matches, signal, signal_matches};
 use crate::record::DeploymentRecord;
 use crate::responses::apply_polled;
-use crate::sealing::{self, SealFailure, seal_at_rest};
+use crate::sealing::{self, seal_at_rest};
 use crate::service::Service;
 
 /// The one answer to a secret URL that is wrong in any way.
 fn not_found() -> ApiError {
     ApiError::NotFound("not found".to_owned())
-}
-
-/// The key a deployment's request is sealed to when its digest is computed: the
-/// server's, or for a polling server (which has none, and gets no request message) the
-/// gateway's own.
-pub fn request_key(service: &Service, server: &Server) -> Result<nkeys::XKey, SealFailure> {
-    match server.transport {
-        Transport::Poll => flue_proto::seal::public_key(&service.keys.sealing.public_key())
-            .map_err(|_| SealFailure::BadServerKey(server.id.clone())),
-        Transport::Nats => sealing::server_key(server),
-    }
 }
 
 /// Where servers reach this gateway: `--public-url`, else the scheme this gateway serves
@@ -110,7 +99,7 @@ pub async fn register(
             info!(server.id = %server.id, "polling server registered");
             service
                 .events
-                .emit(&super::servers::server_event(
+                .emit(&crate::servers::server_event(
                     &server,
                     flue_proto::EventType::ServerRegistered,
                 ))
@@ -285,7 +274,8 @@ async fn delivered(service: &Service, server: &ServerId, record: &DeploymentReco
         at: OffsetDateTime::now_utc(),
         request_digest: record.request_digest.clone(),
     };
-    if let Err(e) = apply_polled(service, (&service.config.tenant, server), &message).await {
+    if let Err(e) = apply_polled(&service.answers, (&service.config.tenant, server), &message).await
+    {
         warn!(error = %chain(&e), deployment.id = %d.id, "cannot record that a polling server read its deployment");
     }
 }
@@ -338,7 +328,7 @@ pub async fn signal(
         result,
         request_digest: record.request_digest.clone(),
     };
-    apply_polled(&service, (tenant, &d.server_id), &message)
+    apply_polled(&service.answers, (tenant, &d.server_id), &message)
         .await
         .map_err(|e| {
             warn!(error = %chain(&e), deployment.id = %id, "cannot record a polling server's signal; it will be retried");

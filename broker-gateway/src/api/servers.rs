@@ -6,28 +6,35 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use flue_proto::event::ServerEventData;
 use flue_proto::poll::Transport;
-use flue_proto::{
-    AgentBootstrap, CloudEvent, Deployment, EventType, RegisterServer, Registration, Server,
-    ServerId, subject,
-};
+use flue_proto::{Deployment, RegisterServer, Registration, Server, ServerId};
 use futures_util::StreamExt;
 use serde::Deserialize;
-use time::OffsetDateTime;
-use tracing::{info, warn};
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId, inner_text};
 use super::listing::{Listed, Paged, Pages, page_limit};
-use crate::credentials;
+use crate::servers::ServerError;
 use crate::service::Service;
 use crate::store::Listing;
 
-/// `POST /v1/servers`: 201 on first registration, 200 with the same registration after.
-///
-/// The consumer is ensured before the server is recorded, so every listed server has
-/// its queue; registering again ensures it again.
+impl From<ServerError> for ApiError {
+    fn from(e: ServerError) -> Self {
+        match e {
+            e @ ServerError::NotFound(_) => Self::NotFound(e.to_string()),
+            ServerError::OtherTransport(stored) => super::poll::other_transport(&stored),
+            e @ ServerError::Busy { .. } => Self::Conflict(e.to_string()),
+            e @ ServerError::Revocation(_) => Self::Unavailable(e.to_string()),
+            ServerError::Mint(e) => Self::Internal(e.to_string()),
+            ServerError::Store(e) => e.into(),
+            ServerError::Broker(e) => e.into(),
+        }
+    }
+}
+
+/// `POST /v1/servers`: 201 on first registration (with the agent's credentials, once),
+/// 200 with the same registration after; 409 when the server is registered with the
+/// other transport. See [`crate::servers::Servers::register`].
 pub async fn register(
     State(service): State<Service>,
     headers: HeaderMap,
@@ -36,63 +43,12 @@ pub async fn register(
     if body.transport == Transport::Poll {
         return super::poll::register(&service, body, &headers).await;
     }
-    let tenant = &service.config.tenant;
-    let consumer = service
-        .broker
-        .ensure_request_consumer(tenant, &body.id)
-        .await?;
-    let minted = credentials::mint(&service, &body.id, &[])?;
-    let server = Server {
-        id: body.id,
-        tenant: tenant.clone(),
-        name: body.name,
-        created_at: OffsetDateTime::now_utc(),
-        keys: Some(minted.keys),
-        stacks: Vec::new(),
-        agent_jwt: None,
-        presence: None,
-        transport: Transport::Nats,
-        poll_secret_sha256: None,
+    let registered = service.servers.register(body).await?;
+    let status = match registered.created {
+        true => StatusCode::CREATED,
+        false => StatusCode::OK,
     };
-    // Only the registration that recorded the server hands out the credentials whose
-    // public keys it recorded; a repeated registration gets none.
-    let mut credentials = None;
-    let (status, server) = match service.store.create_server(&server).await? {
-        None => {
-            credentials = Some(minted.text);
-            // A server registered again after a deregistration has new keys.
-            service.signers.forget(tenant, &server.id);
-            info!(server.id = %server.id, consumer, "server registered");
-            service
-                .events
-                .emit(&server_event(&server, EventType::ServerRegistered))
-                .await;
-            (StatusCode::CREATED, server)
-        }
-        Some(stored) if stored.transport == Transport::Nats => (StatusCode::OK, stored),
-        Some(stored) => return Err(super::poll::other_transport(&stored)),
-    };
-    service
-        .presence
-        .note_registered(tenant, &server.id, &server.name);
-    let agent = AgentBootstrap {
-        nats_url: service.config.agent_nats_url(),
-        tenant: tenant.clone(),
-        server_id: server.id.clone(),
-        request_stream: subject::REQUEST_STREAM.to_owned(),
-        request_consumer: consumer,
-        response_subject: subject::response(tenant, &server.id),
-        inbox_prefix: subject::agent_inbox_prefix(tenant, &server.id),
-    };
-    Ok((
-        status,
-        Json(Registration {
-            server: server.public(),
-            agent: Some(agent),
-            poll: None,
-            credentials,
-        }),
-    ))
+    Ok((status, Json(registered.registration)))
 }
 
 /// `POST /v1/servers/{id}/credentials`: mints new keys for a registered server, records
@@ -104,37 +60,11 @@ pub async fn rotate_credentials(
     headers: HeaderMap,
     PathId(id): PathId<ServerId>,
 ) -> Result<Json<Registration>, ApiError> {
-    let tenant = &service.config.tenant;
     let old = known_server(&service, &id).await?;
     if old.transport == Transport::Poll {
         return super::poll::rotate(&service, &id, &headers).await;
     }
-    let minted = credentials::mint(&service, &id, &old.stacks)?;
-    let server = service
-        .store
-        .replace_server_keys(tenant, &id, &minted.keys)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("server {:?} not found", id.as_str())))?;
-    service.signers.forget(tenant, &id);
-    // The old user is revoked only once the new keys are recorded: a failure before
-    // leaves the agent running with the keys the gateway still trusts.
-    revoke_user(&service, &old).await?;
-    info!(server.id = %id, "server credentials rotated");
-    let agent = AgentBootstrap {
-        nats_url: service.config.agent_nats_url(),
-        tenant: tenant.clone(),
-        server_id: id.clone(),
-        request_stream: subject::REQUEST_STREAM.to_owned(),
-        request_consumer: subject::request_consumer(tenant, &id),
-        response_subject: subject::response(tenant, &id),
-        inbox_prefix: subject::agent_inbox_prefix(tenant, &id),
-    };
-    Ok(Json(Registration {
-        server: server.public(),
-        agent: Some(agent),
-        poll: None,
-        credentials: Some(minted.text),
-    }))
+    Ok(Json(service.servers.rotate(old).await?))
 }
 
 /// Server records read at once while listing.
@@ -229,87 +159,66 @@ async fn known_server(service: &Service, id: &ServerId) -> Result<Server, ApiErr
 
 /// `DELETE /v1/servers/{id}`: removes the server, its request queue and its entries in
 /// the deployment index (its deployment records stay); 204, 404 when it is not
-/// registered, 409 while it has QUEUED or IN_PROGRESS deployments. Registering it again
-/// later starts afresh (a new `created_at`, an empty queue).
+/// registered, 409 while it has QUEUED or IN_PROGRESS deployments. See
+/// [`crate::servers::Servers::deregister`].
 ///
-/// The server record goes last, so a removal interrupted half-way can be repeated. The
-/// work runs on its own task, so a client hanging up cannot stop it half-way.
+/// The work runs on its own task, so a client hanging up cannot stop it half-way.
 pub async fn deregister(
     State(service): State<Service>,
     PathId(id): PathId<ServerId>,
 ) -> Result<StatusCode, ApiError> {
-    let tasks = service.tasks.clone();
-    tasks.spawn(remove(service, id)).await??;
+    let servers = service.servers.clone();
+    service
+        .tasks
+        .spawn(async move { servers.deregister(&id).await })
+        .await??;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn remove(service: Service, id: ServerId) -> Result<(), ApiError> {
-    let tenant = &service.config.tenant;
-    let server = known_server(&service, &id).await?;
-    let unfinished = service
-        .store
-        .server_deployments(tenant, &id)
-        .await?
-        .iter()
-        .filter(|r| !r.deployment.status.is_terminal())
-        .count();
-    if unfinished > 0 {
-        return Err(ApiError::Conflict(format!(
-            "server {:?} has {unfinished} QUEUED or IN_PROGRESS deployment{}; wait for {} to finish (or time out) first",
-            id.as_str(),
-            if unfinished == 1 { "" } else { "s" },
-            if unfinished == 1 { "it" } else { "them" },
-        )));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id() -> ServerId {
+        ServerId::new("s1").expect("id")
     }
-    service.broker.remove_request_queue(tenant, &id).await?;
-    // Revoked before the record goes: an interrupted removal is repeated with the key
-    // still known (revoking twice is harmless).
-    revoke_user(&service, &server).await?;
-    service.store.delete_server(tenant, &id).await?;
-    service.presence.forget(tenant, &id).await;
-    info!(server.id = %id, "server deregistered");
-    service
-        .events
-        .emit(&server_event(&server, EventType::ServerDeregistered))
-        .await;
-    Ok(())
-}
 
-/// Revokes `server`'s broker user (its agent is disconnected and its credentials refused
-/// by the broker from now on); nothing to do with `--insecure-dev-broker` or for a server
-/// recorded without keys.
-async fn revoke_user(service: &Service, server: &Server) -> Result<(), ApiError> {
-    let (Some(users), Some(keys)) = (&service.users, &server.keys) else {
-        return Ok(());
-    };
-    users.revoke_agent(&keys.signing).await.map_err(|e| {
-        warn!(server.id = %server.id, error = %crate::error::chain(&e), "cannot revoke a server's broker user");
-        ApiError::Unavailable(format!(
-            "the broker did not take the revocation of server {:?}'s credentials; retry later",
-            server.id.as_str()
-        ))
-    })?;
-    info!(server.id = %server.id, "server's broker user revoked");
-    Ok(())
-}
+    #[test]
+    fn a_server_with_unfinished_deployments_is_a_conflict_saying_how_many_to_wait_for() {
+        let one: ApiError = ServerError::Busy {
+            id: id(),
+            unfinished: 1,
+        }
+        .into();
+        assert_eq!(one.status_and_code(), (StatusCode::CONFLICT, "conflict"));
+        assert_eq!(
+            one.to_string(),
+            "server \"s1\" has 1 QUEUED or IN_PROGRESS deployment; wait for it to finish (or time out) first"
+        );
+        let two: ApiError = ServerError::Busy {
+            id: id(),
+            unfinished: 2,
+        }
+        .into();
+        assert!(
+            two.to_string()
+                .contains("2 QUEUED or IN_PROGRESS deployments; wait for them")
+        );
+    }
 
-/// `server.registered` or `server.deregistered` of one registration of `server`: the
-/// id names its `created_at`, so a later registration of the same id is another fact.
-pub(crate) fn server_event(server: &Server, ty: EventType) -> CloudEvent {
-    let millis = server.created_at.unix_timestamp_nanos() / 1_000_000;
-    let data = ServerEventData {
-        server_id: server.id.clone(),
-        name: server.name.clone(),
-        agent_instance: None,
-        reason: None,
-        last_seen: None,
-    };
-    CloudEvent::new(
-        ty,
-        &server.tenant,
-        format!("server:{}:{}:{millis}", server.id, ty.name()),
-        format!("servers/{}", server.id),
-        &data,
-    )
-    .server(&server.id)
+    #[test]
+    fn an_unknown_server_is_a_404_and_a_refused_revocation_a_503_asking_to_retry() {
+        let missing: ApiError = ServerError::NotFound(id()).into();
+        assert_eq!(
+            missing.status_and_code(),
+            (StatusCode::NOT_FOUND, "not_found")
+        );
+        assert_eq!(missing.to_string(), "server \"s1\" not found");
+        let revocation: ApiError = ServerError::Revocation(id()).into();
+        assert_eq!(
+            revocation.status_and_code(),
+            (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+        );
+        assert!(revocation.to_string().contains("retry later"));
+    }
 }

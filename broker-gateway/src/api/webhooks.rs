@@ -39,13 +39,13 @@ pub async fn create(
     State(service): State<Service>,
     JsonBody(body): JsonBody<CreateWebhook>,
 ) -> Result<(StatusCode, Json<Webhook>), ApiError> {
-    let sub = service.webhooks.create(&service, body).await?;
+    let sub = service.webhooks.create(body).await?;
     Ok((StatusCode::CREATED, Json(sub.view())))
 }
 
 /// `GET /v1/webhooks`: every subscription, oldest first.
 pub async fn list(State(service): State<Service>) -> Result<Json<Vec<Webhook>>, ApiError> {
-    let subs = service.webhooks.list(&service.config.tenant).await?;
+    let subs = service.webhooks.list().await?;
     Ok(Json(subs.iter().map(|s| s.view()).collect()))
 }
 
@@ -54,7 +54,7 @@ pub async fn get(
     State(service): State<Service>,
     PathId(id): PathId<WebhookId>,
 ) -> Result<Json<Webhook>, ApiError> {
-    match service.webhooks.get(&service.config.tenant, &id).await? {
+    match service.webhooks.get(&id).await? {
         Some(sub) => Ok(Json(sub.view())),
         None => Err(not_found(&id)),
     }
@@ -65,7 +65,7 @@ pub async fn delete(
     State(service): State<Service>,
     PathId(id): PathId<WebhookId>,
 ) -> Result<StatusCode, ApiError> {
-    if service.webhooks.delete(&service.config.tenant, &id).await? {
+    if service.webhooks.delete(&id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(not_found(&id))
@@ -78,7 +78,7 @@ pub async fn resume(
     State(service): State<Service>,
     PathId(id): PathId<WebhookId>,
 ) -> Result<Json<Webhook>, ApiError> {
-    match service.webhooks.resume(&service, &id).await? {
+    match service.webhooks.resume(&id).await? {
         Some(sub) => Ok(Json(sub.view())),
         None => Err(not_found(&id)),
     }

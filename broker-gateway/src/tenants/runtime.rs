@@ -13,6 +13,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use flue_proto::{Tenant, TenantId};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use super::connector::TenantConnections;
@@ -24,7 +25,9 @@ use crate::service::Service;
 use crate::state::GatewayKeys;
 use crate::store::Store;
 use crate::waiters::Waiters;
-use crate::{Config, api, events, presence, responses, service, timeouts, waiters, webhooks};
+use crate::{
+    Config, api, deployments, events, presence, responses, service, timeouts, waiters, webhooks,
+};
 
 /// Longest wait for a runtime's background tasks when it stops.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -87,9 +90,21 @@ impl TenantRuntime {
         let events = events::Events::open(events_js.clone(), config.event_retention()).await?;
         let store = Store::open_with(&js, config.replicas()).await?;
         let presence = presence::PresenceTracker::open(&js, &config).await?;
-        let webhooks =
-            webhooks::Webhooks::open(&js, &events_js, config.webhook_policy(), config.replicas())
-                .await?;
+        let shutdown = parent.child_token();
+        let tasks = TaskTracker::new();
+        let webhooks = webhooks::Webhooks::open(
+            &js,
+            &events_js,
+            config.webhook_policy(),
+            config.replicas(),
+            webhooks::Scope {
+                tenant: tenant.id.clone(),
+                settings: webhooks::Settings::from_config(&config),
+                shutdown: shutdown.clone(),
+                tasks: tasks.clone(),
+            },
+        )
+        .await?;
         broker.response_consumer().await?;
         // Revoked HTTP tokens live in the tenant's own account, like everything of it.
         let revoked = Revoked::open(&js, config.replicas()).await?;
@@ -98,19 +113,19 @@ impl TenantRuntime {
             crate::replicas::ensure(context, config.replicas()).await?;
         }
 
-        let shutdown = parent.child_token();
-        let service = Service::new(
-            Arc::new(config),
+        let service = Service::new(service::Parts {
+            config: Arc::new(config),
             store,
             broker,
             events,
             presence,
             webhooks,
             keys,
-            shutdown.clone(),
-        )
-        .with_users(connections.users.clone());
-        service.recover().await?;
+            users: connections.users.clone(),
+            shutdown: shutdown.clone(),
+            tasks,
+        });
+        service.publisher.recover().await?;
 
         let tenant_conn = &connections.tenant;
         let mut link = BrokerLink::new(tenant_conn.client.clone(), tenant_conn.reconnected.clone());
@@ -121,11 +136,20 @@ impl TenantRuntime {
         let router = api::tenant_router(service.clone(), link.clone(), waiters.clone());
 
         let tasks = &service.tasks;
-        tasks.spawn(responses::consume(service.clone(), shutdown.child_token()));
-        tasks.spawn(timeouts::sweep(service.clone(), shutdown.child_token()));
-        tasks.spawn(service::republish(service.clone(), shutdown.child_token()));
+        tasks.spawn(responses::consume(
+            service.answers.clone(),
+            shutdown.child_token(),
+        ));
+        tasks.spawn(timeouts::sweep(service.sweeper(), shutdown.child_token()));
+        tasks.spawn(deployments::republish(
+            service.publisher.clone(),
+            shutdown.child_token(),
+        ));
         tasks.spawn(presence::run(service.clone(), shutdown.child_token()));
-        tasks.spawn(webhooks::run(service.clone(), shutdown.child_token()));
+        tasks.spawn(webhooks::run(
+            service.webhooks.clone(),
+            shutdown.child_token(),
+        ));
         tasks.spawn(revoked.clone().follow(shutdown.child_token()));
         revocations.insert(tenant.id.clone(), revoked);
         tasks.spawn(waiters::run(

@@ -27,9 +27,8 @@ use tracing::{debug, info, warn};
 use super::http::AttemptError;
 use super::record::Subscription;
 use super::target::Target;
-use super::{ACK_WAIT, Settings, position, sign};
+use super::{ACK_WAIT, Settings, Webhooks, position, sign};
 use crate::error::chain;
-use crate::service::Service;
 
 /// How long one pull request waits for an event. An event published in the last
 /// moments of a shutdown may go to a request nobody reads any more: it is handed out
@@ -57,16 +56,16 @@ enum Step {
 
 /// Runs the delivery of `sub` until cancelled, parked or deleted; `run` is its number
 /// in the registry.
-pub async fn run(service: Service, sub: Subscription, run: u64, cancel: CancellationToken) {
+pub async fn run(webhooks: Webhooks, sub: Subscription, run: u64, cancel: CancellationToken) {
     let task = Task {
-        settings: Settings::from_config(&service.config),
-        service,
+        settings: webhooks.scope.settings,
+        webhooks,
         sub,
         cancel,
     };
     let exit = task.deliver().await;
     let key = task.sub.key();
-    task.service.webhooks.finished(&key, run);
+    task.webhooks.finished(&key, run);
     match exit {
         Exit::Cancelled => debug!(webhook.id = %task.sub.id, "delivery task stopped"),
         Exit::Deleted => debug!(webhook.id = %task.sub.id, "webhook gone; delivery task ended"),
@@ -76,14 +75,14 @@ pub async fn run(service: Service, sub: Subscription, run: u64, cancel: Cancella
             if let Ok(Some(now)) = task.records_get().await
                 && now.status == WebhookStatus::Active
             {
-                task.service.webhooks.ensure_running(&task.service, &now);
+                task.webhooks.ensure_running(&now);
             }
         }
     }
 }
 
 struct Task {
-    service: Service,
+    webhooks: Webhooks,
     settings: Settings,
     sub: Subscription,
     cancel: CancellationToken,
@@ -91,8 +90,7 @@ struct Task {
 
 impl Task {
     async fn records_get(&self) -> Result<Option<Subscription>, crate::store::StoreError> {
-        self.service
-            .webhooks
+        self.webhooks
             .records
             .get(&self.sub.tenant, &self.sub.id)
             .await
@@ -134,7 +132,7 @@ impl Task {
             if current.status == WebhookStatus::Parked {
                 return Exit::Parked;
             }
-            let (consumer, floor) = match self.service.webhooks.open_consumer(&current).await {
+            let (consumer, floor) = match self.webhooks.open_consumer(&current).await {
                 Ok(Some(opened)) => (opened.consumer, opened.floor),
                 Ok(None) => return Exit::Deleted,
                 Err(e) => {
@@ -258,7 +256,6 @@ impl Task {
             ),
         ];
         let status = self
-            .service
             .webhooks
             .http
             .post(target, &headers, body, self.settings.timeout)
@@ -303,7 +300,6 @@ impl Task {
             warn!(error = %e, webhook.id = %self.sub.id, event.id = %event.id, "cannot acknowledge a delivered event; it will be delivered again");
         }
         let updated = self
-            .service
             .webhooks
             .records
             .update(&self.sub.tenant, &self.sub.id, |sub| {
@@ -330,7 +326,6 @@ impl Task {
     /// subscription is gone.
     async fn note_error(&self, error: String) -> Step {
         let updated = self
-            .service
             .webhooks
             .records
             .update(&self.sub.tenant, &self.sub.id, |sub| {
@@ -354,7 +349,6 @@ impl Task {
         let mut pause = RETRY_MIN;
         loop {
             let updated = self
-                .service
                 .webhooks
                 .records
                 .update(&self.sub.tenant, &self.sub.id, |sub| {

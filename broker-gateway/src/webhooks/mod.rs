@@ -42,11 +42,11 @@ use futures_util::StreamExt;
 use time::OffsetDateTime;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::broker::BrokerError;
 use crate::error::chain;
-use crate::service::Service;
 use crate::store::StoreError;
 use record::{Records, Secret, Subscription};
 use target::{Target, TargetError};
@@ -113,9 +113,25 @@ struct Running {
     handle: Option<JoinHandle<()>>,
 }
 
+/// What a tenant's delivery tasks run under: its tenant, the delivery settings, and the
+/// runtime's shutdown token and task tracker (every task is a child of the one and
+/// tracked by the other).
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// The tenant whose subscriptions these are.
+    pub tenant: TenantId,
+    /// Delivery settings from the gateway's flags.
+    pub settings: Settings,
+    /// Cancelled when the runtime stops; each task gets a child of it.
+    pub shutdown: CancellationToken,
+    /// Where delivery tasks are spawned, so that a shutdown waits for them.
+    pub tasks: TaskTracker,
+}
+
 /// Webhook subscriptions and the registry of their delivery tasks; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Webhooks {
+    scope: Scope,
     records: Records,
     /// The events account's context: the event stream and the delivery consumers.
     js: jetstream::Context,
@@ -128,15 +144,17 @@ impl Webhooks {
     /// Opens (creating if missing) the subscriptions' bucket in the tenant account
     /// (`js`: they hold the webhooks' secrets); their consumers are made on the event
     /// stream through `events_js`, the tenant's events account.
-    /// Deliveries follow `policy` (which addresses they may reach); a missing bucket is
-    /// created with `replicas` copies.
+    /// Deliveries follow `policy` (which addresses they may reach) and run under
+    /// `scope`; a missing bucket is created with `replicas` copies.
     pub async fn open(
         js: &jetstream::Context,
         events_js: &jetstream::Context,
         policy: address::AddressPolicy,
         replicas: usize,
+        scope: Scope,
     ) -> Result<Self, StoreError> {
         Ok(Self {
+            scope,
             records: Records::open(js, replicas).await?,
             js: events_js.clone(),
             http: http::HttpClient::new(policy),
@@ -147,11 +165,7 @@ impl Webhooks {
 
     /// Checks `body`, creates the subscription's consumer and record, and starts
     /// delivering.
-    pub async fn create(
-        &self,
-        service: &Service,
-        body: CreateWebhook,
-    ) -> Result<Subscription, WebhookError> {
+    pub async fn create(&self, body: CreateWebhook) -> Result<Subscription, WebhookError> {
         let target = Target::parse(&body.url)?;
         if let Some(ip) = target.literal_ip() {
             self.http.policy().check(ip).map_err(TargetError::from)?;
@@ -161,7 +175,7 @@ impl Webhooks {
             return Err(WebhookError::Secret(len));
         }
         let sub = Subscription {
-            tenant: service.config.tenant.clone(),
+            tenant: self.scope.tenant.clone(),
             id: WebhookId::random(),
             url: body.url,
             secret: Secret::new(body.secret),
@@ -188,22 +202,18 @@ impl Webhooks {
             .map(|t| format!("{}://{}", if t.tls { "https" } else { "http" }, t.authority))
             .unwrap_or_default();
         info!(webhook.id = %sub.id, target = %target, "webhook created");
-        self.ensure_running(service, &sub);
+        self.ensure_running(&sub);
         Ok(sub)
     }
 
-    /// Every subscription of `tenant`, oldest first.
-    pub async fn list(&self, tenant: &TenantId) -> Result<Vec<Subscription>, StoreError> {
-        self.records.list(tenant).await
+    /// Every subscription of the tenant, oldest first.
+    pub async fn list(&self) -> Result<Vec<Subscription>, StoreError> {
+        self.records.list(&self.scope.tenant).await
     }
 
-    /// Subscription `id` of `tenant`, if it exists.
-    pub async fn get(
-        &self,
-        tenant: &TenantId,
-        id: &WebhookId,
-    ) -> Result<Option<Subscription>, StoreError> {
-        self.records.get(tenant, id).await
+    /// Subscription `id` of the tenant, if it exists.
+    pub async fn get(&self, id: &WebhookId) -> Result<Option<Subscription>, StoreError> {
+        self.records.get(&self.scope.tenant, id).await
     }
 
     /// Stops the subscription's task, then deletes its record and its consumer; false
@@ -215,7 +225,8 @@ impl Webhooks {
     /// ([`Webhooks::open_consumer`]), so once the record is gone no task can leave a
     /// consumer behind. The consumer is deleted even when the record is missing, so a
     /// delete that failed between the two is finished by a retry (which answers 404).
-    pub async fn delete(&self, tenant: &TenantId, id: &WebhookId) -> Result<bool, WebhookError> {
+    pub async fn delete(&self, id: &WebhookId) -> Result<bool, WebhookError> {
+        let tenant = &self.scope.tenant;
         let exists = self.records.get(tenant, id).await?.is_some();
         if exists {
             if let Some(handle) = self.stop(&record::key(tenant, id))
@@ -234,14 +245,10 @@ impl Webhooks {
 
     /// Makes a parked subscription active again and restarts its delivery at the event
     /// that was not delivered; for an active one, only makes sure it is delivering.
-    pub async fn resume(
-        &self,
-        service: &Service,
-        id: &WebhookId,
-    ) -> Result<Option<Subscription>, StoreError> {
+    pub async fn resume(&self, id: &WebhookId) -> Result<Option<Subscription>, StoreError> {
         let updated = self
             .records
-            .update(&service.config.tenant, id, |sub| {
+            .update(&self.scope.tenant, id, |sub| {
                 if sub.status == WebhookStatus::Active {
                     return false;
                 }
@@ -253,16 +260,16 @@ impl Webhooks {
             .await?;
         if let Some(sub) = &updated {
             info!(webhook.id = %sub.id, "webhook resumed");
-            self.ensure_running(service, sub);
+            self.ensure_running(sub);
         }
         Ok(updated)
     }
 
     /// Starts the delivery task of `sub` unless one is running.
-    fn ensure_running(&self, service: &Service, sub: &Subscription) {
+    fn ensure_running(&self, sub: &Subscription) {
         let key = sub.key();
         let run = self.next_run.fetch_add(1, Ordering::Relaxed);
-        let cancel = service.shutdown.child_token();
+        let cancel = self.scope.shutdown.child_token();
         {
             let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(r) = running.get(&key)
@@ -280,9 +287,10 @@ impl Webhooks {
             );
         }
         debug!(webhook.id = %sub.id, "delivery task starting");
-        let handle = service
+        let handle = self
+            .scope
             .tasks
-            .spawn(deliver::run(service.clone(), sub.clone(), run, cancel));
+            .spawn(deliver::run(self.clone(), sub.clone(), run, cancel));
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(r) = running.get_mut(&key)
             && r.run == run
@@ -405,9 +413,9 @@ impl Webhooks {
     /// older gateway left on `FLUE_EVT` is moved at once (the watch shows every record at
     /// start), rather than at the resume, so that no listener can pull from or acknowledge
     /// on it meanwhile. Nothing is delivered.
-    fn move_parked(&self, service: &Service, sub: Subscription) {
+    fn move_parked(&self, sub: Subscription) {
         let webhooks = self.clone();
-        service.tasks.spawn(async move {
+        self.scope.tasks.spawn(async move {
             if let Err(e) = webhooks.open_consumer(&sub).await {
                 warn!(error = %chain(&e), webhook.id = %sub.id, "cannot check the consumer of a parked webhook");
             }
@@ -415,15 +423,15 @@ impl Webhooks {
     }
 
     /// Acts on one change of the bucket: start active subscriptions, stop the others.
-    fn apply(&self, service: &Service, entry: kv::Entry) {
+    fn apply(&self, entry: kv::Entry) {
         match entry.operation {
             kv::Operation::Put => match record::decode(&entry.key, &entry.value) {
                 Ok(sub) if sub.status == WebhookStatus::Active => {
-                    self.ensure_running(service, &sub);
+                    self.ensure_running(&sub);
                 }
                 Ok(sub) => {
                     self.stop(&entry.key);
-                    self.move_parked(service, sub);
+                    self.move_parked(sub);
                 }
                 Err(e) => {
                     warn!(error = %chain(&e), key = %entry.key, "webhook record cannot be decoded; not delivered");
@@ -450,9 +458,8 @@ fn is_not_found(e: &stream::ConsumerError) -> bool {
 
 /// Follows the subscriptions' bucket until cancelled, from its current content on, and
 /// keeps one delivery task running per active subscription.
-pub async fn run(service: Service, cancel: CancellationToken) {
-    let webhooks = service.webhooks.clone();
-    let filter = format!("{}.*", service.config.tenant);
+pub async fn run(webhooks: Webhooks, cancel: CancellationToken) {
+    let filter = format!("{}.*", webhooks.scope.tenant);
     let mut pause = WATCH_RETRY_MIN;
     loop {
         match webhooks.records.kv().watch_with_history(&filter).await {
@@ -464,7 +471,7 @@ pub async fn run(service: Service, cancel: CancellationToken) {
                 match next {
                     Some(Ok(entry)) => {
                         pause = WATCH_RETRY_MIN;
-                        webhooks.apply(&service, entry);
+                        webhooks.apply(entry);
                     }
                     Some(Err(e)) => {
                         warn!(error = %chain(&e), "lost the watch on webhook subscriptions; following them again");

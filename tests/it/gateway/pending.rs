@@ -63,7 +63,7 @@ async fn recovery_keeps_every_pending_deployment_whatever_write_a_crash_interrup
     pending.sort();
     assert_eq!(pending, vec![id("finished"), id("no-record"), id("queued")]);
 
-    let recovery = service.recover().await.expect("recover");
+    let recovery = service.publisher.recover().await.expect("recover");
     assert_eq!(recovery.read, 3, "{recovery:?}");
     assert_eq!(recovery.pending, 1, "{recovery:?}");
     assert_eq!(recovery.repaired, 1, "{recovery:?}");
@@ -117,7 +117,7 @@ async fn a_store_written_before_the_index_is_indexed_once_at_start() {
         .expect("forget the marker");
     assert!(!store.pending_indexed(&tenant).await.expect("marker"));
 
-    let first = service.recover().await.expect("recover");
+    let first = service.publisher.recover().await.expect("recover");
     assert_eq!((first.read, first.pending), (2, 1), "{first:?}");
     assert!(store.pending_indexed(&tenant).await.expect("marker"));
     assert_eq!(
@@ -125,7 +125,7 @@ async fn a_store_written_before_the_index_is_indexed_once_at_start() {
         vec![id("old-queued")]
     );
 
-    let second = service.recover().await.expect("recover");
+    let second = service.publisher.recover().await.expect("recover");
     assert_eq!((second.read, second.pending), (1, 1), "{second:?}");
     drop(service);
     fx.shutdown().await;

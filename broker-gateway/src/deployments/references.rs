@@ -16,18 +16,19 @@
 //!
 //! `skip_if_unchanged_from` needs nothing more: it never matches on another server.
 
-use flue_proto::{CreateDeployment, Deployment};
+use flue_proto::{CreateDeployment, Deployment, TenantId};
 
-use super::error::ApiError;
-use crate::service::Service;
+use super::AcceptError;
+use crate::store::Store;
 
-/// Checks that the new deployment `body` may use `from`'s values through `field`.
+/// Checks that the new deployment `body` of `tenant` may use `from`'s values through
+/// `field`; `store` tells which servers a stack has.
 pub async fn check(
-    service: &Service,
+    (tenant, store): (&TenantId, &Store),
     body: &CreateDeployment,
     field: &str,
     from: &Deployment,
-) -> Result<(), ApiError> {
+) -> Result<(), AcceptError> {
     if from.stack_id != body.stack_id {
         let theirs = match &from.stack_id {
             Some(stack) => format!("stack {:?}", stack.as_str()),
@@ -37,13 +38,13 @@ pub async fn check(
             Some(stack) => format!("stack {:?}", stack.as_str()),
             None => "no stack".to_owned(),
         };
-        return Err(ApiError::InvalidInput(format!(
+        return Err(AcceptError::Invalid(format!(
             "{field}: deployment {:?} belongs to {theirs}, this one to {ours}; a deployment may only take values from deployments of its own stack",
             from.id.as_str()
         )));
     }
     if field == "inputs_from" && from.server_id != body.server_id {
-        return Err(ApiError::InvalidInput(format!(
+        return Err(AcceptError::Invalid(format!(
             "inputs_from: deployment {:?} is of server {:?}, not {:?}; inputs are re-used on their own server only",
             from.id.as_str(),
             from.server_id.as_str(),
@@ -53,7 +54,7 @@ pub async fn check(
     if field.starts_with("input_refs")
         && let Some(stack) = &body.stack_id
     {
-        let record = service.store.stack(&service.config.tenant, stack).await?;
+        let record = store.stack(tenant, stack).await?;
         let member = record.is_some_and(|s| {
             s.state
                 .units
@@ -61,7 +62,7 @@ pub async fn check(
                 .any(|unit| unit.server_id == body.server_id)
         });
         if !member {
-            return Err(ApiError::InvalidInput(format!(
+            return Err(AcceptError::Invalid(format!(
                 "{field}: server {:?} is not a server of stack {:?}; a stack's outputs go only to its own servers",
                 body.server_id.as_str(),
                 stack.as_str()

@@ -1,0 +1,442 @@
+//! Publishing recorded deployments' requests reliably: at acceptance, in the background
+//! ([`republish`]) and after a restart ([`Publisher::recover`]).
+//!
+//! A deployment is recorded (QUEUED, `request_published: false`) before its request is
+//! published (its `deployment.queued` event just before), and marked published only
+//! after the broker acknowledged both. Whatever fails in between is retried by
+//! [`republish`] and, after a restart, by [`Publisher::recover`]; the deployment id
+//! doubles as the JetStream message id (and the event's id is derived from it), so a
+//! retry that races a lost acknowledgement is dropped by the broker's de-duplication.
+//!
+//! A server applies its requests in queue order, so retries keep each server's
+//! acceptance order: see [`crate::deferred`].
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flue_proto::{
+    Config as StoredConfig, ConfigId, DeploymentId, DeploymentRequest, DeploymentStatus, EventType,
+    PROTOCOL_VERSION, ServerId, TenantId,
+};
+use futures_util::StreamExt;
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::broker::{Broker, BrokerError};
+use crate::deferred::{Deferred, Entry};
+use crate::error::chain;
+use crate::events::Events;
+use crate::record::{DeploymentRecord, apply_published};
+use crate::sealing::{self, SealFailure};
+use crate::store::{Store, StoreError};
+use crate::timeouts::TimeoutSet;
+
+mod recover;
+
+pub use recover::Recovery;
+
+/// Attempts made by the API before leaving a publish to the background retry.
+const PUBLISH_ATTEMPTS: u32 = 3;
+/// Pause after the first failed attempt; doubled after each further one.
+const PUBLISH_BACKOFF: Duration = Duration::from_millis(100);
+/// Interval of the background retry of unpublished requests.
+const REPUBLISH_INTERVAL: Duration = Duration::from_secs(1);
+/// Deployments read at once during recovery, and servers whose deferred requests are
+/// published at once.
+const CONCURRENCY: usize = 32;
+/// How long a deferred deployment whose record is not there is waited for.
+///
+/// Deferred after a failed KV `create` whose write may still land (a timed-out request),
+/// it holds back its server's later deployments until then, and is dropped after.
+const MISSING_RECORD_GRACE: time::Duration = time::Duration::seconds(30);
+
+/// Why a request could not be published.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The state store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The broker refused or did not acknowledge the publish.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    /// The deployment's config is gone (configs are never deleted by the gateway).
+    #[error("config {0} of the deployment is missing")]
+    MissingConfig(ConfigId),
+    /// Its hidden values cannot be sealed to its server.
+    #[error(transparent)]
+    Sealing(#[from] SealFailure),
+    /// The request built now is not the one recorded at creation.
+    #[error(
+        "the server's sealing key changed before the request was published; create the deployment again"
+    )]
+    Changed,
+}
+
+impl PublishError {
+    /// Why publishing again can never succeed (the request is larger than the broker
+    /// takes, its hidden values cannot be sealed to its server), if that is the case.
+    fn permanent(&self) -> Option<String> {
+        match self {
+            Self::Broker(BrokerError::RequestTooLarge { source, .. }) => Some(source.to_string()),
+            Self::Sealing(e) => Some(e.to_string()),
+            Self::Changed => Some(self.to_string()),
+            _ => None,
+        }
+    }
+}
+
+/// What [`Publisher::publish_stored`] found to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stored {
+    /// The request was published now.
+    Published,
+    /// Nothing: published already, or the deployment finished.
+    Settled,
+    /// There is no such record.
+    Missing,
+}
+
+/// Publishes recorded deployments' requests, in each server's acceptance order, and
+/// retries what did not go out; cheap to clone.
+///
+/// It takes only what publishing needs: the tenant's store, broker and event stream, the
+/// gateway's request-signing and sealing keys, and the deployments watched for their
+/// timeout (a deployment that can never be published is failed and no longer watched).
+#[derive(Debug, Clone)]
+pub struct Publisher {
+    tenant: TenantId,
+    store: Store,
+    broker: Broker,
+    events: Events,
+    signing: Arc<nkeys::KeyPair>,
+    sealing: Arc<nkeys::XKey>,
+    timeouts: TimeoutSet,
+    /// Deployments whose request still has to be published, by server.
+    deferred: Deferred,
+    /// Deployments recovery could not read, read again in the background.
+    unread: Arc<Mutex<BTreeSet<DeploymentId>>>,
+    /// Cancelled when the runtime stops: a publish stops retrying in place.
+    shutdown: CancellationToken,
+}
+
+/// The handles a [`Publisher`] works with.
+#[derive(Debug, Clone)]
+pub struct PublisherHandles {
+    /// The tenant whose deployments these are.
+    pub tenant: TenantId,
+    /// Its KV state.
+    pub store: Store,
+    /// Its request stream.
+    pub broker: Broker,
+    /// Its event stream (`deployment.queued`, `deployment.failed`).
+    pub events: Events,
+    /// Signs every request.
+    pub signing: Arc<nkeys::KeyPair>,
+    /// Opens hidden values stored sealed to the gateway, to seal them to the server.
+    pub sealing: Arc<nkeys::XKey>,
+    /// Deployments watched for their timeout.
+    pub timeouts: TimeoutSet,
+    /// Cancelled when the runtime stops.
+    pub shutdown: CancellationToken,
+}
+
+impl Publisher {
+    /// A publisher with nothing deferred yet.
+    pub fn new(h: PublisherHandles) -> Self {
+        Self {
+            tenant: h.tenant,
+            store: h.store,
+            broker: h.broker,
+            events: h.events,
+            signing: h.signing,
+            sealing: h.sealing,
+            timeouts: h.timeouts,
+            deferred: Deferred::default(),
+            unread: Arc::default(),
+            shutdown: h.shutdown,
+        }
+    }
+
+    /// The deployments watched for their timeout (shared with the sweeper and the
+    /// answer path).
+    pub fn timeouts(&self) -> &TimeoutSet {
+        &self.timeouts
+    }
+
+    /// Publishes a recorded deployment's request, retrying a few times; on failure the
+    /// background task takes over, so an accepted deployment is never lost. A request
+    /// larger than the broker takes is not retried: its deployment fails at once.
+    ///
+    /// When an earlier deployment of the same server is still deferred, this one is
+    /// deferred behind it at once, so that it cannot overtake it.
+    pub async fn publish_or_defer(&self, record: &DeploymentRecord, config: &StoredConfig) {
+        let d = &record.deployment;
+        if self
+            .deferred
+            .insert_if_blocked(&d.server_id, d.created_at, &d.id)
+        {
+            debug!(deployment.id = %d.id, server.id = %d.server_id, "an earlier request of the server is still unpublished; publishing after it");
+            return;
+        }
+        let mut pause = PUBLISH_BACKOFF;
+        for attempt in 1..=PUBLISH_ATTEMPTS {
+            match self.publish(record, config).await {
+                Ok(()) => return,
+                Err(e) if e.permanent().is_some() => {
+                    // Not recorded as failed (the store failed): the background retry
+                    // meets the same refusal and tries again.
+                    if !self.fail_unpublishable(&d.id, &e).await {
+                        self.defer(record);
+                    }
+                    return;
+                }
+                Err(e) => {
+                    warn!(error = %chain(&e), deployment.id = %d.id, attempt, "cannot publish deployment request")
+                }
+            }
+            if attempt < PUBLISH_ATTEMPTS {
+                tokio::select! {
+                    () = self.shutdown.cancelled() => break,
+                    () = tokio::time::sleep(pause) => {}
+                }
+                pause *= 2;
+            }
+        }
+        self.defer(record);
+    }
+
+    /// Leaves the publish of `record`'s request to the background retry.
+    ///
+    /// Harmless when the record was never stored (a failed `create`): the retry waits a
+    /// while for it to appear, then drops it.
+    pub fn defer(&self, record: &DeploymentRecord) {
+        let d = &record.deployment;
+        self.deferred.insert(&d.server_id, d.created_at, &d.id);
+    }
+
+    /// Reports (`deployment.queued`), publishes and marks published one recorded
+    /// deployment.
+    ///
+    /// The event goes out just before the request, so that it always precedes what the
+    /// agent reports (`delivered` may otherwise overtake it), and both before the mark:
+    /// whatever fails or crashes in between, the retry publishes both again and the
+    /// broker drops the copies (same message ids), so the event is neither lost nor
+    /// doubled.
+    async fn publish(
+        &self,
+        record: &DeploymentRecord,
+        config: &StoredConfig,
+    ) -> Result<(), PublishError> {
+        let d = &record.deployment;
+        // A polling server's request is its record, served in its metadata once marked
+        // published (`crate::poll`): nothing goes to the broker's queue. Its listing
+        // entry was written with its record (`Store::create_deployment`).
+        let request = match record.polled {
+            true => None,
+            false => Some(self.sealed_request(record, config).await?),
+        };
+        self.events
+            .publish(&record.event(EventType::DeploymentQueued))
+            .await?;
+        if let Some(request) = &request {
+            self.broker.publish_request(request, &self.signing).await?;
+        }
+        self.store
+            .update_deployment(&d.tenant, &d.id, apply_published)
+            .await?;
+        debug!(deployment.id = %d.id, server.id = %d.server_id, "deployment request published");
+        Ok(())
+    }
+
+    /// The request of `record`, its hidden values sealed to its server's current key;
+    /// refused when that key is not the one the recorded digest was computed with (the
+    /// server's credentials were rotated in between), as the agent's answers would then
+    /// name another digest and be ignored.
+    async fn sealed_request(
+        &self,
+        record: &DeploymentRecord,
+        config: &StoredConfig,
+    ) -> Result<DeploymentRequest, PublishError> {
+        let d = &record.deployment;
+        let hidden = record
+            .hidden_inputs
+            .iter()
+            .any(|name| d.input_values.contains_key(name));
+        if !hidden {
+            // Nothing depends on the server's key: the record alone makes the bytes.
+            let none = Err(SealFailure::NoServerKey(d.server_id.clone()));
+            return Ok(request(record, config, &self.sealing, none)?);
+        }
+        let server = match self.store.server(&d.tenant, &d.server_id).await? {
+            Some(server) => sealing::server_key(&server),
+            None => Err(SealFailure::NoServerKey(d.server_id.clone())),
+        };
+        let request = request(record, config, &self.sealing, server)?;
+        if record
+            .request_digest
+            .as_ref()
+            .is_some_and(|recorded| recorded != &request.digest())
+        {
+            return Err(PublishError::Changed);
+        }
+        Ok(request)
+    }
+
+    /// Fails a deployment whose request the broker can never take (FAILED with the sizes
+    /// as reason, `deployment.failed`), so that its server's later requests go out;
+    /// false when that could not be recorded (tried again with the deferred queue).
+    async fn fail_unpublishable(&self, id: &DeploymentId, error: &PublishError) -> bool {
+        let Some(reason) = error.permanent() else {
+            return false;
+        };
+        let now = OffsetDateTime::now_utc();
+        let failed = self
+            .store
+            .update_deployment(&self.tenant, id, |record| {
+                let d = &mut record.deployment;
+                if record.request_published || d.status.is_terminal() {
+                    return false;
+                }
+                d.status = DeploymentStatus::Failed;
+                d.status_reason = Some(reason.clone());
+                d.finished_at = Some(now);
+                d.updated_at = now;
+                true
+            })
+            .await;
+        match failed {
+            Ok(Some(u)) => {
+                self.timeouts.remove(id);
+                if u.changed {
+                    warn!(deployment.id = %id, server.id = %u.record.deployment.server_id, reason, "deployment request can never be published; deployment failed");
+                    self.events
+                        .emit(&u.record.event(EventType::DeploymentFailed))
+                        .await;
+                }
+                true
+            }
+            Ok(None) => true,
+            Err(e) => {
+                warn!(error = %chain(&e), deployment.id = %id, "cannot record that a deployment request is too large; retrying");
+                false
+            }
+        }
+    }
+
+    /// Reads a deployment and publishes its request if that is still to do.
+    async fn publish_stored(&self, id: &DeploymentId) -> Result<Stored, PublishError> {
+        let tenant = &self.tenant;
+        let Some(record) = self.store.deployment(tenant, id).await? else {
+            return Ok(Stored::Missing);
+        };
+        if record.request_published || record.deployment.status.is_terminal() {
+            return Ok(Stored::Settled);
+        }
+        let config_id = &record.deployment.config_id;
+        let config = self
+            .store
+            .config(tenant, config_id)
+            .await?
+            .ok_or_else(|| PublishError::MissingConfig(config_id.clone()))?;
+        self.publish(&record, &config).await?;
+        Ok(Stored::Published)
+    }
+
+    /// Publishes the deferred requests, servers side by side, each server's oldest first;
+    /// returns how many were published.
+    async fn publish_deferred(&self) -> usize {
+        futures_util::stream::iter(self.deferred.snapshot())
+            .map(|(server, queue)| self.publish_queue(server, queue))
+            .buffer_unordered(CONCURRENCY)
+            .fold(0, |total, n| async move { total + n })
+            .await
+    }
+
+    /// Publishes one server's deferred requests in order, stopping at the first that fails
+    /// so that no later one overtakes it; returns how many were published.
+    async fn publish_queue(&self, server: ServerId, queue: Vec<Entry>) -> usize {
+        let mut published = 0;
+        for entry in queue {
+            let (created_at, id) = &entry;
+            match self.publish_stored(id).await {
+                Ok(Stored::Published) => {
+                    published += 1;
+                    info!(deployment.id = %id, server.id = %server, "deferred deployment request published");
+                }
+                Ok(Stored::Settled) => {}
+                Ok(Stored::Missing)
+                    if OffsetDateTime::now_utc() < *created_at + MISSING_RECORD_GRACE =>
+                {
+                    debug!(deployment.id = %id, server.id = %server, "deferred deployment not recorded (yet); waiting for it");
+                    return published;
+                }
+                Ok(Stored::Missing) => {
+                    info!(deployment.id = %id, server.id = %server, "deferred deployment was never recorded; dropped");
+                }
+                Err(PublishError::Store(StoreError::Decode { key, source, .. })) => {
+                    warn!(key, error = %source, "deferred deployment record cannot be decoded; dropped");
+                }
+                Err(e) if e.permanent().is_some() => {
+                    // Later requests of the server must not wait for one that never goes out.
+                    if !self.fail_unpublishable(id, &e).await {
+                        return published;
+                    }
+                }
+                Err(e) => {
+                    debug!(error = %chain(&e), deployment.id = %id, server.id = %server, "deferred publish failed again");
+                    return published;
+                }
+            }
+            self.deferred.remove(&server, &entry);
+        }
+        published
+    }
+}
+
+/// The request queued for the agent of a recorded deployment, its hidden values sealed
+/// to `server` (the server's public sealing key, needed only when there are any).
+///
+/// Rebuilding it from the same record and keys gives the same bytes, so the digest
+/// recorded at creation names every publish of it.
+pub fn request(
+    record: &DeploymentRecord,
+    config: &StoredConfig,
+    gateway: &nkeys::XKey,
+    server: Result<nkeys::XKey, SealFailure>,
+) -> Result<DeploymentRequest, SealFailure> {
+    let d = &record.deployment;
+    let (input_values, config) = sealing::for_server(record, config, gateway, server)?;
+    Ok(DeploymentRequest {
+        v: PROTOCOL_VERSION,
+        tenant: d.tenant.clone(),
+        server: d.server_id.clone(),
+        deployment_id: d.id.clone(),
+        name: d.name.clone(),
+        action: d.action.clone(),
+        config,
+        input_values,
+        hidden_inputs: record.hidden_inputs.clone(),
+        stack_id: d.stack_id.clone(),
+        resource_name: d.resource_name.clone(),
+        created_at: d.created_at,
+        expires_at: d.expires_at,
+        agent_jwt: record.agent_jwt.clone(),
+    })
+}
+
+/// Every second until cancelled: reads the records recovery could not read, and
+/// publishes the deferred requests, each server's in acceptance order.
+pub async fn republish(publisher: Publisher, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(REPUBLISH_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        publisher.recover_unread().await;
+        publisher.publish_deferred().await;
+    }
+}
