@@ -16,7 +16,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flue_proto::poll::{
-    self, Metadata, OsCollectConfig, PollAccess, RequestCollector, SignalAck, SignalBody, Transport,
+    self, Metadata, OsCollectConfig, RequestCollector, SignalAck, SignalBody, Transport,
 };
 use flue_proto::{
     AgentMessage, Config as StoredConfig, ConfigId, DeploymentId, PROTOCOL_VERSION, RegisterServer,
@@ -28,7 +28,7 @@ use tracing::{info, warn};
 use super::error::ApiError;
 use super::extract::JsonBody;
 use crate::error::chain;
-use crate::poll::{item, new_secret, secret_hash, secret_matches, signal, signal_matches};
+use crate::poll::{item, secret_matches, signal, signal_matches};
 use crate::record::DeploymentRecord;
 use crate::responses::apply_polled;
 use crate::sealing::{self, seal_at_rest};
@@ -62,63 +62,22 @@ fn base_url(service: &Service, headers: &HeaderMap) -> Result<String, ApiError> 
     Ok(format!("{scheme}://{host}"))
 }
 
-fn random_secret() -> Result<String, ApiError> {
-    new_secret().map_err(|_| ApiError::Internal("the system random generator failed".to_owned()))
-}
-
-fn access(service: &Service, base: &str, server: &ServerId, secret: &str) -> PollAccess {
-    let path = poll::metadata_path(&service.config.tenant, server, secret);
-    PollAccess::new(format!("{base}{path}"))
-}
-
 /// `POST /v1/servers` with `"transport": "poll"`: records the server with the hash of a
 /// new metadata URL secret and hands the URL out, once (201). Registering it again
 /// answers 200 with the record and no URL; a server registered with the other transport
-/// is a 409. No broker consumer and no broker user are made: the server never connects.
+/// is a 409. See [`crate::servers::Servers::register_polled`].
 pub async fn register(
     service: &Service,
     body: RegisterServer,
     headers: &HeaderMap,
 ) -> Result<(StatusCode, Json<Registration>), ApiError> {
     let base = base_url(service, headers)?;
-    let secret = random_secret()?;
-    let server = Server {
-        id: body.id,
-        tenant: service.config.tenant.clone(),
-        name: body.name,
-        created_at: OffsetDateTime::now_utc(),
-        keys: None,
-        stacks: Vec::new(),
-        agent_jwt: None,
-        presence: None,
-        transport: Transport::Poll,
-        poll_secret_sha256: Some(secret_hash(&secret)),
+    let registered = service.servers.register_polled(body, &base).await?;
+    let status = match registered.created {
+        true => StatusCode::CREATED,
+        false => StatusCode::OK,
     };
-    let (status, server, poll) = match service.store.create_server(&server).await? {
-        None => {
-            info!(server.id = %server.id, "polling server registered");
-            service
-                .events
-                .emit(&crate::servers::server_event(
-                    &server,
-                    flue_proto::EventType::ServerRegistered,
-                ))
-                .await;
-            let poll = access(service, &base, &server.id, &secret);
-            (StatusCode::CREATED, server, Some(poll))
-        }
-        Some(stored) if stored.transport == Transport::Poll => (StatusCode::OK, stored, None),
-        Some(stored) => return Err(other_transport(&stored)),
-    };
-    Ok((
-        status,
-        Json(Registration {
-            server: server.public(),
-            agent: None,
-            poll,
-            credentials: None,
-        }),
-    ))
+    Ok((status, Json(registered.registration)))
 }
 
 /// The 409 for registering `stored` again with the other transport.
@@ -139,23 +98,7 @@ pub async fn rotate(
     headers: &HeaderMap,
 ) -> Result<Json<Registration>, ApiError> {
     let base = base_url(service, headers)?;
-    let secret = random_secret()?;
-    let hash = secret_hash(&secret);
-    let server = service
-        .store
-        .update_server(&service.config.tenant, id, |stored| {
-            stored.poll_secret_sha256 = Some(hash.clone());
-            true
-        })
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("server {:?} not found", id.as_str())))?;
-    info!(server.id = %id, "polling server's metadata URL rotated");
-    Ok(Json(Registration {
-        server: server.public(),
-        agent: None,
-        poll: Some(access(service, &base, id, &secret)),
-        credentials: None,
-    }))
+    Ok(Json(service.servers.rotate_polled(id, &base).await?))
 }
 
 /// `GET /heat/{tenant}/servers/{id}/metadata/{secret}`: the server's deployments that

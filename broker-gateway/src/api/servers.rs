@@ -26,6 +26,7 @@ impl From<ServerError> for ApiError {
             e @ ServerError::Busy { .. } => Self::Conflict(e.to_string()),
             e @ ServerError::Revocation(_) => Self::Unavailable(e.to_string()),
             ServerError::Mint(e) => Self::Internal(e.to_string()),
+            e @ ServerError::Random => Self::Internal(e.to_string()),
             ServerError::Store(e) => e.into(),
             ServerError::Broker(e) => e.into(),
         }

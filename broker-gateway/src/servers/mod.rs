@@ -1,8 +1,9 @@
 //! Domain operations on servers, on the handles they need ([`Servers`]): registering a
 //! server that connects over NATS, rotating its credentials and deregistering it
-//! ([`register`]). Polling servers' registration and rotation are in
-//! [`crate::api::poll`].
+//! ([`register`]); registering a polling server and rotating its metadata URL
+//! ([`polled`]).
 
+pub mod polled;
 pub mod register;
 
 use flue_proto::event::ServerEventData;
@@ -70,6 +71,9 @@ pub enum ServerError {
     /// New credentials could not be minted.
     #[error(transparent)]
     Mint(#[from] MintError),
+    /// The system's random generator failed (a polling server's secret).
+    #[error("the system random generator failed")]
+    Random,
     /// The state store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
