@@ -30,7 +30,7 @@ use crate::waiters::{Waiters, Wake};
 pub const MAX_WAIT_SECS: u64 = 60;
 
 /// `POST /v1/deployments`: records the deployment (QUEUED), publishes its request and
-/// answers 202 ([`Accept::accept`] says what is checked). The work runs on its own task
+/// answers 202 ([`crate::deployments::Accept::accept`] says what is checked). The work runs on its own task
 /// so that a client hanging up half-way cannot leave a recorded deployment unpublished.
 ///
 /// 200 with the `skip_if_unchanged_from` deployment when nothing changed; 422

@@ -1,7 +1,7 @@
 //! Servers that poll (stock os-collect-config) instead of running a flue-agent.
 //!
 //! A polling server's deployments never go to the broker's request queue: the record in
-//! KV `flue_deployments` (published = recorded, see [`crate::service`]) is the request,
+//! KV `flue_deployments` (published = recorded, see [`crate::deployments::publish`]) is the request,
 //! served as Heat metadata at the server's secret metadata URL ([`crate::api::poll`]),
 //! and its result comes back as a signal that takes the agents' answer path
 //! ([`crate::responses::apply_signal`]). Nothing is kept in memory, so any gateway

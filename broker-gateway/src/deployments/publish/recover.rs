@@ -49,7 +49,7 @@ impl Publisher {
     ///
     /// Reads only the deployments in the pending index ([`crate::store::pending`]), and
     /// repairs it on the way: a terminal record's entry is removed, as is an entry whose
-    /// record never appeared within [`MISSING_RECORD_GRACE`]. A store without the index
+    /// record never appeared within 30 s (`MISSING_RECORD_GRACE`). A store without the index
     /// is indexed here once, by one full scan.
     ///
     /// Only listing the deployments can fail it: an undecodable record is logged and
