@@ -49,11 +49,21 @@ use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use crate::error::chain;
-use crate::service::Service;
-use crate::store::StoreError;
+use crate::events::Events;
+use crate::store::{Store, StoreError};
 
 pub use follow::run;
 pub use state::{Reason, Record, Step};
+
+/// What following presence takes besides the tracker: the server records (a heartbeat
+/// counts only from a registered server) and the event stream; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PresenceHandles {
+    /// The server records.
+    pub store: Store,
+    /// Where `server.online` / `server.offline` go.
+    pub events: Events,
+}
 
 use bucket::{bucket, key, load, read};
 
@@ -245,7 +255,7 @@ impl PresenceTracker {
 
     /// True when `server` is registered, reading the store only when the cached answer is
     /// missing or old. A failed read keeps a positive answer and otherwise says no.
-    async fn registered(&self, service: &Service, server: &ServerId) -> bool {
+    async fn registered(&self, service: &PresenceHandles, server: &ServerId) -> bool {
         let cached = self.with(server, |t| t.registered.clone());
         match &cached {
             Registered::Yes { checked, .. } if checked.elapsed() < REGISTERED_RECHECK => {
@@ -303,7 +313,7 @@ impl PresenceTracker {
     }
 
     /// One heartbeat: makes the transitions it calls for and remembers it.
-    async fn heartbeat(&self, service: &Service, beat: Heartbeat) {
+    async fn heartbeat(&self, service: &PresenceHandles, beat: Heartbeat) {
         let server = beat.server.clone();
         if !self.registered(service, &server).await {
             return;
@@ -351,7 +361,7 @@ impl PresenceTracker {
 
     /// Makes the transitions `beat` calls for, one at a time, re-reading the record after a
     /// lost compare-and-set.
-    async fn follow(&self, service: &Service, beat: &Heartbeat) {
+    async fn follow(&self, service: &PresenceHandles, beat: &Heartbeat) {
         let server = &beat.server;
         for _ in 0..MAX_ROUNDS {
             let step = self.with(server, |t| state::after_heartbeat(t.record.as_ref(), beat));
@@ -370,7 +380,7 @@ impl PresenceTracker {
 
     /// Reports offline every online server silent for longer than its limit, counting from
     /// `grace_from` at the earliest, and retries `stopping` offlines not written yet.
-    async fn check(&self, service: &Service, grace_from: Instant) {
+    async fn check(&self, service: &PresenceHandles, grace_from: Instant) {
         let now = Instant::now();
         let due: Vec<(ServerId, Step)> = self
             .lock()
@@ -395,7 +405,12 @@ impl PresenceTracker {
 
     /// Makes the transition `step`: writes the record and, if this write won, emits the
     /// event.
-    async fn transition(&self, service: &Service, server: &ServerId, step: &Step) -> Written {
+    async fn transition(
+        &self,
+        service: &PresenceHandles,
+        server: &ServerId,
+        step: &Step,
+    ) -> Written {
         let written = self.write_record(server, step).await;
         let Written::Done(record) = &written else {
             return written;

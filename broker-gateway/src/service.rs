@@ -3,9 +3,9 @@
 //! tenant's connections, and the few raw handles the handlers not yet split out still
 //! read.
 //!
-//! Nothing below takes a `Service` whole any more except the HTTP handlers (as axum
-//! state), presence and the stack handlers: every domain operation and background task
-//! gets the handles it needs (see ARCHITECTURE.md, "Domain operations").
+//! Nothing takes a `Service` whole any more except the HTTP handlers (as axum state) and
+//! `rights::leave_stack` for the stack handlers: every domain operation and background
+//! task gets the handles it needs (see ARCHITECTURE.md, "Domain operations").
 
 use std::sync::Arc;
 

@@ -10,15 +10,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::CHECK_INTERVAL;
-use crate::service::Service;
+use super::{CHECK_INTERVAL, PresenceHandles, PresenceTracker};
 
 /// Least time between two logs of ignored heartbeats.
 const NOISE_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// Follows heartbeats and emits online / offline until cancelled.
-pub async fn run(service: Service, cancel: CancellationToken) {
-    let tracker = service.presence.clone();
+pub async fn run(tracker: PresenceTracker, service: PresenceHandles, cancel: CancellationToken) {
     let client = tracker.inner.client.clone();
     let subject = subject::tenant_heartbeats(&tracker.inner.tenant);
     let mut heartbeats = match client.subscribe(subject.clone()).await {

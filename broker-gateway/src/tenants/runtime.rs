@@ -145,7 +145,14 @@ impl TenantRuntime {
             service.publisher.clone(),
             shutdown.child_token(),
         ));
-        tasks.spawn(presence::run(service.clone(), shutdown.child_token()));
+        tasks.spawn(presence::run(
+            service.presence.clone(),
+            presence::PresenceHandles {
+                store: service.store.clone(),
+                events: service.events.clone(),
+            },
+            shutdown.child_token(),
+        ));
         tasks.spawn(webhooks::run(
             service.webhooks.clone(),
             shutdown.child_token(),
