@@ -9,5 +9,6 @@ pub mod graph;
 pub mod infra;
 pub mod random;
 pub mod resolve;
+pub mod submitted;
 pub mod template;
 pub mod units;
