@@ -18,17 +18,18 @@ use crate::stack::{MappedResource, StackAction, StackStatus};
 
 /// The work-queue stream of stack operations (in each tenant's account).
 pub const OPERATIONS_STREAM: &str = "FLUE_OPS";
-/// Subject prefix of the work queue: `flue.ops.<stack>`.
-pub const OPERATIONS_SUBJECT_PREFIX: &str = "flue.ops";
+/// Subjects of the work queue: `flue.<tenant>.ops.<stack>` (beside the request and
+/// response subjects, never overlapping them).
+pub const OPERATIONS_SUBJECTS: &str = "flue.*.ops.*";
 /// The durable pull consumer every engine worker of every gateway shares.
 pub const OPERATIONS_CONSUMER: &str = "flue-engine";
 /// The KV bucket holding operation records (`<stack>.<op>`) and each stack's active
 /// operation (`<stack>`).
 pub const OPERATIONS_BUCKET: &str = "flue_ops";
 
-/// The subject an operation on `stack` is queued on.
-pub fn operation_subject(stack: &StackId) -> String {
-    format!("{OPERATIONS_SUBJECT_PREFIX}.{stack}")
+/// The subject an operation on `stack` of `tenant` is queued on.
+pub fn operation_subject(tenant: &TenantId, stack: &StackId) -> String {
+    format!("flue.{tenant}.ops.{stack}")
 }
 
 /// Which operation to run (Heat's stack actions, lowercase as on the CLI).
@@ -82,8 +83,9 @@ impl fmt::Display for OperationKind {
 }
 
 /// `POST /v1/stacks/{id}/operations`. Unknown fields are refused, so a misspelt option
-/// never passes silently.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// never passes silently. Its `Debug` form names the parameters without their values
+/// (hidden ones among them).
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitOperation {
     /// What to run.
@@ -116,6 +118,23 @@ pub struct SubmitOperation {
     /// `--force`: take over from an unfinished operation of another kind.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub force: bool,
+}
+
+impl fmt::Debug for SubmitOperation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubmitOperation")
+            .field("operation", &self.operation)
+            .field("template", &self.template.as_ref().map(|_| "…"))
+            .field("files", &self.files.keys().collect::<Vec<_>>())
+            .field("environments", &self.environments.len())
+            .field("parameters", &self.parameters.keys().collect::<Vec<_>>())
+            .field("servers", &self.servers)
+            .field("mapped", &self.mapped)
+            .field("resource", &self.resource)
+            .field("action", &self.action)
+            .field("force", &self.force)
+            .finish()
+    }
 }
 
 impl SubmitOperation {
@@ -249,10 +268,31 @@ mod tests {
     }
 
     #[test]
+    fn debug_output_names_parameters_without_their_values() {
+        let mut body = SubmitOperation::new(OperationKind::Create);
+        body.parameters
+            .insert("password".into(), Value::from("s3cret-value"));
+        let text = format!("{body:?}");
+        assert!(
+            text.contains("password") && !text.contains("s3cret-value"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_minimal_body_reads_back_unchanged() {
-        let body = SubmitOperation::with_template(OperationKind::Create, "heat_template_version: 2018-08-31");
+        let body = SubmitOperation::with_template(
+            OperationKind::Create,
+            "heat_template_version: 2018-08-31",
+        );
         let text = serde_json::to_string(&body).expect("json");
-        assert_eq!(text, r#"{"operation":"create","template":"heat_template_version: 2018-08-31"}"#);
-        assert_eq!(serde_json::from_str::<SubmitOperation>(&text).expect("back"), body);
+        assert_eq!(
+            text,
+            r#"{"operation":"create","template":"heat_template_version: 2018-08-31"}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<SubmitOperation>(&text).expect("back"),
+            body
+        );
     }
 }

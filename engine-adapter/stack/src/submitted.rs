@@ -32,8 +32,9 @@ pub struct Prepared {
     pub notes: Vec<String>,
 }
 
-/// The template side of a create or update.
-#[derive(Debug, Clone)]
+/// The template side of a create or update. Its `Debug` form names the parameters
+/// without their values (hidden ones are among them).
+#[derive(Clone)]
 pub struct Apply {
     /// The parsed template (`get_file` inlined from the body's `files`).
     pub template: Template,
@@ -43,6 +44,15 @@ pub struct Apply {
     pub mapped: BTreeMap<String, MappedResource>,
     /// The environments merged, without their `parameters` (moved into `given`).
     pub environment: Environment,
+}
+
+impl std::fmt::Debug for Apply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Apply")
+            .field("given", &self.given.keys().collect::<Vec<_>>())
+            .field("mapped", &self.mapped)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Apply {
@@ -146,8 +156,8 @@ fn prepare_apply(
         ));
     };
     let text = document_text(template, "template")?;
-    let template =
-        Template::parse_files(&text, Files::Given(&body.files), &environment).map_err(in_template)?;
+    let template = Template::parse_files(&text, Files::Given(&body.files), &environment)
+        .map_err(in_template)?;
     let mut given = environment.given_text(&template).map_err(in_template)?;
     for (name, value) in &body.parameters {
         given.insert(name.clone(), parameter_text(name, value)?);
@@ -288,7 +298,8 @@ resources:
     fn body() -> SubmitOperation {
         let mut body = SubmitOperation::with_template(OperationKind::Create, TEMPLATE);
         body.files.insert("run.sh".into(), "#!/bin/sh\n".into());
-        body.parameters.insert("secret".into(), Value::from("s3cret"));
+        body.parameters
+            .insert("secret".into(), Value::from("s3cret"));
         body.parameters.insert("port".into(), Value::from(8080));
         body
     }
@@ -308,7 +319,9 @@ resources:
         let e = prepare(&missing_file, &stack(), "t1", None).expect_err("no file");
         assert!(e.path.starts_with("template.resources.config"), "{e}");
         let mut bad_param = body();
-        bad_param.parameters.insert("port".into(), Value::from("eighty"));
+        bad_param
+            .parameters
+            .insert("port".into(), Value::from("eighty"));
         let e = prepare(&bad_param, &stack(), "t1", None).expect_err("not a number");
         assert!(e.path.contains("port"), "{e}");
         let mut no_secret = body();

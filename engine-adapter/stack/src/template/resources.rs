@@ -2,7 +2,6 @@
 //! Checks that need other resources (targets of `config`, `server`, `get_attr`, …)
 //! live in `checks`.
 
-
 use flue_proto::LIFECYCLE_ACTIONS;
 use flue_proto::config::is_plain_name;
 use serde_json::{Map, Value};
