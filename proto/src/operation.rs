@@ -238,6 +238,44 @@ pub struct StackOperation {
         skip_serializing_if = "Option::is_none"
     )]
     pub finished_at: Option<OffsetDateTime>,
+    /// What the engine reported, as `flue stack …` prints it, the last
+    /// [`MAX_PROGRESS_LINES`] lines (a worker that took over adds its own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub progress: Vec<String>,
+    /// Lines dropped from the front of `progress` to keep the record small.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub progress_dropped: u64,
+}
+
+/// Most progress lines an operation record keeps.
+pub const MAX_PROGRESS_LINES: usize = 2000;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl StackOperation {
+    /// Appends `lines`, dropping the oldest past [`MAX_PROGRESS_LINES`].
+    pub fn add_progress(&mut self, lines: impl IntoIterator<Item = String>) {
+        self.progress.extend(lines);
+        let extra = self.progress.len().saturating_sub(MAX_PROGRESS_LINES);
+        if extra > 0 {
+            self.progress.drain(..extra);
+            self.progress_dropped += extra as u64;
+        }
+    }
+
+    /// The progress lines after the first `seen` ever added (those dropped count).
+    pub fn progress_after(&self, seen: u64) -> &[String] {
+        let skip =
+            usize::try_from(seen.saturating_sub(self.progress_dropped)).unwrap_or(usize::MAX);
+        self.progress.get(skip..).unwrap_or_default()
+    }
+
+    /// How many progress lines were ever added.
+    pub fn progress_total(&self) -> u64 {
+        self.progress_dropped + self.progress.len() as u64
+    }
 }
 
 /// `202 Accepted` of a submission: the operation as queued (`Location` names it too).

@@ -63,6 +63,8 @@ pub async fn submit(
         stack_status: None,
         submitted_at: OffsetDateTime::now_utc(),
         finished_at: None,
+        progress: Vec::new(),
+        progress_dropped: 0,
     };
     let queued_ok = async {
         operations.put(&record).await?;

@@ -42,6 +42,8 @@ const TOKEN_TTL: Duration = Duration::from_secs(600);
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 /// Pause after the queue could not be read, before trying again.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// Longest a progress line waits before it is written to the operation's record.
+const PROGRESS_FLUSH: Duration = Duration::from_millis(250);
 /// Redelivery delay of an operation given back because the gateway API failed.
 const GIVE_BACK_DELAY: Duration = Duration::from_secs(2);
 
@@ -262,23 +264,53 @@ async fn run_renewing(
     )
     .map_err(|e| Failure::Refused(format!("{}: {}", e.path, e.message)))?;
     drop(body);
-    let report: flue_stack::driver::Reporter = Arc::new(|_| {});
+    // The engine's progress, in the words `flue stack …` prints, for whoever follows the
+    // operation (`GET …/operations/{op}`); written with the record, at most every
+    // PROGRESS_FLUSH.
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let stack_id = queued.stack.clone();
+    let sink = lines.clone();
+    let report: flue_stack::driver::Reporter = Arc::new(move |event| {
+        let line = flue_stack::progress::line(&stack_id, event);
+        sink.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(line);
+    });
+    let take = || {
+        std::mem::take(
+            &mut *lines
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    };
     let run = submitted::run(client, &queued.stack, &prepared, report);
     tokio::pin!(run);
     let period = ops.lease() / 3;
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let mut flush = tokio::time::interval(PROGRESS_FLUSH);
     let result = loop {
         tokio::select! {
             result = &mut run => break result,
             _ = renew.tick() => {
                 settle(message, AckKind::Progress).await;
                 record.lease_expires_at = Some(OffsetDateTime::now_utc() + ops.lease());
+                record.add_progress(take());
                 if let Err(e) = ops.put(record).await {
                     warn!(error = %chain(&e), "cannot renew an operation's lease in its record");
                 }
             }
+            _ = flush.tick() => {
+                let new = take();
+                if !new.is_empty() {
+                    record.add_progress(new);
+                    if let Err(e) = ops.put(record).await {
+                        warn!(error = %chain(&e), "cannot write an operation's progress");
+                    }
+                }
+            }
         }
     };
+    record.add_progress(take());
     result.map_err(|e| match e {
         EngineError::Superseded { .. } => Failure::Superseded,
         EngineError::Client(e) if retriable(&e) => Failure::GiveBack(e.to_string()),

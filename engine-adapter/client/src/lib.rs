@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flue_proto::operation::{StackOperation, SubmitOperation};
 use flue_proto::{
     Config, ConfigId, ConfigSpec, CreateDeployment, CreateTenant, Deployment, DeploymentId,
     DeploymentStatus, ErrorBody, NEXT_CURSOR_HEADER, PutStack, RegisterServer, Registration,
@@ -357,6 +358,27 @@ impl Client {
     pub async fn put_stack(&self, id: &StackId, put: &PutStack) -> Result<Stack, ClientError> {
         self.send_json(Method::PUT, &format!("v1/stacks/{id}"), put)
             .await
+    }
+
+    /// `POST /v1/stacks/{id}/operations`: queues a stack operation for the gateways'
+    /// engine workers; returns it as queued (its id names it from then on).
+    pub async fn submit_operation(
+        &self,
+        id: &StackId,
+        body: &SubmitOperation,
+    ) -> Result<StackOperation, ClientError> {
+        self.send_json(Method::POST, &format!("v1/stacks/{id}/operations"), body)
+            .await
+    }
+
+    /// `GET /v1/stacks/{id}/operations/{op}`: where the operation stands, with its
+    /// progress lines.
+    pub async fn get_operation(
+        &self,
+        id: &StackId,
+        op: &str,
+    ) -> Result<StackOperation, ClientError> {
+        self.get(&format!("v1/stacks/{id}/operations/{op}")).await
     }
 
     /// `DELETE /v1/stacks/{id}`: removes the stack and its data space; with

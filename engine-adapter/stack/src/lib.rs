@@ -7,6 +7,7 @@ pub mod environment;
 pub mod functions;
 pub mod graph;
 pub mod infra;
+pub mod progress;
 pub mod random;
 pub mod resolve;
 pub mod submitted;

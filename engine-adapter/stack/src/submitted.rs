@@ -231,6 +231,29 @@ fn parameter_text(name: &str, value: &Value) -> Result<String, TemplateError> {
     }
 }
 
+/// The files the template at `path` reads with `get_file`, by the name it gives, read
+/// relative to its directory (as the engine reads them): what a client sends along.
+pub fn files_of(path: &std::path::Path) -> Result<BTreeMap<String, String>, TemplateError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| TemplateError::new(path.display().to_string(), format!("cannot read: {e}")))?;
+    let doc = crate::template::parse_yaml(&text)?;
+    let mut names = BTreeSet::new();
+    crate::functions::file_names(&doc, &mut names);
+    let base_dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let mut files = BTreeMap::new();
+    for name in names {
+        let mut call = serde_json::json!({ crate::functions::GET_FILE: name.clone() });
+        crate::functions::inline_files(&mut call, base_dir, "template")?;
+        if let Value::String(text) = call {
+            files.insert(name, text);
+        }
+    }
+    Ok(files)
+}
+
 /// Runs `prepared` on `stack` through `client`: the driver's create, update, delete,
 /// suspend, resume or action, which resume an interrupted operation of the same kind.
 /// `Ok(None)` once a delete removed the stack.

@@ -4,6 +4,7 @@
 //! replaced by another gateway's, which resumes without running any unit twice; and a
 //! second tenant that neither sees nor reaches the first's operations.
 
+mod cli;
 mod refusals;
 mod takeover;
 
