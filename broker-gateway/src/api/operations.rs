@@ -32,6 +32,7 @@ pub async fn submit(
             let stack = service.store.stack(&service.config.tenant, &id).await?;
             submit::submit(
                 &operations,
+                &service.broker,
                 &service.keys.sealing,
                 &id,
                 stack.as_ref(),

@@ -15,6 +15,7 @@ use tracing::info;
 
 use super::{Claim, Operations};
 use crate::api::ApiError;
+use crate::broker::Broker;
 use crate::sealing::SealFailure;
 
 /// Checks `body` against `stack` (as stored, if it exists) and queues it; answers the
@@ -22,6 +23,7 @@ use crate::sealing::SealFailure;
 /// whether or not the stack exists.
 pub async fn submit(
     operations: &Operations,
+    broker: &Broker,
     sealing: &XKey,
     id: &StackId,
     stack: Option<&Stack>,
@@ -47,6 +49,9 @@ pub async fn submit(
         stack: id.clone(),
         body: queued_body,
     };
+    // Sealed values are larger than given ones: a body within the API's limit may still
+    // not fit in one broker message (413, nothing claimed).
+    broker.fits_json("stack operation", &queued)?;
     if let Claim::Busy(holder) = operations.claim(id, &op).await? {
         return Err(busy(id, &holder));
     }

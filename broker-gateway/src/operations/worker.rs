@@ -14,7 +14,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::pull;
+use async_nats::jetstream::consumer::{PullConsumer, pull};
 use async_nats::jetstream::{AckKind, Message};
 use flue_client::{Client, ClientError};
 use flue_proto::auth::Role;
@@ -89,16 +89,26 @@ pub async fn run(ctx: WorkerContext, n: u16, shutdown: CancellationToken) {
         }
     };
     info!(tenant = %ctx.operations.tenant(), worker = %worker, "engine worker started");
+    let mut queue = None;
     while !shutdown.is_cancelled() {
         let message = tokio::select! {
             () = shutdown.cancelled() => break,
-            next = next_message(&ctx) => next,
+            next = async {
+                if queue.is_none() {
+                    queue = Some(consumer(&ctx).await?);
+                }
+                match &queue {
+                    Some(consumer) => next_message(consumer).await,
+                    None => Ok(None),
+                }
+            } => next,
         };
         match message {
             Ok(Some(message)) => handle(&ctx, &client, &worker, message, &shutdown).await,
             Ok(None) => {}
             Err(e) => {
                 warn!(error = %e, "engine worker cannot read the operations queue");
+                queue = None;
                 tokio::select! {
                     () = shutdown.cancelled() => break,
                     () = tokio::time::sleep(RETRY_PAUSE) => {}
@@ -108,19 +118,24 @@ pub async fn run(ctx: WorkerContext, n: u16, shutdown: CancellationToken) {
     }
 }
 
-/// One message from the shared consumer, or `None` when none came within a pull.
-async fn next_message(ctx: &WorkerContext) -> Result<Option<Message>, String> {
-    let js = ctx.operations.jetstream();
-    let stream = js
+/// The shared consumer of the operations queue.
+async fn consumer(ctx: &WorkerContext) -> Result<PullConsumer, String> {
+    ctx.operations
+        .jetstream()
         .get_stream(OPERATIONS_STREAM)
         .await
-        .map_err(|e| e.to_string())?;
-    let consumer = stream
+        .map_err(|e| e.to_string())?
         .get_consumer::<pull::Config>(OPERATIONS_CONSUMER)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())
+}
+
+/// One message from the shared consumer, or `None` when none came within a pull. A
+/// waiting pull (`batch`, not the no-wait `fetch`): an idle worker costs the broker one
+/// request per [`PULL_EXPIRES`].
+async fn next_message(consumer: &PullConsumer) -> Result<Option<Message>, String> {
     let mut batch = consumer
-        .fetch()
+        .batch()
         .max_messages(1)
         .expires(PULL_EXPIRES)
         .messages()
