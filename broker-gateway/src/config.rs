@@ -212,6 +212,25 @@ pub struct Config {
     /// credentials then carry no broker user. Logged as a warning at start.
     #[arg(long, env = "FLUE_INSECURE_DEV_BROKER")]
     pub insecure_dev_broker: bool,
+    /// Engine workers per tenant running stack operations submitted over HTTP
+    /// (`POST /v1/stacks/{id}/operations`) from the tenant's work queue; 0 = none here
+    /// (other gateways' workers run them).
+    #[arg(long, env = "FLUE_ENGINE_WORKERS", default_value_t = crate::operations::DEFAULT_WORKERS,
+          value_parser = clap::value_parser!(u16).range(0..=64))]
+    pub engine_workers: u16,
+    /// The gateway API the engine workers drive stacks through; when absent, this
+    /// gateway's own listen address.
+    #[arg(long, env = "FLUE_ENGINE_API_URL")]
+    pub engine_api_url: Option<String>,
+    /// CA certificate (PEM) the engine API's certificate must chain to (an `https://`
+    /// engine API); when absent, `--tls-cert` (a self-signed certificate trusts itself).
+    #[arg(long, env = "FLUE_ENGINE_API_CA", value_name = "FILE")]
+    pub engine_api_ca: Option<PathBuf>,
+    /// Seconds an engine worker holds an operation without renewing its lease (the work
+    /// queue's ack wait, renewed while it runs); a worker that dies is replaced after this.
+    #[arg(long, env = "FLUE_ENGINE_LEASE_SECS", default_value_t = crate::operations::DEFAULT_LEASE_SECS,
+          value_parser = clap::value_parser!(u64).range(2..=600))]
+    pub engine_lease_secs: u64,
 }
 
 impl Config {
@@ -253,6 +272,10 @@ impl Config {
             insecure_no_auth: false,
             insecure_unsigned_answers: false,
             insecure_dev_broker: false,
+            engine_workers: crate::operations::DEFAULT_WORKERS,
+            engine_api_url: None,
+            engine_api_ca: None,
+            engine_lease_secs: crate::operations::DEFAULT_LEASE_SECS,
         }
     }
 
@@ -363,6 +386,10 @@ impl fmt::Debug for Config {
             .field("replicas", &self.replicas)
             .field("insecure_no_auth", &self.insecure_no_auth)
             .field("insecure_unsigned_answers", &self.insecure_unsigned_answers)
+            .field("engine_workers", &self.engine_workers)
+            .field("engine_api_url", &self.engine_api_url)
+            .field("engine_api_ca", &self.engine_api_ca)
+            .field("engine_lease_secs", &self.engine_lease_secs)
             .finish()
     }
 }

@@ -26,6 +26,9 @@ pub enum Error {
     /// The KV state could not be opened or read.
     #[error("cannot read the gateway state")]
     Store(#[from] StoreError),
+    /// The stack operations queue could not be set up.
+    #[error("cannot set up the stack operations queue")]
+    Operations(#[from] crate::operations::OperationsError),
     /// The state directory or the gateway's keys could not be used.
     #[error("cannot use the state directory")]
     State(#[from] crate::state::StateError),

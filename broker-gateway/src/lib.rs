@@ -14,6 +14,7 @@
 //! - [`timeouts`]: the sweeper failing deployments nobody answered;
 //! - [`presence`]: online / offline from agents' heartbeats;
 //! - [`webhooks`]: webhook subscriptions and their delivery;
+//! - [`operations`]: stack operations queued over HTTP and the engine workers running them;
 //! - [`waiters`]: long polls sharing one watch of the deployments;
 //! - [`serve`]: HTTP connections (bound, header timeout, graceful stop);
 //! - [`link`]: whether the broker connection is up;
@@ -36,6 +37,7 @@ pub mod fit;
 pub mod link;
 pub mod listen;
 pub mod natsauth;
+pub mod operations;
 pub mod poll;
 pub mod presence;
 pub mod record;
@@ -90,7 +92,7 @@ pub struct Gateway {
 impl Gateway {
     /// Starts the runtime of every tenant that exists (in development mode the one
     /// `--default-tenant`, over `--nats-url`), binds the listener and starts serving.
-    pub async fn start(config: Config) -> Result<Self, Error> {
+    pub async fn start(mut config: Config) -> Result<Self, Error> {
         // Keys and certificates are read before anything else, so a state directory or
         // a path that cannot be used stops the start before the broker is touched.
         let keys = state::StateDir::open(&config.state_dir)?.gateway_keys()?;
@@ -109,6 +111,21 @@ impl Gateway {
             warn!(
                 "INSECURE: --insecure-unsigned-answers: agents' answers without a signature are applied; anyone who can publish on a response subject can decide deployments. Development only."
             );
+        }
+        // Bound before the tenants start: their engine workers drive stacks through this
+        // gateway's own address unless told another (`--engine-api-url`).
+        let listen = config.listen;
+        let bound = async {
+            let listener = tokio::net::TcpListener::bind(listen).await?;
+            let local_addr = listener.local_addr()?;
+            Ok((listener, local_addr))
+        };
+        let (listener, local_addr) = bound.await.map_err(|source| Error::Bind {
+            addr: listen,
+            source,
+        })?;
+        if config.engine_api_url.is_none() {
+            config.engine_api_url = Some(operations::own_url(local_addr, https.is_some()));
         }
         let shutdown = CancellationToken::new();
         let connector = connector(&config, nats_tls, &shutdown).await?;
@@ -131,22 +148,6 @@ impl Gateway {
             return Err(Box::new(e).into());
         }
 
-        let listen = config.listen;
-        let bound = async {
-            let listener = tokio::net::TcpListener::bind(listen).await?;
-            let local_addr = listener.local_addr()?;
-            Ok((listener, local_addr))
-        };
-        let (listener, local_addr) = match bound.await {
-            Ok(bound) => bound,
-            Err(source) => {
-                tenants.shutdown().await;
-                return Err(Error::Bind {
-                    addr: listen,
-                    source,
-                });
-            }
-        };
         let router = api::router(tenants.clone(), auth);
         let rules = serve::ConnectionRules {
             max_connections: usize::try_from(config.max_connections).unwrap_or(usize::MAX),

@@ -14,7 +14,8 @@
 //! - [`nats_url`], [`nats_tls`]: broker URLs with their credentials, and client TLS;
 //! - [`tenant`]: the tenant API's bodies;
 //! - [`limits`]: nesting depth and `script` environment limits on what the API accepts;
-//! - [`heat`]: input values as Heat hands them to hooks (declared types, text, environment).
+//! - [`heat`]: input values as Heat hands them to hooks (declared types, text, environment);
+//! - [`operation`]: stack operations submitted over HTTP and queued for engine workers.
 
 pub mod auth;
 pub mod config;
@@ -28,6 +29,7 @@ pub mod jsapi;
 pub mod limits;
 pub mod nats_tls;
 pub mod nats_url;
+pub mod operation;
 pub mod output;
 pub mod poll;
 pub mod seal;

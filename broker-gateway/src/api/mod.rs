@@ -10,6 +10,7 @@ pub mod guard;
 pub mod health;
 pub mod listeners;
 pub mod listing;
+pub mod operations;
 pub mod poll;
 pub mod servers;
 pub mod stacks;
@@ -132,6 +133,8 @@ pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Ro
             "/v1/stacks/{id}",
             get(stacks::get).put(stacks::put).delete(stacks::delete),
         )
+        .route("/v1/stacks/{id}/operations", post(operations::submit))
+        .route("/v1/stacks/{id}/operations/{op}", get(operations::get))
         .route_layer(middleware::from_fn_with_state(
             link.clone(),
             guard::require_broker,

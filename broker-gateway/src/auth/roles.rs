@@ -11,6 +11,7 @@ use flue_proto::auth::Role;
 const OPERATOR: &[Role] = &[Role::Operator];
 const ADMIN: &[Role] = &[Role::Admin];
 const ENGINE: &[Role] = &[Role::Engine];
+const ENGINE_OR_ADMIN: &[Role] = &[Role::Engine, Role::Admin];
 const LISTENER: &[Role] = &[Role::Listener];
 const READERS: &[Role] = &[Role::Admin, Role::Engine, Role::Viewer];
 const EVENT_READERS: &[Role] = &[Role::Admin, Role::Engine, Role::Listener, Role::Viewer];
@@ -29,6 +30,8 @@ pub fn allowed(method: &Method, path: &str) -> &'static [Role] {
         (_, ["v1", "listener-credentials"]) => ADMIN,
         ("POST", ["v1", "configs"]) | ("POST", ["v1", "deployments"]) => ENGINE,
         ("PUT" | "DELETE", ["v1", "stacks", _]) => ENGINE,
+        // A PaaS layer may run stacks with an admin token, as an engine may.
+        ("POST", ["v1", "stacks", _, "operations"]) => ENGINE_OR_ADMIN,
         ("GET", ["v1", "events"]) | ("POST", ["v1", "events", "tickets"]) => EVENT_READERS,
         (_, ["v1", "webhooks", ..]) => LISTENER,
         (_, ["v1", ..]) if get => READERS,
@@ -58,6 +61,11 @@ mod tests {
             (Method::POST, "/v1/deployments", &[Role::Engine]),
             (Method::PUT, "/v1/stacks/s", &[Role::Engine]),
             (Method::DELETE, "/v1/stacks/s", &[Role::Engine]),
+            (
+                Method::POST,
+                "/v1/stacks/s/operations",
+                &[Role::Admin, Role::Engine],
+            ),
             (
                 Method::GET,
                 "/v1/deployments/d",

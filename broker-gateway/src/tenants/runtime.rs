@@ -108,6 +108,13 @@ impl TenantRuntime {
         broker.response_consumer().await?;
         // Revoked HTTP tokens live in the tenant's own account, like everything of it.
         let revoked = Revoked::open(&js, config.replicas()).await?;
+        let operations = crate::operations::Operations::open(
+            &js,
+            tenant.id.clone(),
+            config.replicas(),
+            Duration::from_secs(config.engine_lease_secs),
+        )
+        .await?;
         // Streams and buckets made under another `--replicas` are brought to this one.
         for context in [&js, &events_js] {
             crate::replicas::ensure(context, config.replicas()).await?;
@@ -133,7 +140,8 @@ impl TenantRuntime {
             link = link.with_events(events.client.clone());
         }
         let waiters = Waiters::default();
-        let router = api::tenant_router(service.clone(), link.clone(), waiters.clone());
+        let router = api::tenant_router(service.clone(), link.clone(), waiters.clone())
+            .layer(axum::Extension(operations.clone()));
 
         let tasks = &service.tasks;
         tasks.spawn(responses::consume(
@@ -159,6 +167,25 @@ impl TenantRuntime {
         ));
         tasks.spawn(revoked.clone().follow(shutdown.child_token()));
         revocations.insert(tenant.id.clone(), revoked);
+        for n in 0..service.config.engine_workers {
+            let ctx = crate::operations::worker::WorkerContext {
+                operations: operations.clone(),
+                store: service.store.clone(),
+                sealing: service.keys.sealing.clone(),
+                token_secret: service.keys.token_secret.clone(),
+                api_url: service.config.engine_api_url.clone().unwrap_or_default(),
+                api_ca: service
+                    .config
+                    .engine_api_ca
+                    .clone()
+                    .or_else(|| service.config.tls_cert.clone()),
+            };
+            tasks.spawn(crate::operations::worker::run(
+                ctx,
+                n,
+                shutdown.child_token(),
+            ));
+        }
         tasks.spawn(waiters::run(
             service.store.clone(),
             waiters.clone(),

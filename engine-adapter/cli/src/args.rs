@@ -212,6 +212,9 @@ pub enum StackCommand {
         /// Take over from another operation still marked in progress.
         #[arg(long)]
         force: bool,
+        /// Submit the action to the gateway's engine workers and follow it.
+        #[arg(long)]
+        submit: bool,
     },
     /// Show a stack: status, units, outputs, recent actions.
     Show {
@@ -267,6 +270,10 @@ pub struct StackApplyArgs {
     /// Take over from another operation still marked in progress (its driver is gone).
     #[arg(long)]
     pub force: bool,
+    /// Submit the operation to the gateway's engine workers and follow it, instead of
+    /// driving it in this process.
+    #[arg(long)]
+    pub submit: bool,
 }
 
 /// `flue stack validate`
@@ -308,6 +315,10 @@ pub struct StackOpArgs {
     /// Take over from another operation still marked in progress (its driver is gone).
     #[arg(long)]
     pub force: bool,
+    /// Submit the operation to the gateway's engine workers and follow it, instead of
+    /// driving it in this process.
+    #[arg(long)]
+    pub submit: bool,
 }
 
 /// `flue config …`

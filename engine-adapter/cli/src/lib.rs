@@ -8,6 +8,7 @@ mod inputs;
 mod mapping;
 mod render;
 mod stack;
+mod submit;
 mod validate;
 mod watch;
 

@@ -9,8 +9,9 @@ use flue_proto::{Action, OpStatus, Stack, StackId};
 use tokio::sync::mpsc;
 
 use super::args::{StackApplyArgs, StackCommand};
-use super::{CliError, Outcome, render};
+use super::{CliError, Outcome, render, submit};
 use flue_client::Client;
+use flue_proto::operation::{OperationKind, SubmitOperation};
 use flue_stack::driver::{self, EngineError, Event, Options, Source};
 use flue_stack::environment::Environment;
 use flue_stack::template::Template;
@@ -24,6 +25,28 @@ pub async fn run(
     match command {
         StackCommand::Create(args) => apply(client, args, true, out).await,
         StackCommand::Update(args) => apply(client, args, false, out).await,
+        StackCommand::Delete(args) if args.submit => {
+            submitted(client, &args.name, OperationKind::Delete, args.force, out).await
+        }
+        StackCommand::Suspend(args) if args.submit => {
+            submitted(client, &args.name, OperationKind::Suspend, args.force, out).await
+        }
+        StackCommand::Resume(args) if args.submit => {
+            submitted(client, &args.name, OperationKind::Resume, args.force, out).await
+        }
+        StackCommand::Action {
+            name,
+            resource,
+            action,
+            force,
+            submit: true,
+        } => {
+            let mut body = SubmitOperation::new(OperationKind::Action);
+            body.resource = Some(resource);
+            body.action = Some(action);
+            body.force = force;
+            submit::run(client, &name, &body, submit::Ending::ActionResults, out).await
+        }
         StackCommand::Delete(args) => {
             let name = args.name.clone();
             let stack = drive(out, &name, args.force, |opts| async move {
@@ -56,6 +79,7 @@ pub async fn run(
             resource,
             action,
             force,
+            submit: false,
         } => {
             let action = Action::new(action.as_str())
                 .map_err(|e| CliError::Usage(format!("action {action:?}: {e}")))?;
@@ -131,6 +155,37 @@ async fn apply(
     add_parameter_files(&mut cli_given, &args.parameter_files)?;
     given.extend(cli_given);
     let mapped = super::mapping::parse(&args.servers, &args.attrs)?;
+    if args.submit {
+        let kind = if creating {
+            OperationKind::Create
+        } else {
+            OperationKind::Update
+        };
+        let text = std::fs::read_to_string(&args.template).map_err(|source| CliError::Read {
+            path: args.template.clone(),
+            source,
+        })?;
+        let files = flue_stack::submitted::files_of(&args.template).map_err(|error| {
+            CliError::Template {
+                path: args.template.clone(),
+                error,
+            }
+        })?;
+        let mut body = SubmitOperation::with_template(kind, text);
+        body.files = files;
+        // The environments' values are in `given` already; what is left of them holds none.
+        body.environments = vec![serde_json::json!({
+            "parameter_defaults": env.parameter_defaults,
+            "resource_registry": env.resource_registry,
+        })];
+        body.parameters = given
+            .into_iter()
+            .map(|(k, v)| (k, serde_json::Value::String(v)))
+            .collect();
+        body.mapped = mapped;
+        body.force = args.force;
+        return submit::run(client, &args.name, &body, submit::Ending::Outputs, out).await;
+    }
     let name = args.name.clone();
     let source = Source {
         template: &template,
@@ -213,6 +268,19 @@ fn outcome(stack: &Stack) -> Outcome {
     }
 }
 
+/// A delete, suspend or resume handed to the gateway's engine workers and followed.
+async fn submitted(
+    client: &Client,
+    name: &StackId,
+    kind: OperationKind,
+    force: bool,
+    out: &mut impl Write,
+) -> Result<Outcome, CliError> {
+    let mut body = SubmitOperation::new(kind);
+    body.force = force;
+    submit::run(client, name, &body, submit::Ending::Nothing, out).await
+}
+
 /// Runs an operation, printing its events to `out` as they come.
 async fn drive<T, F, Fut>(
     out: &mut impl Write,
@@ -252,64 +320,10 @@ where
     Ok(result?)
 }
 
-/// One progress line (or block) for an event.
+/// One progress line (or block) for an event (the engine's own wording, the same
+/// whether it ran here or in a gateway's engine worker).
 pub fn event_line(stack: &StackId, e: &Event) -> String {
-    match e {
-        Event::OperationStarted { action, resumed } => {
-            if *resumed {
-                format!("stack {stack}: resuming the interrupted {action}\n")
-            } else {
-                format!("stack {stack}: {action}_IN_PROGRESS\n")
-            }
-        }
-        Event::Deployment {
-            unit,
-            action,
-            server,
-            deployment,
-            status,
-            reason,
-        } => {
-            let mut line = format!(
-                "  {unit:<24} {action:<8} {:<11} server {server}, deployment {deployment}",
-                status.to_string()
-            );
-            if let Some(r) = reason {
-                let _ = write!(line, ": {r}");
-            }
-            line.push('\n');
-            line
-        }
-        Event::Mapped { resource, note } => format!("  {resource}: {note}\n"),
-        Event::Unchanged { unit } => format!("  {unit:<24} unchanged, not run\n"),
-        Event::AlreadyDone { unit, status } => {
-            format!("  {unit:<24} already {status} before the interruption\n")
-        }
-        Event::NotRun { unit, reason } => format!("  {unit:<24} {reason}\n"),
-        Event::Removed { unit } => format!("  {unit:<24} removed from the stack\n"),
-        Event::WaitingForDriver { driver, up_to } => format!(
-            "  the operation is marked as driven by {driver}; waiting up to {}s for it to stop\n",
-            up_to.as_secs().max(1)
-        ),
-        Event::Pausing {
-            group,
-            batch,
-            pause,
-        } => format!(
-            "  {group}: pausing {:.1}s before batch {}\n",
-            pause.as_secs_f64(),
-            batch + 1
-        ),
-        Event::OperationFinished { status } => {
-            let mut text = format!("stack {stack}: {status}\n");
-            if let Some(reason) = &status.reason {
-                for line in reason.lines() {
-                    let _ = writeln!(text, "  {line}");
-                }
-            }
-            text
-        }
-    }
+    flue_stack::progress::line(stack, e)
 }
 
 fn show(stack: &Stack) -> String {

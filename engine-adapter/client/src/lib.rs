@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flue_proto::operation::{StackOperation, SubmitOperation};
 use flue_proto::{
     Config, ConfigId, ConfigSpec, CreateDeployment, CreateTenant, Deployment, DeploymentId,
     DeploymentStatus, ErrorBody, NEXT_CURSOR_HEADER, PutStack, RegisterServer, Registration,
@@ -49,7 +50,18 @@ pub struct Client {
     http: reqwest::Client,
     base: Url,
     /// Sent as `Authorization: Bearer` on every request; never printed.
-    token: Option<Arc<str>>,
+    token: Option<Bearer>,
+}
+
+/// Gives the bearer token to send with the next request: for a holder that renews a
+/// short-lived token (the gateway's engine workers mint their own).
+pub type TokenSource = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Where the bearer token comes from.
+#[derive(Clone)]
+enum Bearer {
+    Fixed(Arc<str>),
+    Source(TokenSource),
 }
 
 impl std::fmt::Debug for Client {
@@ -116,7 +128,14 @@ impl Client {
     /// as `Authorization: Bearer` on every request; an empty token sends none.
     pub fn with_token(mut self, token: impl Into<String>) -> Client {
         let token = token.into();
-        self.token = (!token.trim().is_empty()).then(|| Arc::from(token.trim()));
+        self.token = (!token.trim().is_empty()).then(|| Bearer::Fixed(Arc::from(token.trim())));
+        self
+    }
+
+    /// The same client asking `source` for the token before each request, so that a
+    /// long operation outlives any one short-lived token.
+    pub fn with_token_source(mut self, source: TokenSource) -> Client {
+        self.token = Some(Bearer::Source(source));
         self
     }
 
@@ -124,7 +143,8 @@ impl Client {
     pub(crate) fn request(&self, method: Method, url: Url) -> RequestBuilder {
         let request = self.http.request(method, url);
         match &self.token {
-            Some(token) => request.bearer_auth(token),
+            Some(Bearer::Fixed(token)) => request.bearer_auth(token),
+            Some(Bearer::Source(source)) => request.bearer_auth(source()),
             None => request,
         }
     }
@@ -338,6 +358,27 @@ impl Client {
     pub async fn put_stack(&self, id: &StackId, put: &PutStack) -> Result<Stack, ClientError> {
         self.send_json(Method::PUT, &format!("v1/stacks/{id}"), put)
             .await
+    }
+
+    /// `POST /v1/stacks/{id}/operations`: queues a stack operation for the gateways'
+    /// engine workers; returns it as queued (its id names it from then on).
+    pub async fn submit_operation(
+        &self,
+        id: &StackId,
+        body: &SubmitOperation,
+    ) -> Result<StackOperation, ClientError> {
+        self.send_json(Method::POST, &format!("v1/stacks/{id}/operations"), body)
+            .await
+    }
+
+    /// `GET /v1/stacks/{id}/operations/{op}`: where the operation stands, with its
+    /// progress lines.
+    pub async fn get_operation(
+        &self,
+        id: &StackId,
+        op: &str,
+    ) -> Result<StackOperation, ClientError> {
+        self.get(&format!("v1/stacks/{id}/operations/{op}")).await
     }
 
     /// `DELETE /v1/stacks/{id}`: removes the stack and its data space; with

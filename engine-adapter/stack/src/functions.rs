@@ -7,7 +7,7 @@
 //! `if` never reaches [`resolve`]: conditions only read parameters, so
 //! [`crate::template::Template::instantiate`] picks its branches first.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path};
 
 use serde_json::Value;
@@ -326,30 +326,84 @@ fn call(
     }
 }
 
+/// Where `get_file` reads from: the template's directory (the CLI), or the files a
+/// client sent with the template (an operation submitted over HTTP, as Heat's client
+/// sends them).
+#[derive(Debug, Clone, Copy)]
+pub enum Files<'a> {
+    /// Paths relative to this directory.
+    Dir(&'a Path),
+    /// Only these, by the path the template names.
+    Given(&'a BTreeMap<String, String>),
+}
+
+impl<'a> From<&'a Path> for Files<'a> {
+    fn from(dir: &'a Path) -> Self {
+        Files::Dir(dir)
+    }
+}
+
 /// Replaces every `{get_file: relative/path}` inside `value` by that file's content,
-/// read relative to `base_dir`. Absolute paths, URLs and paths leaving `base_dir`
+/// read from `files`. Absolute paths, URLs and paths leaving the template's directory
 /// are refused.
-pub fn inline_files(value: &mut Value, base_dir: &Path, path: &str) -> Result<(), TemplateError> {
+pub fn inline_files<'a>(
+    value: &mut Value,
+    files: impl Into<Files<'a>>,
+    path: &str,
+) -> Result<(), TemplateError> {
+    inline_from(value, files.into(), path)
+}
+
+fn inline_from(value: &mut Value, files: Files<'_>, path: &str) -> Result<(), TemplateError> {
     if let Some((GET_FILE, args)) = as_call(value) {
-        let text = read_file(args, base_dir)
-            .map_err(|m| TemplateError::new(path, format!("{GET_FILE}: {m}")))?;
+        let text = match files {
+            Files::Dir(base_dir) => read_file(args, base_dir),
+            Files::Given(given) => given_file(args, given),
+        }
+        .map_err(|m| TemplateError::new(path, format!("{GET_FILE}: {m}")))?;
         *value = Value::String(text);
         return Ok(());
     }
     match value {
         Value::Array(items) => {
             for (i, v) in items.iter_mut().enumerate() {
-                inline_files(v, base_dir, &format!("{path}[{i}]"))?;
+                inline_from(v, files, &format!("{path}[{i}]"))?;
             }
         }
         Value::Object(map) => {
             for (k, v) in map.iter_mut() {
-                inline_files(v, base_dir, &format!("{path}.{k}"))?;
+                inline_from(v, files, &format!("{path}.{k}"))?;
             }
         }
         _ => {}
     }
     Ok(())
+}
+
+/// The names every `get_file` in `value` reads, for a client that sends them along.
+pub fn file_names(value: &Value, out: &mut BTreeSet<String>) {
+    if let Some((GET_FILE, Value::String(name))) = as_call(value) {
+        out.insert(name.clone());
+        return;
+    }
+    match value {
+        Value::Array(items) => items.iter().for_each(|v| file_names(v, out)),
+        Value::Object(map) => map.values().for_each(|v| file_names(v, out)),
+        _ => {}
+    }
+}
+
+fn given_file(args: &Value, given: &BTreeMap<String, String>) -> Result<String, String> {
+    let Value::String(name) = args else {
+        return Err(format!(
+            "expected a relative file path, got {}",
+            kind_of(args)
+        ));
+    };
+    given
+        .get(name)
+        .cloned()
+        .ok_or_else(|| format!("{name:?} is not among the files sent with the template"))
 }
 
 fn read_file(args: &Value, base_dir: &Path) -> Result<String, String> {

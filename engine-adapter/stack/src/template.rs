@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::environment::Environment;
+use super::functions::Files;
 use super::functions::versions::TemplateVersion;
 use super::{functions, graph};
 
@@ -379,6 +380,16 @@ impl Template {
         base_dir: &Path,
         env: &Environment,
     ) -> Result<Template, TemplateError> {
+        Self::parse_files(text, Files::Dir(base_dir), env)
+    }
+
+    /// Parses and checks a template whose `get_file` reads from `files` (the files a
+    /// client sent with it, or a directory).
+    pub fn parse_files(
+        text: &str,
+        files: Files<'_>,
+        env: &Environment,
+    ) -> Result<Template, TemplateError> {
         let doc = parse_document(text)?;
         let Value::Object(doc) = doc else {
             return Err(TemplateError::new(
@@ -418,7 +429,7 @@ impl Template {
                 .map(|(name, def)| {
                     let def =
                         conditions::prepare_resource(name, def, env, &mut resource_conditions)?;
-                    let r = resources::parse(name, &def, base_dir)?;
+                    let r = resources::parse(name, &def, files)?;
                     Ok((name.clone(), r))
                 })
                 .collect::<Result<BTreeMap<_, _>, TemplateError>>()?,
@@ -436,7 +447,7 @@ impl Template {
             }
         };
         let mut output_conditions = BTreeMap::new();
-        let outputs = parse_outputs(doc.get("outputs"), base_dir, &mut output_conditions)?;
+        let outputs = parse_outputs(doc.get("outputs"), files, &mut output_conditions)?;
         let template = Template {
             description,
             parameters,
@@ -508,7 +519,7 @@ fn parse_document(text: &str) -> Result<Value, TemplateError> {
 
 fn parse_outputs(
     section: Option<&Value>,
-    base_dir: &Path,
+    files: Files<'_>,
     output_conditions: &mut BTreeMap<String, Value>,
 ) -> Result<BTreeMap<String, OutputDef>, TemplateError> {
     let map = match section {
@@ -535,7 +546,7 @@ fn parse_outputs(
             .get("value")
             .cloned()
             .ok_or_else(|| TemplateError::new(format!("{path}.value"), "required"))?;
-        functions::inline_files(&mut value, base_dir, &format!("{path}.value"))?;
+        functions::inline_files(&mut value, files, &format!("{path}.value"))?;
         let description = optional_string(def.get("description"), &format!("{path}.description"))?;
         outputs.insert(name.clone(), OutputDef { value, description });
     }

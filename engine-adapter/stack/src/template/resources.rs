@@ -2,8 +2,6 @@
 //! Checks that need other resources (targets of `config`, `server`, `get_attr`, …)
 //! live in `checks`.
 
-use std::path::Path;
-
 use flue_proto::LIFECYCLE_ACTIONS;
 use flue_proto::config::is_plain_name;
 use serde_json::{Map, Value};
@@ -11,7 +9,7 @@ use serde_json::{Map, Value};
 use super::{
     GroupDef, Resource, ResourceKind, TemplateError, UpdatePolicy, check_keys, optional_string,
 };
-use crate::functions::{self, as_call, kind_of};
+use crate::functions::{self, Files, as_call, kind_of};
 
 const RESOURCE_KEYS: [&str; 5] = [
     "type",
@@ -47,7 +45,7 @@ const INPUT_KEYS: [&str; 5] = ["name", "type", "description", "default", "hidden
 const OUTPUT_KEYS: [&str; 5] = ["name", "type", "description", "error_output", "hidden"];
 
 /// Parses resource `name`, inlining `get_file` in its properties.
-pub(super) fn parse(name: &str, def: &Value, base_dir: &Path) -> Result<Resource, TemplateError> {
+pub(super) fn parse(name: &str, def: &Value, files: Files<'_>) -> Result<Resource, TemplateError> {
     let path = format!("resources.{name}");
     if let Err(e) = flue_proto::ids::validate(name) {
         return Err(TemplateError::new(path, format!("resource name {e}")));
@@ -105,7 +103,7 @@ pub(super) fn parse(name: &str, def: &Value, base_dir: &Path) -> Result<Resource
         }
     };
     for (key, value) in properties.iter_mut() {
-        functions::inline_files(value, base_dir, &format!("{props_path}.{key}"))?;
+        functions::inline_files(value, files, &format!("{props_path}.{key}"))?;
     }
     check_properties(kind, &properties, &props_path)?;
     let depends_on = parse_depends_on(def.get("depends_on"), &format!("{path}.depends_on"))?;

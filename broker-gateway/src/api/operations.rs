@@ -1,0 +1,85 @@
+//! `/v1/stacks/{id}/operations`: stack operations submitted over HTTP and run by the
+//! engine workers ([`crate::operations`]).
+
+use axum::Json;
+use axum::extract::{Extension, Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use flue_proto::operation::{StackOperation, SubmitOperation};
+use flue_proto::{DeploymentId, StackId};
+
+use super::error::ApiError;
+use super::extract::{JsonBody, PathId};
+use crate::operations::{Operations, submit};
+use crate::service::Service;
+
+/// `POST /v1/stacks/{id}/operations`: checks the operation as `flue stack validate`
+/// does (422 `invalid_input` naming the field), claims the stack (409 while another
+/// operation is queued or running on it) and queues it: 202 with the operation and its
+/// `Location`. Delete, suspend, resume and action need the stack to exist (404).
+///
+/// The work runs on its own task, so a client hanging up cannot leave a claim without
+/// its queued message.
+pub async fn submit(
+    State(service): State<Service>,
+    Extension(operations): Extension<Operations>,
+    PathId(id): PathId<StackId>,
+    JsonBody(body): JsonBody<SubmitOperation>,
+) -> Result<Response, ApiError> {
+    let tasks = service.tasks.clone();
+    let record = tasks
+        .spawn(async move {
+            let stack = service.store.stack(&service.config.tenant, &id).await?;
+            submit::submit(
+                &operations,
+                &service.broker,
+                &service.keys.sealing,
+                &id,
+                stack.as_ref(),
+                body,
+            )
+            .await
+        })
+        .await??;
+    let location = format!("/v1/stacks/{}/operations/{}", record.stack, record.id);
+    Ok((
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, location)],
+        Json(record),
+    )
+        .into_response())
+}
+
+/// `GET /v1/stacks/{id}/operations/{op}`: where the operation stands (queued, running
+/// with its worker and lease expiry, succeeded, failed with the reason).
+pub async fn get(
+    Extension(operations): Extension<Operations>,
+    Path((id, op)): Path<(String, String)>,
+) -> Result<Json<StackOperation>, ApiError> {
+    let stack: StackId = id
+        .parse()
+        .map_err(|e: flue_proto::IdError| ApiError::InvalidId {
+            what: "stack id",
+            value: id.clone(),
+            reason: e.to_string(),
+        })?;
+    // Operation ids are made like deployment ids: the same rule keeps them subject-safe.
+    let op_id: DeploymentId = op
+        .parse()
+        .map_err(|e: flue_proto::IdError| ApiError::InvalidId {
+            what: "operation id",
+            value: op.clone(),
+            reason: e.to_string(),
+        })?;
+    operations
+        .get(&stack, op_id.as_str())
+        .await?
+        .map(Json)
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "operation {:?} of stack {:?} not found",
+                op_id.as_str(),
+                stack.as_str()
+            ))
+        })
+}

@@ -1,0 +1,340 @@
+//! Stack operations as a service: the work queue (stream `FLUE_OPS`, WorkQueue
+//! retention, one durable pull consumer shared by every engine worker of every
+//! gateway) and the operation records (KV bucket `flue_ops`).
+//!
+//! One operation per stack at a time: the key `<tenant>.<stack>` names the stack's
+//! active operation, created with compare-and-set when one is submitted and removed
+//! when it ends; a second submission meanwhile is refused (409), never queued behind
+//! it. The record `<tenant>.<stack>.<op>` says where the operation stands.
+//!
+//! The lease is the consumer's ack wait: a worker renews it with in-progress acks while
+//! it runs; one that dies leaves the message unacknowledged, and the broker hands it to
+//! another worker once the lease runs out ([`worker`]).
+
+pub mod submit;
+pub mod worker;
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, kv, stream};
+use bytes::Bytes;
+use flue_proto::operation::{
+    OPERATIONS_BUCKET, OPERATIONS_CONSUMER, OPERATIONS_STREAM, OPERATIONS_SUBJECTS,
+    QueuedOperation, StackOperation, operation_subject,
+};
+use flue_proto::{StackId, TenantId};
+use tracing::error;
+
+use crate::api::ApiError;
+use crate::store::StoreError;
+
+/// Default `--engine-workers`: two per tenant, so one long operation does not hold
+/// every other stack of the tenant back.
+pub const DEFAULT_WORKERS: u16 = 2;
+/// Default `--engine-lease-secs`.
+pub const DEFAULT_LEASE_SECS: u64 = 30;
+/// Deliveries after which an operation that keeps losing its worker ends FAILED: each
+/// one is a worker that died or gave it back (a gateway unreachable, say).
+pub const MAX_DELIVERIES: u64 = 5;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why the queue or the records failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OperationsError {
+    /// The records bucket failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The stream or its consumer could not be set up.
+    #[error("cannot set up the operations queue ({what})")]
+    Setup {
+        /// Stream or consumer.
+        what: &'static str,
+        /// Cause.
+        #[source]
+        source: BoxError,
+    },
+    /// An operation could not be queued, or its publish was not acknowledged.
+    #[error("cannot queue operation {id}")]
+    Publish {
+        /// Operation id.
+        id: String,
+        /// Cause.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl From<OperationsError> for ApiError {
+    fn from(e: OperationsError) -> Self {
+        match e {
+            OperationsError::Store(e) => ApiError::Store(e),
+            e => {
+                error!(error = %crate::error::chain(&e), "operations queue failed");
+                ApiError::Unavailable("the operations queue is not reachable; retry later".into())
+            }
+        }
+    }
+}
+
+/// The tenant's operation queue and records; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Operations {
+    js: jetstream::Context,
+    records: kv::Store,
+    tenant: TenantId,
+    lease: Duration,
+}
+
+/// What became of a claim on a stack ([`Operations::claim`]).
+#[derive(Debug)]
+pub enum Claim {
+    /// The stack is this operation's now.
+    Claimed,
+    /// Another operation is queued or running on it.
+    Busy(String),
+}
+
+impl Operations {
+    /// Opens (creating when missing) the stream, its shared consumer and the records
+    /// bucket, each with `replicas` copies.
+    pub async fn open(
+        js: &jetstream::Context,
+        tenant: TenantId,
+        replicas: usize,
+        lease: Duration,
+    ) -> Result<Self, OperationsError> {
+        let setup = |what| move |e: BoxError| OperationsError::Setup { what, source: e };
+        let stream = js
+            .get_or_create_stream(stream::Config {
+                name: OPERATIONS_STREAM.to_owned(),
+                subjects: vec![OPERATIONS_SUBJECTS.to_owned()],
+                // A message leaves the queue once a worker acknowledges it.
+                retention: stream::RetentionPolicy::WorkQueue,
+                storage: stream::StorageType::File,
+                num_replicas: replicas,
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| setup("stream")(e.into()))?;
+        stream
+            .get_or_create_consumer(
+                OPERATIONS_CONSUMER,
+                consumer::pull::Config {
+                    durable_name: Some(OPERATIONS_CONSUMER.to_owned()),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: lease,
+                    // Bounded by the workers themselves (`MAX_DELIVERIES`), which
+                    // record why they give up; the broker would drop it silently.
+                    max_deliver: -1,
+                    num_replicas: replicas,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| setup("consumer")(e.into()))?;
+        let records = crate::store::open_bucket(js, OPERATIONS_BUCKET, replicas).await?;
+        Ok(Self {
+            js: js.clone(),
+            records,
+            tenant,
+            lease,
+        })
+    }
+
+    /// The tenant served.
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    /// How long a worker holds an operation without renewing.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The JetStream context (for the workers' consumer).
+    pub(crate) fn jetstream(&self) -> &jetstream::Context {
+        &self.js
+    }
+
+    fn active_key(&self, stack: &StackId) -> String {
+        format!("{}.{stack}", self.tenant)
+    }
+
+    fn record_key(&self, stack: &StackId, op: &str) -> String {
+        format!("{}.{stack}.{op}", self.tenant)
+    }
+
+    /// Makes `op` the stack's active operation unless another one is, still
+    /// unfinished. A marker left by an operation that ended is taken over.
+    pub async fn claim(&self, stack: &StackId, op: &str) -> Result<Claim, OperationsError> {
+        let key = self.active_key(stack);
+        loop {
+            match self.records.create(&key, Bytes::from(op.to_owned())).await {
+                Ok(_) => return Ok(Claim::Claimed),
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
+                Err(e) => return Err(write_error(&key, e.into())),
+            }
+            let Some(entry) = self
+                .records
+                .entry(&key)
+                .await
+                .map_err(|e| read_error(&key, e.into()))?
+            else {
+                continue;
+            };
+            let holder = String::from_utf8_lossy(&entry.value).into_owned();
+            let finished = match self.get(stack, &holder).await? {
+                Some(record) => record.state.is_terminal(),
+                None => true,
+            };
+            if !finished {
+                return Ok(Claim::Busy(holder));
+            }
+            match self
+                .records
+                .update(&key, Bytes::from(op.to_owned()), entry.revision)
+                .await
+            {
+                Ok(_) => return Ok(Claim::Claimed),
+                // Someone else claimed it in between: look again.
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {}
+                Err(e) => return Err(write_error(&key, e.into())),
+            }
+        }
+    }
+
+    /// The stack's unfinished operation, if it has one (a read: nothing is claimed).
+    pub async fn busy(&self, stack: &StackId) -> Result<Option<String>, OperationsError> {
+        let key = self.active_key(stack);
+        let Some(entry) = self
+            .records
+            .entry(&key)
+            .await
+            .map_err(|e| read_error(&key, e.into()))?
+            .filter(|e| e.operation == kv::Operation::Put)
+        else {
+            return Ok(None);
+        };
+        let holder = String::from_utf8_lossy(&entry.value).into_owned();
+        let unfinished = self
+            .get(stack, &holder)
+            .await?
+            .is_some_and(|r| !r.state.is_terminal());
+        Ok(unfinished.then_some(holder))
+    }
+
+    /// Ends the stack's claim if `op` still holds it.
+    pub async fn release(&self, stack: &StackId, op: &str) -> Result<(), OperationsError> {
+        let key = self.active_key(stack);
+        let entry = self
+            .records
+            .entry(&key)
+            .await
+            .map_err(|e| read_error(&key, e.into()))?;
+        let Some(entry) = entry.filter(|e| e.value.as_ref() == op.as_bytes()) else {
+            return Ok(());
+        };
+        match self
+            .records
+            .delete_expect_revision(&key, Some(entry.revision))
+            .await
+        {
+            Ok(()) => Ok(()),
+            // Claimed by another operation meanwhile (after this one was found finished).
+            Err(e) if e.kind() == kv::DeleteErrorKind::WrongLastRevision => Ok(()),
+            Err(e) => Err(write_error(&key, e.into())),
+        }
+    }
+
+    /// Operation `op` of `stack`, if there is one.
+    pub async fn get(
+        &self,
+        stack: &StackId,
+        op: &str,
+    ) -> Result<Option<StackOperation>, OperationsError> {
+        let key = self.record_key(stack, op);
+        let Some(bytes) = self
+            .records
+            .get(&key)
+            .await
+            .map_err(|e| read_error(&key, e.into()))?
+        else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes).map(Some).map_err(|source| {
+            StoreError::Decode {
+                bucket: OPERATIONS_BUCKET,
+                key,
+                source,
+            }
+            .into()
+        })
+    }
+
+    /// Writes `record` (the only writer at any time is the operation's submitter, then
+    /// the worker holding its lease).
+    pub async fn put(&self, record: &StackOperation) -> Result<(), OperationsError> {
+        let key = self.record_key(&record.stack, &record.id);
+        let bytes = serde_json::to_vec(record).expect("operation records always serialise");
+        self.records
+            .put(&key, Bytes::from(bytes))
+            .await
+            .map_err(|e| write_error(&key, e.into()))?;
+        Ok(())
+    }
+
+    /// Queues `queued` (deduplicated by its id) and waits for the broker's acknowledgement.
+    pub async fn enqueue(&self, queued: &QueuedOperation) -> Result<(), OperationsError> {
+        let err = |source: BoxError| OperationsError::Publish {
+            id: queued.id.clone(),
+            source,
+        };
+        let payload = serde_json::to_vec(queued).expect("queued operations always serialise");
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", queued.id.as_str());
+        self.js
+            .publish_with_headers(
+                operation_subject(&self.tenant, &queued.stack),
+                headers,
+                payload.into(),
+            )
+            .await
+            .map_err(|e| err(e.into()))?
+            .await
+            .map_err(|e| err(e.into()))?;
+        Ok(())
+    }
+}
+
+/// This gateway's own API address as the engine workers reach it: a wildcard listen
+/// address is reached on loopback.
+pub fn own_url(addr: std::net::SocketAddr, https: bool) -> String {
+    let mut addr = addr;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    format!("{}://{addr}", if https { "https" } else { "http" })
+}
+
+fn read_error(key: &str, source: BoxError) -> OperationsError {
+    StoreError::Read {
+        bucket: OPERATIONS_BUCKET,
+        key: key.to_owned(),
+        source,
+    }
+    .into()
+}
+
+fn write_error(key: &str, source: BoxError) -> OperationsError {
+    StoreError::Write {
+        bucket: OPERATIONS_BUCKET,
+        key: key.to_owned(),
+        source,
+    }
+    .into()
+}
