@@ -15,6 +15,7 @@ mod ledger_reuse;
 mod limits;
 mod paging;
 mod poll;
+mod request_consumers;
 mod resilience;
 mod security;
 mod sim_agents;
