@@ -73,7 +73,7 @@ mod tests {
         assert!(memory.check(2).is_err());
         assert_eq!(memory.check(3), Ok(()));
         assert_eq!(RequestConsumerStorage::File.check(1), Ok(()));
-        let message = memory.check(1).unwrap_err().to_string();
+        let message = memory.check(1).expect_err("refused").to_string();
         assert!(message.contains("--request-consumer-storage memory needs --replicas 3"));
     }
 }
