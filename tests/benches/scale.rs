@@ -93,8 +93,10 @@ impl Brokers {
         if !setup.cluster {
             return Brokers::Single(Box::new(Flue::start_with(&flags).await));
         }
+        // Creating a replicated consumer (its own Raft group) can take seconds on a busy
+        // machine: the default 2 s bound would answer a registration 503.
         let mut flags = flags.to_vec();
-        flags.extend(["--replicas", "3"]);
+        flags.extend(["--replicas", "3", "--broker-timeout-ms", "30000"]);
         Brokers::Cluster(Box::new(Cluster::start(3, &flags).await))
     }
 
@@ -235,18 +237,19 @@ async fn measure(setup: &Setup, n: usize) -> Run {
 
     let client = flue.client();
     let t = Instant::now();
-    let accepted: Vec<Deployment> = bounded(
+    // A refused or timed-out POST is a finding (counted as not COMPLETE), not a panic.
+    let accepted: Vec<Option<Deployment>> = bounded(
         futures_util::stream::iter(ids.iter().cloned())
             .map(|id| {
                 let client = client.clone();
                 async move {
+                    let create =
+                        CreateDeployment::new("noop".parse().expect("config id"), id.clone());
                     client
-                        .create_deployment(&CreateDeployment::new(
-                            "noop".parse().expect("config id"),
-                            id,
-                        ))
+                        .create_deployment(&create)
                         .await
-                        .expect("create deployment")
+                        .map_err(|e| println!("deployment to {id} not accepted: {e}"))
+                        .ok()
                 }
             })
             .buffer_unordered(DEPLOY_AT_ONCE)
@@ -254,6 +257,8 @@ async fn measure(setup: &Setup, n: usize) -> Run {
         "deployments accepted",
     )
     .await;
+    let accepted: Vec<Deployment> = accepted.into_iter().flatten().collect();
+    let not_accepted = n - accepted.len();
     run.accept_all_secs = t.elapsed().as_secs_f64();
     let done: Vec<Deployment> = bounded(
         futures_util::stream::iter(accepted)
@@ -267,10 +272,11 @@ async fn measure(setup: &Setup, n: usize) -> Run {
     )
     .await;
     run.results_all_secs = t.elapsed().as_secs_f64();
-    run.failed = done
-        .iter()
-        .filter(|d| d.status != DeploymentStatus::Complete)
-        .count();
+    run.failed = not_accepted
+        + done
+            .iter()
+            .filter(|d| d.status != DeploymentStatus::Complete)
+            .count();
     let mut latencies: Vec<f64> = done
         .iter()
         .map(|d| (d.updated_at - d.created_at).as_seconds_f64() * 1000.0)
@@ -432,7 +438,7 @@ async fn stack_group(flue: &Flue, servers: &[flue_proto::ServerId]) -> f64 {
     }
 }
 
-/// Long-polls one deployment until it is COMPLETE or FAILED.
+/// Long-polls one deployment until it is COMPLETE or FAILED, or a poll fails (then the last seen).
 async fn until_terminal(client: &flue_client::Client, mut d: Deployment) -> Deployment {
     while !d.status.is_terminal() {
         match client
@@ -440,7 +446,10 @@ async fn until_terminal(client: &flue_client::Client, mut d: Deployment) -> Depl
             .await
         {
             Ok(next) => d = next,
-            Err(e) => panic!("waiting for {}: {e}", d.id),
+            Err(e) => {
+                println!("waiting for {}: {e}", d.id);
+                return d;
+            }
         }
     }
     d
