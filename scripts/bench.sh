@@ -8,6 +8,9 @@
 #   bash scripts/bench.sh scale [N…] N simulated agents (default 1000 5000) on one broker and one
 #                                    gateway: registration, RSS per server, idle presence CPU, one
 #                                    deployment to every server, broker shutdown (docs/benchmarks.md).
+#   bash scripts/bench.sh scale --cluster [--consumers file|memory] [N…]
+#                                    the same on a local 3-node cluster (replicas 3), with the
+#                                    gateway's --request-consumer-storage (default file).
 #   bash scripts/bench.sh poll       a polling server (stock os-collect-config, installed by
 #                                    scripts/test.sh) against a flue-agent (FLUE_BENCH_N default 20).
 set -euo pipefail

@@ -11,6 +11,8 @@ use flue_proto::signing::{self, RequestClaims};
 use flue_proto::{DeploymentRequest, RequestDigest, ServerId, TenantId, subject};
 use tracing::{info, warn};
 
+use crate::request_consumers::RequestConsumerStorage;
+
 /// How long JetStream remembers a message id to drop a duplicate publish.
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
@@ -152,6 +154,8 @@ pub struct Broker {
     js: jetstream::Context,
     /// The broker's max payload, as it told at connection.
     max_payload: usize,
+    /// Where servers' request consumers keep their state (`--request-consumer-storage`).
+    request_consumer_storage: RequestConsumerStorage,
 }
 
 impl Broker {
@@ -161,7 +165,17 @@ impl Broker {
             0 => DEFAULT_MAX_PAYLOAD,
             n => n,
         };
-        Self { js, max_payload }
+        Self {
+            js,
+            max_payload,
+            request_consumer_storage: RequestConsumerStorage::default(),
+        }
+    }
+
+    /// The same handle, creating servers' request consumers with `storage`.
+    pub fn with_request_consumer_storage(mut self, storage: RequestConsumerStorage) -> Self {
+        self.request_consumer_storage = storage;
+        self
     }
 
     /// The broker's max payload in bytes.
@@ -340,6 +354,8 @@ impl Broker {
     ///
     /// One message in flight at a time, so a server applies its deployments in queue
     /// order; redelivered forever, since the agent's ledger makes redelivery harmless.
+    /// Its state is kept where `--request-consumer-storage` says (an existing consumer
+    /// keeps its own); its replicas are the stream's.
     /// A broker refusing it for its consumer limit is [`BrokerError::ConsumerLimit`].
     pub async fn ensure_request_consumer(
         &self,
@@ -364,6 +380,7 @@ impl Broker {
                     max_ack_pending: 1,
                     ack_wait: ACK_WAIT,
                     max_deliver: -1,
+                    memory_storage: self.request_consumer_storage.in_memory(),
                     ..Default::default()
                 },
             )

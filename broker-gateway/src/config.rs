@@ -10,6 +10,7 @@ use flue_proto::TenantId;
 use flue_proto::nats_tls::NatsTls;
 use flue_proto::nats_url::{NatsUrls, redact};
 
+use crate::request_consumers::RequestConsumerStorage;
 use crate::webhooks::address::{AddressPolicy, Cidr};
 
 /// Longest deployment timeout accepted: seven days, in seconds.
@@ -197,6 +198,14 @@ pub struct Config {
     #[arg(long, env = "FLUE_REPLICAS", default_value_t = crate::replicas::DEFAULT_REPLICAS,
           value_parser = clap::value_parser!(u8).range(1..=i64::from(crate::replicas::MAX_REPLICAS)))]
     pub replicas: u8,
+    /// Where the broker keeps each server's request consumer state: `file` (kept across
+    /// any restart; ~10 ms per registered server at every broker shutdown) or `memory`
+    /// (no shutdown cost; needs `--replicas` 3 or more, and a restart of every node at
+    /// once redelivers the requests still in the stream, answered from agents' ledgers).
+    /// Applies to consumers created from then on.
+    #[arg(long, env = "FLUE_REQUEST_CONSUMER_STORAGE", value_enum,
+          default_value_t = RequestConsumerStorage::File)]
+    pub request_consumer_storage: RequestConsumerStorage,
     /// Development only: serve the HTTP API without tokens, every caller being admin,
     /// engine, listener and viewer of `--tenant`. Logged as a warning at start.
     #[arg(long, env = "FLUE_INSECURE_NO_AUTH")]
@@ -269,6 +278,7 @@ impl Config {
             request_timeout_secs: 90,
             max_connections: 10_000,
             replicas: crate::replicas::DEFAULT_REPLICAS,
+            request_consumer_storage: RequestConsumerStorage::File,
             insecure_no_auth: false,
             insecure_unsigned_answers: false,
             insecure_dev_broker: false,
@@ -384,6 +394,7 @@ impl fmt::Debug for Config {
             .field("request_timeout_secs", &self.request_timeout_secs)
             .field("max_connections", &self.max_connections)
             .field("replicas", &self.replicas)
+            .field("request_consumer_storage", &self.request_consumer_storage)
             .field("insecure_no_auth", &self.insecure_no_auth)
             .field("insecure_unsigned_answers", &self.insecure_unsigned_answers)
             .field("engine_workers", &self.engine_workers)
@@ -484,6 +495,7 @@ mod tests {
             ["flue-gateway", "--max-connections", "0"],
             ["flue-gateway", "--replicas", "0"],
             ["flue-gateway", "--replicas", "6"],
+            ["flue-gateway", "--request-consumer-storage", "disk"],
             ["flue-gateway", "--account-push-secs", "86401"],
             ["flue-gateway", "--account-push-secs", "-1"],
             ["flue-gateway", "--webhook-allow", "10.0.0.0/33"],

@@ -59,6 +59,9 @@ pub enum Error {
     /// A tenant's runtime could not be started.
     #[error("cannot serve a tenant")]
     Tenant(#[from] Box<crate::tenants::TenantError>),
+    /// `--request-consumer-storage memory` without a replicated request stream.
+    #[error(transparent)]
+    RequestConsumerStorage(#[from] crate::request_consumers::MemoryNeedsReplicas),
     /// Writing the "listening" line to standard output failed.
     #[error("cannot write to standard output")]
     Stdout(#[source] std::io::Error),

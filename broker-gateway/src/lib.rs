@@ -42,6 +42,7 @@ pub mod poll;
 pub mod presence;
 pub mod record;
 pub mod replicas;
+pub mod request_consumers;
 pub mod responses;
 pub mod rights;
 pub mod sealing;
@@ -103,6 +104,7 @@ impl Gateway {
         warn_plaintext(&config, https.is_some());
         let nats_tls = config.nats_tls();
         nats_tls.check()?;
+        config.request_consumer_storage.check(config.replicas())?;
         let auth = match config.insecure_no_auth {
             true => auth::Auth::insecure(keys.token_secret.clone(), config.tenant.clone()),
             false => auth::Auth::tokens(keys.token_secret.clone(), config.tenant.clone()),

@@ -16,6 +16,7 @@ mod limits;
 mod operations;
 mod paging;
 mod poll;
+mod request_consumers;
 mod resilience;
 mod security;
 mod sim_agents;

@@ -78,7 +78,8 @@ impl TenantRuntime {
         };
         let js = context(&connections.tenant.client);
         let events_js = context(&connections.events().client);
-        let broker = Broker::new(js.clone());
+        let broker =
+            Broker::new(js.clone()).with_request_consumer_storage(config.request_consumer_storage);
         broker
             .ensure_streams(
                 config.stream_max_age(),

@@ -1,0 +1,182 @@
+//! `--request-consumer-storage memory` (issue 11, point 5): servers' request consumers kept
+//! in the broker's memory, replicated on a 3-node cluster, so that a broker's shutdown does
+//! not wait ~10 ms per registered server. Refused without a replicated stream; under it a
+//! server's requests run exactly once across a node's kill -9 and a kill -9 of every node
+//! (which loses the consumers' state: the agent answers the redelivered requests from its
+//! ledger).
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer};
+use flue_client::{Client, ClientError};
+use flue_proto::{CreateDeployment, Deployment, DeploymentId, DeploymentStatus, subject};
+use flue_tests::{Cluster, WAIT, file_lines};
+
+const MEMORY: &[&str] = &["--replicas", "3", "--request-consumer-storage", "memory"];
+
+#[tokio::test]
+async fn a_gateway_asked_for_memory_request_consumers_without_three_replicas_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = tokio::process::Command::new(flue_tests::bin("flue-gateway"))
+        .args(["--listen", "127.0.0.1:0", "--insecure-dev-broker"])
+        .args(["--nats-url", "nats://127.0.0.1:1"])
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .args(["--request-consumer-storage", "memory"])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(WAIT, run)
+        .await
+        .expect("the gateway exits")
+        .expect("run flue-gateway");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("--request-consumer-storage memory needs --replicas 3 or more"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("listening"), "{stdout}");
+}
+
+#[tokio::test]
+async fn with_memory_request_consumers_a_servers_requests_run_once_across_a_node_kill_and_a_kill_of_every_node()
+ {
+    let mut cluster = Cluster::start(3, MEMORY).await;
+    let record = cluster.flue.path("record");
+    cluster
+        .flue
+        .script_config(
+            "rec",
+            &format!("#!/bin/sh\necho \"$name\" >> '{}'\n", record.display()),
+            &["name"],
+            &[],
+        )
+        .await;
+    cluster.flue.register("s1").await;
+    let agent = cluster.flue.agent("s1", &[]).await;
+    let client = cluster.flue.client();
+    let before = deploy(&client, "before").await;
+    assert_eq!(
+        finished(&client, &before.id).await.status,
+        DeploymentStatus::Complete
+    );
+
+    // The server's consumer is kept in memory, on the stream's three nodes.
+    let watcher = cluster.others[0].client().await;
+    let info = consumer_info(&watcher).await;
+    assert!(info.config.memory_storage, "{:?}", info.config);
+    let placement = info.cluster.as_ref().expect("a clustered consumer");
+    assert_eq!(placement.replicas.len(), 2, "{placement:?}");
+
+    // One node killed: the other two keep the consumer and its state.
+    let lead = placement.leader.clone().expect("the consumer has a leader");
+    let index = Cluster::index_of(&lead);
+    cluster.node_mut(index).kill().await;
+    let during = deploy(&client, "during").await;
+    assert_eq!(
+        finished(&client, &during.id).await.status,
+        DeploymentStatus::Complete
+    );
+    cluster.node_mut(index).start_again().await;
+
+    // Every node killed at once: the consumer comes back from the cluster's metadata with
+    // no state, so it delivers `before` and `during` again; the agent answers them from
+    // its ledger and runs neither. `after` is queued behind them (one in flight at a time),
+    // so its completion means both were handled.
+    for i in 0..3 {
+        cluster.node_mut(i).kill().await;
+    }
+    for i in 0..3 {
+        cluster.node_mut(i).start_again().await;
+    }
+    let after = deploy(&client, "after").await;
+    assert_eq!(
+        finished(&client, &after.id).await.status,
+        DeploymentStatus::Complete
+    );
+    assert_eq!(file_lines(&record), ["before", "during", "after"]);
+    // The state really was lost and the old requests came again.
+    let replays = agent
+        .logs()
+        .lines()
+        .iter()
+        .filter(|l| l.contains("already finished, answering from the ledger"))
+        .count();
+    assert_eq!(replays, 2, "{:#?}", agent.logs().lines());
+    for id in [&before.id, &during.id] {
+        let d = client.get_deployment(id).await.expect("read it back");
+        assert_eq!(d.status, DeploymentStatus::Complete, "{d:?}");
+    }
+}
+
+/// The request consumer of server `s1`, read from another node than node 0.
+async fn consumer_info(client: &async_nats::Client) -> consumer::Info {
+    let name = subject::request_consumer(
+        &"default".parse().expect("tenant"),
+        &"s1".parse().expect("server"),
+    );
+    let mut consumer: consumer::PullConsumer = jetstream::new(client.clone())
+        .get_stream(subject::REQUEST_STREAM)
+        .await
+        .expect("request stream")
+        .get_consumer(&name)
+        .await
+        .expect("the server's request consumer");
+    consumer.info().await.expect("consumer info").clone()
+}
+
+/// Creates deployment `name` (also its id) of the recording config on `s1`, as an engine
+/// does while the broker recovers: a 503 is retried after its Retry-After, and a retry
+/// finding the id taken reads what the first attempt stored.
+async fn deploy(client: &Client, name: &str) -> Deployment {
+    let id: DeploymentId = name.parse().expect("deployment id");
+    let mut create = CreateDeployment::new(
+        "rec".parse().expect("config id"),
+        "s1".parse().expect("server id"),
+    );
+    create.id = Some(id.clone());
+    create
+        .input_values
+        .insert("name".into(), serde_json::Value::String(name.into()));
+    let attempts = async {
+        loop {
+            match client.create_deployment(&create).await {
+                Ok(d) => return d,
+                Err(ClientError::Api { status: 409, .. }) => {
+                    return client.get_deployment(&id).await.expect("read it back");
+                }
+                Err(ClientError::Api { status: 503, .. }) => {
+                    tokio::time::sleep(Duration::from_millis(200)).await; // Retry-After
+                }
+                Err(e) => panic!("create deployment {name}: {e}"),
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, attempts)
+        .await
+        .unwrap_or_else(|_| panic!("deployment {name} not accepted within {WAIT:?}"))
+}
+
+/// Long-polls deployment `id` until it is terminal, bounded by [`WAIT`]; a 503 is retried.
+async fn finished(client: &Client, id: &DeploymentId) -> Deployment {
+    let poll = async {
+        let mut last = None;
+        loop {
+            match client
+                .wait_deployment(id, last, Duration::from_secs(10))
+                .await
+            {
+                Ok(d) if d.status.is_terminal() => return d,
+                Ok(d) => last = Some(d.status),
+                Err(ClientError::Api { status: 503, .. }) => {
+                    tokio::time::sleep(Duration::from_millis(200)).await; // Retry-After
+                }
+                Err(e) => panic!("long-poll deployment {id}: {e}"),
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, poll)
+        .await
+        .unwrap_or_else(|_| panic!("deployment {id} did not finish within {WAIT:?}"))
+}
