@@ -25,7 +25,9 @@
 //!
 //! Settings (environment): `FLUE_BENCH_N` latency samples (default 200),
 //! `FLUE_BENCH_AGENTS` simulated agents (200), `FLUE_BENCH_CLIENTS` HTTP clients (64),
-//! `FLUE_BENCH_SECS` window (20); `FLUE_BENCH_PERF=<file>` records a CPU profile of the
+//! `FLUE_BENCH_SECS` window (20). With `perf` installed, the user-space instructions of
+//! each process over the window are counted too (`perf stat`): per deployment, the one
+//! figure a busy shared machine hardly changes. `FLUE_BENCH_PERF=<file>` records a CPU profile of the
 //! broker, the gateway and this process over the window with `perf record`. Run with
 //! `bash scripts/bench.sh throughput`.
 
@@ -208,6 +210,24 @@ async fn main() {
             .spawn()
             .expect("perf record")
     });
+    // Instructions each process runs over the window: unlike CPU time, hardly changed by
+    // what else the machine runs (it is shared), so the figure to compare builds by.
+    let counting: Vec<_> = [broker, gateway, me]
+        .iter()
+        .map(|pid| {
+            let out = std::env::temp_dir().join(format!("flue-bench-{me}-{pid}.perfstat"));
+            let child = std::process::Command::new("perf")
+                .args(["stat", "-x", ",", "-e", "instructions:u", "-o"])
+                .arg(&out)
+                .args(["-p", &pid.to_string(), "--", "sleep"])
+                .arg(window.as_secs().to_string())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .ok();
+            (child, out)
+        })
+        .collect();
     tokio::time::sleep_until(deadline).await;
     let in_window = t.elapsed().as_secs_f64();
     let accepted_in_window = accepted.load(Ordering::Relaxed);
@@ -215,6 +235,18 @@ async fn main() {
     let cpu_after = [cpu_secs(broker), cpu_secs(gateway), cpu_secs(me)];
     let load_after = loadavg();
     while posting.join_next().await.is_some() {}
+    let instructions: Vec<Option<f64>> = counting
+        .into_iter()
+        .map(|(child, out)| {
+            let _ = child?.wait();
+            let text = std::fs::read_to_string(&out).ok()?;
+            let _ = std::fs::remove_file(&out);
+            text.lines()
+                .find(|l| l.contains("instructions"))
+                .and_then(|l| l.split(',').next())
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .collect();
     if let Some(mut perf) = profiling {
         // `perf` ends with its `sleep`, which ended with the window.
         let _ = perf.wait();
@@ -249,10 +281,17 @@ async fn main() {
     let names = ["broker", "gateway", "bench (simulated agents + clients)"];
     for (i, name) in names.iter().enumerate() {
         let used = cpu_after[i] - cpu_before[i];
+        let per = |v: f64| v / accepted_in_window.max(1) as f64;
+        let counted = instructions[i].map_or(String::new(), |n| {
+            format!(
+                "; {:.2} M instructions (user) per accepted deployment",
+                per(n) / 1e6
+            )
+        });
         println!(
-            "  CPU {name}: {used:.1} s = {:.2} cores; {:.0} µs per accepted deployment",
+            "  CPU {name}: {used:.1} s = {:.2} cores; {:.0} µs per accepted deployment{counted}",
             used / in_window,
-            used * 1e6 / accepted_in_window.max(1) as f64
+            per(used * 1e6)
         );
     }
     agents.stop().await;

@@ -116,21 +116,18 @@ async fn create_and_publish(service: Service, body: CreateDeployment) -> Result<
             "timeout_secs must be between 1 and {MAX_TIMEOUT_SECS} (7 days), got {timeout_secs}"
         )));
     }
-    let config = service
-        .store
-        .config(tenant, &body.config_id)
-        .await?
-        .ok_or_else(|| {
-            ApiError::NotFound(format!("config {:?} not found", body.config_id.as_str()))
-        })?;
+    // Independent reads: one round trip for both.
+    let (config, server) = tokio::try_join!(
+        service.store.config(tenant, &body.config_id),
+        service.store.server(tenant, &body.server_id)
+    )?;
+    let config = config.ok_or_else(|| {
+        ApiError::NotFound(format!("config {:?} not found", body.config_id.as_str()))
+    })?;
     check_action(&config, &body.action)?;
-    let server = service
-        .store
-        .server(tenant, &body.server_id)
-        .await?
-        .ok_or_else(|| {
-            ApiError::NotFound(format!("server {:?} not found", body.server_id.as_str()))
-        })?;
+    let server = server.ok_or_else(|| {
+        ApiError::NotFound(format!("server {:?} not found", body.server_id.as_str()))
+    })?;
     let inputs_from = match &body.inputs_from {
         Some(id) => {
             let from = referenced(&service, "inputs_from", id).await?;
