@@ -11,6 +11,10 @@
 #   bash scripts/bench.sh scale --cluster [--consumers file|memory] [N…]
 #                                    the same on a local 3-node cluster (replicas 3), with the
 #                                    gateway's --request-consumer-storage (default file).
+#   bash scripts/bench.sh throughput deployments/s accepted and answered through one gateway with
+#                                    simulated agents, and a no-op deployment's latency against
+#                                    the physical floor measured in the same run (issue 11,
+#                                    point 6; FLUE_BENCH_AGENTS, _CLIENTS, _SECS, _N).
 #   bash scripts/bench.sh poll       a polling server (stock os-collect-config, installed by
 #                                    scripts/test.sh) against a flue-agent (FLUE_BENCH_N default 20).
 set -euo pipefail
@@ -21,6 +25,10 @@ cargo build --release --workspace --bins
 if [[ "${1:-}" == poll ]]; then
   shift
   cargo bench -p flue-tests --bench poll -- "$@"
+elif [[ "${1:-}" == throughput ]]; then
+  shift
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  cargo bench -p flue-tests --bench throughput -- "$@"
 elif [[ "${1:-}" == scale ]]; then
   shift
   # One connection per simulated agent, plus the broker's own per connection.

@@ -39,7 +39,8 @@ use verify::{replayed, signed_for, stream_seq, verify};
 /// the gateway sets to 10 s, does not redeliver it.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(3);
 
-/// Longest wait to queue `delivered` on the connection (it is never waited for longer).
+/// Longest wait to queue `delivered` or `started` on the connection (neither is ever
+/// waited for longer).
 pub const DELIVERED_QUEUE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Handles one pulled request. Errors are ledger failures only: the agent must stop.
@@ -85,43 +86,45 @@ pub async fn handle(agent: &Agent, msg: jetstream::Message) -> Result<(), Error>
             let broker = &agent.broker;
             rights::take(agent.rights.as_ref(), &broker.client, &broker.connects, jwt).await;
         }
-        announce_delivery(agent, &req.deployment_id, &digest).await;
+        let delivered = AgentMessage::Delivered {
+            v: PROTOCOL_VERSION,
+            deployment_id: req.deployment_id.clone(),
+            at: OffsetDateTime::now_utc(),
+            request_digest: Some(digest.clone()),
+        };
+        announce(agent, &delivered, "delivered").await;
         handle_request(agent, &msg, &req, &key, &digest).await
     }
     .instrument(span)
     .await
 }
 
-/// Publishes `delivered` for every request pulled, redeliveries included (same message id:
-/// the broker drops a duplicate within its window, the gateway ignores a later one).
+/// Publishes `message` (`delivered` for every request pulled, redeliveries included;
+/// `started` once the ledger holds it), whose loss changes nothing else: the gateway
+/// learns the same from the answers that follow. Same message id on every copy: the
+/// broker drops a duplicate within its window, the gateway ignores a later one.
 ///
 /// It costs the deployment no round trip: the message is only queued on the connection,
-/// ahead of anything published later for the request, and its acknowledgement is awaited
-/// by a task of its own. A failure is logged and changes nothing else.
-async fn announce_delivery(agent: &Agent, id: &DeploymentId, digest: &RequestDigest) {
-    let delivered = AgentMessage::Delivered {
-        v: PROTOCOL_VERSION,
-        deployment_id: id.clone(),
-        at: OffsetDateTime::now_utc(),
-        request_digest: Some(digest.clone()),
-    };
-    let ack = match tokio::time::timeout(DELIVERED_QUEUE_TIMEOUT, agent.responder.send(&delivered))
-        .await
-    {
-        Ok(Ok(ack)) => ack,
-        Ok(Err(e)) => {
-            warn!(error = %e, "publishing delivered failed; carrying on");
-            return;
-        }
-        Err(_) => {
-            warn!("publishing delivered timed out; carrying on");
-            return;
-        }
-    };
+/// ahead of anything published later for the request (so `started` still comes before
+/// the result), and its acknowledgement is awaited by a task of its own. A failure is
+/// logged and changes nothing else.
+async fn announce(agent: &Agent, message: &AgentMessage, what: &'static str) {
+    let ack =
+        match tokio::time::timeout(DELIVERED_QUEUE_TIMEOUT, agent.responder.send(message)).await {
+            Ok(Ok(ack)) => ack,
+            Ok(Err(e)) => {
+                warn!(error = %e, what, "publishing an announcement failed; carrying on");
+                return;
+            }
+            Err(_) => {
+                warn!(what, "publishing an announcement timed out; carrying on");
+                return;
+            }
+        };
     tokio::spawn(
         async move {
             if let Err(e) = ack.await {
-                warn!(error = %e, "delivered not acknowledged by the broker");
+                warn!(error = %e, what, "announcement not acknowledged by the broker");
             }
         }
         .in_current_span(),
@@ -319,9 +322,9 @@ async fn apply(
         at: started_at,
         request_digest: Some(digest.clone()),
     };
-    if let Err(e) = agent.responder.publish(&started).await {
-        warn!(error = %e, "publishing started failed; carrying on");
-    }
+    // Durable in the ledger already, which is what exactly-once rests on: the message
+    // itself need not be confirmed before the hook runs.
+    announce(agent, &started, "started").await;
     info!(group = %item.group, action = %req.action, "running hook");
 
     // One deployment runs at a time, so one socket path serves them all in turn.

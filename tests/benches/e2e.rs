@@ -25,13 +25,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, consumer::pull, stream};
 use flue_client::Client;
 use flue_proto::{ConfigSpec, CreateDeployment, DeploymentStatus, RegisterServer, ServerId};
 use flue_tests::{Agent, Flue, Gateway, Nats, write_executable};
 use futures_util::StreamExt;
 use serde_json::json;
 use tempfile::TempDir;
+
+#[path = "floor.rs"]
+mod floor;
+
+use floor::{hook_spawn, raw_round_trip};
 
 /// The gateway flags of the "off" run: every security feature the gateway can turn off.
 const OFF_GATEWAY_FLAGS: &[&str] = &[
@@ -395,89 +399,6 @@ fn rss_kib(agent: &Agent) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS")
-}
-
-/// Publish a request into a stream, pull + ack it in a responder, publish a reply into a
-/// second stream, pull + ack that: the broker work one Flue deployment needs at least.
-async fn raw_round_trip(nats: &Nats, n: usize) -> Vec<Duration> {
-    let client = nats.client().await;
-    let js = jetstream::new(client);
-    for (name, subj) in [("RAWREQ", "raw.req"), ("RAWRESP", "raw.resp")] {
-        js.create_stream(stream::Config {
-            name: name.into(),
-            subjects: vec![subj.into()],
-            ..Default::default()
-        })
-        .await
-        .expect("stream");
-    }
-    let consumer = |stream_name: &'static str| {
-        let js = js.clone();
-        async move {
-            js.get_stream(stream_name)
-                .await
-                .expect("stream")
-                .create_consumer(pull::Config {
-                    durable_name: Some(format!("{stream_name}-c")),
-                    ..Default::default()
-                })
-                .await
-                .expect("consumer")
-        }
-    };
-    let req_consumer = consumer("RAWREQ").await;
-    let resp_consumer = consumer("RAWRESP").await;
-    let responder_js = js.clone();
-    let responder = tokio::spawn(async move {
-        let mut msgs = req_consumer.messages().await.expect("messages");
-        while let Some(Ok(m)) = msgs.next().await {
-            m.double_ack().await.expect("ack");
-            responder_js
-                .publish("raw.resp", m.payload.clone())
-                .await
-                .expect("publish")
-                .await
-                .expect("puback");
-        }
-    });
-    let mut replies = resp_consumer.messages().await.expect("messages");
-    let payload = bytes::Bytes::from(vec![b'x'; 512]);
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        js.publish("raw.req", payload.clone())
-            .await
-            .expect("publish")
-            .await
-            .expect("puback");
-        let m = replies.next().await.expect("reply").expect("reply ok");
-        m.ack().await.expect("ack");
-        out.push(t.elapsed());
-    }
-    responder.abort();
-    out
-}
-
-async fn hook_spawn(hook: &std::path::Path, n: usize) -> Vec<Duration> {
-    use tokio::io::AsyncWriteExt;
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        let mut child = tokio::process::Command::new(hook)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn hook");
-        let mut stdin = child.stdin.take().expect("stdin");
-        // A hook may exit without reading its stdin (EPIPE); the agent tolerates that too.
-        let _ = stdin.write_all(b"{}").await;
-        drop(stdin);
-        let output = child.wait_with_output().await.expect("hook");
-        let _: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
-        out.push(t.elapsed());
-    }
-    out.sort();
-    out
 }
 
 fn noop(server: &str) -> CreateDeployment {

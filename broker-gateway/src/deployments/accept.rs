@@ -80,21 +80,18 @@ impl Accept {
                 "timeout_secs must be between 1 and {MAX_TIMEOUT_SECS} (7 days), got {timeout_secs}"
             )));
         }
-        let config = self
-            .store
-            .config(tenant, &body.config_id)
-            .await?
-            .ok_or_else(|| {
-                AcceptError::NotFound(format!("config {:?} not found", body.config_id.as_str()))
-            })?;
+        // Independent reads: one round trip for both.
+        let (config, server) = tokio::try_join!(
+            self.store.config(tenant, &body.config_id),
+            self.store.server(tenant, &body.server_id)
+        )?;
+        let config = config.ok_or_else(|| {
+            AcceptError::NotFound(format!("config {:?} not found", body.config_id.as_str()))
+        })?;
         check_action(&config, &body.action)?;
-        let server = self
-            .store
-            .server(tenant, &body.server_id)
-            .await?
-            .ok_or_else(|| {
-                AcceptError::NotFound(format!("server {:?} not found", body.server_id.as_str()))
-            })?;
+        let server = server.ok_or_else(|| {
+            AcceptError::NotFound(format!("server {:?} not found", body.server_id.as_str()))
+        })?;
         let inputs_from = match &body.inputs_from {
             Some(id) => Some(self.referenced_by(&body, "inputs_from", id).await?),
             None => None,

@@ -22,6 +22,7 @@ mod bucket;
 mod error;
 pub mod paging;
 pub mod pending;
+mod recent;
 mod stacks;
 
 use async_nats::jetstream::{self, kv};
@@ -75,6 +76,9 @@ pub struct Store {
     data: kv::Store,
     pending: kv::Store,
     server_order: kv::Store,
+    /// Deployment records this gateway wrote last, so that the next write of one skips
+    /// reading it back ([`recent`]).
+    recent: recent::Recent,
 }
 
 impl Store {
@@ -95,6 +99,7 @@ impl Store {
             data: bucket(js, subject::DATA_BUCKET, replicas).await?,
             pending: bucket(js, PENDING_BUCKET, replicas).await?,
             server_order: bucket(js, SERVER_ORDER_BUCKET, replicas).await?,
+            recent: recent::Recent::default(),
         })
     }
 
@@ -273,18 +278,26 @@ impl Store {
     /// A record that is not terminal is marked pending first, and put in the listing
     /// order: a crash after these writes leaves entries without a record, which
     /// recovery and listings skip; the other way round it would leave a pending
-    /// deployment no restart reads.
+    /// deployment no restart reads. The two entries are independent of each other, so
+    /// they are written together (one round trip, not two), both before the record.
     pub async fn create_deployment(&self, record: &DeploymentRecord) -> Result<bool, StoreError> {
         let d = &record.deployment;
-        if !d.status.is_terminal() {
-            self.mark_pending(&d.tenant, &d.id).await?;
-        }
-        self.index_deployment(&d.tenant, &d.server_id, &d.id)
-            .await?;
+        let pending = async {
+            match d.status.is_terminal() {
+                true => Ok(()),
+                false => self.mark_pending(&d.tenant, &d.id).await,
+            }
+        };
+        let listed = self.index_deployment(&d.tenant, &d.server_id, &d.id);
+        tokio::try_join!(pending, listed)?;
         let key = key2(&d.tenant, &d.id);
         let value = encode(record);
+        let size = value.len();
         match self.deployments.create(&key, value).await {
-            Ok(_) => Ok(true),
+            Ok(revision) => {
+                self.recent.wrote(&key, record, revision, size);
+                Ok(true)
+            }
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
                 // A retry of a finished deployment: the entry just written would otherwise
                 // stay until the next recovery.
@@ -315,6 +328,42 @@ impl Store {
         mut change: impl FnMut(&mut DeploymentRecord) -> bool,
     ) -> Result<Option<Updated>, StoreError> {
         let key = key2(tenant, id);
+        // First on the record this gateway last wrote, unread: the revision it names makes
+        // the write fail if the record changed since. A change that would do nothing
+        // there is decided on the stored record instead, below, since the caller is then
+        // told the record as it is.
+        if let Some((mut record, revision)) = self.recent.get(&key)
+            && change(&mut record)
+        {
+            let value = encode(&record);
+            let size = value.len();
+            match self.deployments.update(&key, value, revision).await {
+                Ok(revision) => {
+                    self.recent.wrote(&key, &record, revision, size);
+                    if record.deployment.status.is_terminal() {
+                        self.clear_pending_logged(tenant, id).await;
+                    }
+                    return Ok(Some(Updated {
+                        record,
+                        changed: true,
+                    }));
+                }
+                // Changed since: read it, as without the hint.
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                    self.recent.forget(&key);
+                }
+                // The write may have landed all the same: the caller's retry must know
+                // it handled this before, as without the hint.
+                Err(e) => {
+                    self.recent.forget(&key);
+                    return Err(StoreError::Write {
+                        bucket: DEPLOYMENTS_BUCKET,
+                        key,
+                        source: e.into(),
+                    });
+                }
+            }
+        }
         for _ in 0..MAX_CAS_ATTEMPTS {
             let Some((mut record, revision)) =
                 get::<DeploymentRecord>(&self.deployments, DEPLOYMENTS_BUCKET, key.clone()).await?
@@ -327,12 +376,11 @@ impl Store {
                     changed: false,
                 }));
             }
-            match self
-                .deployments
-                .update(&key, encode(&record), revision)
-                .await
-            {
-                Ok(_) => {
+            let value = encode(&record);
+            let size = value.len();
+            match self.deployments.update(&key, value, revision).await {
+                Ok(revision) => {
+                    self.recent.wrote(&key, &record, revision, size);
                     if record.deployment.status.is_terminal() {
                         // After the record: a crash in between leaves a pending entry
                         // of a terminal record, which the next recovery removes.

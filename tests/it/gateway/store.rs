@@ -1,5 +1,5 @@
 //! JetStream state against a real nats-server: compare-and-set never loses a concurrent
-//! change; the streams follow the configured max age.
+//! change, not even one another gateway made; the streams follow the configured max age.
 
 use std::collections::BTreeMap;
 
@@ -115,6 +115,57 @@ async fn concurrent_updates_are_all_kept_and_ids_are_listed_per_server() {
             .expect("ids")
             .is_empty()
     );
+}
+
+#[tokio::test]
+async fn a_change_another_gateway_made_is_kept_when_this_one_writes_the_record_again() {
+    // Two stores on one broker are two gateways: each remembers what it wrote last and
+    // writes on it unread; the other's change in between must make that write read first.
+    let nats = flue_tests::Nats::start().await;
+    let open = || async {
+        let client = async_nats::connect(nats.url()).await.expect("connect");
+        Store::open(&async_nats::jetstream::new(client))
+            .await
+            .expect("buckets")
+    };
+    let (mine, theirs) = (open().await, open().await);
+    let r = record("d1");
+    let (tenant, id) = (&r.deployment.tenant, &r.deployment.id);
+    assert!(mine.create_deployment(&r).await.expect("create"));
+    let append = |store: &Store, part: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .update_deployment(tenant, id, |rec| {
+                    rec.deployment.deploy_stdout.push_str(part);
+                    true
+                })
+                .await
+                .expect("update")
+                .expect("exists")
+        }
+    };
+    append(&mine, "a.").await;
+    append(&theirs, "b.").await;
+    let updated = append(&mine, "c.").await;
+    assert_eq!(updated.record.deployment.deploy_stdout, "a.b.c.");
+    let stored = theirs
+        .deployment(tenant, id)
+        .await
+        .expect("read")
+        .expect("exists");
+    assert_eq!(stored.deployment.deploy_stdout, "a.b.c.", "no change lost");
+
+    // A change that does nothing on what this gateway wrote last is decided on the record
+    // as stored: the caller is told the other gateway's change.
+    append(&theirs, "d.").await;
+    let unchanged = mine
+        .update_deployment(tenant, id, |rec| rec.deployment.deploy_stdout.is_empty())
+        .await
+        .expect("update")
+        .expect("exists");
+    assert!(!unchanged.changed);
+    assert_eq!(unchanged.record.deployment.deploy_stdout, "a.b.c.d.");
 }
 
 #[tokio::test]

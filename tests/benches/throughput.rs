@@ -1,0 +1,367 @@
+//! Benchmark (not a test): Flue's throughput and latency against its targets (issue 11,
+//! point 6): at least 5,000 deployments/s accepted and answered through one gateway on
+//! one broker, and a no-op deployment within 1.5× the physical floor.
+//!
+//! One Flue the harness's secure way without TLS ([`Flue::start`]: operator-mode broker,
+//! tokens, per-server credentials, signed requests and answers), then, in this order:
+//!
+//! 1. **the floor**, on the same broker in the same run ([`floor`]): a raw JetStream round
+//!    trip (publish acked → pull → ack → reply publish acked → pull → ack) and one
+//!    `fork/exec` of the no-op hook (spawn, stdin, JSON read back);
+//! 2. **latency**: one real `flue-agent` process running the real no-op hook (under its
+//!    hook guard, as always), one deployment at a time, each measured two ways: the
+//!    record's own timestamps (`created_at`, taken when the gateway accepted it, →
+//!    `updated_at`, when the result was stored) and as a client sees it (POST sent →
+//!    the long poll returns COMPLETE); p50 / p99 and the ratio of each p50 to the floor's
+//!    (raw round trip p50 + hook spawn p50);
+//! 3. **throughput**: N simulated agents ([`flue_tests::sim`]: each its own connection and
+//!    consumer, signed no-op answers, no hook) and C HTTP clients in this process, each
+//!    POSTing no-op deployments one after another for a fixed window, to the servers in
+//!    turn. Accepted: 202s received in the window. Answered: `deployment.completed`
+//!    events (published once the result is stored) heard on the event subjects in the
+//!    window. Both per second and as a ratio to 5,000/s; then the drain until every
+//!    accepted deployment is answered. CPU seconds of the broker, the gateway and this
+//!    process (simulated agents + clients) over the window, from `/proc`.
+//!
+//! Settings (environment): `FLUE_BENCH_N` latency samples (default 200),
+//! `FLUE_BENCH_AGENTS` simulated agents (200), `FLUE_BENCH_CLIENTS` HTTP clients (64),
+//! `FLUE_BENCH_SECS` window (20). With `perf` installed, the user-space instructions of
+//! each process over the window are counted too (`perf stat`): per deployment, the one
+//! figure a busy shared machine hardly changes. `FLUE_BENCH_PERF=<file>` records a CPU profile of the
+//! broker, the gateway and this process over the window with `perf record`. Run with
+//! `bash scripts/bench.sh throughput`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use flue_proto::{ConfigSpec, CreateDeployment, DeploymentStatus, ServerId};
+use flue_tests::Flue;
+use flue_tests::sim::{self, SimAgents, SimOptions};
+use futures_util::StreamExt;
+use serde_json::json;
+
+#[path = "floor.rs"]
+mod floor;
+
+/// Deployments per second the issue asks for.
+const TARGET_PER_SEC: f64 = 5000.0;
+/// Latency the issue allows, as a multiple of the floor.
+const TARGET_RATIO: f64 = 1.5;
+/// Registrations in flight at once.
+const REGISTER_AT_ONCE: usize = 16;
+/// Simulated agents connecting at once.
+const CONNECT_AT_ONCE: usize = 64;
+/// Bound on any phase: a phase that takes longer is a finding, not a hang.
+const PHASE_LIMIT: Duration = Duration::from_secs(300);
+/// Linux reports `/proc/<pid>/stat` times in clock ticks of 1/100 s (`USER_HZ`).
+const TICKS_PER_SEC: f64 = 100.0;
+
+#[tokio::main]
+async fn main() {
+    let samples = setting("FLUE_BENCH_N", 200);
+    let agents_n = setting("FLUE_BENCH_AGENTS", 200);
+    let clients_n = setting("FLUE_BENCH_CLIENTS", 64);
+    let window = Duration::from_secs(setting("FLUE_BENCH_SECS", 20) as u64);
+    println!("Flue throughput and latency benchmark (issue 11, point 6)");
+    println!(
+        "latency samples {samples}; simulated agents {agents_n}; HTTP clients {clients_n}; window {window:?}; load average at start: {}",
+        loadavg()
+    );
+    let flue = Flue::start().await;
+
+    // 1. The floor.
+    let mut raw = floor::raw_round_trip(&flue.nats, samples).await;
+    raw.sort();
+    let hooks = flue.path("hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    flue_tests::write_executable(
+        &hooks.join("noop"),
+        "#!/bin/sh\necho '{\"deploy_status_code\": 0}'\n",
+    );
+    let spawn = floor::hook_spawn(&hooks.join("noop"), samples).await;
+    let floor_ms = ms(pct(&raw, 50)) + ms(pct(&spawn, 50));
+    println!(
+        "floor: raw JetStream round trip p50 {:.3} ms p99 {:.3} ms; no-op hook spawn p50 {:.3} ms p99 {:.3} ms; floor (sum of p50s) {floor_ms:.3} ms",
+        ms(pct(&raw, 50)),
+        ms(pct(&raw, 99)),
+        ms(pct(&spawn, 50)),
+        ms(pct(&spawn, 99)),
+    );
+
+    // 2. Latency with a real agent and hook.
+    let client = flue.client();
+    let noop: ConfigSpec =
+        serde_json::from_value(json!({"id": "noop", "group": "noop"})).expect("spec");
+    client.create_config(&noop).await.expect("config");
+    flue.register("lat").await;
+    let agent = flue.agent("lat", std::slice::from_ref(&hooks)).await;
+    let lat = ServerId::new("lat").expect("id");
+    let mut stored = Vec::with_capacity(samples);
+    let mut observed = Vec::with_capacity(samples);
+    let mut segments: [Vec<Duration>; 4] = Default::default();
+    for _ in 0..samples {
+        let t = Instant::now();
+        let d = client
+            .create_deployment(&CreateDeployment::new(
+                "noop".parse().expect("id"),
+                lat.clone(),
+            ))
+            .await
+            .expect("create");
+        let done = client
+            .wait_until_terminal(&d.id, Duration::from_secs(60), |_| {})
+            .await
+            .expect("finish");
+        observed.push(t.elapsed());
+        assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+        let gap = |from: time::OffsetDateTime, to: time::OffsetDateTime| {
+            Duration::from_secs_f64((to - from).as_seconds_f64().max(0.0))
+        };
+        stored.push(gap(done.created_at, done.updated_at));
+        // The agent's clock is the same machine's: the segments add up.
+        if let (Some(delivered), Some(started), Some(finished)) =
+            (done.delivered_at, done.started_at, done.finished_at)
+        {
+            segments[0].push(gap(done.created_at, delivered));
+            segments[1].push(gap(delivered, started));
+            segments[2].push(gap(started, finished));
+            segments[3].push(gap(finished, done.updated_at));
+        }
+    }
+    drop(agent);
+    stored.sort();
+    observed.sort();
+    let latency = [
+        ("accepted → result stored (record timestamps)", &stored),
+        ("POST sent → client sees COMPLETE", &observed),
+    ];
+    let names = [
+        "accepted → agent has it (gateway writes, request publish, pull)",
+        "agent has it → started (verify, ledger read)",
+        "started → hook finished (ledger `started` flushed, `started` published, guard + hook, ledger hook entry)",
+        "hook finished → result stored (ledger `done` flushed, `finished` published, gateway applies)",
+    ];
+    for (name, s) in names.iter().zip(&mut segments) {
+        s.sort();
+        if !s.is_empty() {
+            println!("  of which {name}: p50 {:.3} ms", ms(pct(s, 50)));
+        }
+    }
+    for (what, s) in latency {
+        println!(
+            "no-op deployment, {what}: p50 {:.3} ms p99 {:.3} ms; p50 / floor {:.2}× (target ≤ {TARGET_RATIO}×)",
+            ms(pct(s, 50)),
+            ms(pct(s, 99)),
+            ms(pct(s, 50)) / floor_ms
+        );
+    }
+
+    // 3. Throughput with simulated agents.
+    let servers = bounded(
+        sim::register(&flue.admin_client(), "sim", agents_n, REGISTER_AT_ONCE),
+        "registration",
+    )
+    .await;
+    let ids: Arc<Vec<ServerId>> = Arc::new(servers.iter().map(|s| s.id.clone()).collect());
+    let options = SimOptions {
+        nats_url: flue.nats.url(),
+        tenant: "default".parse().expect("tenant"),
+        heartbeat: Duration::from_secs(3),
+        connecting_at_once: CONNECT_AT_ONCE,
+    };
+    let agents = SimAgents::start(&options, servers);
+    agents.wait_ready(PHASE_LIMIT).await;
+    let completed = Arc::new(AtomicU64::new(0));
+    let listening = listen_completed(&flue, completed.clone()).await;
+
+    let broker = flue.nats.pid().expect("broker running");
+    let gateway = flue.gateway.pid().expect("gateway running");
+    let me = std::process::id();
+    let load_before = loadavg();
+    let cpu_before = [cpu_secs(broker), cpu_secs(gateway), cpu_secs(me)];
+    let answered_before = completed.load(Ordering::Relaxed);
+    let accepted = Arc::new(AtomicU64::new(0));
+    let t = Instant::now();
+    let deadline = tokio::time::Instant::now() + window;
+    let mut posting = tokio::task::JoinSet::new();
+    for c in 0..clients_n {
+        let (client, ids, accepted) = (flue.client(), ids.clone(), accepted.clone());
+        posting.spawn(async move {
+            let mut i = c;
+            while tokio::time::Instant::now() < deadline {
+                let body =
+                    CreateDeployment::new("noop".parse().expect("id"), ids[i % ids.len()].clone());
+                client.create_deployment(&body).await.expect("create");
+                accepted.fetch_add(1, Ordering::Relaxed);
+                i += clients_n;
+            }
+        });
+    }
+    // A CPU profile of the three processes over the window, when asked for.
+    let profiling = std::env::var("FLUE_BENCH_PERF").ok().map(|out| {
+        std::process::Command::new("perf")
+            .args(["record", "-F", "499", "-g", "-o", &out, "-p"])
+            .arg(format!("{broker},{gateway},{me}"))
+            .args(["--", "sleep"])
+            .arg(window.as_secs().to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("perf record")
+    });
+    // Instructions each process runs over the window: unlike CPU time, hardly changed by
+    // what else the machine runs (it is shared), so the figure to compare builds by.
+    let counting: Vec<_> = [broker, gateway, me]
+        .iter()
+        .map(|pid| {
+            let out = std::env::temp_dir().join(format!("flue-bench-{me}-{pid}.perfstat"));
+            let child = std::process::Command::new("perf")
+                .args(["stat", "-x", ",", "-e", "instructions:u", "-o"])
+                .arg(&out)
+                .args(["-p", &pid.to_string(), "--", "sleep"])
+                .arg(window.as_secs().to_string())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .ok();
+            (child, out)
+        })
+        .collect();
+    tokio::time::sleep_until(deadline).await;
+    let in_window = t.elapsed().as_secs_f64();
+    let accepted_in_window = accepted.load(Ordering::Relaxed);
+    let answered_in_window = completed.load(Ordering::Relaxed) - answered_before;
+    let cpu_after = [cpu_secs(broker), cpu_secs(gateway), cpu_secs(me)];
+    let load_after = loadavg();
+    while posting.join_next().await.is_some() {}
+    let instructions: Vec<Option<f64>> = counting
+        .into_iter()
+        .map(|(child, out)| {
+            let _ = child?.wait();
+            let text = std::fs::read_to_string(&out).ok()?;
+            let _ = std::fs::remove_file(&out);
+            text.lines()
+                .find(|l| l.contains("instructions"))
+                .and_then(|l| l.split(',').next())
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .collect();
+    if let Some(mut perf) = profiling {
+        // `perf` ends with its `sleep`, which ended with the window.
+        let _ = perf.wait();
+    }
+    let total = accepted.load(Ordering::Relaxed);
+    bounded(
+        until_answered(completed.clone(), answered_before + total),
+        "every accepted deployment answered",
+    )
+    .await;
+    let drained = t.elapsed().as_secs_f64();
+    listening.abort();
+    let accepted_rate = accepted_in_window as f64 / in_window;
+    let answered_rate = answered_in_window as f64 / in_window;
+    println!(
+        "throughput over {in_window:.1} s ({agents_n} simulated agents, {clients_n} clients; load average {load_before} → {load_after}):"
+    );
+    println!(
+        "  accepted {accepted_in_window} = {accepted_rate:.0}/s ({:.3} of {TARGET_PER_SEC}/s)",
+        accepted_rate / TARGET_PER_SEC
+    );
+    println!(
+        "  answered (deployment.completed) {answered_in_window} = {answered_rate:.0}/s ({:.3} of {TARGET_PER_SEC}/s)",
+        answered_rate / TARGET_PER_SEC
+    );
+    println!(
+        "  all {total} accepted answered {drained:.1} s after the first POST ({:.0}/s overall); agents answered {}, rejected {}",
+        total as f64 / drained,
+        agents.answered(),
+        agents.rejected()
+    );
+    let names = ["broker", "gateway", "bench (simulated agents + clients)"];
+    for (i, name) in names.iter().enumerate() {
+        let used = cpu_after[i] - cpu_before[i];
+        let per = |v: f64| v / accepted_in_window.max(1) as f64;
+        let counted = instructions[i].map_or(String::new(), |n| {
+            format!(
+                "; {:.2} M instructions (user) per accepted deployment",
+                per(n) / 1e6
+            )
+        });
+        println!(
+            "  CPU {name}: {used:.1} s = {:.2} cores; {:.0} µs per accepted deployment{counted}",
+            used / in_window,
+            per(used * 1e6)
+        );
+    }
+    agents.stop().await;
+}
+
+/// Counts `deployment.completed` events on the tenant's event subjects (the gateway
+/// publishes one once a result is stored) into `count`; aborted by the caller.
+async fn listen_completed(flue: &Flue, count: Arc<AtomicU64>) -> tokio::task::JoinHandle<()> {
+    let client = flue.nats.events_client().await;
+    let mut sub = client
+        .subscribe("flue.default.evt.deployment.*.*.completed")
+        .await
+        .expect("subscribe");
+    client.flush().await.expect("flush");
+    tokio::spawn(async move {
+        let _client = client;
+        while sub.next().await.is_some() {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    })
+}
+
+/// Resolves once `count` reaches `target` (polled: the counter is the event).
+async fn until_answered(count: Arc<AtomicU64>, target: u64) {
+    flue_tests::wait_until(
+        "every accepted deployment answered",
+        PHASE_LIMIT,
+        move || (count.load(Ordering::Relaxed) >= target).then_some(()),
+    )
+    .await;
+}
+
+/// `fut`, or a panic naming the phase after [`PHASE_LIMIT`].
+async fn bounded<T>(fut: impl std::future::Future<Output = T>, phase: &str) -> T {
+    tokio::time::timeout(PHASE_LIMIT, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{phase} took longer than {PHASE_LIMIT:?}"))
+}
+
+fn setting(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The `p`th percentile of sorted samples.
+fn pct(sorted: &[Duration], p: usize) -> Duration {
+    sorted[((sorted.len() - 1) * p) / 100]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// User + system CPU seconds a process has used.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    // Fields counted after the command name's closing parenthesis: utime and stime are
+    // the 12th and 13th there.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 =
+        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
+    ticks / TICKS_PER_SEC
+}
+
+/// The 1, 5 and 15 minute load averages.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
