@@ -133,6 +133,7 @@ pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Ro
             "/v1/stacks/{id}",
             get(stacks::get).put(stacks::put).delete(stacks::delete),
         )
+        .route("/v1/stacks/{id}/units", get(stacks::units))
         .route_layer(middleware::from_fn_with_state(
             link.clone(),
             guard::require_broker,
