@@ -8,6 +8,8 @@
 #   bash scripts/bench.sh scale [N…] N simulated agents (default 1000 5000) on one broker and one
 #                                    gateway: registration, RSS per server, idle presence CPU, one
 #                                    deployment to every server, broker shutdown (docs/benchmarks.md).
+#   bash scripts/bench.sh stacks [N…] one group stack over N simulated servers (default 1000 3000):
+#                                    create, update, delete; time and bytes written per operation.
 #   bash scripts/bench.sh poll       a polling server (stock os-collect-config, installed by
 #                                    scripts/test.sh) against a flue-agent (FLUE_BENCH_N default 20).
 set -euo pipefail
@@ -18,6 +20,10 @@ cargo build --release --workspace --bins
 if [[ "${1:-}" == poll ]]; then
   shift
   cargo bench -p flue-tests --bench poll -- "$@"
+elif [[ "${1:-}" == stacks ]]; then
+  shift
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  cargo bench -p flue-tests --bench stacks -- "$@"
 elif [[ "${1:-}" == scale ]]; then
   shift
   # One connection per simulated agent, plus the broker's own per connection.

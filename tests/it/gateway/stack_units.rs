@@ -19,6 +19,8 @@ fn unit(member: &str, status: &str) -> Value {
         "resource": "grp",
         "member": member,
         "server_id": format!("srv-{member}"),
+        "actions": [],
+        "depends_on": [],
         "action": "CREATE",
         "status": status,
     })
