@@ -297,12 +297,26 @@ impl Client {
         self.send_bytes(request, &url).await.map(drop)
     }
 
-    /// `GET /v1/servers/{id}/deployments`: the server's deployments, oldest first.
+    /// `GET /v1/servers/{id}/deployments`, every page: the server's deployments, oldest
+    /// first.
     pub async fn list_server_deployments(
         &self,
         id: &ServerId,
     ) -> Result<Vec<Deployment>, ClientError> {
-        self.get(&format!("v1/servers/{id}/deployments")).await
+        self.collect_pages(&format!("v1/servers/{id}/deployments?"), usize::MAX)
+            .await
+    }
+
+    /// `GET /v1/servers/{id}/deployments?limit=N&cursor=C`: one page of the server's
+    /// deployments, oldest first, and the cursor of the next (none on the last page).
+    pub async fn list_server_deployments_page(
+        &self,
+        id: &ServerId,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<Deployment>, ClientError> {
+        self.get_page(&format!("v1/servers/{id}/deployments?"), limit, cursor)
+            .await
     }
 
     /// `POST /v1/deployments`: queues a deployment and returns it (status QUEUED).
