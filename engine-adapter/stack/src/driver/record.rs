@@ -171,13 +171,7 @@ impl Driver<'_> {
             if let Some(u) = s.units.get_mut(key)
                 && planned(u).is_none()
             {
-                u.pending = Some(fresh.clone());
-                // The unit's action changes once a deployment really ran (an UPDATE
-                // that finds nothing changed leaves it as it was).
-                if lifecycle {
-                    u.status = OpStatus::InProgress;
-                    u.status_reason = None;
-                }
+                plan_into(u, &fresh, lifecycle);
             }
         })
         .await?;
@@ -187,6 +181,60 @@ impl Driver<'_> {
             .get(key)
             .and_then(planned)
             .ok_or_else(|| EngineError::Refused(format!("{key} left the stack while planning")))
+    }
+
+    /// Plans the deployments of `steps` (those that run one and have none planned by
+    /// this operation yet) in one write, as [`Driver::plan_pending`] would one by one:
+    /// starting a wave of N ready units then costs one write, not N. `plan_pending`
+    /// finds them recorded.
+    pub(super) async fn plan_wave(&mut self, steps: &[&Step]) -> Result<(), EngineError> {
+        let op = self.op_id.clone();
+        let lifecycle = !matches!(self.kind, OpKind::Action { .. });
+        let units = &self.stack.state.units;
+        let planned: Vec<(String, Pending)> = steps
+            .iter()
+            .filter_map(|step| {
+                let (action, config_id) = match &step.kind {
+                    StepKind::Apply { action, .. } => {
+                        ((*action).to_owned(), Some(ConfigId::random()))
+                    }
+                    StepKind::Reuse { action, .. } => (action.clone(), None),
+                    StepKind::Drop | StepKind::Skip => return None,
+                };
+                let unit = units.get(&step.key)?;
+                let mine = |p: &Pending| p.op_id == op && p.action == action;
+                if unit.pending.as_ref().is_some_and(mine) {
+                    return None;
+                }
+                let fresh = Pending {
+                    op_id: op.clone(),
+                    action,
+                    deployment_id: DeploymentId::random(),
+                    config_id,
+                };
+                Some((step.key.clone(), fresh))
+            })
+            .collect();
+        // One step alone is planned by `plan_pending`, as it always was.
+        if planned.len() < 2 {
+            return Ok(());
+        }
+        let keys: Vec<&str> = planned.iter().map(|(k, _)| k.as_str()).collect();
+        self.save_units(&keys, |s, _| {
+            for (key, fresh) in &planned {
+                let Some(u) = s.units.get_mut(key) else {
+                    continue;
+                };
+                let mine = u
+                    .pending
+                    .as_ref()
+                    .is_some_and(|p| p.op_id == fresh.op_id && p.action == fresh.action);
+                if !mine {
+                    plan_into(u, fresh, lifecycle);
+                }
+            }
+        })
+        .await
     }
 
     /// Records a finished step; `Some(reason)` when it failed.
@@ -293,6 +341,17 @@ impl Driver<'_> {
             }
         })
         .await
+    }
+}
+
+/// Records `fresh` as unit `u`'s planned deployment; in a lifecycle operation the
+/// unit is now in progress. Its action changes only once a deployment really ran (an
+/// UPDATE that finds nothing changed leaves it as it was).
+fn plan_into(u: &mut Unit, fresh: &Pending, lifecycle: bool) {
+    u.pending = Some(fresh.clone());
+    if lifecycle {
+        u.status = OpStatus::InProgress;
+        u.status_reason = None;
     }
 }
 
