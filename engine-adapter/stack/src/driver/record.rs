@@ -15,6 +15,12 @@ use super::plan::{OpKind, Step, StepKind};
 use super::state::{Driver, head_of, with_units};
 use super::{EngineError, Event};
 
+/// Most units one write of a wave plans: a write of thousands of units is one request
+/// whose broker calls (a read and a write per unit) must all finish within the gateway's
+/// deadlines, on a loaded broker too; recording ids ahead in several writes is as safe
+/// as in one (each is recorded before its use).
+const WAVE_WRITE: usize = 100;
+
 /// Units a write changes, by key: the new unit, or `None` when it leaves the stack.
 type Changed = BTreeMap<String, Option<Unit>>;
 
@@ -219,22 +225,25 @@ impl Driver<'_> {
         if planned.len() < 2 {
             return Ok(());
         }
-        let keys: Vec<&str> = planned.iter().map(|(k, _)| k.as_str()).collect();
-        self.save_units(&keys, |s, _| {
-            for (key, fresh) in &planned {
-                let Some(u) = s.units.get_mut(key) else {
-                    continue;
-                };
-                let mine = u
-                    .pending
-                    .as_ref()
-                    .is_some_and(|p| p.op_id == fresh.op_id && p.action == fresh.action);
-                if !mine {
-                    plan_into(u, fresh, lifecycle);
+        for chunk in planned.chunks(WAVE_WRITE) {
+            let keys: Vec<&str> = chunk.iter().map(|(k, _)| k.as_str()).collect();
+            self.save_units(&keys, |s, _| {
+                for (key, fresh) in chunk {
+                    let Some(u) = s.units.get_mut(key) else {
+                        continue;
+                    };
+                    let mine = u
+                        .pending
+                        .as_ref()
+                        .is_some_and(|p| p.op_id == fresh.op_id && p.action == fresh.action);
+                    if !mine {
+                        plan_into(u, fresh, lifecycle);
+                    }
                 }
-            }
-        })
-        .await
+            })
+            .await?;
+        }
+        Ok(())
     }
 
     /// Records a finished step; `Some(reason)` when it failed.
