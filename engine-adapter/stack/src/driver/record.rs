@@ -19,7 +19,12 @@ use super::{EngineError, Event};
 /// whose broker calls (a read and a write per unit) must all finish within the gateway's
 /// deadlines, on a loaded broker too; recording ids ahead in several writes is as safe
 /// as in one (each is recorded before its use).
-const WAVE_WRITE: usize = 100;
+const WAVE_WRITE: usize = 50;
+
+/// How many times one write is tried again after a 503.
+const BUSY_RETRIES: u32 = 5;
+/// The wait before the first try again (then twice it, …).
+const BUSY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Units a write changes, by key: the new unit, or `None` when it leaves the stack.
 type Changed = BTreeMap<String, Option<Unit>>;
@@ -37,6 +42,7 @@ impl Driver<'_> {
         &mut self,
         change: impl Fn(&mut StackState, &mut StackStatus),
     ) -> Result<(), EngineError> {
+        let mut busy = 0;
         loop {
             let mut state = self.stack.state.clone();
             let mut status = self.stack.status.clone();
@@ -52,7 +58,7 @@ impl Driver<'_> {
                     changed.insert(key, Some(unit));
                 }
             }
-            if self.put(state, status, changed).await? {
+            if self.put(state, status, changed, &mut busy).await? {
                 return Ok(());
             }
         }
@@ -66,6 +72,7 @@ impl Driver<'_> {
         keys: &[&str],
         change: impl Fn(&mut StackState, &mut StackStatus),
     ) -> Result<(), EngineError> {
+        let mut busy = 0;
         loop {
             let mut state = head_of(&self.stack.state);
             for key in keys {
@@ -82,7 +89,7 @@ impl Driver<'_> {
                     changed.insert((*key).to_owned(), new);
                 }
             }
-            if self.put(state, status, changed).await? {
+            if self.put(state, status, changed, &mut busy).await? {
                 return Ok(());
             }
         }
@@ -95,12 +102,20 @@ impl Driver<'_> {
 
     /// One compare-and-set write of the head `state` (its units ignored) and the units
     /// `changed`: `Ok(true)` when stored (and the driver's copy updated), `Ok(false)`
-    /// when another writer got there first and the driver read the stack again.
+    /// when another writer got there first and the driver read the stack again, or when
+    /// the gateway answered 503 (its broker slower than its deadline) and the write is
+    /// to be tried again, at most [`BUSY_RETRIES`] times (`busy` counts them).
+    ///
+    /// Trying again is safe: a write the gateway did not finish either changed nothing
+    /// (it is done again) or moved the stack's revision on (the next try is a 409, and
+    /// the change is re-applied to the stack as stored, units already written
+    /// comparing equal).
     async fn put(
         &mut self,
         mut state: StackState,
         status: StackStatus,
         changed: Changed,
+        busy: &mut u32,
     ) -> Result<bool, EngineError> {
         state.units.clear();
         if let Some(op) = state.operation.as_mut() {
@@ -140,6 +155,12 @@ impl Driver<'_> {
                     });
                 }
                 self.stack = fresh;
+                Ok(false)
+            }
+            Err(e) if e.status() == Some(503) && *busy < BUSY_RETRIES => {
+                *busy += 1;
+                // Backoff, not synchronisation: the gateway said "retry later".
+                tokio::time::sleep(BUSY_BACKOFF * *busy).await;
                 Ok(false)
             }
             Err(e) => Err(e.into()),
