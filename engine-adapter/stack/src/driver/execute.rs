@@ -146,15 +146,8 @@ impl Driver<'_> {
         let client = self.client.clone();
         let report = self.opts.report.clone();
         let server = body.server_id.clone();
-        let creating = self.creating.clone();
         running.spawn(async move {
-            let create = Create {
-                config: config_spec,
-                body,
-                compare_with,
-                creating,
-            };
-            let result = execute(&client, create, |d| {
+            let result = execute(&client, config_spec, body, compare_with, |d| {
                 report(&Event::Deployment {
                     unit: key.clone(),
                     action: action.clone(),
@@ -171,38 +164,19 @@ impl Driver<'_> {
     }
 }
 
-/// What [`execute`] creates.
-pub(super) struct Create {
-    /// The config to create first, if any.
-    pub(super) config: Option<ConfigSpec>,
-    /// The deployment.
-    pub(super) body: CreateDeployment,
-    /// The unit's completed deployment: nothing runs when nothing changed.
-    pub(super) compare_with: Option<DeploymentId>,
-    /// The driver's bound on creations at once (a permit is held until the deployment
-    /// exists, not while it runs).
-    pub(super) creating: std::sync::Arc<tokio::sync::Semaphore>,
-}
-
 /// Creates (or finds, when an interrupted run already created it) one deployment and
 /// waits for its end.
 pub(super) async fn execute(
     client: &Client,
-    create: Create,
+    config: Option<ConfigSpec>,
+    body: CreateDeployment,
+    compare_with: Option<DeploymentId>,
     on_change: impl FnMut(&Deployment),
 ) -> Result<Outcome, ClientError> {
-    let Create {
-        config,
-        body,
-        compare_with,
-        creating,
-    } = create;
     let id = body
         .id
         .clone()
         .expect("the driver always names its deployments");
-    // The semaphore is never closed: a permit always comes.
-    let permit = creating.acquire_owned().await.ok();
     let existing = match client.get_deployment(&id).await {
         Ok(d) => Some(d),
         Err(e) if e.is_not_found() => None,
@@ -231,7 +205,6 @@ pub(super) async fn execute(
             d
         }
     };
-    drop(permit);
     let wait = Duration::from_secs(d.timeout_secs) + WAIT_SLACK;
     let d = client.wait_until_terminal(&d.id, wait, on_change).await?;
     Ok(Outcome::Finished(Box::new(d)))

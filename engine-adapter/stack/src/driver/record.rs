@@ -15,12 +15,6 @@ use super::plan::{OpKind, Step, StepKind};
 use super::state::{Driver, head_of, with_units};
 use super::{EngineError, Event};
 
-/// Most units one write of a wave plans: a write of thousands of units is one request
-/// whose broker calls (a read and a write per unit) must all finish within the gateway's
-/// deadlines, on a loaded broker too; recording ids ahead in several writes is as safe
-/// as in one (each is recorded before its use).
-const WAVE_WRITE: usize = 50;
-
 /// How many times one write is tried again after a 503.
 const BUSY_RETRIES: u32 = 5;
 /// The wait before the first try again (then twice it, …).
@@ -208,63 +202,6 @@ impl Driver<'_> {
             .get(key)
             .and_then(planned)
             .ok_or_else(|| EngineError::Refused(format!("{key} left the stack while planning")))
-    }
-
-    /// Plans the deployments of `steps` (those that run one and have none planned by
-    /// this operation yet) in one write, as [`Driver::plan_pending`] would one by one:
-    /// starting a wave of N ready units then costs one write, not N. `plan_pending`
-    /// finds them recorded.
-    pub(super) async fn plan_wave(&mut self, steps: &[&Step]) -> Result<(), EngineError> {
-        let op = self.op_id.clone();
-        let lifecycle = !matches!(self.kind, OpKind::Action { .. });
-        let units = &self.stack.state.units;
-        let planned: Vec<(String, Pending)> = steps
-            .iter()
-            .filter_map(|step| {
-                let (action, config_id) = match &step.kind {
-                    StepKind::Apply { action, .. } => {
-                        ((*action).to_owned(), Some(ConfigId::random()))
-                    }
-                    StepKind::Reuse { action, .. } => (action.clone(), None),
-                    StepKind::Drop | StepKind::Skip => return None,
-                };
-                let unit = units.get(&step.key)?;
-                let mine = |p: &Pending| p.op_id == op && p.action == action;
-                if unit.pending.as_ref().is_some_and(mine) {
-                    return None;
-                }
-                let fresh = Pending {
-                    op_id: op.clone(),
-                    action,
-                    deployment_id: DeploymentId::random(),
-                    config_id,
-                };
-                Some((step.key.clone(), fresh))
-            })
-            .collect();
-        // One step alone is planned by `plan_pending`, as it always was.
-        if planned.len() < 2 {
-            return Ok(());
-        }
-        for chunk in planned.chunks(WAVE_WRITE) {
-            let keys: Vec<&str> = chunk.iter().map(|(k, _)| k.as_str()).collect();
-            self.save_units(&keys, |s, _| {
-                for (key, fresh) in chunk {
-                    let Some(u) = s.units.get_mut(key) else {
-                        continue;
-                    };
-                    let mine = u
-                        .pending
-                        .as_ref()
-                        .is_some_and(|p| p.op_id == fresh.op_id && p.action == fresh.action);
-                    if !mine {
-                        plan_into(u, fresh, lifecycle);
-                    }
-                }
-            })
-            .await?;
-        }
-        Ok(())
     }
 
     /// Records a finished step; `Some(reason)` when it failed.

@@ -121,9 +121,6 @@ impl Driver<'_> {
                     });
                 }
             }
-            // The wave's deployment ids in one write before any of them starts.
-            let wave: Vec<&Step> = ready.iter().filter_map(|k| waiting.get(k)).collect();
-            self.plan_wave(&wave).await?;
             for key in ready {
                 progressed = true;
                 let step = waiting.remove(&key).expect("present");

@@ -52,15 +52,7 @@ pub(super) struct Driver<'c> {
     pub(super) opts: Options,
     /// Completed deployments fetched so far (for `get_attr`), by id.
     pub(super) deployments: HashMap<DeploymentId, Deployment>,
-    /// Bounds the deployments being created at once (not those being waited for):
-    /// a wave of thousands of units planned in one go must not become thousands of
-    /// simultaneous requests, each of which the gateway answers 503 once the broker is
-    /// slower than its deadline (and a 5xx stops the run).
-    pub(super) creating: std::sync::Arc<tokio::sync::Semaphore>,
 }
-
-/// Deployments (their configs included) one driver creates at once.
-pub(super) const CREATING_AT_ONCE: usize = 16;
 
 impl<'c> Driver<'c> {
     /// Starts `kind` on the stack, or resumes it when the stack shows it in progress
@@ -235,7 +227,6 @@ impl<'c> Driver<'c> {
             stack,
             opts: opts.clone(),
             deployments: HashMap::new(),
-            creating: std::sync::Arc::new(tokio::sync::Semaphore::new(CREATING_AT_ONCE)),
         }
     }
 
