@@ -15,6 +15,8 @@
 #                                    simulated agents, and a no-op deployment's latency against
 #                                    the physical floor measured in the same run (issue 11,
 #                                    point 6; FLUE_BENCH_AGENTS, _CLIENTS, _SECS, _N).
+#   bash scripts/bench.sh stacks [N…] one group stack over N simulated servers (default 1000 3000):
+#                                    create, update, delete; time and bytes written per operation.
 #   bash scripts/bench.sh poll       a polling server (stock os-collect-config, installed by
 #                                    scripts/test.sh) against a flue-agent (FLUE_BENCH_N default 20).
 set -euo pipefail
@@ -29,6 +31,10 @@ elif [[ "${1:-}" == throughput ]]; then
   shift
   ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
   cargo bench -p flue-tests --bench throughput -- "$@"
+elif [[ "${1:-}" == stacks ]]; then
+  shift
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  cargo bench -p flue-tests --bench stacks -- "$@"
 elif [[ "${1:-}" == scale ]]; then
   shift
   # One connection per simulated agent, plus the broker's own per connection.

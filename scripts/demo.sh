@@ -184,7 +184,7 @@ import json, sys
 for line in sys.stdin:
     e = json.loads(line)
     d = e["data"]
-    print("    %s: %s/%s on %s, members now %s" % (e["type"], d["group"], d["member"], d["server_id"], d["members"]))'
+    print("    %s: %s/%s on %s (operation %s)" % (e["type"], d["group"], d["member"], d["server_id"], d["operation_id"]))'
 
 section "flue stack create legacy: examples/heat/two-servers.yaml, written for Heat, run unchanged"
 # Its OS::Nova::Server resources are not Flue's to create: --server maps each onto a

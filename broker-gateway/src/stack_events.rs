@@ -1,8 +1,9 @@
-//! Stack and group events, derived from two successive versions of a stack record.
+//! Stack and group events, derived from two successive versions of a stack.
 //!
-//! The engine keeps its progress in the stack record ([`flue_proto::StackState`]) and
-//! writes it back after every step; the gateway compares what a write replaced with
-//! what it stored and reports the difference:
+//! The engine keeps its progress in the stack ([`flue_proto::StackState`]) and writes
+//! back the head and the units it changed after every step; the gateway compares what
+//! a write replaced with what it stored (the head, and each unit the write touched:
+//! the units it did not touch are in neither version) and reports the difference:
 //!
 //! - `stack.operation_started` when the record names a new operation in progress;
 //! - `stack.operation_progress` for each unit whose action or status changed, that
@@ -232,11 +233,9 @@ fn member_events(
     for group in groups {
         let was = before.get(group).unwrap_or(&none);
         let is = after.get(group).unwrap_or(&none);
-        let members: Vec<String> = is.keys().map(|m| (*m).to_owned()).collect();
         let change = Membership {
             stack: &new.id,
             group,
-            members: &members,
             op_id,
         };
         for (member, server) in is.iter().filter(|(m, _)| !was.contains_key(*m)) {
@@ -253,7 +252,6 @@ fn member_events(
 struct Membership<'a> {
     stack: &'a StackId,
     group: &'a str,
-    members: &'a [String],
     op_id: &'a str,
 }
 
@@ -272,7 +270,6 @@ impl Membership<'_> {
             group: group.to_owned(),
             member: member.to_owned(),
             server_id: server.clone(),
-            members: self.members.to_vec(),
             operation_id: self.op_id.to_owned(),
         };
         CloudEvent::new(
@@ -499,7 +496,6 @@ mod tests {
         assert_eq!(j.ty, EventType::GroupMemberJoined);
         assert_eq!(j.subject, "stacks/s/groups/g/members/c3");
         assert_eq!(j.nats_subject(), "flue.t.evt.group.s.srv-c3.member_joined");
-        assert_eq!(j.data["members"], serde_json::json!(["c1", "c2", "c3"]));
         assert_eq!(j.data["operation_id"], "op2");
 
         // Scale in: c2 leaves the stack.
@@ -513,7 +509,6 @@ mod tests {
                 "group:s:g:c2:member_left:op3"
             ]
         );
-        assert_eq!(left[2].data["members"], serde_json::json!(["c1", "c3"]));
         assert_eq!(left[2].server, Some(ServerId::new("srv-c2").expect("id")));
     }
 
@@ -530,7 +525,6 @@ mod tests {
                 "stack:s:op9:operation_completed"
             ]
         );
-        assert_eq!(events[0].data["members"], serde_json::json!([]));
         assert_eq!(events[1].data["status"], "DELETE_COMPLETE");
         let complete = stack("op8", StackAction::Create, OpStatus::Complete, &units);
         assert_eq!(

@@ -570,9 +570,11 @@ pub struct MemberEventData {
     pub member: String,
     /// Its server.
     pub server_id: ServerId,
-    /// The group's members after the change.
-    pub members: Vec<String>,
     /// The stack operation that made the change.
+    ///
+    /// (Events no longer list the group's members: that list made each event O(group)
+    /// and a group's life O(group²); a listener keeps the membership from the joins and
+    /// leaves, or reads `GET /v1/stacks/{id}/units`.)
     pub operation_id: String,
 }
 

@@ -60,8 +60,8 @@ pub use server::{
     RegisterServer, Registration, Server, ServerKeys,
 };
 pub use stack::{
-    ActionResult, ActionRun, MappedResource, OpStatus, Operation, Pending, PutStack, Stack,
-    StackAction, StackState, StackStatus, Unit,
+    ActionResult, ActionRun, MappedResource, OpStatus, Operation, Pending, PutStack, PutStackError,
+    Stack, StackAction, StackState, StackStatus, StackUnit, Unit,
 };
 pub use tenant::{CreateTenant, Tenant};
 

@@ -1,10 +1,13 @@
 //! Stacks: the state an engine keeps in the gateway while it runs a HOT-style template.
 //!
-//! The gateway stores a stack as one record with a revision and never changes
+//! The gateway stores a stack as a head (status, operation, parameters, outputs, …)
+//! with a revision, and each of its units under a key of its own, and never changes
 //! [`StackState`] (it only reads the operation and units to derive lifecycle events):
-//! the engine owns its meaning and writes it back with
-//! compare-and-set ([`PutStack::expected_revision`]), so two engine processes driving
-//! the same stack can never overwrite each other's progress unnoticed.
+//! the engine owns its meaning and writes it back with compare-and-set
+//! ([`PutStack::expected_revision`]), so two engine processes driving the same stack
+//! can never overwrite each other's progress unnoticed. A write names only the units
+//! it changes ([`PutStack::changed_units`]), so an operation on a group of N members
+//! costs O(N) bytes, not O(N²).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -116,14 +119,62 @@ pub struct PutStack {
     pub expected_revision: Option<u64>,
     /// Status of the current or last operation.
     pub status: StackStatus,
-    /// The engine's state.
+    /// The engine's state. With [`PutStack::changed_units`], its `units` must be empty
+    /// (the write changes only the units named there); without, `units` is the whole
+    /// set and replaces the stored one (the form of engines before units were stored
+    /// apart: it costs the gateway a read of every unit).
     pub state: StackState,
+    /// The units this write changes, by key: a unit to store, or `null` for a unit that
+    /// leaves the stack. The others stay as stored. The answer holds these units only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_units: Option<BTreeMap<String, Option<Unit>>>,
+}
+
+/// Longest unit key, in bytes: a group member's key (`<group>/<member>`) is stored
+/// under a key of its own, base64url-encoded ([`unit_token`]).
+pub const MAX_UNIT_KEY: usize = 256;
+
+/// Why a [`PutStack`] is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PutStackError {
+    /// `state` nests too deeply.
+    #[error(transparent)]
+    Limit(#[from] crate::limits::LimitError),
+    /// Units given both ways.
+    #[error("state.units must be empty when changed_units is given")]
+    UnitsTwice,
+    /// A unit key that cannot be stored.
+    #[error("{field}: a unit key is 1 to {MAX_UNIT_KEY} bytes, got {len}")]
+    UnitKey {
+        /// Where the key is in the body.
+        field: String,
+        /// Its length in bytes.
+        len: usize,
+    },
 }
 
 impl PutStack {
     /// Checks that the stack can be read back: `state` within
-    /// [`crate::limits::MAX_STATE_DEPTH`].
-    pub fn validate(&self) -> Result<(), crate::limits::LimitError> {
+    /// [`crate::limits::MAX_STATE_DEPTH`], units given one way only, unit keys storable.
+    pub fn validate(&self) -> Result<(), PutStackError> {
+        let changed = self.changed_units.iter().flat_map(|c| c.keys());
+        let keys = self
+            .state
+            .units
+            .keys()
+            .map(|k| ("state.units", k))
+            .chain(changed.map(|k| ("changed_units", k)));
+        for (field, key) in keys {
+            if key.is_empty() || key.len() > MAX_UNIT_KEY {
+                return Err(PutStackError::UnitKey {
+                    field: field.to_owned(),
+                    len: key.len(),
+                });
+            }
+        }
+        if self.changed_units.is_some() && !self.state.units.is_empty() {
+            return Err(PutStackError::UnitsTwice);
+        }
         // A state that does not serialise has nothing to be deep with.
         let Ok(state) = serde_json::to_value(&self.state) else {
             return Ok(());
@@ -132,8 +183,43 @@ impl PutStack {
             || "state".to_owned(),
             &state,
             crate::limits::MAX_STATE_DEPTH,
-        )
+        )?;
+        for (key, unit) in self.changed_units.iter().flatten() {
+            let Ok(unit) = serde_json::to_value(unit) else {
+                continue;
+            };
+            crate::limits::check_depth_within(
+                || format!("changed_units.{key}"),
+                &unit,
+                crate::limits::MAX_STATE_DEPTH,
+            )?;
+        }
+        Ok(())
     }
+}
+
+/// A unit key as one subject token (`[A-Za-z0-9_-]`, base64url without padding): unit
+/// keys come from templates (`<group>/<member>`) and may hold any character, so each is
+/// stored under its encoding, which [`unit_key_of`] reverses.
+pub fn unit_token(key: &str) -> String {
+    data_encoding::BASE64URL_NOPAD.encode(key.as_bytes())
+}
+
+/// The unit key a [`unit_token`] encodes; `None` for a token it did not make.
+pub fn unit_key_of(token: &str) -> Option<String> {
+    let bytes = data_encoding::BASE64URL_NOPAD
+        .decode(token.as_bytes())
+        .ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// One unit of a stack, as `GET /v1/stacks/{id}/units` lists them (by key).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StackUnit {
+    /// The unit's key in [`StackState::units`].
+    pub key: String,
+    /// The unit.
+    pub unit: Unit,
 }
 
 /// Everything the engine needs to resume, update or delete a stack. Never holds the
@@ -328,8 +414,48 @@ mod tests {
         let ok = json!({"status": {"action": "CREATE", "status": "IN_PROGRESS"}, "state": {}});
         let put: PutStack = serde_json::from_value(ok).expect("valid");
         assert_eq!(put.expected_revision, None);
+        assert_eq!(put.changed_units, None);
         assert_eq!(put.state, StackState::default());
         let bad = json!({"status": {"action": "CREATE", "status": "IN_PROGRESS"}, "state": {}, "revision": 1});
         assert!(serde_json::from_value::<PutStack>(bad).is_err());
+    }
+
+    #[test]
+    fn a_unit_key_of_any_characters_becomes_one_subject_token_and_back() {
+        for key in ["web", "g/c1", "grp/0", "a.b*c>d e/ü"] {
+            let token = unit_token(key);
+            assert!(
+                token
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+                "{token}"
+            );
+            assert_eq!(unit_key_of(&token).as_deref(), Some(key));
+        }
+        assert_eq!(unit_key_of("not base64!"), None);
+    }
+
+    #[test]
+    fn a_write_names_its_units_one_way_with_storable_keys() {
+        let status = json!({"action": "CREATE", "status": "IN_PROGRESS"});
+        let unit =
+            json!({"resource": "web", "server_id": "s1", "action": "INIT", "status": "COMPLETE"});
+        let both: PutStack = serde_json::from_value(json!({
+            "status": status, "state": {"units": {"web": unit}}, "changed_units": {"web": null}
+        }))
+        .expect("decodes");
+        assert!(matches!(both.validate(), Err(PutStackError::UnitsTwice)));
+        let long = "x".repeat(MAX_UNIT_KEY + 1);
+        let too_long: PutStack = serde_json::from_value(json!({
+            "status": status, "state": {}, "changed_units": {long: null}
+        }))
+        .expect("decodes");
+        let err = too_long.validate().expect_err("refused");
+        assert!(err.to_string().starts_with("changed_units: "), "{err}");
+        let delta: PutStack = serde_json::from_value(json!({
+            "status": status, "state": {}, "changed_units": {"g/c1": unit, "g/c2": null}
+        }))
+        .expect("decodes");
+        delta.validate().expect("valid");
     }
 }

@@ -141,6 +141,16 @@ async fn deployments_are_listed_by_pages_of_100_each_exactly_once_in_creation_or
     let (_, of_s2) = walk(&flue, "/v1/deployments?server=s2&", 100).await;
     let expected: Vec<String> = created.iter().skip(9).step_by(10).cloned().collect();
     assert_eq!(of_s2, expected);
+    // A server's own listing comes in pages too, from the same index.
+    let (sizes, of_s2) = walk(&flue, "/v1/servers/s2/deployments?", 10).await;
+    assert_eq!((sizes, &of_s2), (vec![10, 10, 5], &expected));
+    let all_of_s1 = flue
+        .client()
+        .list_server_deployments(&ServerId::new("s1").expect("id"))
+        .await
+        .expect("client follows the pages");
+    assert_eq!(all_of_s1.len(), 225);
+    refused(&flue, "/v1/servers/s2/deployments?limit=0", "limit").await;
     let (queued, _) = page(&flue, "/v1/deployments?status=QUEUED&limit=5").await;
     assert_eq!(queued.len(), 5);
     let (complete, _) = page(&flue, "/v1/deployments?status=COMPLETE&limit=5").await;

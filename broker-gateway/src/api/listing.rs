@@ -77,6 +77,10 @@ pub enum Pages {
     Deployments,
     /// `GET /v1/servers`.
     Servers,
+    /// `GET /v1/stacks` (by id).
+    Stacks,
+    /// `GET /v1/stacks/{id}/units` (by unit key).
+    StackUnits,
 }
 
 impl Pages {
@@ -84,7 +88,48 @@ impl Pages {
         match self {
             Self::Deployments => "deployments",
             Self::Servers => "servers",
+            Self::Stacks => "stacks",
+            Self::StackUnits => "stack units",
         }
+    }
+
+    /// The opaque cursor of the page starting after key `key` of `tenant` (listings
+    /// sorted by key): as [`Pages::cursor`], with the key for the sequence.
+    pub fn cursor_after(self, tenant: &TenantId, key: &str) -> String {
+        format!("{}:{tenant}:{key}", self.name())
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// The key a `cursor` parameter of a listing sorted by key starts after (`None`, the
+    /// start, when absent); a 400 naming `cursor` when it is not one of this listing's
+    /// for `tenant`.
+    pub fn after(
+        self,
+        tenant: &TenantId,
+        cursor: Option<&str>,
+    ) -> Result<Option<String>, ApiError> {
+        let Some(raw) = cursor.filter(|c| !c.is_empty()) else {
+            return Ok(None);
+        };
+        let text = unhex(raw).ok_or_else(|| self.invalid())?;
+        let mut parts = text.splitn(3, ':');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(listing), Some(owner), Some(key))
+                if listing == self.name() && owner == tenant.as_str() && !key.is_empty() =>
+            {
+                Ok(Some(key.to_owned()))
+            }
+            _ => Err(self.invalid()),
+        }
+    }
+
+    fn invalid(self) -> ApiError {
+        ApiError::InvalidQuery(format!(
+            "query parameter \"cursor\": not a cursor of this {} listing; pass back the {NEXT_CURSOR_HEADER} header of the previous page",
+            self.name()
+        ))
     }
 
     /// The opaque cursor of the page starting at index sequence `seq` of `tenant`.
@@ -105,12 +150,7 @@ impl Pages {
         let Some(raw) = cursor.filter(|c| !c.is_empty()) else {
             return Ok(1);
         };
-        let invalid = || {
-            ApiError::InvalidQuery(format!(
-                "query parameter \"cursor\": not a cursor of this {} listing; pass back the {NEXT_CURSOR_HEADER} header of the previous page",
-                self.name()
-            ))
-        };
+        let invalid = || self.invalid();
         let text = unhex(raw).ok_or_else(invalid)?;
         let mut parts = text.splitn(3, ':');
         let (Some(listing), Some(owner), Some(seq)) = (parts.next(), parts.next(), parts.next())
@@ -129,7 +169,8 @@ impl Pages {
 
 /// The text whose bytes `hex` spells, if it is lowercase hex of UTF-8.
 fn unhex(hex: &str) -> Option<String> {
-    if !hex.len().is_multiple_of(2) || hex.len() > 512 {
+    // Room for a unit key (`flue_proto::stack::MAX_UNIT_KEY`) and the prefix.
+    if !hex.len().is_multiple_of(2) || hex.len() > 1024 {
         return None;
     }
     let bytes = (0..hex.len())
@@ -174,6 +215,26 @@ mod tests {
             "6465706c6f796d656e74733a61636d653a30",
         ] {
             let err = Pages::Deployments.start(&t, Some(bad)).expect_err(bad);
+            assert!(err.to_string().contains("cursor"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_key_cursor_names_its_key_and_is_refused_by_another_listing_or_tenant() {
+        let t = tenant("acme");
+        let cursor = Pages::StackUnits.cursor_after(&t, "grp/c:1");
+        assert_eq!(
+            Pages::StackUnits.after(&t, Some(&cursor)).expect("after"),
+            Some("grp/c:1".to_owned())
+        );
+        assert_eq!(Pages::Stacks.after(&t, None).expect("start"), None);
+        for bad in [
+            Pages::Stacks.cursor_after(&t, "grp/c:1"),
+            Pages::StackUnits.cursor_after(&tenant("globex"), "x"),
+            Pages::Servers.cursor(&t, 3),
+            "zz".to_owned(),
+        ] {
+            let err = Pages::StackUnits.after(&t, Some(&bad)).expect_err(&bad);
             assert!(err.to_string().contains("cursor"), "{err}");
         }
     }

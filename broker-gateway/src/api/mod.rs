@@ -135,6 +135,7 @@ pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Ro
         )
         .route("/v1/stacks/{id}/operations", post(operations::submit))
         .route("/v1/stacks/{id}/operations/{op}", get(operations::get))
+        .route("/v1/stacks/{id}/units", get(stacks::units))
         .route_layer(middleware::from_fn_with_state(
             link.clone(),
             guard::require_broker,

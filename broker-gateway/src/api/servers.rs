@@ -133,20 +133,43 @@ pub async fn get(
     Ok(Json(server))
 }
 
-/// `GET /v1/servers/{id}/deployments`: the server's deployments, oldest first
-/// (undecodable records left out and counted in the `flue-skipped-records` header).
+/// `GET /v1/servers/{id}/deployments[?limit=N&cursor=C]`: one page of the server's
+/// deployments, oldest first, redacted (undecodable records left out and counted in the
+/// `flue-skipped-records` header); the cursor of the next page in `flue-next-cursor`.
+///
+/// A page reads `limit` entries of the server's part of the `flue_server_deployments`
+/// index from the cursor on and their records: O(page), whatever the server's history.
 pub async fn deployments(
     State(service): State<Service>,
     PathId(id): PathId<ServerId>,
-) -> Result<Listed<Deployment>, ApiError> {
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Paged<Deployment>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(inner_text(&e)))?;
+    let limit = page_limit(query.limit.as_deref())?;
     known_server(&service, &id).await?;
-    let listing = service
-        .store
-        .server_deployments_listing(&service.config.tenant, &id)
+    let tenant = &service.config.tenant;
+    let from = Pages::Deployments.start(tenant, query.cursor.as_deref())?;
+    let store = &service.store;
+    let page = store
+        .deployment_page(tenant, Some(&id), from, limit)
         .await?;
-    Ok(Listed {
-        items: listing.items.iter().map(|r| r.redacted()).collect(),
-        skipped: listing.skipped,
+    let reads: Vec<_> = futures_util::stream::iter(page.items)
+        .map(|entry| async move { store.deployment(tenant, &entry.id).await })
+        .buffered(LIST_READS_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut listing = Listing::default();
+    for read in reads {
+        if let Some(record) = listing.skip_undecodable(read)? {
+            listing.items.push(record.redacted());
+        }
+    }
+    Ok(Paged {
+        listed: Listed {
+            items: listing.items,
+            skipped: listing.skipped,
+        },
+        next: page.next.map(|seq| Pages::Deployments.cursor(tenant, seq)),
     })
 }
 

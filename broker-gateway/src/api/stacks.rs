@@ -1,34 +1,66 @@
 //! `/v1/stacks`: the records an engine keeps while it drives a stack, written with
-//! compare-and-set on their revision; deleting one also clears its data space. Each
-//! write is reported as stack and group events ([`crate::stack_events`]).
+//! compare-and-set on their revision, each unit apart from the stack's head
+//! ([`crate::store`]); deleting one also clears its data space. Each write is reported
+//! as stack and group events ([`crate::stack_events`]) from the units it touched.
+
+use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use flue_proto::{PutStack, Stack, StackId};
+use flue_proto::{PutStack, PutStackError, Stack, StackId, StackState, StackUnit, Unit};
 use serde::Deserialize;
 use time::OffsetDateTime;
 use tracing::info;
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId, inner_text};
-use super::listing::Listed;
+use super::listing::{Listed, Paged, Pages, page_limit};
 use crate::service::Service;
 use crate::stack_events::{deleted_stack_events, stack_events};
-use crate::store::StackWrite;
+use crate::store::{StackChange, StackWrite, UnitChanges, Written};
 
-/// `GET /v1/stacks`: every stack of the tenant, sorted by id (undecodable records left
-/// out and counted in the `flue-skipped-records` header).
-pub async fn list(State(service): State<Service>) -> Result<Listed<Stack>, ApiError> {
-    let listing = service.store.stacks(&service.config.tenant).await?;
-    Ok(Listed {
-        items: listing.items,
-        skipped: listing.skipped,
+/// Query of the paginated stack listings.
+#[derive(Debug, Deserialize)]
+pub struct PageQuery {
+    /// Page size (1–1000, default 100).
+    pub limit: Option<String>,
+    /// Where the page starts: the `flue-next-cursor` header of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// `GET /v1/stacks[?limit=N&cursor=C]`: one page of the tenant's stacks sorted by id,
+/// each its head (status, operation, parameters, outputs, …; `state.units` empty: see
+/// [`units`]); the cursor of the next page in the `flue-next-cursor` header, absent on
+/// the last. Undecodable records are left out and counted in `flue-skipped-records`.
+pub async fn list(
+    State(service): State<Service>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Paged<Stack>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(inner_text(&e)))?;
+    let limit = page_limit(query.limit.as_deref())?;
+    let tenant = &service.config.tenant;
+    let after = Pages::Stacks.after(tenant, query.cursor.as_deref())?;
+    let (listing, more) = service
+        .store
+        .stack_heads_page(tenant, after.as_deref(), limit)
+        .await?;
+    let next = listing
+        .items
+        .last()
+        .filter(|_| more)
+        .map(|s| Pages::Stacks.cursor_after(tenant, s.id.as_str()));
+    Ok(Paged {
+        listed: Listed {
+            items: listing.items,
+            skipped: listing.skipped,
+        },
+        next,
     })
 }
 
-/// `GET /v1/stacks/{id}`.
+/// `GET /v1/stacks/{id}`: the whole stack, every unit included.
 pub async fn get(
     State(service): State<Service>,
     PathId(id): PathId<StackId>,
@@ -41,13 +73,47 @@ pub async fn get(
         .ok_or_else(|| not_found(&id))
 }
 
+/// `GET /v1/stacks/{id}/units[?limit=N&cursor=C]`: one page of the stack's units
+/// sorted by key, each `{key, unit}`; the cursor of the next page in the
+/// `flue-next-cursor` header. 404 when there is no such stack.
+pub async fn units(
+    State(service): State<Service>,
+    PathId(id): PathId<StackId>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Paged<StackUnit>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(inner_text(&e)))?;
+    let limit = page_limit(query.limit.as_deref())?;
+    let tenant = &service.config.tenant;
+    let after = Pages::StackUnits.after(tenant, query.cursor.as_deref())?;
+    let (page, more) = service
+        .store
+        .stack_units_page(tenant, &id, after.as_deref(), limit)
+        .await?
+        .ok_or_else(|| not_found(&id))?;
+    let next = page
+        .last()
+        .filter(|_| more)
+        .map(|(key, _)| Pages::StackUnits.cursor_after(tenant, key));
+    let items = page
+        .into_iter()
+        .map(|(key, unit)| StackUnit { key, unit })
+        .collect();
+    Ok(Paged {
+        listed: Listed { items, skipped: 0 },
+        next,
+    })
+}
+
 /// `PUT /v1/stacks/{id}`: without `expected_revision`, creates the stack (409
-/// `conflict` when it exists); with it, replaces the stack's status and state if its
-/// revision is still that one (404 when it is gone, 409 `revision_mismatch` when it
-/// moved on). A `state` nested deeper than [`flue_proto::limits::MAX_STATE_DEPTH`] is a
-/// 422 `invalid_input`; a record that would not fit in one broker message a 413
-/// `too_large`. Answers 200 with the stack as stored, new revision included, once the
-/// events reporting the change ([`stack_events`]) are out.
+/// `conflict` when it exists); with it, replaces the stack's status and head and the
+/// units named in `changed_units` (or, without that, the whole unit set given in
+/// `state.units`) if its revision is still that one (404 when it is gone, 409
+/// `revision_mismatch` when it moved on). A `state` nested deeper than
+/// [`flue_proto::limits::MAX_STATE_DEPTH`] or units given both ways is a 422
+/// `invalid_input`; a head or a unit that would not fit in one broker message a 413
+/// `too_large`. Answers 200 with the stack as stored, new revision included, with the
+/// units of `changed_units` (or all of `state.units`), once the events reporting the
+/// change ([`stack_events`]) are out.
 ///
 /// The work runs on its own task, so a client hanging up cannot separate a write from
 /// its events.
@@ -66,56 +132,81 @@ async fn store_and_report(
     id: StackId,
     body: PutStack,
 ) -> Result<Stack, ApiError> {
-    body.validate()?;
+    body.validate().map_err(|e| match e {
+        PutStackError::Limit(limit) => ApiError::Limit(limit),
+        other => ApiError::InvalidInput(other.to_string()),
+    })?;
     let tenant = &service.config.tenant;
     let now = OffsetDateTime::now_utc();
-    // The record as it will be stored, the widest revision standing in for the real one.
-    let measured = Stack {
+    let PutStack {
+        expected_revision,
+        status,
+        mut state,
+        changed_units,
+    } = body;
+    let units = std::mem::take(&mut state.units);
+    // The head as it will be stored, the widest revision standing in for the real one.
+    let head = Stack {
         id: id.clone(),
         tenant: tenant.clone(),
         revision: u64::MAX,
         created_at: now,
         updated_at: now,
-        status: body.status,
-        state: body.state,
-    };
-    service.broker.fits_json("stack record", &measured)?;
-    let Stack { status, state, .. } = measured;
-    let body = PutStack {
         status,
         state,
-        ..body
     };
-    let mut replaced = None;
-    let written = match body.expected_revision {
+    service.broker.fits_json("stack record", &head)?;
+    let written_units = units
+        .values()
+        .chain(changed_units.iter().flat_map(|c| c.values().flatten()));
+    for unit in written_units {
+        service.broker.fits_json("stack unit", unit)?;
+    }
+    // The old form's answer holds every unit, as it did.
+    let whole = changed_units.is_none().then(|| units.clone());
+    let written = match expected_revision {
         None => {
+            let mut all: BTreeMap<String, Unit> = units;
+            all.extend(
+                changed_units
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, u)| Some((k, u?))),
+            );
             let stack = Stack {
-                id: id.clone(),
-                tenant: tenant.clone(),
                 revision: 0,
-                created_at: now,
-                updated_at: now,
-                status: body.status,
-                state: body.state,
+                state: StackState {
+                    units: all,
+                    ..head.state
+                },
+                ..head
             };
             service.store.create_stack(&stack).await?
         }
         Some(expected) => {
+            let change = StackChange {
+                updated_at: now,
+                status: head.status,
+                head: head.state,
+                units: match changed_units {
+                    Some(changes) => UnitChanges::Some(changes),
+                    None => UnitChanges::All(units),
+                },
+            };
             service
                 .store
-                .update_stack(tenant, &id, expected, |stack| {
-                    replaced = Some(stack.clone());
-                    stack.updated_at = now;
-                    stack.status = body.status;
-                    stack.state = body.state;
-                })
+                .update_stack(tenant, &id, expected, change)
                 .await?
         }
     };
-    let stack = written_or_refused(&id, body.expected_revision, written)?;
-    info!(stack.id = %id, revision = stack.revision, status = %stack.status, "stack stored");
-    for event in stack_events(tenant, replaced.as_ref(), &stack) {
+    let written = written_or_refused(&id, expected_revision, written)?;
+    let mut stack = written.stack;
+    info!(stack.id = %id, revision = stack.revision, status = %stack.status, units = stack.state.units.len(), "stack stored");
+    for event in stack_events(tenant, written.before.as_ref(), &stack) {
         service.events.emit(&event).await;
+    }
+    if let Some(whole) = whole {
+        stack.state.units = whole;
     }
     Ok(stack)
 }
@@ -158,8 +249,12 @@ async fn delete_with_data(
     if let StackWrite::Mismatch { .. } = written {
         return written_or_refused(&id, expected, written).map(drop);
     }
+    if let StackWrite::Missing = written {
+        // A delete that stopped before its units went: finish it.
+        service.store.purge_stack_units(tenant, &id).await?;
+    }
     let purged = service.store.purge_stack_data(tenant, &id).await?;
-    let stack = written_or_refused(&id, expected, written)?;
+    let stack = written_or_refused(&id, expected, written)?.stack;
     info!(stack.id = %id, data_keys_purged = purged, "stack deleted");
     let servers = stack.state.units.values().map(|unit| &unit.server_id);
     crate::rights::leave_stack(&service, &id, servers).await;
@@ -169,15 +264,15 @@ async fn delete_with_data(
     Ok(())
 }
 
-/// The stored stack, or the API error saying why the write (which expected the stack
+/// The write done, or the API error saying why the write (which expected the stack
 /// at revision `expected`) was refused.
 fn written_or_refused(
     id: &StackId,
     expected: Option<u64>,
     written: StackWrite,
-) -> Result<Stack, ApiError> {
+) -> Result<Written, ApiError> {
     match written {
-        StackWrite::Written(stack) => Ok(*stack),
+        StackWrite::Written(written) => Ok(*written),
         StackWrite::Exists => Err(ApiError::Conflict(format!(
             "stack {:?} exists",
             id.as_str()

@@ -6,7 +6,8 @@
 //! | `flue_servers` | `<tenant>.<server>` | [`flue_proto::Server`] JSON |
 //! | `flue_deployments` | `<tenant>.<deployment>` | [`DeploymentRecord`] JSON |
 //! | `flue_server_deployments` | `<tenant>.<server>.<deployment>` | empty (listing index) |
-//! | `flue_stacks` | `<tenant>.<stack>` | [`flue_proto::Stack`] JSON |
+//! | `flue_stacks` | `<tenant>.<stack>` | [`flue_proto::Stack`] JSON, its head (no units) |
+//! | `flue_stack_units` | `<tenant>.<stack>.<unit token>` | [`flue_proto::Unit`] JSON ([`flue_proto::stack::unit_token`]) |
 //! | `flue_pending` | `<tenant>.<deployment>` | empty: the deployment is not terminal ([`pending`]) |
 //! | `flue_server_order` | `<tenant>.<server>` | empty: servers in registration order ([`paging`]) |
 //! | `flue_data` | `<tenant>.<stack>.<key>` | a hook's value (written by agents) |
@@ -32,7 +33,7 @@ use futures_util::{Stream, StreamExt};
 
 pub(crate) use bucket::bucket as open_bucket;
 pub use error::StoreError;
-pub use stacks::StackWrite;
+pub use stacks::{StackChange, StackWrite, UnitChanges, Written};
 
 use crate::record::DeploymentRecord;
 use bucket::{bucket, create, decode, encode, get, keys};
@@ -48,6 +49,8 @@ pub const DEPLOYMENTS_BUCKET: &str = "flue_deployments";
 pub const SERVER_DEPLOYMENTS_BUCKET: &str = "flue_server_deployments";
 /// Bucket of stack records.
 pub const STACKS_BUCKET: &str = "flue_stacks";
+/// Bucket of stack units, one key each.
+pub const STACK_UNITS_BUCKET: &str = "flue_stack_units";
 /// Index bucket of the deployments that are not terminal.
 pub const PENDING_BUCKET: &str = "flue_pending";
 /// Index bucket of servers in registration order.
@@ -73,6 +76,7 @@ pub struct Store {
     deployments: kv::Store,
     index: kv::Store,
     stacks: kv::Store,
+    stack_units: kv::Store,
     data: kv::Store,
     pending: kv::Store,
     server_order: kv::Store,
@@ -95,6 +99,7 @@ impl Store {
             deployments: bucket(js, DEPLOYMENTS_BUCKET, replicas).await?,
             index: bucket(js, SERVER_DEPLOYMENTS_BUCKET, replicas).await?,
             stacks: bucket(js, STACKS_BUCKET, replicas).await?,
+            stack_units: bucket(js, STACK_UNITS_BUCKET, replicas).await?,
             // Agents read and write it but never create anything: it must exist first.
             data: bucket(js, subject::DATA_BUCKET, replicas).await?,
             pending: bucket(js, PENDING_BUCKET, replicas).await?,

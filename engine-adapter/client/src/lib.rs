@@ -16,7 +16,7 @@ use flue_proto::operation::{StackOperation, SubmitOperation};
 use flue_proto::{
     Config, ConfigId, ConfigSpec, CreateDeployment, CreateTenant, Deployment, DeploymentId,
     DeploymentStatus, ErrorBody, NEXT_CURSOR_HEADER, PutStack, RegisterServer, Registration,
-    Server, ServerId, Stack, StackId, Tenant,
+    Server, ServerId, Stack, StackId, StackUnit, Tenant,
 };
 use reqwest::{Method, RequestBuilder, Url};
 use serde::Serialize;
@@ -317,12 +317,26 @@ impl Client {
         self.send_bytes(request, &url).await.map(drop)
     }
 
-    /// `GET /v1/servers/{id}/deployments`: the server's deployments, oldest first.
+    /// `GET /v1/servers/{id}/deployments`, every page: the server's deployments, oldest
+    /// first.
     pub async fn list_server_deployments(
         &self,
         id: &ServerId,
     ) -> Result<Vec<Deployment>, ClientError> {
-        self.get(&format!("v1/servers/{id}/deployments")).await
+        self.collect_pages(&format!("v1/servers/{id}/deployments?"), usize::MAX)
+            .await
+    }
+
+    /// `GET /v1/servers/{id}/deployments?limit=N&cursor=C`: one page of the server's
+    /// deployments, oldest first, and the cursor of the next (none on the last page).
+    pub async fn list_server_deployments_page(
+        &self,
+        id: &ServerId,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<Deployment>, ClientError> {
+        self.get_page(&format!("v1/servers/{id}/deployments?"), limit, cursor)
+            .await
     }
 
     /// `POST /v1/deployments`: queues a deployment and returns it (status QUEUED).
@@ -342,19 +356,42 @@ impl Client {
         self.get(&format!("v1/deployments/{id}")).await
     }
 
-    /// `GET /v1/stacks`: every stack, sorted by id.
+    /// `GET /v1/stacks`, every page: every stack's head (no units), sorted by id.
     pub async fn list_stacks(&self) -> Result<Vec<Stack>, ClientError> {
-        self.get("v1/stacks").await
+        self.collect_pages("v1/stacks?", usize::MAX).await
     }
 
-    /// `GET /v1/stacks/{id}`.
+    /// `GET /v1/stacks?limit=N&cursor=C`: one page of stack heads (no units) sorted by
+    /// id, and the cursor of the next (none on the last page).
+    pub async fn list_stacks_page(
+        &self,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<Stack>, ClientError> {
+        self.get_page("v1/stacks?", limit, cursor).await
+    }
+
+    /// `GET /v1/stacks/{id}/units?limit=N&cursor=C`: one page of the stack's units
+    /// sorted by key, and the cursor of the next (none on the last page).
+    pub async fn stack_units_page(
+        &self,
+        id: &StackId,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<StackUnit>, ClientError> {
+        self.get_page(&format!("v1/stacks/{id}/units?"), limit, cursor)
+            .await
+    }
+
+    /// `GET /v1/stacks/{id}`: the whole stack, every unit included.
     pub async fn get_stack(&self, id: &StackId) -> Result<Stack, ClientError> {
         self.get(&format!("v1/stacks/{id}")).await
     }
 
     /// `PUT /v1/stacks/{id}`: creates the stack (no `expected_revision`; `conflict` when
     /// it exists) or replaces it if still at `expected_revision` (`revision_mismatch`
-    /// otherwise); returns the stack as stored, with its new revision.
+    /// otherwise); returns the stack as stored, with its new revision and the units the
+    /// write named (`changed_units`; without it, every unit of `state.units`).
     pub async fn put_stack(&self, id: &StackId, put: &PutStack) -> Result<Stack, ClientError> {
         self.send_json(Method::PUT, &format!("v1/stacks/{id}"), put)
             .await

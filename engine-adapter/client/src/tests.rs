@@ -167,6 +167,7 @@ async fn stacks_are_read_written_and_deleted_with_revisions() {
             reason: None,
         },
         state: StackState::default(),
+        changed_units: None,
     };
     let created = client.put_stack(&id, &put).await.expect("put");
     assert_eq!((created.id.as_str(), created.revision), ("st", 1));
@@ -189,7 +190,7 @@ async fn stacks_are_read_written_and_deleted_with_revisions() {
         lines,
         [
             "PUT /v1/stacks/st HTTP/1.1",
-            "GET /v1/stacks HTTP/1.1",
+            "GET /v1/stacks?limit=1000 HTTP/1.1",
             "GET /v1/stacks/st HTTP/1.1",
             "PUT /v1/stacks/st HTTP/1.1",
             "DELETE /v1/stacks/st?expected_revision=3 HTTP/1.1",

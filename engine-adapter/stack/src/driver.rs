@@ -293,7 +293,7 @@ pub async fn action(
         status: OpStatus::InProgress,
         results: BTreeMap::new(),
     };
-    d.save(|s, _| {
+    d.save_units(&[], |s, _| {
         if !s.actions.iter().any(|a| a.op_id == op) {
             s.actions.push(run.clone());
             let extra = s.actions.len().saturating_sub(MAX_ACTION_RUNS);
@@ -308,7 +308,7 @@ pub async fn action(
     } else {
         OpStatus::Failed
     };
-    d.save(|s, _| {
+    d.save_units(&[], |s, _| {
         if let Some(run) = s.actions.iter_mut().find(|a| a.op_id == op) {
             run.status = status;
         }
@@ -466,7 +466,8 @@ async fn apply(
     let failures = d.run(steps, Some(&ctx)).await?;
     if failures.is_empty() {
         let outputs = d.outputs(&ctx).await?;
-        d.save(|s, _| s.outputs = outputs.clone()).await?;
+        d.save_units(&[], |s, _| s.outputs = outputs.clone())
+            .await?;
     }
     d.finish(failures).await
 }

@@ -6,5 +6,6 @@ mod create_options;
 mod deployments;
 pub(crate) mod fixture;
 mod pending;
+mod stack_units;
 mod stacks;
 mod store;

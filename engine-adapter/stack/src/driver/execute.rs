@@ -56,7 +56,7 @@ impl Driver<'_> {
         let (action, config_spec, body, compare_with) = match &step.kind {
             StepKind::Skip => return Ok(false),
             StepKind::Drop => {
-                self.save(|s, _| {
+                self.save_units(&[&key], |s, _| {
                     s.units.remove(&key);
                 })
                 .await?;

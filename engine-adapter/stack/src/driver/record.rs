@@ -1,17 +1,166 @@
-//! Recording each step in the stack record: the ids a deployment will use, planned
-//! before it is created, and how the step ended.
+//! Recording each step in the stack: every write (compare-and-set on the revision,
+//! only the units it changes), the ids a deployment will use, planned before it is
+//! created, and how the step ended.
+
+use std::collections::BTreeMap;
 
 use flue_proto::{
     Action, ActionResult, ConfigId, Deployment, DeploymentId, DeploymentStatus, LIFECYCLE_ACTIONS,
-    OpStatus, Pending, Unit,
+    OpStatus, Pending, PutStack, StackState, StackStatus, Unit,
 };
+use time::OffsetDateTime;
 
 use super::execute::{self, Outcome};
 use super::plan::{OpKind, Step, StepKind};
-use super::state::Driver;
+use super::state::{Driver, head_of, with_units};
 use super::{EngineError, Event};
 
+/// How many times one write is tried again after a 503.
+const BUSY_RETRIES: u32 = 5;
+/// The wait before the first try again (then twice it, …).
+const BUSY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Units a write changes, by key: the new unit, or `None` when it leaves the stack.
+type Changed = BTreeMap<String, Option<Unit>>;
+
 impl Driver<'_> {
+    /// Applies `change` to the stored state with compare-and-set, re-reading and
+    /// re-applying it when another writer got there first. `change` must give the
+    /// same result when applied to a state it was already applied to. Every write
+    /// also renews this driver's hold on the operation; a driver whose operation was
+    /// taken over stops here.
+    ///
+    /// `change` may touch any unit, so every unit is compared to find the ones to
+    /// send: for changes of the whole plan; a step uses [`Driver::save_units`].
+    pub(super) async fn save(
+        &mut self,
+        change: impl Fn(&mut StackState, &mut StackStatus),
+    ) -> Result<(), EngineError> {
+        let mut busy = 0;
+        loop {
+            let mut state = self.stack.state.clone();
+            let mut status = self.stack.status.clone();
+            change(&mut state, &mut status);
+            let old = &self.stack.state.units;
+            let mut changed: Changed = old
+                .keys()
+                .filter(|k| !state.units.contains_key(*k))
+                .map(|k| (k.clone(), None))
+                .collect();
+            for (key, unit) in std::mem::take(&mut state.units) {
+                if old.get(&key) != Some(&unit) {
+                    changed.insert(key, Some(unit));
+                }
+            }
+            if self.put(state, status, changed, &mut busy).await? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// [`Driver::save`] for a `change` that touches the head and at most the units
+    /// `keys`: only those are copied, compared and sent, so a step costs O(1) whatever
+    /// the stack's size.
+    pub(super) async fn save_units(
+        &mut self,
+        keys: &[&str],
+        change: impl Fn(&mut StackState, &mut StackStatus),
+    ) -> Result<(), EngineError> {
+        let mut busy = 0;
+        loop {
+            let mut state = head_of(&self.stack.state);
+            for key in keys {
+                if let Some(unit) = self.stack.state.units.get(*key) {
+                    state.units.insert((*key).to_owned(), unit.clone());
+                }
+            }
+            let mut status = self.stack.status.clone();
+            change(&mut state, &mut status);
+            let mut changed = Changed::new();
+            for key in keys {
+                let new = state.units.remove(*key);
+                if self.stack.state.units.get(*key) != new.as_ref() {
+                    changed.insert((*key).to_owned(), new);
+                }
+            }
+            if self.put(state, status, changed, &mut busy).await? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Renews this driver's hold on the operation while it waits.
+    pub(super) async fn heartbeat(&mut self) -> Result<(), EngineError> {
+        self.save_units(&[], |_, _| {}).await
+    }
+
+    /// One compare-and-set write of the head `state` (its units ignored) and the units
+    /// `changed`: `Ok(true)` when stored (and the driver's copy updated), `Ok(false)`
+    /// when another writer got there first and the driver read the stack again, or when
+    /// the gateway answered 503 (its broker slower than its deadline) and the write is
+    /// to be tried again, at most [`BUSY_RETRIES`] times (`busy` counts them).
+    ///
+    /// Trying again is safe: a write the gateway did not finish either changed nothing
+    /// (it is done again) or moved the stack's revision on (the next try is a 409, and
+    /// the change is re-applied to the stack as stored, units already written
+    /// comparing equal).
+    async fn put(
+        &mut self,
+        mut state: StackState,
+        status: StackStatus,
+        changed: Changed,
+        busy: &mut u32,
+    ) -> Result<bool, EngineError> {
+        state.units.clear();
+        if let Some(op) = state.operation.as_mut() {
+            op.seen_at = Some(OffsetDateTime::now_utc());
+        }
+        let put = PutStack {
+            expected_revision: Some(self.stack.revision),
+            status,
+            state,
+            changed_units: Some(changed),
+        };
+        match self.client.put_stack(&self.id, &put).await {
+            Ok(head) => {
+                let mut units = std::mem::take(&mut self.stack.state.units);
+                for (key, unit) in put.changed_units.into_iter().flatten() {
+                    match unit {
+                        Some(unit) => units.insert(key, unit),
+                        None => units.remove(&key),
+                    };
+                }
+                self.stack = with_units(head, units);
+                Ok(true)
+            }
+            Err(e) if e.status() == Some(409) => {
+                let fresh = self.client.get_stack(&self.id).await?;
+                let op = fresh.state.operation.as_ref();
+                let ours = op.is_some_and(|o| {
+                    o.id == self.op_id && o.driver.as_deref() == Some(self.me.as_str())
+                });
+                if !ours {
+                    return Err(EngineError::Superseded {
+                        stack: self.id.clone(),
+                        action: self.kind.stack_action(),
+                        by: op
+                            .and_then(|o| o.driver.clone())
+                            .unwrap_or_else(|| "another operation".to_owned()),
+                    });
+                }
+                self.stack = fresh;
+                Ok(false)
+            }
+            Err(e) if e.status() == Some(503) && *busy < BUSY_RETRIES => {
+                *busy += 1;
+                // Backoff, not synchronisation: the gateway said "retry later".
+                tokio::time::sleep(BUSY_BACKOFF * *busy).await;
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// The ids this operation uses for `key`'s deployment: the recorded ones when an
     /// interrupted run planned them, else a new deployment id and `new_config` (the id
     /// of the config the deployment creates; `None` when it runs a recorded config),
@@ -39,17 +188,11 @@ impl Driver<'_> {
             config_id: new_config,
         };
         let lifecycle = !matches!(self.kind, OpKind::Action { .. });
-        self.save(|s, _| {
+        self.save_units(&[key], |s, _| {
             if let Some(u) = s.units.get_mut(key)
                 && planned(u).is_none()
             {
-                u.pending = Some(fresh.clone());
-                // The unit's action changes once a deployment really ran (an UPDATE
-                // that finds nothing changed leaves it as it was).
-                if lifecycle {
-                    u.status = OpStatus::InProgress;
-                    u.status_reason = None;
-                }
+                plan_into(u, &fresh, lifecycle);
             }
         })
         .await?;
@@ -74,7 +217,7 @@ impl Driver<'_> {
         let deployment = match outcome {
             Outcome::Unchanged => {
                 (self.opts.report)(&Event::Unchanged { unit: key.clone() });
-                self.save(|s, _| {
+                self.save_units(&[&key], |s, _| {
                     if let Some(u) = s.units.get_mut(&key) {
                         u.pending = None;
                         u.op_id = Some(op.clone());
@@ -97,7 +240,7 @@ impl Driver<'_> {
         }
         let d = deployment.clone();
         let r = unit_reason;
-        self.save(|s, _| {
+        self.save_units(&[&key], |s, _| {
             if action_run {
                 if let Some(run) = s.actions.iter_mut().find(|a| a.op_id == op) {
                     run.results
@@ -141,7 +284,7 @@ impl Driver<'_> {
             reason: reason.to_owned(),
         });
         let short = unit_reason(reason);
-        self.save(|s, _| {
+        self.save_units(&[key], |s, _| {
             if let Some(run) = s.actions.iter_mut().find(|a| a.op_id == op)
                 && let Some(u) = s.units.get(key)
                 && let Some(p) = &u.pending
@@ -165,6 +308,17 @@ impl Driver<'_> {
             }
         })
         .await
+    }
+}
+
+/// Records `fresh` as unit `u`'s planned deployment; in a lifecycle operation the
+/// unit is now in progress. Its action changes only once a deployment really ran (an
+/// UPDATE that finds nothing changed leaves it as it was).
+fn plan_into(u: &mut Unit, fresh: &Pending, lifecycle: bool) {
+    u.pending = Some(fresh.clone());
+    if lifecycle {
+        u.status = OpStatus::InProgress;
+        u.status_reason = None;
     }
 }
 

@@ -77,7 +77,7 @@ impl Driver<'_> {
                     unit: key.clone(),
                     reason: reason.clone(),
                 });
-                self.save(|s, _| {
+                self.save_units(&[&key], |s, _| {
                     if let Some(u) = s.units.get_mut(&key) {
                         u.status_reason = Some(reason.clone());
                     }

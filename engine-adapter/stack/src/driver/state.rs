@@ -107,6 +107,7 @@ impl<'c> Driver<'c> {
                         operation: Some(op.clone()),
                         ..StackState::default()
                     },
+                    changed_units: Some(BTreeMap::new()),
                 };
                 match client.put_stack(id, &put).await {
                     Ok(stack) => {
@@ -138,7 +139,7 @@ impl<'c> Driver<'c> {
                             continue;
                         }
                         // Take the operation over: from now on only this process writes.
-                        let mut state = stack.state.clone();
+                        let mut state = head_of(&stack.state);
                         if let Some(op) = state.operation.as_mut() {
                             op.driver = Some(me.clone());
                             op.seen_at = Some(OffsetDateTime::now_utc());
@@ -147,9 +148,11 @@ impl<'c> Driver<'c> {
                             expected_revision: Some(stack.revision),
                             status: stack.status.clone(),
                             state,
+                            changed_units: Some(BTreeMap::new()),
                         };
                         match client.put_stack(id, &put).await {
-                            Ok(stack) => {
+                            Ok(head) => {
+                                let stack = with_units(head, stack.state.units);
                                 let mut d =
                                     Self::new(client, id, kind, op.id, me, stack, opts, true);
                                 d.adopt_dead_pending().await?;
@@ -177,15 +180,17 @@ impl<'c> Driver<'c> {
                 return Err(refusal);
             }
             let op = operation();
-            let mut state = stack.state.clone();
+            let mut state = head_of(&stack.state);
             state.operation = Some(op.clone());
             let put = PutStack {
                 expected_revision: Some(stack.revision),
                 status: in_progress.clone(),
                 state,
+                changed_units: Some(BTreeMap::new()),
             };
             match client.put_stack(id, &put).await {
-                Ok(stack) => {
+                Ok(head) => {
+                    let stack = with_units(head, stack.state.units);
                     let mut d = Self::new(client, id, kind, op.id, me, stack, opts, false);
                     d.adopt_dead_pending().await?;
                     return Ok(d);
@@ -223,59 +228,6 @@ impl<'c> Driver<'c> {
             opts: opts.clone(),
             deployments: HashMap::new(),
         }
-    }
-
-    /// Applies `change` to the stored state with compare-and-set, re-reading and
-    /// re-applying it when another writer got there first. `change` must give the
-    /// same result when applied to a state it was already applied to. Every write
-    /// also renews this driver's hold on the operation; a driver whose operation was
-    /// taken over stops here.
-    pub(super) async fn save(
-        &mut self,
-        change: impl Fn(&mut StackState, &mut StackStatus),
-    ) -> Result<(), EngineError> {
-        loop {
-            let mut state = self.stack.state.clone();
-            let mut status = self.stack.status.clone();
-            change(&mut state, &mut status);
-            if let Some(op) = state.operation.as_mut() {
-                op.seen_at = Some(OffsetDateTime::now_utc());
-            }
-            let put = PutStack {
-                expected_revision: Some(self.stack.revision),
-                status,
-                state,
-            };
-            match self.client.put_stack(&self.id, &put).await {
-                Ok(stack) => {
-                    self.stack = stack;
-                    return Ok(());
-                }
-                Err(e) if e.status() == Some(409) => {
-                    let fresh = self.client.get_stack(&self.id).await?;
-                    let op = fresh.state.operation.as_ref();
-                    let ours = op.is_some_and(|o| {
-                        o.id == self.op_id && o.driver.as_deref() == Some(self.me.as_str())
-                    });
-                    if !ours {
-                        return Err(EngineError::Superseded {
-                            stack: self.id.clone(),
-                            action: self.kind.stack_action(),
-                            by: op
-                                .and_then(|o| o.driver.clone())
-                                .unwrap_or_else(|| "another operation".to_owned()),
-                        });
-                    }
-                    self.stack = fresh;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
-    /// Renews this driver's hold on the operation while it waits.
-    pub(super) async fn heartbeat(&mut self) -> Result<(), EngineError> {
-        self.save(|_, _| {}).await
     }
 
     /// Deployments planned by an operation that was taken over may exist and may
@@ -342,7 +294,8 @@ impl<'c> Driver<'c> {
         if adopted.is_empty() && !stale_runs {
             return Ok(());
         }
-        self.save(|s, _| {
+        let keys: Vec<&str> = adopted.iter().map(|(k, _, _)| k.as_str()).collect();
+        self.save_units(&keys, |s, _| {
             for (key, op, found) in &adopted {
                 if let Some(d) = found
                     && let Some(run) = s.actions.iter_mut().find(|r| &r.op_id == op)
@@ -468,7 +421,7 @@ impl<'c> Driver<'c> {
             }
         };
         let st = status.clone();
-        self.save(|s, status| {
+        self.save_units(&[], |s, status| {
             *status = st.clone();
             if let Some(op) = s.operation.as_mut() {
                 op.finished_at.get_or_insert_with(OffsetDateTime::now_utc);
@@ -478,6 +431,25 @@ impl<'c> Driver<'c> {
         (self.opts.report)(&Event::OperationFinished { status });
         Ok(self.stack)
     }
+}
+
+/// Everything of `state` but its units: what a write that changes no unit sends.
+pub(super) fn head_of(state: &StackState) -> StackState {
+    StackState {
+        parameters: state.parameters.clone(),
+        hidden_parameters: state.hidden_parameters.clone(),
+        operation: state.operation.clone(),
+        units: BTreeMap::new(),
+        outputs: state.outputs.clone(),
+        actions: state.actions.clone(),
+        mapped: state.mapped.clone(),
+    }
+}
+
+/// The stack `head` (as a write answered it) with `units`, the driver's copy of them.
+pub(super) fn with_units(mut head: Stack, units: BTreeMap<String, flue_proto::Unit>) -> Stack {
+    head.state.units = units;
+    head
 }
 
 /// The refusal of an operation while the stack shows another one in progress: which,
