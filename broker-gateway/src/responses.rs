@@ -45,7 +45,7 @@ use flue_proto::seal;
 use flue_proto::signing::{self, Refusal};
 use flue_proto::{
     AgentMessage, CloudEvent, Deployment, DeploymentId, EventType, RequestDigest, ServerId,
-    StackId, TenantId,
+    StackId, TenantId, subject,
 };
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -66,8 +66,10 @@ use crate::store::StoreError;
 
 mod lanes;
 mod signers;
+mod takeover;
 
 use lanes::Lanes;
+use takeover::Takeover;
 pub use signers::{SignedMessage, Signers};
 
 /// First pause after the consumer failed; doubled up to [`MAX_BACKOFF`].
@@ -77,6 +79,14 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// Agent messages one gateway holds at once: being handled, or waiting behind an
 /// earlier message of the same server.
 const MAX_HELD: usize = 64;
+/// Agent messages held while waiting for those another gateway held ([`takeover`]):
+/// more than the broker delivers unacknowledged (its default `max_ack_pending`, 1,000).
+const MAX_HELD_TAKING_OVER: usize = 4096;
+/// How long one pull waits for messages: well below the pin timeout, since a gateway
+/// that does not pull again within it loses the pin ([`crate::broker::PIN_TIMEOUT`]).
+const PULL_EXPIRES: Duration = Duration::from_secs(2);
+/// The broker's idle heartbeat on a pull (a lost connection shows within two).
+const PULL_HEARTBEAT: Duration = Duration::from_secs(1);
 /// Attempts at a message before it is handed back to the broker. Retrying in place
 /// keeps the server's order through a short outage; a message handed back comes
 /// again later, possibly after the ones that followed it.
@@ -120,20 +130,34 @@ pub async fn consume(service: Service, cancel: CancellationToken) {
     }
 }
 
-/// Pulls the consumer until its message stream fails or ends, holding up to
-/// [`MAX_HELD`] messages: one at a time per subject, subjects side by side.
+/// Pulls the consumer (in the pinned priority group, see [`takeover`]) until its message
+/// stream fails or ends, holding up to [`MAX_HELD`] messages: one at a time per subject,
+/// in stream order, subjects side by side.
 async fn consume_until_error(service: &Service) -> Result<(), String> {
     let consumer = service
         .broker
         .response_consumer()
         .await
         .map_err(|e| chain(&e))?;
-    let mut messages = consumer.messages().await.map_err(|e| chain(&e))?;
+    let mut messages = consumer
+        .stream()
+        .group(subject::GATEWAY_RESPONSE_GROUP)
+        .expires(PULL_EXPIRES)
+        .heartbeat(PULL_HEARTBEAT)
+        .messages()
+        .await
+        .map_err(|e| chain(&e))?;
     debug!("response consumer pulling");
     let owners = Owners::default();
     let mut lanes: Lanes<Message> = Lanes::default();
+    let mut takeover = Takeover::default();
+    let mut check = tokio::time::interval(takeover::CHECK_EVERY);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut running = FuturesUnordered::new();
     let stopped = loop {
+        // While waiting out a takeover, take in whatever comes: the answers awaited are
+        // among it.
+        let room = if lanes.paused() { MAX_HELD_TAKING_OVER } else { MAX_HELD };
         tokio::select! {
             Some(subject) = running.next(), if !running.is_empty() => {
                 let subject: String = subject;
@@ -141,10 +165,26 @@ async fn consume_until_error(service: &Service) -> Result<(), String> {
                     running.push(handle(service, &owners, next));
                 }
             }
-            next = messages.next(), if lanes.held() < MAX_HELD => match next {
+            _ = check.tick(), if lanes.paused() => {
+                if takeover.settled(&consumer, lanes.held()).await {
+                    for now in lanes.resume() {
+                        running.push(handle(service, &owners, now));
+                    }
+                }
+            }
+            next = messages.next(), if lanes.held() < room => match next {
                 Some(Ok(message)) => {
                     let subject = message.subject.to_string();
-                    if let Some(now) = lanes.admit(subject, message) {
+                    let (seq, delivery) = message
+                        .info()
+                        .map_or((0, 0), |i| (i.stream_sequence, i.consumer_sequence));
+                    if takeover.gap_before(delivery)
+                        && !lanes.paused()
+                        && takeover.others_hold(&consumer, lanes.held() + 1).await
+                    {
+                        lanes.pause();
+                    }
+                    if let Some(now) = lanes.admit(subject, seq, message) {
                         running.push(handle(service, &owners, now));
                     }
                 }

@@ -16,6 +16,9 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::stack::{create_stack, example};
 
+mod answers;
+mod history;
+
 const REPLICAS: &[&str] = &["--replicas", "3"];
 
 /// Every stream of the account `client` belongs to, with its replica count and the

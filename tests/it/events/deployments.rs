@@ -406,16 +406,20 @@ async fn answers_held_by_a_gateway_that_died_never_come_out_of_order() {
         .get_consumer(subject::GATEWAY_RESPONSE_CONSUMER)
         .await
         .expect("response consumer");
-    let mut batch = consumer
-        .fetch()
-        .max_messages(2)
+    // A gateway pulls in the consumer's pinned priority group, so does this one.
+    let mut pulled = consumer
+        .stream()
+        .group(subject::GATEWAY_RESPONSE_GROUP)
+        .max_messages_per_batch(2)
         .messages()
         .await
-        .expect("fetch");
+        .expect("pull");
     let mut held = Vec::new();
-    while let Some(message) = batch.next().await {
-        held.push(message.expect("message"));
+    while held.len() < 2 {
+        let next = tokio::time::timeout(WAIT, pulled.next()).await;
+        held.push(next.expect("two answers").expect("open").expect("message"));
     }
+    drop(pulled);
     let kinds: Vec<&str> = held
         .iter()
         .map(
