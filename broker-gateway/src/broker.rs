@@ -359,6 +359,39 @@ impl Broker {
         }
     }
 
+    /// Releases the response consumer's pin if it is still `pin` (this gateway's, from the
+    /// `Nats-Pin-Id` of the answers it got), so that the next pull, this gateway's or
+    /// another's, takes it at once instead of after [`PIN_TIMEOUT`]. Whether it was
+    /// released.
+    pub async fn release_response_pin(&self, pin: &str) -> Result<bool, BrokerError> {
+        let name = subject::GATEWAY_RESPONSE_CONSUMER;
+        let err = |e: BoxError| BrokerError::Consumer {
+            stream: subject::RESPONSE_STREAM,
+            consumer: name.to_owned(),
+            source: e,
+        };
+        let stream = self
+            .js
+            .get_stream_no_info(subject::RESPONSE_STREAM)
+            .await
+            .map_err(|e| err(e.into()))?;
+        let info = stream
+            .consumer_info(name)
+            .await
+            .map_err(|e| err(e.into()))?;
+        let mine = info
+            .priority_groups
+            .iter()
+            .any(|g| g.pinned_client_id.as_deref() == Some(pin));
+        if mine {
+            stream
+                .unpin_consumer(name, subject::GATEWAY_RESPONSE_GROUP)
+                .await
+                .map_err(|e| err(e.into()))?;
+        }
+        Ok(mine)
+    }
+
     /// Creates (or finds) the durable pull consumer of one server's request queue.
     ///
     /// One message in flight at a time, so a server applies its deployments in queue

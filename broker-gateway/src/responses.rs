@@ -1,7 +1,10 @@
 //! The response consumer: applies what agents report to the deployment records, and
 //! reports each step as a lifecycle event.
 //!
-//! It pulls the shared durable consumer `flue-gateway` on `FLUE_RESP` and acknowledges a
+//! It pulls the shared durable consumer `flue-gateway` on `FLUE_RESP` in its pinned
+//! priority group, so that of several gateways one at a time gets the answers (the
+//! broker moves the pin when that one stops pulling; [`takeover`] keeps the order across
+//! the move), and acknowledges a
 //! message only once its effect is in the KV bucket and its event in the event stream,
 //! so a crash or a broker restart at any point means a redelivery, which the idempotent
 //! transitions and the events' stable ids absorb. A redelivered message whose effect
@@ -25,12 +28,11 @@
 //! Messages of one server (one subject) are handled one after the other in stream
 //! order, different servers' side by side, so a deployment's events come out in the
 //! order its agent reported them: `delivered`, `started`, its progress, then how it
-//! ended. A message that comes back after later ones were reported (it was held by a
-//! gateway that died, and is redelivered once the consumer's ack wait is over) is not
-//! reported when that would put it out of order: a `delivered` once the deployment
-//! started, a `started` or a progress batch once it ended, a progress batch behind a
-//! later one. That event is lost rather than reported late; the record, and the final
-//! result's full output, are not.
+//! ended. Only a message handed back after failed attempts ([`ATTEMPTS`]) comes again
+//! after later ones were reported; it is not reported when that would put it out of
+//! order: a `delivered` once the deployment started, a `started` or a progress batch
+//! once it ended, a progress batch behind a later one. That event is lost rather than
+//! reported late; the record, and the final result's full output, are not.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -87,6 +89,8 @@ const MAX_HELD_TAKING_OVER: usize = 4096;
 const PULL_EXPIRES: Duration = Duration::from_secs(2);
 /// The broker's idle heartbeat on a pull (a lost connection shows within two).
 const PULL_HEARTBEAT: Duration = Duration::from_secs(1);
+/// How long a gateway tries to release its pin when its pull ends.
+const RELEASE_WAIT: Duration = Duration::from_secs(1);
 /// Attempts at a message before it is handed back to the broker. Retrying in place
 /// keeps the server's order through a short outage; a message handed back comes
 /// again later, possibly after the ones that followed it.
@@ -111,16 +115,24 @@ pub(crate) enum HandleError {
 }
 
 /// Consumes agent answers until cancelled, getting the consumer back after any failure.
+///
+/// The pin this gateway held is released when its pull ends (a failure, or the
+/// gateway stopping), so that a new pull, this gateway's or another's, takes the answers
+/// over at once rather than after the pin timeout.
 pub async fn consume(service: Service, cancel: CancellationToken) {
     let mut backoff = MIN_BACKOFF;
+    let mut takeover = Takeover::default();
     loop {
+        takeover.restart();
         let stopped = tokio::select! {
-            () = cancel.cancelled() => return,
-            stopped = consume_until_error(&service) => stopped,
+            () = cancel.cancelled() => None,
+            stopped = consume_until_error(&service, &mut takeover) => Some(stopped),
         };
+        release_pin(&service, &mut takeover).await;
         match stopped {
-            Ok(()) => backoff = MIN_BACKOFF,
-            Err(reason) => warn!(error = %reason, "response consumer interrupted; resuming"),
+            None => return,
+            Some(Ok(())) => backoff = MIN_BACKOFF,
+            Some(Err(reason)) => warn!(error = %reason, "response consumer interrupted; resuming"),
         }
         tokio::select! {
             () = cancel.cancelled() => return,
@@ -130,10 +142,24 @@ pub async fn consume(service: Service, cancel: CancellationToken) {
     }
 }
 
+/// Releases the pin `takeover` noted, if the broker still gives it to this gateway;
+/// bounded, since the broker may be what failed.
+async fn release_pin(service: &Service, takeover: &mut Takeover) {
+    let Some(pin) = takeover.take_pin() else {
+        return;
+    };
+    let release = service.broker.release_response_pin(&pin);
+    match tokio::time::timeout(RELEASE_WAIT, release).await {
+        Ok(Ok(released)) => debug!(released, "response consumer pin given up"),
+        Ok(Err(e)) => debug!(error = %chain(&e), "cannot release the response consumer pin"),
+        Err(_) => debug!("releasing the response consumer pin timed out"),
+    }
+}
+
 /// Pulls the consumer (in the pinned priority group, see [`takeover`]) until its message
 /// stream fails or ends, holding up to [`MAX_HELD`] messages: one at a time per subject,
 /// in stream order, subjects side by side.
-async fn consume_until_error(service: &Service) -> Result<(), String> {
+async fn consume_until_error(service: &Service, takeover: &mut Takeover) -> Result<(), String> {
     let consumer = service
         .broker
         .response_consumer()
@@ -150,7 +176,6 @@ async fn consume_until_error(service: &Service) -> Result<(), String> {
     debug!("response consumer pulling");
     let owners = Owners::default();
     let mut lanes: Lanes<Message> = Lanes::default();
-    let mut takeover = Takeover::default();
     let mut check = tokio::time::interval(takeover::CHECK_EVERY);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut running = FuturesUnordered::new();
@@ -174,6 +199,7 @@ async fn consume_until_error(service: &Service) -> Result<(), String> {
             }
             next = messages.next(), if lanes.held() < room => match next {
                 Some(Ok(message)) => {
+                    takeover.note_pin(message.headers.as_ref());
                     let subject = message.subject.to_string();
                     let (seq, delivery) = message
                         .info()

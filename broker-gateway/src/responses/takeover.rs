@@ -34,9 +34,34 @@ pub(super) struct Takeover {
     last_delivery: Option<u64>,
     /// While waiting for another holder's answers: since when.
     waiting_since: Option<Instant>,
+    /// The pin the broker gave this gateway (`Nats-Pin-Id` of the last answer).
+    pin: Option<String>,
 }
 
 impl Takeover {
+    /// A new pull of the consumer: its first delivery is checked whatever came before,
+    /// since what the previous pull held and did not settle comes back after the ack
+    /// wait. The pin is kept until [`Takeover::take_pin`].
+    pub(super) fn restart(&mut self) {
+        self.last_delivery = None;
+        self.waiting_since = None;
+    }
+
+    /// Notes the pin an answer came with (the broker's header is the last one).
+    pub(super) fn note_pin(&mut self, headers: Option<&async_nats::HeaderMap>) {
+        let pin = headers.and_then(|h| h.get_last(async_nats::header::NATS_PIN_ID));
+        if let Some(pin) = pin {
+            if self.pin.as_deref() != Some(pin.as_str()) {
+                self.pin = Some(pin.as_str().to_owned());
+            }
+        }
+    }
+
+    /// The pin this gateway held, if any, forgotten here (to release it).
+    pub(super) fn take_pin(&mut self) -> Option<String> {
+        self.pin.take()
+    }
+
     /// Notes delivery `seq`; whether another client may have been delivered to since the
     /// last delivery here (a gap, or the first delivery).
     pub(super) fn gap_before(&mut self, seq: u64) -> bool {

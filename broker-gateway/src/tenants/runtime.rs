@@ -124,6 +124,7 @@ impl TenantRuntime {
         tasks.spawn(responses::consume(service.clone(), shutdown.child_token()));
         tasks.spawn(timeouts::sweep(service.clone(), shutdown.child_token()));
         tasks.spawn(service::republish(service.clone(), shutdown.child_token()));
+        tasks.spawn(crate::adopt::run(service.clone(), shutdown.child_token()));
         tasks.spawn(presence::run(service.clone(), shutdown.child_token()));
         tasks.spawn(webhooks::run(service.clone(), shutdown.child_token()));
         tasks.spawn(revoked.clone().follow(shutdown.child_token()));

@@ -12,24 +12,16 @@ use futures_util::StreamExt;
 
 use super::history;
 
-/// Creates deployment `id` of config `noop` on `server` through `client`; a 503 or a
-/// connection error is retried on `other` (as a client with two gateways would), a 409
-/// (an earlier attempt was recorded) read back.
-pub async fn create_either(
-    (client, other): (&Client, &Client),
-    server: &str,
-    id: &DeploymentId,
-) -> Deployment {
-    let mut create = CreateDeployment::new(
-        "noop".parse().expect("config id"),
-        server.parse().expect("server id"),
-    );
-    create.id = Some(id.clone());
+/// Creates `create` (its id set) through `client`, as a client of two gateways would: a
+/// 503 or a connection error is retried on `other`, then back, with the same id; a 409
+/// (an earlier attempt was recorded after all) is read back.
+pub async fn create_either((client, other): (&Client, &Client), create: &CreateDeployment) -> Deployment {
+    let id = create.id.as_ref().expect("a client id");
     let attempts = async {
         let mut through = [client, other].into_iter().cycle();
         loop {
             let gateway = through.next().expect("cycle");
-            match gateway.create_deployment(&create).await {
+            match gateway.create_deployment(create).await {
                 Ok(d) => return d,
                 Err(ClientError::Api { status: 409, .. }) => match gateway.get_deployment(id).await
                 {
@@ -47,6 +39,16 @@ pub async fn create_either(
     tokio::time::timeout(WAIT, attempts)
         .await
         .unwrap_or_else(|_| panic!("deployment {id} not accepted within {WAIT:?}"))
+}
+
+/// A CREATE deployment of `config` on `server` with the client id `id`.
+pub fn with_id(config: &str, server: &str, id: &DeploymentId) -> CreateDeployment {
+    let mut create = CreateDeployment::new(
+        config.parse().expect("config id"),
+        server.parse().expect("server id"),
+    );
+    create.id = Some(id.clone());
+    create
 }
 
 /// Simulated agents answer `delivered`, `started` and `finished` back to back, so a
@@ -68,7 +70,6 @@ async fn two_gateways_report_every_deployment_of_twenty_servers_queued_delivered
     agents.wait_ready(WAIT).await;
     flue.script_config("noop", "true", &[], &[]).await;
 
-    let t0 = std::time::Instant::now();
     let gateways = [flue.client(), second.client()];
     let ids: Vec<(String, DeploymentId)> = (0..300)
         .map(|i| {
@@ -79,21 +80,18 @@ async fn two_gateways_report_every_deployment_of_twenty_servers_queued_delivered
     let created: Vec<Deployment> = futures_util::stream::iter(ids.iter().enumerate())
         .map(|(i, (server, id))| {
             let pair = (&gateways[i % 2], &gateways[(i + 1) % 2]);
-            create_either(pair, server, id)
+            async move { create_either(pair, &with_id("noop", server, id)).await }
         })
         .buffer_unordered(16)
         .collect()
         .await;
     assert_eq!(created.len(), ids.len());
-    eprintln!("TIMING accepted {:?}", t0.elapsed());
     for (i, (_, id)) in ids.iter().enumerate() {
         let done = super::finished_through(&gateways[(i + 1) % 2], id).await;
         assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
     }
 
-    eprintln!("TIMING finished {:?}", t0.elapsed());
     history::answers_settled(&flue.nats.client().await).await;
-    eprintln!("TIMING settled {:?}", t0.elapsed());
     let events = history::all_events(&flue.nats.events_client().await).await;
     let ids: Vec<DeploymentId> = ids.into_iter().map(|(_, id)| id).collect();
     let problems = history::problems(&events, &ids, true);

@@ -17,6 +17,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use crate::stack::{create_stack, example};
 
 mod answers;
+mod faults;
 mod history;
 
 const REPLICAS: &[&str] = &["--replicas", "3"];

@@ -1,0 +1,119 @@
+//! Taking on the work in flight another gateway left: with several gateways, the one
+//! that accepted a deployment keeps its timeout and, when the broker did not confirm the
+//! request, the retry of its publish in memory ([`crate::service::republish`]). When
+//! that gateway dies, nothing else would publish the request or time the deployment out:
+//! it would stay QUEUED for ever though it was accepted (202).
+//!
+//! So every gateway reads the pending index ([`crate::store::pending`]) every
+//! [`ADOPT_EVERY`], and takes on every pending deployment it has not seen yet that is
+//! older than [`GRACE`] (its own gateway publishes within milliseconds, or retries every
+//! second): it watches its timeout, and leaves an unpublished request to its own
+//! background publisher, each server's in acceptance order. Two gateways publishing the
+//! same request publish one message (the deployment id is the JetStream message id), and
+//! a timeout is applied once (compare-and-set); so adopting what a live gateway is still
+//! handling costs a read, nothing else. Each deployment is read at most once while it is
+//! pending (once seen published it never needs it again), so the cost follows the work in
+//! flight, not the history.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use flue_proto::DeploymentId;
+use futures_util::StreamExt;
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::error::chain;
+use crate::record::timeout_deadline;
+use crate::service::Service;
+use crate::store::StoreError;
+
+/// How often the pending index is read.
+pub const ADOPT_EVERY: Duration = Duration::from_secs(5);
+/// How old an unpublished deployment must be before another gateway takes it on.
+pub const GRACE: time::Duration = time::Duration::seconds(10);
+/// Records read at once.
+const CONCURRENCY: usize = 16;
+
+/// Adopts other gateways' pending deployments until cancelled.
+pub async fn run(service: Service, cancel: CancellationToken) {
+    let mut seen: HashSet<DeploymentId> = HashSet::new();
+    let mut tick = tokio::time::interval(ADOPT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = adopt_once(&service, &mut seen).await {
+            debug!(error = %chain(&e), "cannot read the pending deployments; trying again");
+        }
+    }
+}
+
+/// One pass: every pending deployment not `seen` and older than [`GRACE`] is watched
+/// here too (its timeout, and its publish when unconfirmed). Returns how many
+/// unpublished ones were taken on.
+pub async fn adopt_once(
+    service: &Service,
+    seen: &mut HashSet<DeploymentId>,
+) -> Result<usize, StoreError> {
+    let tenant = &service.config.tenant;
+    let pending: HashSet<DeploymentId> = service
+        .store
+        .pending_ids(tenant)
+        .await?
+        .into_iter()
+        .collect();
+    // Forget what is no longer pending: the memory follows the work in flight.
+    seen.retain(|id| pending.contains(id));
+    let unseen: Vec<DeploymentId> = pending.into_iter().filter(|id| !seen.contains(id)).collect();
+    let reads: Vec<_> = futures_util::stream::iter(unseen)
+        .map(|id| async move {
+            let read = service.store.deployment(tenant, &id).await;
+            (id, read)
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    let now = OffsetDateTime::now_utc();
+    let mut adopted = 0;
+    for (id, read) in reads {
+        let record = match read {
+            Ok(Some(record)) => record,
+            // Not written yet (the index entry comes first), or gone: look again next time.
+            Ok(None) => continue,
+            Err(StoreError::Decode { .. }) => {
+                // Recovery and the sweeper skip it too; reading it again cannot help.
+                seen.insert(id);
+                continue;
+            }
+            Err(e) => {
+                warn!(error = %chain(&e), deployment.id = %id, "cannot read a pending deployment; trying again");
+                continue;
+            }
+        };
+        let d = &record.deployment;
+        if now - d.created_at < GRACE {
+            // Its own gateway is publishing it: look again next time.
+            continue;
+        }
+        seen.insert(id);
+        let Some(deadline) = timeout_deadline(d) else {
+            continue;
+        };
+        service.timeouts.insert(d.id.clone(), deadline);
+        if !record.request_published {
+            service.defer(&record);
+            adopted += 1;
+        }
+    }
+    if adopted > 0 {
+        info!(
+            adopted,
+            "unpublished deployments found (their gateway gone?); publishing them"
+        );
+    }
+    Ok(adopted)
+}
