@@ -68,7 +68,10 @@ pub async fn adopt_once(
         .collect();
     // Forget what is no longer pending: the memory follows the work in flight.
     seen.retain(|id| pending.contains(id));
-    let unseen: Vec<DeploymentId> = pending.into_iter().filter(|id| !seen.contains(id)).collect();
+    let unseen: Vec<DeploymentId> = pending
+        .into_iter()
+        .filter(|id| !seen.contains(id))
+        .collect();
     let reads: Vec<_> = futures_util::stream::iter(unseen)
         .map(|id| async move {
             let read = service.store.deployment(tenant, &id).await;

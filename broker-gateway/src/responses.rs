@@ -71,8 +71,8 @@ mod signers;
 mod takeover;
 
 use lanes::Lanes;
-use takeover::Takeover;
 pub use signers::{SignedMessage, Signers};
+use takeover::Takeover;
 
 /// First pause after the consumer failed; doubled up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -182,7 +182,11 @@ async fn consume_until_error(service: &Service, takeover: &mut Takeover) -> Resu
     let stopped = loop {
         // While waiting out a takeover, take in whatever comes: the answers awaited are
         // among it.
-        let room = if lanes.paused() { MAX_HELD_TAKING_OVER } else { MAX_HELD };
+        let room = if lanes.paused() {
+            MAX_HELD_TAKING_OVER
+        } else {
+            MAX_HELD
+        };
         tokio::select! {
             Some(subject) = running.next(), if !running.is_empty() => {
                 let subject: String = subject;

@@ -50,10 +50,10 @@ impl Takeover {
     /// Notes the pin an answer came with (the broker's header is the last one).
     pub(super) fn note_pin(&mut self, headers: Option<&async_nats::HeaderMap>) {
         let pin = headers.and_then(|h| h.get_last(async_nats::header::NATS_PIN_ID));
-        if let Some(pin) = pin {
-            if self.pin.as_deref() != Some(pin.as_str()) {
-                self.pin = Some(pin.as_str().to_owned());
-            }
+        if let Some(pin) = pin
+            && self.pin.as_deref() != Some(pin.as_str())
+        {
+            self.pin = Some(pin.as_str().to_owned());
         }
     }
 

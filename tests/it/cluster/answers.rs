@@ -15,7 +15,10 @@ use super::history;
 /// Creates `create` (its id set) through `client`, as a client of two gateways would: a
 /// 503 or a connection error is retried on `other`, then back, with the same id; a 409
 /// (an earlier attempt was recorded after all) is read back.
-pub async fn create_either((client, other): (&Client, &Client), create: &CreateDeployment) -> Deployment {
+pub async fn create_either(
+    (client, other): (&Client, &Client),
+    create: &CreateDeployment,
+) -> Deployment {
     let id = create.id.as_ref().expect("a client id");
     let attempts = async {
         let mut through = [client, other].into_iter().cycle();

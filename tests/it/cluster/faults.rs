@@ -120,15 +120,27 @@ async fn a_thousand_deployments_through_two_gateways_survive_a_nats_node_and_a_g
         }
     }
     cluster.node_mut(victim).kill().await;
-    eprintln!("{:?}: node {victim} killed; {} hooks ran", t0.elapsed(), lines());
+    eprintln!(
+        "{:?}: node {victim} killed; {} hooks ran",
+        t0.elapsed(),
+        lines()
+    );
     accepted_reaches(&mut accepted, DEPLOYMENTS * 2 / 5).await;
     cluster.node_mut(victim).start_again().await;
-    eprintln!("{:?}: node {victim} started again; {} hooks ran", t0.elapsed(), lines());
+    eprintln!(
+        "{:?}: node {victim} started again; {} hooks ran",
+        t0.elapsed(),
+        lines()
+    );
 
     // The gateway holding the answers goes, and stays gone.
     accepted_reaches(&mut accepted, DEPLOYMENTS * 3 / 5).await;
     cluster.flue.gateway.kill().await;
-    eprintln!("{:?}: first gateway killed; {} hooks ran", t0.elapsed(), lines());
+    eprintln!(
+        "{:?}: first gateway killed; {} hooks ran",
+        t0.elapsed(),
+        lines()
+    );
 
     tokio::time::timeout(RUN_WAIT, submit)
         .await
@@ -145,13 +157,21 @@ async fn a_thousand_deployments_through_two_gateways_survive_a_nats_node_and_a_g
             async {}
         });
     if tokio::time::timeout(END_WAIT, all_end).await.is_err() {
-        let ended: Vec<DeploymentId> = ends.lock().expect("ends").iter().map(|d| d.id.clone()).collect();
+        let ended: Vec<DeploymentId> = ends
+            .lock()
+            .expect("ends")
+            .iter()
+            .map(|d| d.id.clone())
+            .collect();
         let mut open = Vec::new();
         for id in ids.iter().filter(|id| !ended.contains(id)) {
             let d = client.get_deployment(id).await.expect("read a deployment");
             open.push(format!("{id} {} {:?}", d.status, d.server_id));
         }
-        panic!("{} deployments not terminal within {END_WAIT:?}: {open:#?}", open.len());
+        panic!(
+            "{} deployments not terminal within {END_WAIT:?}: {open:#?}",
+            open.len()
+        );
     }
     let ends = ends.into_inner().expect("ends");
     eprintln!("{:?}: all terminal; {} hooks ran", t0.elapsed(), lines());

@@ -24,10 +24,11 @@ pub async fn answers_settled(client: &async_nats::Client) {
             let info = stream
                 .consumer_info(subject::GATEWAY_RESPONSE_CONSUMER)
                 .await;
-            if let Ok(info) = info {
-                if info.num_pending == 0 && info.num_ack_pending == 0 {
-                    return;
-                }
+            if let Ok(info) = info
+                && info.num_pending == 0
+                && info.num_ack_pending == 0
+            {
+                return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await; // poll interval
         }
@@ -67,7 +68,11 @@ pub async fn all_events(events_client: &async_nats::Client) -> Vec<(u64, CloudEv
 /// `deployment.delivered` between `queued` and `started` (else at most one, there: an
 /// agent that cannot publish its `delivered` carries on without it). Empty when all is
 /// well.
-pub fn problems(events: &[(u64, CloudEvent)], ids: &[DeploymentId], delivered: bool) -> Vec<String> {
+pub fn problems(
+    events: &[(u64, CloudEvent)],
+    ids: &[DeploymentId],
+    delivered: bool,
+) -> Vec<String> {
     let mut found = Vec::new();
     let mut seen_ids: HashMap<&str, usize> = HashMap::new();
     for (_, event) in events {
