@@ -5,17 +5,18 @@
 //! it would stay QUEUED for ever though it was accepted (202).
 //!
 //! So every gateway reads the pending index ([`crate::store::pending`]) every
-//! [`ADOPT_EVERY`], and takes on every pending deployment it has not seen yet that is
+//! [`ADOPT_EVERY`], and takes on every pending deployment it does not watch yet that is
 //! older than [`GRACE`] (its own gateway publishes within milliseconds, or retries every
 //! second): it watches its timeout, and leaves an unpublished request to its own
 //! background publisher, each server's in acceptance order. Two gateways publishing the
 //! same request publish one message (the deployment id is the JetStream message id), and
 //! a timeout is applied once (compare-and-set); so adopting what a live gateway is still
-//! handling costs a read, nothing else. Each deployment is read at most once while it is
-//! pending (once seen published it never needs it again), so the cost follows the work in
-//! flight, not the history.
+//! handling costs a read, nothing else. A gateway never reads its own deployments (it
+//! watches them already), and another's at most twice while pending (once more when it
+//! was read younger than the grace), so the cost follows the work in flight, not the
+//! history; a single gateway only lists the index.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use flue_proto::DeploymentId;
@@ -38,7 +39,7 @@ const CONCURRENCY: usize = 16;
 
 /// Adopts other gateways' pending deployments until cancelled.
 pub async fn run(service: Service, cancel: CancellationToken) {
-    let mut seen: HashSet<DeploymentId> = HashSet::new();
+    let mut seen = Seen::default();
     let mut tick = tokio::time::interval(ADOPT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -52,13 +53,19 @@ pub async fn run(service: Service, cancel: CancellationToken) {
     }
 }
 
-/// One pass: every pending deployment not `seen` and older than [`GRACE`] is watched
-/// here too (its timeout, and its publish when unconfirmed). Returns how many
-/// unpublished ones were taken on.
-pub async fn adopt_once(
-    service: &Service,
-    seen: &mut HashSet<DeploymentId>,
-) -> Result<usize, StoreError> {
+/// Pending deployments of other gateways read already.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Taken on, or nothing to take on: not read again.
+    done: HashSet<DeploymentId>,
+    /// Read while younger than [`GRACE`]: read again once this time has passed.
+    young: HashMap<DeploymentId, OffsetDateTime>,
+}
+
+/// One pass: every pending deployment neither watched here nor `seen`, and older than
+/// [`GRACE`], is watched here too (its timeout, and its publish when unconfirmed).
+/// Returns how many unpublished ones were taken on.
+pub async fn adopt_once(service: &Service, seen: &mut Seen) -> Result<usize, StoreError> {
     let tenant = &service.config.tenant;
     let pending: HashSet<DeploymentId> = service
         .store
@@ -67,10 +74,16 @@ pub async fn adopt_once(
         .into_iter()
         .collect();
     // Forget what is no longer pending: the memory follows the work in flight.
-    seen.retain(|id| pending.contains(id));
+    seen.done.retain(|id| pending.contains(id));
+    seen.young.retain(|id, _| pending.contains(id));
+    let now = OffsetDateTime::now_utc();
     let unseen: Vec<DeploymentId> = pending
         .into_iter()
-        .filter(|id| !seen.contains(id))
+        .filter(|id| {
+            !service.timeouts.contains(id)
+                && !seen.done.contains(id)
+                && seen.young.get(id).is_none_or(|due| *due <= now)
+        })
         .collect();
     let reads: Vec<_> = futures_util::stream::iter(unseen)
         .map(|id| async move {
@@ -80,7 +93,6 @@ pub async fn adopt_once(
         .buffer_unordered(CONCURRENCY)
         .collect()
         .await;
-    let now = OffsetDateTime::now_utc();
     let mut adopted = 0;
     for (id, read) in reads {
         let record = match read {
@@ -89,7 +101,7 @@ pub async fn adopt_once(
             Ok(None) => continue,
             Err(StoreError::Decode { .. }) => {
                 // Recovery and the sweeper skip it too; reading it again cannot help.
-                seen.insert(id);
+                seen.done.insert(id);
                 continue;
             }
             Err(e) => {
@@ -99,10 +111,12 @@ pub async fn adopt_once(
         };
         let d = &record.deployment;
         if now - d.created_at < GRACE {
-            // Its own gateway is publishing it: look again next time.
+            // Its own gateway is publishing it: look again once the grace is over.
+            seen.young.insert(id, d.created_at + GRACE);
             continue;
         }
-        seen.insert(id);
+        seen.young.remove(&id);
+        seen.done.insert(id);
         let Some(deadline) = timeout_deadline(d) else {
             continue;
         };
