@@ -28,11 +28,13 @@
 //! Messages of one server (one subject) are handled one after the other in stream
 //! order, different servers' side by side, so a deployment's events come out in the
 //! order its agent reported them: `delivered`, `started`, its progress, then how it
-//! ended. Only a message handed back after failed attempts ([`ATTEMPTS`]) comes again
-//! after later ones were reported; it is not reported when that would put it out of
-//! order: a `delivered` once the deployment started, a `started` or a progress batch
-//! once it ended, a progress batch behind a later one. That event is lost rather than
-//! reported late; the record, and the final result's full output, are not.
+//! ended. A message whose effect cannot be stored or reported yet is retried in place
+//! (see [`ATTEMPTS`]), never handed back behind later ones. Should one still come after
+//! later ones were reported (its ack wait ran out while its gateway was stalled), it is
+//! not reported when that would put it out of order: a `delivered` once the deployment
+//! started, a `started` or a progress batch once it ended, a progress batch behind a
+//! later one. That event is lost rather than reported late; the record, and the final
+//! result's full output, are not.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -91,14 +93,19 @@ const PULL_EXPIRES: Duration = Duration::from_secs(2);
 const PULL_HEARTBEAT: Duration = Duration::from_secs(1);
 /// How long a gateway tries to release its pin when its pull ends.
 const RELEASE_WAIT: Duration = Duration::from_secs(1);
-/// Attempts at a message before it is handed back to the broker. Retrying in place
-/// keeps the server's order through a short outage; a message handed back comes
-/// again later, possibly after the ones that followed it.
+/// Failed attempts at a message after which each further failure is a warning.
+///
+/// A message is never handed back to the broker for a failure that may pass (the KV
+/// store or the event stream unreachable: a NATS node lost, a leader being elected): it
+/// would come again after the ones that followed it, and its event would be lost. It is
+/// retried in place, kept from redelivery by in-progress acknowledgements, and its
+/// server's later messages wait behind it.
 const ATTEMPTS: u32 = 4;
-/// Pause after the first failed attempt; doubled after each further one.
+/// Pause after the first failed attempt; doubled after each further one, up to
+/// [`MAX_ATTEMPT_BACKOFF`].
 const ATTEMPT_BACKOFF: Duration = Duration::from_millis(100);
-/// Delay before a message whose effect could not be stored is offered again.
-const RETRY_DELAY: Duration = Duration::from_secs(1);
+/// Longest pause between two attempts at a message.
+const MAX_ATTEMPT_BACKOFF: Duration = Duration::from_secs(2);
 /// Deployments whose server and stack are remembered for progress messages; the
 /// memory is cleared when it grows past this.
 const MAX_OWNERS: usize = 4096;
@@ -312,17 +319,19 @@ async fn handle(service: &Service, owners: &Owners, message: Message) -> String 
         settle(&message, AckKind::Term).await;
         return subject;
     };
-    match authentic(service, (&tenant, &server), &message).await {
-        Ok(Ok(())) => {}
-        Ok(Err(refusal)) => {
-            refuse(service, (&tenant, &server), &message, refusal).await;
-            settle(&message, AckKind::Term).await;
-            return subject;
-        }
-        Err(e) => {
-            debug!(error = %chain(&e), server.id = %server, "cannot read the server's key to check an answer; will retry");
-            settle(&message, AckKind::Nak(Some(RETRY_DELAY))).await;
-            return subject;
+    let mut pause = ATTEMPT_BACKOFF;
+    loop {
+        match authentic(service, (&tenant, &server), &message).await {
+            Ok(Ok(())) => break,
+            Ok(Err(refusal)) => {
+                refuse(service, (&tenant, &server), &message, refusal).await;
+                settle(&message, AckKind::Term).await;
+                return subject;
+            }
+            Err(e) => {
+                debug!(error = %chain(&e), server.id = %server, "cannot read the server's key to check an answer; retrying");
+                hold_on(&message, &mut pause).await;
+            }
         }
     }
     let parsed: AgentMessage = match serde_json::from_slice(&message.payload) {
@@ -337,7 +346,7 @@ async fn handle(service: &Service, owners: &Owners, message: Message) -> String 
     // effect without its event being published.
     let redelivered = message.info().map_or(true, |info| info.delivered > 1);
     let mut pause = ATTEMPT_BACKOFF;
-    for attempt in 1..=ATTEMPTS {
+    for attempt in 1.. {
         let from = Sender {
             tenant: &tenant,
             server: &server,
@@ -362,18 +371,25 @@ async fn handle(service: &Service, owners: &Owners, message: Message) -> String 
                 settle(&message, AckKind::Term).await;
                 return subject;
             }
-            Err(e) if attempt == ATTEMPTS => {
-                warn!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), kind = kind(&parsed), "cannot store or report an agent message; will retry");
+            Err(e) if attempt >= ATTEMPTS => {
+                warn!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), kind = kind(&parsed), attempt, "cannot store or report an agent message; retrying");
+                hold_on(&message, &mut pause).await;
             }
             Err(e) => {
                 debug!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), attempt, "cannot store or report an agent message; retrying");
-                tokio::time::sleep(pause).await;
-                pause *= 2;
+                hold_on(&message, &mut pause).await;
             }
         }
     }
-    settle(&message, AckKind::Nak(Some(RETRY_DELAY))).await;
     subject
+}
+
+/// Before another attempt at `message`: tells the broker it is still being handled (so it
+/// is not delivered again meanwhile), then pauses for `pause`, doubled for the next time.
+async fn hold_on(message: &Message, pause: &mut Duration) {
+    settle(message, AckKind::Progress).await;
+    tokio::time::sleep(*pause).await;
+    *pause = (*pause * 2).min(MAX_ATTEMPT_BACKOFF);
 }
 
 /// Whether `message` was signed by the current key of the server whose subject it came
