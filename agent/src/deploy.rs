@@ -319,9 +319,16 @@ async fn apply(
         at: started_at,
         request_digest: Some(digest.clone()),
     };
-    if let Err(e) = agent.responder.publish(&started).await {
-        warn!(error = %e, "publishing started failed; carrying on");
-    }
+    // The hook does not wait for a broker that cannot take `started` now (a stream leader
+    // being elected); it is published again before the result instead, so that the
+    // gateway still reports it, in its place.
+    let started_published = match agent.responder.publish(&started).await {
+        Ok(()) => true,
+        Err(e) => {
+            warn!(error = %e, "publishing started failed; publishing it again before the result");
+            false
+        }
+    };
     info!(group = %item.group, action = %req.action, "running hook");
 
     // One deployment runs at a time, so one socket path serves them all in turn.
@@ -358,6 +365,12 @@ async fn apply(
     let (outcome, recorded) = tokio::join!(touching(msg, run), record_group);
     // Every progress message goes out before the result (bounded: best effort).
     progress.finish().await;
+    if !started_published {
+        agent
+            .responder
+            .publish_finished(&started, &agent.shutdown)
+            .await;
+    }
     if let Some(data) = data {
         data.stop().await;
     }
