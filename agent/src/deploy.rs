@@ -131,6 +131,39 @@ async fn announce(agent: &Agent, message: &AgentMessage, what: &'static str) {
     );
 }
 
+/// Queues `message` and returns a task telling whether the broker confirmed it, or
+/// `None` when it could not even be queued (both logged).
+async fn send_confirmed_later(
+    agent: &Agent,
+    message: &AgentMessage,
+) -> Option<tokio::task::JoinHandle<bool>> {
+    let ack = match tokio::time::timeout(DELIVERED_QUEUE_TIMEOUT, agent.responder.send(message))
+        .await
+    {
+        Ok(Ok(ack)) => ack,
+        Ok(Err(e)) => {
+            warn!(error = %e, "publishing started failed; publishing it again before the result");
+            return None;
+        }
+        Err(_) => {
+            warn!("publishing started timed out; publishing it again before the result");
+            return None;
+        }
+    };
+    Some(tokio::spawn(
+        async move {
+            match ack.await {
+                Ok(_) => true,
+                Err(e) => {
+                    warn!(error = %e, "started not acknowledged; publishing it again before the result");
+                    false
+                }
+            }
+        }
+        .in_current_span(),
+    ))
+}
+
 /// A message this agent does not run (unreadable, unsigned, badly signed, for another
 /// server or tenant, expired, replayed): reported as `rejected` (its stream sequence,
 /// digest, code and why), never as an answer for whatever deployment id its bytes may
@@ -322,9 +355,11 @@ async fn apply(
         at: started_at,
         request_digest: Some(digest.clone()),
     };
-    // Durable in the ledger already, which is what exactly-once rests on: the message
-    // itself need not be confirmed before the hook runs.
-    announce(agent, &started, "started").await;
+    // Durable in the ledger already, which is what exactly-once rests on: the hook does
+    // not wait for the broker to confirm `started`. The confirmation is awaited before
+    // the result, and `started` published again then if the broker did not take it (a
+    // stream leader being elected), so that the gateway still reports it, in its place.
+    let started_confirmed = send_confirmed_later(agent, &started).await;
     info!(group = %item.group, action = %req.action, "running hook");
 
     // One deployment runs at a time, so one socket path serves them all in turn.
@@ -361,6 +396,16 @@ async fn apply(
     let (outcome, recorded) = tokio::join!(touching(msg, run), record_group);
     // Every progress message goes out before the result (bounded: best effort).
     progress.finish().await;
+    let started_published = match started_confirmed {
+        Some(confirmed) => confirmed.await.unwrap_or(false),
+        None => false,
+    };
+    if !started_published {
+        agent
+            .responder
+            .publish_finished(&started, &agent.shutdown)
+            .await;
+    }
     if let Some(data) = data {
         data.stop().await;
     }

@@ -23,6 +23,11 @@ pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// a hook runs, so a long hook is never redelivered.
 pub const ACK_WAIT: Duration = Duration::from_secs(10);
 
+/// How long the gateway pinned to the response consumer keeps the pin without pulling:
+/// how soon another gateway takes over the answers from one that died. As long as the
+/// ack wait, so the dead one's unacknowledged answers are due again by then.
+pub const PIN_TIMEOUT: Duration = ACK_WAIT;
+
 /// Room kept in every message for headers and framing (a message id, KV's expected
 /// revision): what the gateway stores or publishes must fit in the max payload less this.
 pub const HEADROOM: usize = 4096;
@@ -321,7 +326,14 @@ impl Broker {
         })
     }
 
-    /// The gateway's durable pull consumer on the response stream, created if missing.
+    /// The gateway's durable pull consumer on the response stream, created if missing and
+    /// brought to this configuration if it was made without it.
+    ///
+    /// Every gateway pulls it in the priority group [`subject::GATEWAY_RESPONSE_GROUP`]
+    /// with the `pinned_client` policy: the broker delivers to one gateway at a time and
+    /// moves the pin to another once the pinned one has not pulled for [`PIN_TIMEOUT`]
+    /// (it died, or lost the broker). JetStream is the only coordination: no election of
+    /// Flue's own.
     pub async fn response_consumer(&self) -> Result<consumer::PullConsumer, BrokerError> {
         let name = subject::GATEWAY_RESPONSE_CONSUMER;
         let err = |e: BoxError| BrokerError::Consumer {
@@ -334,20 +346,64 @@ impl Broker {
             .get_stream_no_info(subject::RESPONSE_STREAM)
             .await
             .map_err(|e| err(e.into()))?;
-        stream
-            .get_or_create_consumer(
-                name,
-                consumer::pull::Config {
-                    durable_name: Some(name.to_owned()),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    deliver_policy: consumer::DeliverPolicy::All,
-                    ack_wait: ACK_WAIT,
-                    max_deliver: -1,
-                    ..Default::default()
-                },
-            )
+        let config = consumer::pull::Config {
+            durable_name: Some(name.to_owned()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            deliver_policy: consumer::DeliverPolicy::All,
+            ack_wait: ACK_WAIT,
+            max_deliver: -1,
+            priority_policy: consumer::PriorityPolicy::PinnedClient,
+            priority_groups: vec![subject::GATEWAY_RESPONSE_GROUP.to_owned()],
+            priority_timeout: PIN_TIMEOUT,
+            ..Default::default()
+        };
+        match stream.get_consumer::<consumer::pull::Config>(name).await {
+            Ok(found)
+                if found.cached_info().config.priority_policy
+                    == consumer::PriorityPolicy::PinnedClient =>
+            {
+                Ok(found)
+            }
+            // Missing, or made by a gateway before pinning: create or update it in place
+            // (the broker keeps its position and what it has delivered).
+            _ => stream
+                .create_consumer(config)
+                .await
+                .map_err(|e| err(e.into())),
+        }
+    }
+
+    /// Releases the response consumer's pin if it is still `pin` (this gateway's, from the
+    /// `Nats-Pin-Id` of the answers it got), so that the next pull, this gateway's or
+    /// another's, takes it at once instead of after [`PIN_TIMEOUT`]. Whether it was
+    /// released.
+    pub async fn release_response_pin(&self, pin: &str) -> Result<bool, BrokerError> {
+        let name = subject::GATEWAY_RESPONSE_CONSUMER;
+        let err = |e: BoxError| BrokerError::Consumer {
+            stream: subject::RESPONSE_STREAM,
+            consumer: name.to_owned(),
+            source: e,
+        };
+        let stream = self
+            .js
+            .get_stream_no_info(subject::RESPONSE_STREAM)
             .await
-            .map_err(|e| err(e.into()))
+            .map_err(|e| err(e.into()))?;
+        let info = stream
+            .consumer_info(name)
+            .await
+            .map_err(|e| err(e.into()))?;
+        let mine = info
+            .priority_groups
+            .iter()
+            .any(|g| g.pinned_client_id.as_deref() == Some(pin));
+        if mine {
+            stream
+                .unpin_consumer(name, subject::GATEWAY_RESPONSE_GROUP)
+                .await
+                .map_err(|e| err(e.into()))?;
+        }
+        Ok(mine)
     }
 
     /// Creates (or finds) the durable pull consumer of one server's request queue.

@@ -24,6 +24,7 @@
 //! - [`tls`]: the HTTPS server configuration and the broker's TLS configuration blocks;
 //! - [`natsauth`]: broker authentication (operator, accounts, users) and `flue-gateway init`.
 
+pub mod adopt;
 pub mod api;
 pub mod auth;
 pub mod broker;

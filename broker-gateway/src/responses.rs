@@ -1,7 +1,10 @@
 //! The response consumer: applies what agents report to the deployment records, and
 //! reports each step as a lifecycle event.
 //!
-//! It pulls the shared durable consumer `flue-gateway` on `FLUE_RESP` and acknowledges a
+//! It pulls the shared durable consumer `flue-gateway` on `FLUE_RESP` in its pinned
+//! priority group, so that of several gateways one at a time gets the answers (the
+//! broker moves the pin when that one stops pulling; [`takeover`] keeps the order across
+//! the move; [`pull`] is the loop), and acknowledges a
 //! message only once its effect is in the KV bucket and its event in the event stream,
 //! so a crash or a broker restart at any point means a redelivery, which the idempotent
 //! transitions and the events' stable ids absorb. A redelivered message whose effect
@@ -25,9 +28,10 @@
 //! Messages of one server (one subject) are handled one after the other in stream
 //! order, different servers' side by side, so a deployment's events come out in the
 //! order its agent reported them: `delivered`, `started`, its progress, then how it
-//! ended. A message that comes back after later ones were reported (it was held by a
-//! gateway that died, and is redelivered once the consumer's ack wait is over) is not
-//! reported when that would put it out of order: a `delivered` once the deployment
+//! ended. A message whose effect cannot be stored or reported yet is retried in place
+//! (see [`ATTEMPTS`]), never handed back behind later ones. Should one still come after
+//! later ones were reported (its ack wait ran out while its gateway was stalled), it is
+//! not reported when that would put it out of order: a `delivered` once the deployment
 //! started, a `started` or a progress batch once it ended, a progress batch behind a
 //! later one. That event is lost rather than reported late; the record, and the final
 //! result's full output, are not.
@@ -47,10 +51,7 @@ use flue_proto::{
     AgentMessage, CloudEvent, Deployment, DeploymentId, EventType, RequestDigest, ServerId,
     StackId, TenantId,
 };
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use time::OffsetDateTime;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::broker::BrokerError;
@@ -65,27 +66,27 @@ use crate::store::StoreError;
 
 mod answers;
 mod lanes;
+mod pull;
 mod signers;
+mod takeover;
 
 pub use answers::Answers;
-use lanes::Lanes;
+pub use pull::consume;
 pub use signers::{SignedMessage, Signers};
 
-/// First pause after the consumer failed; doubled up to [`MAX_BACKOFF`].
-const MIN_BACKOFF: Duration = Duration::from_millis(100);
-/// Longest pause between two attempts to get the consumer back.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// Agent messages one gateway holds at once: being handled, or waiting behind an
-/// earlier message of the same server.
-const MAX_HELD: usize = 64;
-/// Attempts at a message before it is handed back to the broker. Retrying in place
-/// keeps the server's order through a short outage; a message handed back comes
-/// again later, possibly after the ones that followed it.
+/// Failed attempts at a message after which each further failure is a warning.
+///
+/// A message is never handed back to the broker for a failure that may pass (the KV
+/// store or the event stream unreachable: a NATS node lost, a leader being elected): it
+/// would come again after the ones that followed it, and its event would be lost. It is
+/// retried in place, kept from redelivery by in-progress acknowledgements, and its
+/// server's later messages wait behind it.
 const ATTEMPTS: u32 = 4;
-/// Pause after the first failed attempt; doubled after each further one.
+/// Pause after the first failed attempt; doubled after each further one, up to
+/// [`MAX_ATTEMPT_BACKOFF`].
 const ATTEMPT_BACKOFF: Duration = Duration::from_millis(100);
-/// Delay before a message whose effect could not be stored is offered again.
-const RETRY_DELAY: Duration = Duration::from_secs(1);
+/// Longest pause between two attempts at a message.
+const MAX_ATTEMPT_BACKOFF: Duration = Duration::from_secs(2);
 /// Deployments whose server and stack are remembered for progress messages; the
 /// memory is cleared when it grows past this.
 const MAX_OWNERS: usize = 4096;
@@ -99,68 +100,6 @@ pub(crate) enum HandleError {
     /// The event could not be published.
     #[error(transparent)]
     Event(#[from] BrokerError),
-}
-
-/// Consumes agent answers until cancelled, getting the consumer back after any failure.
-pub async fn consume(service: Answers, cancel: CancellationToken) {
-    let mut backoff = MIN_BACKOFF;
-    loop {
-        let stopped = tokio::select! {
-            () = cancel.cancelled() => return,
-            stopped = consume_until_error(&service) => stopped,
-        };
-        match stopped {
-            Ok(()) => backoff = MIN_BACKOFF,
-            Err(reason) => warn!(error = %reason, "response consumer interrupted; resuming"),
-        }
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
-}
-
-/// Pulls the consumer until its message stream fails or ends, holding up to
-/// [`MAX_HELD`] messages: one at a time per subject, subjects side by side.
-async fn consume_until_error(service: &Answers) -> Result<(), String> {
-    let consumer = service
-        .broker
-        .response_consumer()
-        .await
-        .map_err(|e| chain(&e))?;
-    let mut messages = consumer.messages().await.map_err(|e| chain(&e))?;
-    debug!("response consumer pulling");
-    let owners = Owners::default();
-    let mut lanes: Lanes<Message> = Lanes::default();
-    let mut running = FuturesUnordered::new();
-    let stopped = loop {
-        tokio::select! {
-            Some(subject) = running.next(), if !running.is_empty() => {
-                let subject: String = subject;
-                if let Some(next) = lanes.done(&subject) {
-                    running.push(handle(service, &owners, next));
-                }
-            }
-            next = messages.next(), if lanes.held() < MAX_HELD => match next {
-                Some(Ok(message)) => {
-                    let subject = message.subject.to_string();
-                    if let Some(now) = lanes.admit(subject, message) {
-                        running.push(handle(service, &owners, now));
-                    }
-                }
-                Some(Err(e)) => break Err(chain(&e)),
-                None => break Ok(()),
-            },
-        }
-    };
-    // Finish what was taken, in order; whatever is not acknowledged comes again anyway.
-    while let Some(subject) = running.next().await {
-        if let Some(next) = lanes.done(&subject) {
-            running.push(handle(service, &owners, next));
-        }
-    }
-    stopped
 }
 
 /// The server and stack of recently seen deployments, so that progress messages (many
@@ -243,17 +182,19 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) -> String 
         settle(&message, AckKind::Term).await;
         return subject;
     };
-    match authentic(service, (&tenant, &server), &message).await {
-        Ok(Ok(())) => {}
-        Ok(Err(refusal)) => {
-            refuse(service, (&tenant, &server), &message, refusal).await;
-            settle(&message, AckKind::Term).await;
-            return subject;
-        }
-        Err(e) => {
-            debug!(error = %chain(&e), server.id = %server, "cannot read the server's key to check an answer; will retry");
-            settle(&message, AckKind::Nak(Some(RETRY_DELAY))).await;
-            return subject;
+    let mut pause = ATTEMPT_BACKOFF;
+    loop {
+        match authentic(service, (&tenant, &server), &message).await {
+            Ok(Ok(())) => break,
+            Ok(Err(refusal)) => {
+                refuse(service, (&tenant, &server), &message, refusal).await;
+                settle(&message, AckKind::Term).await;
+                return subject;
+            }
+            Err(e) => {
+                debug!(error = %chain(&e), server.id = %server, "cannot read the server's key to check an answer; retrying");
+                hold_on(&message, &mut pause).await;
+            }
         }
     }
     let parsed: AgentMessage = match serde_json::from_slice(&message.payload) {
@@ -268,7 +209,7 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) -> String 
     // effect without its event being published.
     let redelivered = message.info().map_or(true, |info| info.delivered > 1);
     let mut pause = ATTEMPT_BACKOFF;
-    for attempt in 1..=ATTEMPTS {
+    for attempt in 1.. {
         let from = Sender {
             tenant: &tenant,
             server: &server,
@@ -293,18 +234,25 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) -> String 
                 settle(&message, AckKind::Term).await;
                 return subject;
             }
-            Err(e) if attempt == ATTEMPTS => {
-                warn!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), kind = kind(&parsed), "cannot store or report an agent message; will retry");
+            Err(e) if attempt >= ATTEMPTS => {
+                warn!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), kind = kind(&parsed), attempt, "cannot store or report an agent message; retrying");
+                hold_on(&message, &mut pause).await;
             }
             Err(e) => {
                 debug!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), attempt, "cannot store or report an agent message; retrying");
-                tokio::time::sleep(pause).await;
-                pause *= 2;
+                hold_on(&message, &mut pause).await;
             }
         }
     }
-    settle(&message, AckKind::Nak(Some(RETRY_DELAY))).await;
     subject
+}
+
+/// Before another attempt at `message`: tells the broker it is still being handled (so it
+/// is not delivered again meanwhile), then pauses for `pause`, doubled for the next time.
+async fn hold_on(message: &Message, pause: &mut Duration) {
+    settle(message, AckKind::Progress).await;
+    tokio::time::sleep(*pause).await;
+    *pause = (*pause * 2).min(MAX_ATTEMPT_BACKOFF);
 }
 
 /// Whether `message` was signed by the current key of the server whose subject it came

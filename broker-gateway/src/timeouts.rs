@@ -72,6 +72,11 @@ impl TimeoutSet {
         expired
     }
 
+    /// Whether `id` is watched.
+    pub fn contains(&self, id: &DeploymentId) -> bool {
+        self.lock().by_id.contains_key(id)
+    }
+
     /// Number of deployments watched.
     pub fn len(&self) -> usize {
         self.lock().by_id.len()

@@ -21,6 +21,10 @@ pub const RESPONSE_STREAM: &str = "FLUE_RESP";
 pub const RESPONSE_SUBJECTS: &str = "flue.*.resp.*";
 /// Durable pull consumer on [`RESPONSE_STREAM`] shared by every gateway replica.
 pub const GATEWAY_RESPONSE_CONSUMER: &str = "flue-gateway";
+/// The priority group every gateway pulls [`GATEWAY_RESPONSE_CONSUMER`] in: the broker
+/// pins it to one gateway at a time (`pinned_client`), so one server's answers are
+/// applied in stream order whichever gateways run.
+pub const GATEWAY_RESPONSE_GROUP: &str = "flue";
 
 /// Subject of a server's request queue.
 pub fn request(tenant: &TenantId, server: &ServerId) -> String {

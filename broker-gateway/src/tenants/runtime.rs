@@ -154,6 +154,12 @@ impl TenantRuntime {
             service.publisher.clone(),
             shutdown.child_token(),
         ));
+        tasks.spawn(crate::adopt::run(
+            service.config.tenant.clone(),
+            service.store.clone(),
+            service.publisher.clone(),
+            shutdown.child_token(),
+        ));
         tasks.spawn(presence::run(
             service.presence.clone(),
             presence::PresenceHandles {
