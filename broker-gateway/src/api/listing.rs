@@ -77,6 +77,9 @@ pub enum Pages {
     Deployments,
     /// `GET /v1/servers`.
     Servers,
+    /// `GET /v1/stacks/{id}/operations` (the sequence is a submission time, in
+    /// nanoseconds since the epoch, that the page's operations are older than).
+    Operations,
 }
 
 impl Pages {
@@ -84,6 +87,7 @@ impl Pages {
         match self {
             Self::Deployments => "deployments",
             Self::Servers => "servers",
+            Self::Operations => "operations",
         }
     }
 
