@@ -136,7 +136,7 @@ pub fn table(name: &StackId, ops: &[StackOperation]) -> String {
         return format!("no operations on stack {name}\n");
     }
     let mut s = format!(
-        "{:<36} {:<8} {:<10} {:<20} {:<20} WORKER\n",
+        "{:<32}  {:<8} {:<10} {:<20}  {:<16} WORKER\n",
         "OPERATION", "KIND", "STATE", "SUBMITTED", "STACK STATUS"
     );
     for op in ops {
@@ -146,11 +146,16 @@ pub fn table(name: &StackId, ops: &[StackOperation]) -> String {
             .map_or_else(|| "-".to_owned(), ToString::to_string);
         let _ = writeln!(
             s,
-            "{:<36} {:<8} {:<10} {:<20} {:<20} {}",
+            "{:<32}  {:<8} {:<10} {:<20}  {:<16} {}",
             op.id,
             op.operation.to_string(),
             op.state.to_string(),
-            render::timestamp(op.submitted_at),
+            // Whole seconds: the column is for a reader, `--json` has the rest.
+            render::timestamp(
+                op.submitted_at
+                    .replace_nanosecond(0)
+                    .unwrap_or(op.submitted_at)
+            ),
             status,
             op.worker.as_deref().unwrap_or("-"),
         );

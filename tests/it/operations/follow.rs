@@ -73,7 +73,7 @@ async fn killing_the_cli_stops_nothing_and_the_same_command_again_follows_the_op
     let shown = flue(&env, &["stack", "operations", "k"]).await;
     assert_eq!(shown.code, 0, "{shown}");
     assert!(shown.stdout.contains(&ops[0].id), "{shown}");
-    assert!(shown.stdout.contains("create   running"), "{shown}");
+    assert!(shown.stdout.contains(" create   running "), "{shown}");
 
     // Another kind of operation is refused, naming the one that runs.
     let other = flue(&env, &["stack", "delete", "k"]).await;
