@@ -20,6 +20,8 @@ use super::{CliError, Outcome, render};
 
 /// How often the operation is read while it runs.
 const FOLLOW_EVERY: Duration = Duration::from_millis(250);
+/// How long an operation may stay queued before the CLI says that no worker took it.
+const QUEUED_NOTE: Duration = Duration::from_secs(5);
 /// Reads of the operation that may fail in a row (gateway restarting, 503) before the
 /// CLI gives up following; the operation itself goes on.
 const MAX_READ_RETRIES: u32 = 8;
@@ -63,16 +65,29 @@ pub async fn run(
         Err(e) => return Err(refusal(e)),
     };
     let mut seen = 0;
+    let since = std::time::Instant::now();
+    let mut told_queued = false;
     let done = loop {
         let record = read_retrying(client, name, &op.id).await?;
         for line in record.progress_after(seen) {
             out.write_all(line.as_bytes())?;
         }
-        out.flush()?;
         seen = record.progress_total();
         if record.state.is_terminal() {
+            out.flush()?;
             break record;
         }
+        // Waiting without a word for a worker that may not exist would look like a hang.
+        if !told_queued && record.state == OperationState::Queued && since.elapsed() >= QUEUED_NOTE
+        {
+            told_queued = true;
+            writeln!(
+                out,
+                "note: operation {} is still queued: no engine worker has taken it (gateways run none with --engine-workers 0; --local runs the engine in this process)",
+                record.id
+            )?;
+        }
+        out.flush()?;
         tokio::time::sleep(FOLLOW_EVERY).await;
     };
     let Some(status) = &done.stack_status else {

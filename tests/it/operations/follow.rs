@@ -121,3 +121,52 @@ async fn killing_the_cli_stops_nothing_and_the_same_command_again_follows_the_op
         assert!(body.to_string().contains(named), "{query}: {body}");
     }
 }
+
+#[tokio::test]
+async fn with_no_engine_worker_the_cli_says_the_operation_waits_and_local_runs_the_stack() {
+    use tokio::io::AsyncBufReadExt;
+
+    let env = Flue::start_with(&["--engine-workers", "0"]).await;
+    env.register("s1").await;
+    let _s1 = env.agent("s1", &[]).await;
+    let record = env.path("record.log");
+    let t = env.path("t.yaml");
+    std::fs::write(&t, WAITING).expect("template");
+    let t = t.display().to_string();
+    let p = format!("record={}", record.display());
+    let create = ["stack", "create", "q", "-t", &t, "-P", &p];
+    let mut waiting = tokio::process::Command::new(flue_tests::bin("flue"))
+        .env("FLUE_TOKEN", env.gateway.cli_token(&create))
+        .arg("--gateway")
+        .arg(env.gateway.url())
+        .args(create)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn flue");
+    let mut lines_out = tokio::io::BufReader::new(waiting.stdout.take().expect("stdout")).lines();
+    let note = tokio::time::timeout(flue_tests::WAIT, async {
+        while let Some(line) = lines_out.next_line().await.expect("read stdout") {
+            if line.starts_with("note: operation") {
+                return line;
+            }
+        }
+        panic!("flue ended without the note");
+    })
+    .await
+    .expect("the note within the bound");
+    assert!(note.contains("no engine worker has taken it"), "{note}");
+    assert!(note.contains("--local"), "{note}");
+    waiting.kill().await.expect("kill the waiting CLI");
+    assert!(lines(&record).is_empty(), "nothing ran");
+
+    put_data(&env, "q", "go", "now").await;
+    let local = flue(
+        &env,
+        &["stack", "create", "q", "-t", &t, "-P", &p, "--local"],
+    )
+    .await;
+    assert_eq!(local.code, 0, "{local}");
+    assert!(local.stdout.contains("stack q: CREATE_COMPLETE"), "{local}");
+    assert_eq!(lines(&record), ["start a", "end a"]);
+}
