@@ -190,8 +190,9 @@ fn parse_since(text: &str) -> Result<OffsetDateTime, String> {
 /// `flue stack …`
 #[derive(Debug, Subcommand)]
 pub enum StackCommand {
-    /// Create a stack from a template; run it again to resume an interrupted creation
-    /// or to retry a failed one.
+    /// Create a stack from a template: submitted to the gateway's engine workers and
+    /// followed (killing `flue` stops nothing; run it again to follow it, or to resume an
+    /// interrupted creation or retry a failed one).
     Create(StackApplyArgs),
     /// Apply a changed template or parameters: only what changed runs.
     Update(StackApplyArgs),
