@@ -163,6 +163,8 @@ echo "created in $(($(now_ms) - started)) ms"
 
 section "read back through gateway 2: flue stack show shop"
 "$flue" --gateway "$gw2" stack show shop
+echo "the operation as gateway 2 lists it (its worker may be either gateway's):"
+"$flue" --gateway "$gw2" stack operations shop | sed 's/^/    /'
 
 # The node leading FLUE_REQ (the leader logs its own election) is the one to kill.
 victim=n1

@@ -161,6 +161,9 @@ section "flue stack update shop -P app_port=9090: only web changes, db is left a
 "$flue" stack update shop -t examples/two-tier/stack.yaml -P app_port=9090 ||
   die "the update of shop did not complete"
 
+section "flue stack operations shop: each command was submitted and ran in a gateway's engine worker"
+"$flue" stack operations shop
+
 section "flue stack create order: examples/ordering (config1, then config3 on the other server, then config2)"
 "$flue" stack create order -t examples/ordering/stack.yaml \
   -P server1=db -P server2=web -P record_file="$demo/order.log" || die "stack order did not complete"

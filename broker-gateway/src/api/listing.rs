@@ -81,6 +81,9 @@ pub enum Pages {
     Stacks,
     /// `GET /v1/stacks/{id}/units` (by unit key).
     StackUnits,
+    /// `GET /v1/stacks/{id}/operations` (the sequence is a submission time, in
+    /// nanoseconds since the epoch, that the page's operations are older than).
+    Operations,
 }
 
 impl Pages {
@@ -90,6 +93,7 @@ impl Pages {
             Self::Servers => "servers",
             Self::Stacks => "stacks",
             Self::StackUnits => "stack units",
+            Self::Operations => "operations",
         }
     }
 

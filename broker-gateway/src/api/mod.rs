@@ -133,7 +133,10 @@ pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Ro
             "/v1/stacks/{id}",
             get(stacks::get).put(stacks::put).delete(stacks::delete),
         )
-        .route("/v1/stacks/{id}/operations", post(operations::submit))
+        .route(
+            "/v1/stacks/{id}/operations",
+            post(operations::submit).get(operations::list),
+        )
         .route("/v1/stacks/{id}/operations/{op}", get(operations::get))
         .route("/v1/stacks/{id}/units", get(stacks::units))
         .route_layer(middleware::from_fn_with_state(

@@ -2,14 +2,16 @@
 //! engine workers ([`crate::operations`]).
 
 use axum::Json;
-use axum::extract::{Extension, Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flue_proto::operation::{StackOperation, SubmitOperation};
 use flue_proto::{DeploymentId, StackId};
 
 use super::error::ApiError;
-use super::extract::{JsonBody, PathId};
+use super::extract::{JsonBody, PathId, inner_text};
+use super::listing::{Listed, Paged, Pages, page_limit};
 use crate::operations::{Operations, submit};
 use crate::service::Service;
 
@@ -82,4 +84,60 @@ pub async fn get(
                 stack.as_str()
             ))
         })
+}
+
+/// The query of `GET /v1/stacks/{id}/operations` (text, so a bad value is a 400 naming it).
+#[derive(Debug, serde::Deserialize)]
+pub struct ListQuery {
+    /// Operations per page (1..=1000, default 100).
+    pub limit: Option<String>,
+    /// Where the page starts: the previous page's `flue-next-cursor` header.
+    pub cursor: Option<String>,
+}
+
+/// `GET /v1/stacks/{id}/operations[?limit=N&cursor=C]`: one page of the stack's
+/// operations, newest first (each as `GET …/operations/{op}` reads it); the cursor of
+/// the next page is in the `flue-next-cursor` header. A stack with no operation (or none
+/// at all) lists nothing: operations outlive the stacks they deleted.
+pub async fn list(
+    Extension(operations): Extension<Operations>,
+    PathId(id): PathId<StackId>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Paged<StackOperation>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(inner_text(&e)))?;
+    let limit = page_limit(query.limit.as_deref())?;
+    let tenant = operations.tenant().clone();
+    // The cursor is the submission time the next page is older than; none is "now".
+    let older_than = match query.cursor.as_deref().filter(|c| !c.is_empty()) {
+        None => u64::MAX,
+        cursor => Pages::Operations.start(&tenant, cursor)?,
+    };
+    let history = operations.history(&id).await?;
+    let mut items: Vec<StackOperation> = history
+        .operations
+        .into_iter()
+        .filter(|op| submitted_nanos(op) < older_than)
+        .take(limit + 1)
+        .collect();
+    let next = if items.len() > limit {
+        items.truncate(limit);
+        items
+            .last()
+            .map(|last| Pages::Operations.cursor(&tenant, submitted_nanos(last)))
+    } else {
+        None
+    };
+    Ok(Paged {
+        listed: Listed {
+            items,
+            skipped: history.skipped,
+        },
+        next,
+    })
+}
+
+/// When `op` was submitted, in nanoseconds since the epoch (0 before it, never after
+/// the year 2554).
+fn submitted_nanos(op: &StackOperation) -> u64 {
+    u64::try_from(op.submitted_at.unix_timestamp_nanos()).unwrap_or(0)
 }

@@ -190,8 +190,9 @@ fn parse_since(text: &str) -> Result<OffsetDateTime, String> {
 /// `flue stack …`
 #[derive(Debug, Subcommand)]
 pub enum StackCommand {
-    /// Create a stack from a template; run it again to resume an interrupted creation
-    /// or to retry a failed one.
+    /// Create a stack from a template: submitted to the gateway's engine workers and
+    /// followed (killing `flue` stops nothing; run it again to follow it, or to resume an
+    /// interrupted creation or retry a failed one).
     Create(StackApplyArgs),
     /// Apply a changed template or parameters: only what changed runs.
     Update(StackApplyArgs),
@@ -212,8 +213,12 @@ pub enum StackCommand {
         /// Take over from another operation still marked in progress.
         #[arg(long)]
         force: bool,
-        /// Submit the action to the gateway's engine workers and follow it.
+        /// Run the action in this process (offline or development use) instead of
+        /// submitting it to the gateway's engine workers and following it.
         #[arg(long)]
+        local: bool,
+        /// What every command does now (kept so older scripts keep working).
+        #[arg(long, hide = true, conflicts_with = "local")]
         submit: bool,
     },
     /// Show a stack: status, units, outputs, recent actions.
@@ -221,6 +226,17 @@ pub enum StackCommand {
         /// Stack name.
         name: StackId,
         /// Print the stored record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a stack's operations (submitted to the engine workers), newest first.
+    Operations {
+        /// Stack name.
+        name: StackId,
+        /// How many to show at most (the newest).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        limit: u32,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -270,9 +286,13 @@ pub struct StackApplyArgs {
     /// Take over from another operation still marked in progress (its driver is gone).
     #[arg(long)]
     pub force: bool,
-    /// Submit the operation to the gateway's engine workers and follow it, instead of
-    /// driving it in this process.
+    /// Drive the operation in this process (offline or development use: it stops if
+    /// this process does) instead of submitting it to the gateway's engine workers and
+    /// following it.
     #[arg(long)]
+    pub local: bool,
+    /// What every command does now (kept so older scripts keep working).
+    #[arg(long, hide = true, conflicts_with = "local")]
     pub submit: bool,
 }
 
@@ -315,9 +335,13 @@ pub struct StackOpArgs {
     /// Take over from another operation still marked in progress (its driver is gone).
     #[arg(long)]
     pub force: bool,
-    /// Submit the operation to the gateway's engine workers and follow it, instead of
-    /// driving it in this process.
+    /// Drive the operation in this process (offline or development use: it stops if
+    /// this process does) instead of submitting it to the gateway's engine workers and
+    /// following it.
     #[arg(long)]
+    pub local: bool,
+    /// What every command does now (kept so older scripts keep working).
+    #[arg(long, hide = true, conflicts_with = "local")]
     pub submit: bool,
 }
 

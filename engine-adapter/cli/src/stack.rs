@@ -1,4 +1,5 @@
-//! `flue stack …`: drives stack operations and prints their progress as it happens.
+//! `flue stack …`: submits stack operations to the gateway's engine workers (or, with
+//! `--local`, drives them in this process) and prints their progress as it happens.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -25,13 +26,13 @@ pub async fn run(
     match command {
         StackCommand::Create(args) => apply(client, args, true, out).await,
         StackCommand::Update(args) => apply(client, args, false, out).await,
-        StackCommand::Delete(args) if args.submit => {
+        StackCommand::Delete(args) if !args.local => {
             submitted(client, &args.name, OperationKind::Delete, args.force, out).await
         }
-        StackCommand::Suspend(args) if args.submit => {
+        StackCommand::Suspend(args) if !args.local => {
             submitted(client, &args.name, OperationKind::Suspend, args.force, out).await
         }
-        StackCommand::Resume(args) if args.submit => {
+        StackCommand::Resume(args) if !args.local => {
             submitted(client, &args.name, OperationKind::Resume, args.force, out).await
         }
         StackCommand::Action {
@@ -39,7 +40,8 @@ pub async fn run(
             resource,
             action,
             force,
-            submit: true,
+            local: false,
+            ..
         } => {
             let mut body = SubmitOperation::new(OperationKind::Action);
             body.resource = Some(resource);
@@ -79,7 +81,8 @@ pub async fn run(
             resource,
             action,
             force,
-            submit: false,
+            local: true,
+            ..
         } => {
             let action = Action::new(action.as_str())
                 .map_err(|e| CliError::Usage(format!("action {action:?}: {e}")))?;
@@ -110,6 +113,16 @@ pub async fn run(
             Ok(Outcome::Success)
         }
         StackCommand::Validate(args) => super::validate::run(&args, out),
+        StackCommand::Operations { name, limit, json } => {
+            let ops = client.list_operations_up_to(&name, limit as usize).await?;
+            let text = if json {
+                render::pretty_json(&ops)
+            } else {
+                submit::table(&name, &ops)
+            };
+            out.write_all(text.as_bytes())?;
+            Ok(Outcome::Success)
+        }
         StackCommand::List { json } => {
             let stacks = client.list_stacks().await?;
             let text = if json {
@@ -155,7 +168,7 @@ async fn apply(
     add_parameter_files(&mut cli_given, &args.parameter_files)?;
     given.extend(cli_given);
     let mapped = super::mapping::parse(&args.servers, &args.attrs)?;
-    if args.submit {
+    if !args.local {
         let kind = if creating {
             OperationKind::Create
         } else {

@@ -1,6 +1,12 @@
-//! `flue stack … --submit`: the operation handed to the gateway's engine workers
-//! (`POST /v1/stacks/{id}/operations`) and followed to its end, printing the engine's
-//! progress lines as the in-process driver prints them, with the same exit codes.
+//! `flue stack …` (without `--local`): the operation handed to the gateway's engine
+//! workers (`POST /v1/stacks/{id}/operations`) and followed to its end, printing the
+//! engine's progress lines as the in-process driver prints them, with the same exit
+//! codes. The CLI submits and follows; it does not drive: killing it stops nothing.
+//!
+//! Following reads the operation record every 250 ms rather than the stack's events over
+//! SSE: the record carries the engine's own progress lines (the very text `--local`
+//! prints), which the events do not, and one small read per quarter second costs the
+//! gateway less than an SSE consumer per follower.
 
 use std::io::Write;
 use std::time::Duration;
@@ -14,6 +20,8 @@ use super::{CliError, Outcome, render};
 
 /// How often the operation is read while it runs.
 const FOLLOW_EVERY: Duration = Duration::from_millis(250);
+/// How long an operation may stay queued before the CLI says that no worker took it.
+const QUEUED_NOTE: Duration = Duration::from_secs(5);
 /// Reads of the operation that may fail in a row (gateway restarting, 503) before the
 /// CLI gives up following; the operation itself goes on.
 const MAX_READ_RETRIES: u32 = 8;
@@ -40,18 +48,46 @@ pub async fn run(
     out: &mut impl Write,
 ) -> Result<Outcome, CliError> {
     // Not retried: a second submission would be refused (409) while the first runs.
-    let op = client.submit_operation(name, body).await.map_err(refusal)?;
+    let op = match client.submit_operation(name, body).await {
+        Ok(op) => op,
+        Err(e) if e.status() == Some(409) => match running(client, name, body).await? {
+            Some(op) => {
+                writeln!(
+                    out,
+                    "stack {name}: {} already {} as operation {}: following it",
+                    op.operation, op.state, op.id
+                )?;
+                op
+            }
+            // It was another kind of operation: the gateway's refusal says which.
+            None => return Err(refusal(e)),
+        },
+        Err(e) => return Err(refusal(e)),
+    };
     let mut seen = 0;
+    let since = std::time::Instant::now();
+    let mut told_queued = false;
     let done = loop {
         let record = read_retrying(client, name, &op.id).await?;
         for line in record.progress_after(seen) {
             out.write_all(line.as_bytes())?;
         }
-        out.flush()?;
         seen = record.progress_total();
         if record.state.is_terminal() {
+            out.flush()?;
             break record;
         }
+        // Waiting without a word for a worker that may not exist would look like a hang.
+        if !told_queued && record.state == OperationState::Queued && since.elapsed() >= QUEUED_NOTE
+        {
+            told_queued = true;
+            writeln!(
+                out,
+                "note: operation {} is still queued: no engine worker has taken it (gateways run none with --engine-workers 0; --local runs the engine in this process)",
+                record.id
+            )?;
+        }
+        out.flush()?;
         tokio::time::sleep(FOLLOW_EVERY).await;
     };
     let Some(status) = &done.stack_status else {
@@ -92,6 +128,57 @@ pub async fn run(
         Ending::Nothing => {}
     }
     Ok(Outcome::Success)
+}
+
+/// The stack's unfinished operation, if it is of the kind `body` asks for: running the
+/// command again while it runs follows it rather than failing.
+async fn running(
+    client: &Client,
+    name: &StackId,
+    body: &SubmitOperation,
+) -> Result<Option<StackOperation>, CliError> {
+    let newest = client.list_operations_up_to(name, 1).await?;
+    Ok(newest
+        .into_iter()
+        .next()
+        .filter(|op| !op.state.is_terminal() && op.operation == body.operation))
+}
+
+/// `flue stack operations NAME`: one line per operation, newest first.
+pub fn table(name: &StackId, ops: &[StackOperation]) -> String {
+    use std::fmt::Write as _;
+    if ops.is_empty() {
+        return format!("no operations on stack {name}\n");
+    }
+    let mut s = format!(
+        "{:<32}  {:<8} {:<10} {:<20}  {:<16} WORKER\n",
+        "OPERATION", "KIND", "STATE", "SUBMITTED", "STACK STATUS"
+    );
+    for op in ops {
+        let status = op
+            .stack_status
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), ToString::to_string);
+        let _ = writeln!(
+            s,
+            "{:<32}  {:<8} {:<10} {:<20}  {:<16} {}",
+            op.id,
+            op.operation.to_string(),
+            op.state.to_string(),
+            // Whole seconds: the column is for a reader, `--json` has the rest.
+            render::timestamp(
+                op.submitted_at
+                    .replace_nanosecond(0)
+                    .unwrap_or(op.submitted_at)
+            ),
+            status,
+            op.worker.as_deref().unwrap_or("-"),
+        );
+        if let Some(reason) = &op.reason {
+            let _ = writeln!(s, "    {}", reason.lines().next().unwrap_or_default());
+        }
+    }
+    s
 }
 
 /// A refused submission: the gateway's message is the one to print.

@@ -129,3 +129,22 @@ async fn register_env_prints_the_agent_environment() {
         "FLUE_NATS_URL=nats://127.0.0.1:4222\nFLUE_TENANT=default\nFLUE_SERVER_ID=db\n"
     );
 }
+
+#[test]
+fn stack_commands_submit_unless_local_and_the_old_submit_flag_is_still_accepted() {
+    let parse = |args: &[&str]| Cli::try_parse_from(["flue"].iter().chain(args));
+    for args in [
+        &["stack", "delete", "s"][..],
+        &["stack", "delete", "s", "--submit"],
+        &["stack", "resume", "s", "--local"],
+        &["stack", "action", "s", "db", "backup", "--local"],
+        &["stack", "create", "s", "-t", "t.yaml", "--local"],
+        &["stack", "operations", "s", "--limit", "5", "--json"],
+    ] {
+        parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    }
+    let both = parse(&["stack", "delete", "s", "--local", "--submit"]).expect_err("conflict");
+    assert!(both.to_string().contains("--local"), "{both}");
+    let zero = parse(&["stack", "operations", "s", "--limit", "0"]).expect_err("limit 0");
+    assert!(zero.to_string().contains("--limit"), "{zero}");
+}

@@ -418,6 +418,28 @@ impl Client {
         self.get(&format!("v1/stacks/{id}/operations/{op}")).await
     }
 
+    /// The stack's `most` newest operations, newest first, read page by page.
+    pub async fn list_operations_up_to(
+        &self,
+        id: &StackId,
+        most: usize,
+    ) -> Result<Vec<StackOperation>, ClientError> {
+        self.collect_pages(&format!("v1/stacks/{id}/operations?"), most)
+            .await
+    }
+
+    /// `GET /v1/stacks/{id}/operations?limit=N&cursor=C`: one page of the stack's
+    /// operations, newest first, and the cursor of the next (none on the last page).
+    pub async fn list_operations_page(
+        &self,
+        id: &StackId,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<StackOperation>, ClientError> {
+        self.get_page(&format!("v1/stacks/{id}/operations?"), limit, cursor)
+            .await
+    }
+
     /// `DELETE /v1/stacks/{id}`: removes the stack and its data space; with
     /// `expected_revision`, only if the stack is still at that revision.
     pub async fn delete_stack(

@@ -169,9 +169,28 @@ fn prepare_apply(
     // What `validate` checks: the parameters bound (over the ones the stack keeps),
     // the conditions decided, the mapping against the template, the units expanded.
     let kept = previous.map(|s| s.parameters.clone()).unwrap_or_default();
-    let mut params = template
-        .bind_parameters_over(&given, &kept)
-        .map_err(in_template)?;
+    let never_stored = |h: &str| TemplateError {
+        path: format!("parameters.{h}"),
+        message: format!(
+            "hidden parameter {h:?} is never stored; pass it again with -P {h}=… or --parameter-file {h}=PATH"
+        ),
+    };
+    // As the driver refuses it (`driver::apply`): a hidden parameter given before must be
+    // given again, never fall back to its default without a word.
+    if let Some(h) = previous
+        .into_iter()
+        .flat_map(|p| &p.hidden_parameters)
+        .find(|h| template.parameters.get(*h).is_some_and(|d| d.hidden) && !given.contains_key(*h))
+    {
+        return Err(in_template(never_stored(h)));
+    }
+    let mut params = template.bind_parameters_over(&given, &kept).map_err(|e| {
+        let hidden = previous
+            .into_iter()
+            .flat_map(|p| &p.hidden_parameters)
+            .find(|h| e.path == format!("parameters.{h}"));
+        in_template(hidden.map_or(e, |h| never_stored(h)))
+    })?;
     params.add_pseudo(stack.as_str(), Some(project));
     let (instantiated, _) = template.instantiate(&params).map_err(in_template)?;
     let kept_mapped = previous.map(|s| s.mapped.clone()).unwrap_or_default();

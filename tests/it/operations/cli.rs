@@ -1,5 +1,5 @@
-//! `flue stack … --submit`: the CLI hands the operation to the engine workers and follows
-//! it, printing what the in-process driver prints, with the same exit codes.
+//! `flue stack …`: the CLI hands the operation to the engine workers and follows it,
+//! printing what the in-process driver (`--local`) prints, with the same exit codes.
 
 use std::path::Path;
 
@@ -44,20 +44,20 @@ async fn a_submitted_stack_operation_prints_what_the_local_driver_prints() {
     let log = env.path("hooks.log").display().to_string();
     let log_param = format!("log={log}");
     let secret = format!("secret={SECRET}");
-    let create = |name: &'static str, submit: bool| {
+    let create = |name: &'static str, local: bool| {
         let mut args = vec![
             "stack", "create", name, "-t", &template, "-P", "count=2", "-P", &log_param, "-P",
             &secret,
         ];
-        if submit {
-            args.push("--submit");
+        if local {
+            args.push("--local");
         }
         args
     };
 
-    let local = flue(&env, &create("here", false)).await;
+    let local = flue(&env, &create("here", true)).await;
     assert_eq!(local.code, 0, "{local}");
-    let submitted = flue(&env, &create("there", true)).await;
+    let submitted = flue(&env, &create("there", false)).await;
     assert_eq!(submitted.code, 0, "{submitted}");
     assert_eq!(
         shape(&submitted, "there"),
@@ -73,7 +73,7 @@ async fn a_submitted_stack_operation_prints_what_the_local_driver_prints() {
     let update = flue(
         &env,
         &[
-            "stack", "update", "there", "-t", &template, "-P", "count=3", "-P", &secret, "--submit",
+            "stack", "update", "there", "-t", &template, "-P", "count=3", "-P", &secret,
         ],
     )
     .await;
@@ -83,15 +83,16 @@ async fn a_submitted_stack_operation_prints_what_the_local_driver_prints() {
 
     // A failing action ends the same way as locally: exit 1 is for a FAILED stack, the
     // refusal of an unknown action is an error.
-    let refused = flue(
+    let refused = flue(&env, &["stack", "action", "there", "workers", "nope"]).await;
+    let refused_here = flue(
         &env,
-        &["stack", "action", "there", "workers", "nope", "--submit"],
+        &["stack", "action", "here", "workers", "nope", "--local"],
     )
     .await;
-    let refused_here = flue(&env, &["stack", "action", "here", "workers", "nope"]).await;
     assert_eq!(refused.code, refused_here.code, "{refused}\n{refused_here}");
     assert_ne!(refused.code, 0, "{refused}");
 
+    // The old spelling still works.
     let deleted = flue(&env, &["stack", "delete", "there", "--submit"]).await;
     assert_eq!(deleted.code, 0, "{deleted}");
     assert!(

@@ -3,7 +3,7 @@
 //! submit (403), and another tenant (404: it neither sees nor reaches them).
 
 use flue_proto::auth::Role;
-use flue_proto::operation::OperationState;
+use flue_proto::operation::{OperationState, StackOperation};
 use flue_proto::{CreateTenant, TenantId};
 use flue_tests::{Flue, Tokens, WAIT, file_lines, wait_until};
 use serde_json::{Value, json};
@@ -166,6 +166,22 @@ async fn another_tenant_neither_sees_nor_submits_operations_on_a_tenants_stacks(
         .await
         .expect("answers");
     assert_eq!(seen.status().as_u16(), 404);
+    // Its listing of a stack by that name holds none of the first tenant's operations.
+    let listed = other
+        .get(&url)
+        .bearer_auth(&acme_engine)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(listed.status().as_u16(), 200);
+    assert_eq!(
+        listed.json::<serde_json::Value>().await.expect("json"),
+        json!([])
+    );
+    let mine = as_viewer(viewer.get(&url)).send().await.expect("answers");
+    let mine: Vec<StackOperation> = mine.json().await.expect("operations");
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0].id, op.id);
     let deleted = other
         .post(&url)
         .bearer_auth(&acme_engine)

@@ -1,6 +1,7 @@
-//! Stacks driven by the `flue` CLI against a real broker, gateway and agents: the
-//! examples, ordering, updates, lifecycle, groups, failures, interruption and bad
-//! templates.
+//! Stacks run by the `flue` CLI (submitted to the gateway's engine workers, or driven
+//! in-process with `--local` where a test is about the engine itself) against a real
+//! broker, gateway and agents: the examples, ordering, updates, lifecycle, groups,
+//! failures, interruption and bad templates.
 
 mod examples;
 mod failure;
@@ -84,9 +85,17 @@ pub fn flue_in_background(env: &Flue, args: &[&str]) -> tokio::task::JoinHandle<
     ))
 }
 
-/// Starts `flue ARGS…` as a stack driver, waits until `record` holds the line `started`
-/// (a hook of the operation is running), then SIGKILLs the driver.
+/// Starts `flue ARGS… --local` (the engine in the CLI process), waits until `record`
+/// holds the line `started` (a hook of the operation is running), then SIGKILLs it: the
+/// operation is left unfinished with no one driving it.
 pub async fn kill_driver_once(env: &Flue, args: &[&str], record: &Path, started: &str) {
+    let mut local = args.to_vec();
+    local.push("--local");
+    kill_cli_once(env, &local, record, started).await;
+}
+
+/// Starts `flue ARGS…`, waits until `record` holds the line `started`, then SIGKILLs it.
+pub async fn kill_cli_once(env: &Flue, args: &[&str], record: &Path, started: &str) {
     let mut driver = tokio::process::Command::new(flue_tests::bin("flue"))
         .env("FLUE_TOKEN", env.gateway.cli_token(args))
         .arg("--gateway")
