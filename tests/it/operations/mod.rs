@@ -5,6 +5,7 @@
 //! second tenant that neither sees nor reaches the first's operations.
 
 mod cli;
+mod hostile;
 mod leases;
 mod refusals;
 mod takeover;
