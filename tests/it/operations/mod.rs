@@ -8,6 +8,7 @@ mod cli;
 mod hostile;
 mod leases;
 mod refusals;
+mod secrets;
 mod takeover;
 
 use std::path::Path;
