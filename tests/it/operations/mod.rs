@@ -7,6 +7,7 @@
 mod cli;
 mod hostile;
 mod leases;
+mod queue_rights;
 mod refusals;
 mod secrets;
 mod takeover;
