@@ -120,10 +120,16 @@ async fn an_operation_whose_worker_dies_on_every_delivery_ends_failed_saying_so(
         ["start first"],
         "the first unit ran once, whatever the takeovers"
     );
-    // The stack is not left busy: its next operation is accepted.
-    let (status, _, body) = submit(current, "doomed", &json!({"operation": "delete"})).await;
-    assert_eq!(status, 202, "{body}");
+    // The stack is not left busy: the create submitted again resumes it, each unit
+    // still running once.
     std::fs::write(&gate, "open").expect("open the gate");
+    let again = accepted(current, "doomed", &gated_body(&log, &gate)).await;
+    let resumed = ended(current, "doomed", &again.id).await;
+    assert_eq!(resumed.state, OperationState::Succeeded, "{resumed:?}");
+    assert_eq!(
+        file_lines(&log),
+        ["start first", "end first", "start second", "end second"]
+    );
 }
 
 #[tokio::test]
