@@ -1,14 +1,16 @@
 //! `FLUE_OPS` over NATS: neither a listener's credentials nor an agent's (its user as
 //! it holds it after joining the stack) read the operations queue, take from it, or
-//! queue a forged operation into it.
+//! queue a forged operation into it; and another tenant's token learns nothing of an
+//! operation's existence over HTTP.
 
 use async_nats::jetstream;
+use flue_proto::auth::Role;
 use flue_proto::creds::{AgentCredentials, UserCreds};
 use flue_proto::jsapi::JS_DOMAIN;
 use flue_proto::operation::{OPERATIONS_STREAM, OperationState, operation_subject};
-use flue_proto::{ServerId, StackId, subject};
+use flue_proto::{CreateTenant, DeploymentId, ServerId, StackId, TenantId, subject};
 use flue_tests::auth::default_tenant;
-use flue_tests::{Flue, WAIT, file_lines, wait_until};
+use flue_tests::{Flue, Tokens, WAIT, file_lines, wait_until};
 
 use super::takeover::gated_body;
 use super::{accepted, ended};
@@ -103,4 +105,50 @@ async fn listener_and_agent_credentials_neither_read_take_from_nor_feed_the_oper
         .state
         .last_sequence;
     assert_eq!(after, before, "a forged operation was queued");
+}
+
+#[tokio::test]
+async fn another_tenant_gets_for_an_existing_operation_exactly_the_404_of_a_missing_one() {
+    let flue = Flue::start().await;
+    flue.register("web1").await;
+    let _web1 = flue.agent("web1", &[]).await;
+    let gw = &flue.gateway;
+    let log = flue.path("hooks.log");
+    let op = accepted(gw, "mine", &super::group_body("create", 1, &log)).await;
+    assert_eq!(
+        ended(gw, "mine", &op.id).await.state,
+        OperationState::Succeeded
+    );
+    let acme = TenantId::new("acme").expect("id");
+    gw.client_as(Role::Operator)
+        .create_tenant(&CreateTenant {
+            id: acme.clone(),
+            name: "Acme".to_owned(),
+        })
+        .await
+        .expect("the operator creates a tenant");
+    let engine = Tokens::for_tenant(&gw.state_dir(), &acme)
+        .get(Role::Engine)
+        .to_owned();
+    let http = reqwest::Client::new();
+    let get = |stack: &str, op: &str| {
+        http.get(format!("{}/v1/stacks/{stack}/operations/{op}", gw.url()))
+            .bearer_auth(&engine)
+            .send()
+    };
+    let missing_op = DeploymentId::random().to_string();
+    let answers = [
+        get("mine", &op.id).await.expect("answers"),
+        get("mine", &missing_op).await.expect("answers"),
+    ];
+    let mut bodies = Vec::new();
+    for answer in answers {
+        assert_eq!(answer.status().as_u16(), 404);
+        bodies.push(answer.text().await.expect("body"));
+    }
+    assert_eq!(
+        bodies[0].replace(&op.id, "OP"),
+        bodies[1].replace(&missing_op, "OP"),
+        "the answers tell an existing operation from a missing one"
+    );
 }
