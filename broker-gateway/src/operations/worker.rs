@@ -185,6 +185,12 @@ async fn handle(
         settle(&message, AckKind::Ack).await;
         return;
     }
+    if delivered < record.attempts {
+        // A delivery older than the one a worker already took (this gateway stalled
+        // with it in hand while the lease ran out): that worker holds the operation.
+        info!(stack.id = %stack, operation.id = %op, delivered, attempts = record.attempts, "stale delivery of a stack operation held by another worker; this worker stops");
+        return;
+    }
     let mut held = Held { record, revision };
     if delivered > MAX_DELIVERIES {
         let reason = format!(

@@ -57,22 +57,29 @@ async fn a_worker_stalled_past_its_lease_neither_overwrites_its_successor_nor_ru
         r.worker.as_deref().map(worker_pid) == survivor_pid
     })
     .await;
-    std::fs::write(&gate, "open").expect("open the gate");
-    let done = ended(survivor, "stalled", &op.id).await;
-    assert_eq!(done.state, OperationState::Succeeded, "{done:?}");
-
-    // Thawed, the stalled worker finds its lease gone and stops, touching nothing.
+    // Thawed while its successor still runs, the stalled worker finds its lease gone
+    // and stops, touching nothing.
     let from = stalled.logs().len();
     stalled.resume();
     stalled
         .logs()
         .wait_for_after(from, "this worker stops", WAIT)
         .await;
-    let (_, after) = read(survivor, "stalled", &op.id).await;
-    let after: StackOperation = serde_json::from_value(after).expect("an operation");
+    let (_, now) = read(survivor, "stalled", &op.id).await;
+    let now: StackOperation = serde_json::from_value(now).expect("an operation");
+    assert_eq!(now.state, OperationState::Running, "{now:?}");
     assert_eq!(
-        after, done,
+        now.worker.as_deref().map(worker_pid),
+        survivor_pid,
         "the stalled worker wrote over its successor's record"
+    );
+    std::fs::write(&gate, "open").expect("open the gate");
+    let done = ended(survivor, "stalled", &op.id).await;
+    assert_eq!(done.state, OperationState::Succeeded, "{done:?}");
+    assert_eq!(
+        done.worker.as_deref().map(worker_pid),
+        survivor_pid,
+        "{done:?}"
     );
     assert_eq!(
         file_lines(&log),
