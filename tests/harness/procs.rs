@@ -576,6 +576,17 @@ impl Gateway {
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(Child::id)
     }
+
+    /// Freezes it (SIGSTOP), as a machine that stalls would: its connections stay open,
+    /// nothing it holds is renewed. [`Gateway::resume`] thaws it.
+    pub fn pause(&self) {
+        signal(self.child.as_ref().expect("gateway running"), "-STOP");
+    }
+
+    /// Thaws a gateway frozen by [`Gateway::pause`] (SIGCONT).
+    pub fn resume(&self) {
+        signal(self.child.as_ref().expect("gateway running"), "-CONT");
+    }
 }
 
 impl Drop for Gateway {

@@ -74,7 +74,7 @@ pub async fn get(
             reason: e.to_string(),
         })?;
     operations
-        .get(&stack, op_id.as_str())
+        .settled(&stack, op_id.as_str())
         .await?
         .map(Json)
         .ok_or_else(|| {

@@ -20,11 +20,12 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer, kv, stream};
 use bytes::Bytes;
 use flue_proto::operation::{
-    OPERATIONS_BUCKET, OPERATIONS_CONSUMER, OPERATIONS_STREAM, OPERATIONS_SUBJECTS,
+    OPERATIONS_BUCKET, OPERATIONS_CONSUMER, OPERATIONS_STREAM, OPERATIONS_SUBJECTS, OperationState,
     QueuedOperation, StackOperation, operation_subject,
 };
 use flue_proto::{StackId, TenantId};
-use tracing::error;
+use time::OffsetDateTime;
+use tracing::{error, warn};
 
 use crate::api::ApiError;
 use crate::store::StoreError;
@@ -37,6 +38,11 @@ pub const DEFAULT_LEASE_SECS: u64 = 30;
 /// Deliveries after which an operation that keeps losing its worker ends FAILED: each
 /// one is a worker that died or gave it back (a gateway unreachable, say).
 pub const MAX_DELIVERIES: u64 = 5;
+/// How long a submitter may take between writing an operation's record and queuing its
+/// message. A record still queued past it whose message is not in the stream was left
+/// by a gateway that died in between: nothing will run it, so it is failed and its
+/// stack freed (else the stack would answer 409 for ever).
+pub const QUEUE_GRACE: Duration = Duration::from_secs(30);
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -186,11 +192,7 @@ impl Operations {
                 continue;
             };
             let holder = String::from_utf8_lossy(&entry.value).into_owned();
-            let finished = match self.get(stack, &holder).await? {
-                Some(record) => record.state.is_terminal(),
-                None => true,
-            };
-            if !finished {
+            if self.unfinished(stack, &holder).await? {
                 return Ok(Claim::Busy(holder));
             }
             match self
@@ -219,11 +221,76 @@ impl Operations {
             return Ok(None);
         };
         let holder = String::from_utf8_lossy(&entry.value).into_owned();
-        let unfinished = self
-            .get(stack, &holder)
-            .await?
-            .is_some_and(|r| !r.state.is_terminal());
+        let unfinished = self.unfinished(stack, &holder).await?;
         Ok(unfinished.then_some(holder))
+    }
+
+    /// Whether `op` still holds its stack: it has a record, not ended, and not lost
+    /// ([`Operations::settled`]). A marker without a record was left by a submitter
+    /// that died before writing it: nothing was queued, the stack is free.
+    async fn unfinished(&self, stack: &StackId, op: &str) -> Result<bool, OperationsError> {
+        Ok(self
+            .settled(stack, op)
+            .await?
+            .is_some_and(|r| !r.state.is_terminal()))
+    }
+
+    /// Operation `op` of `stack` as [`Operations::get`] reads it, except that one lost
+    /// between its record and its message (the submitting gateway died in between,
+    /// [`QUEUE_GRACE`]) is recorded FAILED first, saying so.
+    pub async fn settled(
+        &self,
+        stack: &StackId,
+        op: &str,
+    ) -> Result<Option<StackOperation>, OperationsError> {
+        let Some((mut record, revision)) = self.get_entry(stack, op).await? else {
+            return Ok(None);
+        };
+        let now = OffsetDateTime::now_utc();
+        if record.state != OperationState::Queued
+            || now - record.submitted_at < QUEUE_GRACE
+            || self.in_queue(stack, op).await?
+        {
+            return Ok(Some(record));
+        }
+        record.state = OperationState::Failed;
+        record.reason = Some(
+            "never queued: the gateway that accepted it stopped before queuing it; submit it again"
+                .to_owned(),
+        );
+        record.finished_at = Some(now);
+        match self.update(&record, revision).await? {
+            Some(_) => {
+                warn!(stack.id = %stack, operation.id = %op, "operation found never queued; failed");
+                Ok(Some(record))
+            }
+            // Written meanwhile (a worker took it after all): read what it wrote.
+            None => self.get(stack, op).await,
+        }
+    }
+
+    /// Whether the queue holds `op`'s message (queued or running: a message leaves the
+    /// queue when a worker acknowledges it). At most one operation per stack is
+    /// queued, so the stack's last message is the one to look at.
+    async fn in_queue(&self, stack: &StackId, op: &str) -> Result<bool, OperationsError> {
+        let queue_error = |source: BoxError| OperationsError::Setup {
+            what: "stream",
+            source,
+        };
+        let stream = self
+            .js
+            .get_stream(OPERATIONS_STREAM)
+            .await
+            .map_err(|e| queue_error(e.into()))?;
+        match stream
+            .get_last_raw_message_by_subject(&operation_subject(&self.tenant, stack))
+            .await
+        {
+            Ok(message) => Ok(serde_json::from_slice::<QueuedOperation>(&message.payload)
+                .is_ok_and(|q| q.id == op)),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
+            Err(e) => Err(queue_error(e.into())),
+        }
     }
 
     /// Ends the stack's claim if `op` still holds it.
@@ -255,27 +322,34 @@ impl Operations {
         stack: &StackId,
         op: &str,
     ) -> Result<Option<StackOperation>, OperationsError> {
+        Ok(self.get_entry(stack, op).await?.map(|(record, _)| record))
+    }
+
+    /// Operation `op` of `stack` and the revision to update it from.
+    pub async fn get_entry(
+        &self,
+        stack: &StackId,
+        op: &str,
+    ) -> Result<Option<(StackOperation, u64)>, OperationsError> {
         let key = self.record_key(stack, op);
-        let Some(bytes) = self
+        let Some(entry) = self
             .records
-            .get(&key)
+            .entry(&key)
             .await
             .map_err(|e| read_error(&key, e.into()))?
+            .filter(|e| e.operation == kv::Operation::Put)
         else {
             return Ok(None);
         };
-        serde_json::from_slice(&bytes).map(Some).map_err(|source| {
-            StoreError::Decode {
-                bucket: OPERATIONS_BUCKET,
-                key,
-                source,
-            }
-            .into()
-        })
+        let record = serde_json::from_slice(&entry.value).map_err(|source| StoreError::Decode {
+            bucket: OPERATIONS_BUCKET,
+            key,
+            source,
+        })?;
+        Ok(Some((record, entry.revision)))
     }
 
-    /// Writes `record` (the only writer at any time is the operation's submitter, then
-    /// the worker holding its lease).
+    /// Writes a new operation's record (its submitter, before queuing it).
     pub async fn put(&self, record: &StackOperation) -> Result<(), OperationsError> {
         let key = self.record_key(&record.stack, &record.id);
         let bytes = serde_json::to_vec(record).expect("operation records always serialise");
@@ -284,6 +358,28 @@ impl Operations {
             .await
             .map_err(|e| write_error(&key, e.into()))?;
         Ok(())
+    }
+
+    /// Writes `record` over the revision its writer last read or wrote; the new
+    /// revision, or `None` when someone else wrote it since. That is how a worker
+    /// learns it lost its lease (stalled past it while another took the operation
+    /// over): it must then stop, never write over the new holder's record.
+    pub async fn update(
+        &self,
+        record: &StackOperation,
+        revision: u64,
+    ) -> Result<Option<u64>, OperationsError> {
+        let key = self.record_key(&record.stack, &record.id);
+        let bytes = serde_json::to_vec(record).expect("operation records always serialise");
+        match self
+            .records
+            .update(&key, Bytes::from(bytes), revision)
+            .await
+        {
+            Ok(revision) => Ok(Some(revision)),
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
+            Err(e) => Err(write_error(&key, e.into())),
+        }
     }
 
     /// Queues `queued` (deduplicated by its id) and waits for the broker's acknowledgement.

@@ -166,8 +166,8 @@ async fn handle(
         .info()
         .map_or(1, |i| u64::try_from(i.delivered).unwrap_or(1));
     let (stack, op) = (queued.stack.clone(), queued.id.clone());
-    let record = match ops.get(&stack, &op).await {
-        Ok(Some(record)) => record,
+    let (record, revision) = match ops.get_entry(&stack, &op).await {
+        Ok(Some(found)) => found,
         Ok(None) => {
             warn!(stack.id = %stack, operation.id = %op, "queued operation has no record; dropped");
             settle(&message, AckKind::Term).await;
@@ -185,24 +185,40 @@ async fn handle(
         settle(&message, AckKind::Ack).await;
         return;
     }
+    if delivered < record.attempts {
+        // A delivery older than the one a worker already took (this gateway stalled
+        // with it in hand while the lease ran out): that worker holds the operation.
+        info!(stack.id = %stack, operation.id = %op, delivered, attempts = record.attempts, "stale delivery of a stack operation held by another worker; this worker stops");
+        return;
+    }
+    let mut held = Held { record, revision };
     if delivered > MAX_DELIVERIES {
         let reason = format!(
             "taken by {} workers in turn, none of which finished it (each died, lost its lease or could not reach the engine API); the stack is left as the last one left it",
             delivered - 1
         );
-        finish(ctx, record, OperationState::Failed, Some(reason), None).await;
-        settle(&message, AckKind::Term).await;
+        if finish(ctx, held, OperationState::Failed, Some(reason), None).await {
+            settle(&message, AckKind::Term).await;
+        }
         return;
     }
-    let mut record = record;
-    record.state = OperationState::Running;
-    record.worker = Some(worker.to_owned());
-    record.attempts = delivered;
-    record.lease_expires_at = Some(OffsetDateTime::now_utc() + ops.lease());
-    if let Err(e) = ops.put(&record).await {
-        warn!(error = %chain(&e), "cannot record an operation as running; given back");
-        settle(&message, AckKind::Nak(Some(GIVE_BACK_DELAY))).await;
-        return;
+    held.record.state = OperationState::Running;
+    held.record.worker = Some(worker.to_owned());
+    held.record.attempts = delivered;
+    held.record.lease_expires_at = Some(OffsetDateTime::now_utc() + ops.lease());
+    match held.write(ops).await {
+        Ok(true) => {}
+        Ok(false) => {
+            // Another delivery of the same message got there first (this one came
+            // after a stall): that worker holds it.
+            info!(stack.id = %stack, operation.id = %op, "stack operation held by another worker; this one stops");
+            return;
+        }
+        Err(e) => {
+            warn!(error = %chain(&e), "cannot record an operation as running; given back");
+            settle(&message, AckKind::Nak(Some(GIVE_BACK_DELAY))).await;
+            return;
+        }
     }
     info!(stack.id = %stack, operation.id = %op, worker, attempt = delivered, "stack operation started");
     let outcome = tokio::select! {
@@ -211,7 +227,7 @@ async fn handle(
             settle(&message, AckKind::Nak(None)).await;
             return;
         }
-        outcome = run_renewing(ctx, client, &message, &mut record, queued) => outcome,
+        outcome = run_renewing(ctx, client, &message, &mut held, queued) => outcome,
     };
     match outcome {
         Ok(stack_after) => {
@@ -226,8 +242,9 @@ async fn handle(
                     Some(s.status.clone()),
                 ),
             };
-            finish(ctx, record, state, reason, status).await;
-            settle(&message, AckKind::Ack).await;
+            if finish(ctx, held, state, reason, status).await {
+                settle(&message, AckKind::Ack).await;
+            }
         }
         Err(Failure::Superseded) => {
             // Another worker (or `flue stack … --force`) drives the stack now: it owns
@@ -239,8 +256,33 @@ async fn handle(
             settle(&message, AckKind::Nak(Some(GIVE_BACK_DELAY))).await;
         }
         Err(Failure::Refused(reason)) => {
-            finish(ctx, record, OperationState::Failed, Some(reason), None).await;
-            settle(&message, AckKind::Ack).await;
+            if finish(ctx, held, OperationState::Failed, Some(reason), None).await {
+                settle(&message, AckKind::Ack).await;
+            }
+        }
+    }
+}
+
+/// An operation's record as this worker last wrote it, with the revision that write
+/// made: every later write is a compare-and-set on it.
+struct Held {
+    record: StackOperation,
+    revision: u64,
+}
+
+impl Held {
+    /// Writes the record; `false` when someone else wrote it since (this worker lost
+    /// its lease and must stop, touching nothing more).
+    async fn write(
+        &mut self,
+        ops: &Operations,
+    ) -> Result<bool, crate::operations::OperationsError> {
+        match ops.update(&self.record, self.revision).await? {
+            Some(revision) => {
+                self.revision = revision;
+                Ok(true)
+            }
+            None => Ok(false),
         }
     }
 }
@@ -260,7 +302,7 @@ async fn run_renewing(
     ctx: &WorkerContext,
     client: &Client,
     message: &Message,
-    record: &mut StackOperation,
+    held: &mut Held,
     queued: QueuedOperation,
 ) -> Result<Option<Stack>, Failure> {
     let ops = &ctx.operations;
@@ -307,25 +349,33 @@ async fn run_renewing(
         tokio::select! {
             result = &mut run => break result,
             _ = renew.tick() => {
-                settle(message, AckKind::Progress).await;
-                record.lease_expires_at = Some(OffsetDateTime::now_utc() + ops.lease());
-                record.add_progress(take());
-                if let Err(e) = ops.put(record).await {
-                    warn!(error = %chain(&e), "cannot renew an operation's lease in its record");
+                held.record.lease_expires_at = Some(OffsetDateTime::now_utc() + ops.lease());
+                held.record.add_progress(take());
+                // The record first: a worker that stalled past its lease learns here
+                // that another one holds the operation, before it renews anything.
+                match held.write(ops).await {
+                    Ok(true) => settle(message, AckKind::Progress).await,
+                    Ok(false) => return Err(Failure::Superseded),
+                    Err(e) => {
+                        warn!(error = %chain(&e), "cannot renew an operation's lease in its record");
+                        settle(message, AckKind::Progress).await;
+                    }
                 }
             }
             _ = flush.tick() => {
                 let new = take();
                 if !new.is_empty() {
-                    record.add_progress(new);
-                    if let Err(e) = ops.put(record).await {
-                        warn!(error = %chain(&e), "cannot write an operation's progress");
+                    held.record.add_progress(new);
+                    match held.write(ops).await {
+                        Ok(true) => {}
+                        Ok(false) => return Err(Failure::Superseded),
+                        Err(e) => warn!(error = %chain(&e), "cannot write an operation's progress"),
                     }
                 }
             }
         }
     };
-    record.add_progress(take());
+    held.record.add_progress(take());
     result.map_err(|e| match e {
         EngineError::Superseded { .. } => Failure::Superseded,
         EngineError::Client(e) if retriable(&e) => Failure::GiveBack(e.to_string()),
@@ -341,27 +391,38 @@ fn retriable(e: &ClientError) -> bool {
     }
 }
 
-/// Records how the operation ended and frees the stack for the next one.
+/// Records how the operation ended and frees the stack for the next one; `false` when
+/// another worker wrote the record meanwhile (it holds the operation: nothing is
+/// written, freed or acknowledged here).
 async fn finish(
     ctx: &WorkerContext,
-    mut record: StackOperation,
+    mut held: Held,
     state: OperationState,
     reason: Option<String>,
     stack_status: Option<flue_proto::StackStatus>,
-) {
+) -> bool {
     let ops = &ctx.operations;
-    record.state = state;
-    record.reason = reason;
-    record.stack_status = stack_status;
-    record.lease_expires_at = None;
-    record.finished_at = Some(OffsetDateTime::now_utc());
-    if let Err(e) = ops.put(&record).await {
-        warn!(error = %chain(&e), operation.id = %record.id, "cannot record how an operation ended");
+    held.record.state = state;
+    held.record.reason = reason;
+    held.record.stack_status = stack_status;
+    held.record.lease_expires_at = None;
+    held.record.finished_at = Some(OffsetDateTime::now_utc());
+    match held.write(ops).await {
+        Ok(true) => {}
+        Ok(false) => {
+            info!(stack.id = %held.record.stack, operation.id = %held.record.id, "stack operation taken over; this worker stops");
+            return false;
+        }
+        Err(e) => {
+            warn!(error = %chain(&e), operation.id = %held.record.id, "cannot record how an operation ended");
+        }
     }
+    let record = &held.record;
     if let Err(e) = ops.release(&record.stack, &record.id).await {
         warn!(error = %chain(&e), operation.id = %record.id, "cannot free the stack after its operation");
     }
     info!(stack.id = %record.stack, operation.id = %record.id, state = %state, "stack operation ended");
+    true
 }
 
 async fn settle(message: &Message, kind: AckKind) {

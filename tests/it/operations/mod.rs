@@ -6,7 +6,11 @@
 
 mod cli;
 mod follow;
+mod hostile;
+mod leases;
+mod queue_rights;
 mod refusals;
+mod secrets;
 mod takeover;
 
 use std::path::Path;

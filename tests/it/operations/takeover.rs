@@ -51,7 +51,7 @@ pub fn gated_body(log: &Path, gate: &Path) -> Value {
 }
 
 /// The pid in a worker name (`host/pid/wN`).
-fn worker_pid(worker: &str) -> u32 {
+pub fn worker_pid(worker: &str) -> u32 {
     worker
         .split('/')
         .nth(1)
