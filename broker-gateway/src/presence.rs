@@ -472,7 +472,7 @@ impl PresenceTracker {
                 });
                 Written::Done(record)
             }
-            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+            Err(e) if crate::store::lost_race(&e) => {
                 debug!(server.id = %server, "presence changed by another gateway; read again");
                 self.reload(server).await;
                 Written::Conflict

@@ -5,12 +5,12 @@
 //! (which loses the consumers' state: the agent answers the redelivered requests from its
 //! ledger).
 
-use std::time::Duration;
-
 use async_nats::jetstream::{self, consumer};
-use flue_client::{Client, ClientError};
-use flue_proto::{CreateDeployment, Deployment, DeploymentId, DeploymentStatus, subject};
+
+use flue_proto::{DeploymentStatus, subject};
 use flue_tests::{Cluster, WAIT, file_lines};
+
+use crate::cluster::{deploy_through, finished_through};
 
 const MEMORY: &[&str] = &["--replicas", "3", "--request-consumer-storage", "memory"];
 
@@ -56,9 +56,9 @@ async fn with_memory_request_consumers_a_servers_requests_run_once_across_a_node
     cluster.flue.register("s1").await;
     let agent = cluster.flue.agent("s1", &[]).await;
     let client = cluster.flue.client();
-    let before = deploy(&client, "before").await;
+    let before = deploy_through(&client, "s1", "before").await;
     assert_eq!(
-        finished(&client, &before.id).await.status,
+        finished_through(&client, &before.id).await.status,
         DeploymentStatus::Complete
     );
 
@@ -73,9 +73,9 @@ async fn with_memory_request_consumers_a_servers_requests_run_once_across_a_node
     let lead = placement.leader.clone().expect("the consumer has a leader");
     let index = Cluster::index_of(&lead);
     cluster.node_mut(index).kill().await;
-    let during = deploy(&client, "during").await;
+    let during = deploy_through(&client, "s1", "during").await;
     assert_eq!(
-        finished(&client, &during.id).await.status,
+        finished_through(&client, &during.id).await.status,
         DeploymentStatus::Complete
     );
     cluster.node_mut(index).start_again().await;
@@ -90,9 +90,9 @@ async fn with_memory_request_consumers_a_servers_requests_run_once_across_a_node
     for i in 0..3 {
         cluster.node_mut(i).start_again().await;
     }
-    let after = deploy(&client, "after").await;
+    let after = deploy_through(&client, "s1", "after").await;
     assert_eq!(
-        finished(&client, &after.id).await.status,
+        finished_through(&client, &after.id).await.status,
         DeploymentStatus::Complete
     );
     assert_eq!(file_lines(&record), ["before", "during", "after"]);
@@ -124,59 +124,4 @@ async fn consumer_info(client: &async_nats::Client) -> consumer::Info {
         .await
         .expect("the server's request consumer");
     consumer.info().await.expect("consumer info").clone()
-}
-
-/// Creates deployment `name` (also its id) of the recording config on `s1`, as an engine
-/// does while the broker recovers: a 503 is retried after its Retry-After, and a retry
-/// finding the id taken reads what the first attempt stored.
-async fn deploy(client: &Client, name: &str) -> Deployment {
-    let id: DeploymentId = name.parse().expect("deployment id");
-    let mut create = CreateDeployment::new(
-        "rec".parse().expect("config id"),
-        "s1".parse().expect("server id"),
-    );
-    create.id = Some(id.clone());
-    create
-        .input_values
-        .insert("name".into(), serde_json::Value::String(name.into()));
-    let attempts = async {
-        loop {
-            match client.create_deployment(&create).await {
-                Ok(d) => return d,
-                Err(ClientError::Api { status: 409, .. }) => {
-                    return client.get_deployment(&id).await.expect("read it back");
-                }
-                Err(ClientError::Api { status: 503, .. }) => {
-                    tokio::time::sleep(Duration::from_millis(200)).await; // Retry-After
-                }
-                Err(e) => panic!("create deployment {name}: {e}"),
-            }
-        }
-    };
-    tokio::time::timeout(WAIT, attempts)
-        .await
-        .unwrap_or_else(|_| panic!("deployment {name} not accepted within {WAIT:?}"))
-}
-
-/// Long-polls deployment `id` until it is terminal, bounded by [`WAIT`]; a 503 is retried.
-async fn finished(client: &Client, id: &DeploymentId) -> Deployment {
-    let poll = async {
-        let mut last = None;
-        loop {
-            match client
-                .wait_deployment(id, last, Duration::from_secs(10))
-                .await
-            {
-                Ok(d) if d.status.is_terminal() => return d,
-                Ok(d) => last = Some(d.status),
-                Err(ClientError::Api { status: 503, .. }) => {
-                    tokio::time::sleep(Duration::from_millis(200)).await; // Retry-After
-                }
-                Err(e) => panic!("long-poll deployment {id}: {e}"),
-            }
-        }
-    };
-    tokio::time::timeout(WAIT, poll)
-        .await
-        .unwrap_or_else(|_| panic!("deployment {id} did not finish within {WAIT:?}"))
 }

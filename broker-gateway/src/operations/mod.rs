@@ -202,7 +202,7 @@ impl Operations {
             {
                 Ok(_) => return Ok(Claim::Claimed),
                 // Someone else claimed it in between: look again.
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {}
+                Err(e) if crate::store::lost_race(&e) => {}
                 Err(e) => return Err(write_error(&key, e.into())),
             }
         }
@@ -311,7 +311,7 @@ impl Operations {
         {
             Ok(()) => Ok(()),
             // Claimed by another operation meanwhile (after this one was found finished).
-            Err(e) if e.kind() == kv::DeleteErrorKind::WrongLastRevision => Ok(()),
+            Err(e) if crate::store::lost_delete_race(&e) => Ok(()),
             Err(e) => Err(write_error(&key, e.into())),
         }
     }
@@ -377,7 +377,7 @@ impl Operations {
             .await
         {
             Ok(revision) => Ok(Some(revision)),
-            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
+            Err(e) if crate::store::lost_race(&e) => Ok(None),
             Err(e) => Err(write_error(&key, e.into())),
         }
     }

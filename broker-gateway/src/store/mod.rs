@@ -23,6 +23,7 @@ mod bucket;
 mod error;
 pub mod paging;
 pub mod pending;
+mod race;
 mod recent;
 mod stacks;
 
@@ -38,6 +39,7 @@ pub use stacks::{StackChange, StackWrite, UnitChanges, Written};
 use crate::record::DeploymentRecord;
 use bucket::{bucket, create, decode, encode, get, keys};
 use error::BoxError;
+pub use race::{lost_delete_race, lost_race};
 
 /// Bucket of configs.
 pub const CONFIGS_BUCKET: &str = "flue_configs";
@@ -185,7 +187,7 @@ impl Store {
             server.keys = Some(keys.clone());
             match self.servers.update(&key, encode(&server), revision).await {
                 Ok(_) => return Ok(Some(server)),
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                Err(e) if crate::store::lost_race(&e) => continue,
                 Err(e) => {
                     return Err(StoreError::Write {
                         bucket: SERVERS_BUCKET,
@@ -219,7 +221,7 @@ impl Store {
             }
             match self.servers.update(&key, encode(&server), revision).await {
                 Ok(_) => return Ok(Some(server)),
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                Err(e) if crate::store::lost_race(&e) => continue,
                 Err(e) => {
                     return Err(StoreError::Write {
                         bucket: SERVERS_BUCKET,
@@ -354,7 +356,7 @@ impl Store {
                     }));
                 }
                 // Changed since: read it, as without the hint.
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                Err(e) if crate::store::lost_race(&e) => {
                     self.recent.forget(&key);
                 }
                 // The write may have landed all the same: the caller's retry must know
@@ -396,7 +398,7 @@ impl Store {
                         changed: true,
                     }));
                 }
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                Err(e) if crate::store::lost_race(&e) => continue,
                 Err(e) => {
                     return Err(StoreError::Write {
                         bucket: DEPLOYMENTS_BUCKET,

@@ -287,7 +287,7 @@ impl Store {
         };
         let revision = match self.stacks.update(&key, encode(&stack), expected).await {
             Ok(revision) => revision,
-            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+            Err(e) if crate::store::lost_race(&e) => {
                 return self.lost_race(key).await;
             }
             Err(e) => {
@@ -339,7 +339,7 @@ impl Store {
         }
         match self.stacks.purge_expect_revision(&key, expected).await {
             Ok(()) => {}
-            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+            Err(e) if crate::store::lost_race(&e) => {
                 return self.lost_race(key).await;
             }
             Err(e) => {

@@ -220,7 +220,7 @@ impl Records {
             }
             match self.kv.update(&key, encode(&sub), revision).await {
                 Ok(_) => return Ok(Some(sub)),
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                Err(e) if crate::store::lost_race(&e) => continue,
                 Err(e) => {
                     return Err(StoreError::Write {
                         bucket: WEBHOOKS_BUCKET,

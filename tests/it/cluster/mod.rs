@@ -17,6 +17,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use crate::stack::{create_stack, example};
 
 mod answers;
+mod cas;
 mod faults;
 mod history;
 
@@ -74,7 +75,7 @@ async fn recording_config(cluster: &Cluster, record: &std::path::Path) {
 /// Creates deployment `name` (also its id) of the recording config on `server` through
 /// `client`, as an engine does: a 503 (the gateway reconnecting to another node) is
 /// retried, and a retry finding the id taken reads what the first attempt stored.
-async fn deploy_through(client: &Client, server: &str, name: &str) -> Deployment {
+pub(crate) async fn deploy_through(client: &Client, server: &str, name: &str) -> Deployment {
     let id: DeploymentId = name.parse().expect("deployment id");
     let mut create = CreateDeployment::new(
         "rec".parse().expect("config id"),
@@ -105,7 +106,7 @@ async fn deploy_through(client: &Client, server: &str, name: &str) -> Deployment
 
 /// Long-polls `client` until deployment `id` is terminal, bounded by [`WAIT`]; a 503
 /// (the gateway reconnecting) is retried.
-async fn finished_through(client: &Client, id: &DeploymentId) -> Deployment {
+pub(crate) async fn finished_through(client: &Client, id: &DeploymentId) -> Deployment {
     let poll = async {
         let mut last = None;
         loop {

@@ -9,7 +9,7 @@ mod hostile;
 mod long_polls;
 mod outage;
 mod proptest_api;
-mod raw;
+pub(crate) mod raw;
 mod reregister;
 mod slow_clients;
 mod stray;

@@ -28,8 +28,8 @@ resources:
       inputs: [{name: log}, {name: gate}, {name: secret}, {name: pw}]
       config: |
         #!/bin/sh
-        printf '%s' "$pw" > "$log.pw"
         printf '%s' "$secret" > "$log.secret"
+        printf '%s' "$pw" > "$log.pw"
         while [ ! -e "$gate" ]; do sleep 0.1; done
   unit:
     type: OS::Heat::SoftwareDeployment
@@ -60,6 +60,8 @@ async fn a_hidden_parameter_and_a_random_string_are_in_no_log_read_event_or_queu
         },
     });
     let op = accepted(&flue.gateway, "vault", &body).await;
+    // The hook writes the secret before the random string: once the latter is whole,
+    // so is the former.
     let pw_file = log.with_extension("log.pw");
     let pw = wait_until("the hook wrote the random string", WAIT, || {
         std::fs::read_to_string(&pw_file)

@@ -152,12 +152,11 @@ impl Store {
             key: kv_key.clone(),
             source,
         };
-        let lost = |kind: kv::UpdateErrorKind| kind == kv::UpdateErrorKind::WrongLastRevision;
         match (unit, revision) {
             (Some(unit), Some(rev)) => {
                 match self.stack_units.update(&kv_key, encode(unit), rev).await {
                     Ok(_) => Ok(true),
-                    Err(e) if lost(e.kind()) => Ok(false),
+                    Err(e) if crate::store::lost_race(&e) => Ok(false),
                     Err(e) => Err(failed(e.into())),
                 }
             }
@@ -172,7 +171,7 @@ impl Store {
                 .await
             {
                 Ok(()) => Ok(true),
-                Err(e) if lost(e.kind()) => Ok(false),
+                Err(e) if crate::store::lost_race(&e) => Ok(false),
                 Err(e) => Err(failed(e.into())),
             },
             (None, None) => Ok(true),
