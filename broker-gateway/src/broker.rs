@@ -536,6 +536,23 @@ impl Broker {
     }
 }
 
+/// Whether `e` says the JetStream cluster cannot place a stream yet: no peers known for
+/// its replicas, no cluster available, or the chosen peer failing to create its store
+/// (all seen from a cluster in its first second).
+pub fn cluster_forming(e: &BrokerError) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(err) = source {
+        if let Some(js) = err.downcast_ref::<async_nats::jetstream::Error>() {
+            let code = js.error_code();
+            return code == async_nats::jetstream::ErrorCode::CLUSTER_NO_PEERS
+                || code == async_nats::jetstream::ErrorCode::CLUSTER_NOT_AVAILABLE
+                || code == async_nats::jetstream::ErrorCode::STREAM_CREATE;
+        }
+        source = err.source();
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,10 +57,12 @@ impl Cluster {
             let config: PathBuf = out.join(format!("n{}", i + 1)).join("nats-server.conf");
             started.push(Nats::start_node(&config, *client).await);
         }
-        // JetStream answers nothing until the nodes have elected a meta leader.
+        // JetStream answers nothing until the nodes have elected a meta leader: each node
+        // logs the leader it knows ("Self is new JetStream cluster metadata leader", or
+        // "JetStream cluster new metadata leader: n1/flue").
         let mut waits = Vec::new();
         for node in &started {
-            waits.push(node.logs().wait_for("JetStream cluster", WAIT));
+            waits.push(node.logs().wait_for("metadata leader", WAIT));
         }
         futures_util::future::join_all(waits).await;
         let urls = ports

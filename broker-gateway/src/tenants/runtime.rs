@@ -80,13 +80,7 @@ impl TenantRuntime {
         let events_js = context(&connections.events().client);
         let broker =
             Broker::new(js.clone()).with_request_consumer_storage(config.request_consumer_storage);
-        broker
-            .ensure_streams(
-                config.stream_max_age(),
-                config.max_servers,
-                config.replicas(),
-            )
-            .await?;
+        ensure_streams_once_placed(&broker, &config).await?;
         check_consumer_limits(&broker, config.max_servers).await;
         let events = events::Events::open(events_js.clone(), config.event_retention()).await?;
         let store = Store::open_with(&js, config.replicas()).await?;
@@ -302,5 +296,41 @@ async fn check_consumer_limits(broker: &Broker, max_servers: i32) {
             default = broker::BROKER_DEFAULT_MAX_CONSUMERS,
             "the request stream has no consumer limit of its own: the broker's default applies (1,000 on nats-server 2.15 unless its configuration lifts it)"
         ),
+    }
+}
+
+/// How long a start waits for a JetStream cluster that is still forming.
+const CLUSTER_FORMING_WAIT: Duration = Duration::from_secs(30);
+
+/// [`Broker::ensure_streams`], retried while the broker answers that its cluster cannot
+/// place a stream yet ([`broker::cluster_forming`]): nodes
+/// started together elect a metadata leader and learn their peers in the first seconds,
+/// and a gateway started with them must not fail for it. Anything else, or a cluster
+/// that still cannot place them after [`CLUSTER_FORMING_WAIT`] (fewer nodes than
+/// `--replicas`), stops the start as before.
+async fn ensure_streams_once_placed(
+    broker: &Broker,
+    config: &Config,
+) -> Result<(), broker::BrokerError> {
+    let until = tokio::time::Instant::now() + CLUSTER_FORMING_WAIT;
+    let mut warned = false;
+    loop {
+        match broker
+            .ensure_streams(
+                config.stream_max_age(),
+                config.max_servers,
+                config.replicas(),
+            )
+            .await
+        {
+            Err(e) if broker::cluster_forming(&e) && tokio::time::Instant::now() < until => {
+                if !warned {
+                    warn!(error = %error::chain(&e), "the JetStream cluster cannot place the streams yet; waiting for it");
+                    warned = true;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            done => return done,
+        }
     }
 }
