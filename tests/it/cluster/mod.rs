@@ -290,27 +290,11 @@ async fn two_gateways_on_one_cluster_run_each_deployment_once_and_publish_no_eve
         })
         .await;
     }
-    let mut stream = jetstream::new(events_client.clone())
-        .get_stream(EVENT_STREAM)
-        .await
-        .expect("event stream");
-    let last_seq = stream
-        .info()
-        .await
-        .expect("stream info")
-        .state
-        .last_sequence;
-    let last = stream
-        .get_raw_message(last_seq)
-        .await
-        .expect("the stream's last event");
-    let last: flue_proto::CloudEvent = serde_json::from_slice(&last.payload).expect("an event");
-    tap.wait_for("the stream's last event", WAIT, |e| e.id == last.id)
-        .await;
+    let events = history::all_events(&events_client).await;
 
     let mut ids = HashMap::new();
     let mut per_deployment: HashMap<(DeploymentId, EventType), usize> = HashMap::new();
-    for event in tap.events() {
+    for (_, event) in &events {
         *ids.entry(event.id.clone()).or_insert(0) += 1;
         if let Some(d) = event.deployment.clone() {
             *per_deployment.entry((d, event.ty)).or_insert(0) += 1;
@@ -329,7 +313,7 @@ async fn two_gateways_on_one_cluster_run_each_deployment_once_and_publish_no_eve
     }
     // One gateway at a time applies the answers (the response consumer's pin), so each
     // deployment's `started` is announced too, before its completion (issue 11 point 2).
-    let problems = history::problems(tap.seen(), &ids_of(&created), false);
+    let problems = history::problems(&events, &ids_of(&created), false);
     assert!(problems.is_empty(), "{problems:#?}");
     let repeated: Vec<_> = per_deployment.iter().filter(|(_, n)| **n > 1).collect();
     assert!(
