@@ -12,6 +12,16 @@ use super::health_until;
 
 const POLLS: usize = 2_000;
 const DEPLOYMENTS: usize = 250;
+/// Tries a poll answered 503 ("retry later") gets before the test gives up on it.
+const RETRIES_503: u32 = 5;
+
+/// A spread of up to `range` ms, derived from the deployment id (no random source needed).
+fn rand_ms(id: &DeploymentId, range: u64) -> u64 {
+    id.as_str()
+        .bytes()
+        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+        % range
+}
 
 async fn deployments_consumers(flue: &Flue) -> usize {
     let js = async_nats::jetstream::new(flue.nats.client().await);
@@ -89,12 +99,26 @@ async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_ea
         let url = format!("{base}/v1/deployments/{id}?wait_secs={wait}");
         let http = http.clone();
         tokio::spawn(async move {
-            let resp = http.get(url).send().await.expect("long poll sent");
-            let status = resp.status();
-            let text = resp.text().await.expect("long poll body");
-            assert!(status.is_success(), "long poll of {id}: {status} {text}");
-            let d: Deployment = serde_json::from_str(&text).expect("a deployment");
-            (id, d)
+            // A 503 is the gateway saying "retry later" (a broker call past its deadline
+            // while 2,000 polls start on a busy machine): a client polls again, and so
+            // does this one, a few times at most.
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                let resp = http.get(&url).send().await.expect("long poll sent");
+                let status = resp.status();
+                let text = resp.text().await.expect("long poll body");
+                if status == reqwest::StatusCode::SERVICE_UNAVAILABLE && attempt < RETRIES_503 {
+                    eprintln!("long poll of {id}: 503 (attempt {attempt}), polling again");
+                    // Retry backoff, spread so the retries do not arrive together.
+                    let pause = 250 * u64::from(attempt) + rand_ms(&id, 250);
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    continue;
+                }
+                assert!(status.is_success(), "long poll of {id}: {status} {text}");
+                let d: Deployment = serde_json::from_str(&text).expect("a deployment");
+                return (id, d);
+            }
         })
     });
     let started = std::time::Instant::now();
