@@ -11,7 +11,7 @@
 //! A server applies its requests in queue order, so retries keep each server's
 //! acceptance order: see [`crate::deferred`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -87,11 +87,11 @@ impl PublishError {
     }
 }
 
-/// What [`Publisher::publish_stored`] found to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stored {
-    /// The request was published now.
-    Published,
+/// A deployment read for publishing.
+#[derive(Debug)]
+enum Unpublished {
+    /// Its request is still to publish.
+    Due(Box<DeploymentRecord>),
     /// Nothing: published already, or the deployment finished.
     Settled,
     /// There is no such record.
@@ -229,7 +229,17 @@ impl Publisher {
         record: &DeploymentRecord,
         config: &StoredConfig,
     ) -> Result<(), PublishError> {
-        let d = &record.deployment;
+        self.send(record, config).await?;
+        self.mark_published(record).await
+    }
+
+    /// Reports (`deployment.queued`) and publishes one recorded deployment's request,
+    /// both acknowledged by the broker, without marking it published.
+    async fn send(
+        &self,
+        record: &DeploymentRecord,
+        config: &StoredConfig,
+    ) -> Result<(), PublishError> {
         // A polling server's request is its record, served in its metadata once marked
         // published (`crate::poll`): nothing goes to the broker's queue. Its listing
         // entry was written with its record (`Store::create_deployment`).
@@ -243,6 +253,12 @@ impl Publisher {
         if let Some(request) = &request {
             self.broker.publish_request(request, &self.signing).await?;
         }
+        Ok(())
+    }
+
+    /// Marks a sent deployment's request published.
+    async fn mark_published(&self, record: &DeploymentRecord) -> Result<(), PublishError> {
+        let d = &record.deployment;
         self.store
             .update_deployment(&d.tenant, &d.id, apply_published)
             .await?;
@@ -325,23 +341,35 @@ impl Publisher {
         }
     }
 
-    /// Reads a deployment and publishes its request if that is still to do.
-    async fn publish_stored(&self, id: &DeploymentId) -> Result<Stored, PublishError> {
-        let tenant = &self.tenant;
-        let Some(record) = self.store.deployment(tenant, id).await? else {
-            return Ok(Stored::Missing);
+    /// Reads a deployment: its record when its request is still to publish.
+    async fn unpublished(&self, id: &DeploymentId) -> Result<Unpublished, PublishError> {
+        let Some(record) = self.store.deployment(&self.tenant, id).await? else {
+            return Ok(Unpublished::Missing);
         };
         if record.request_published || record.deployment.status.is_terminal() {
-            return Ok(Stored::Settled);
+            return Ok(Unpublished::Settled);
         }
+        Ok(Unpublished::Due(Box::new(record)))
+    }
+
+    /// The config `record` deploys, from `configs` or read (configs never change).
+    async fn config_of(
+        &self,
+        record: &DeploymentRecord,
+        configs: &mut HashMap<ConfigId, Arc<StoredConfig>>,
+    ) -> Result<Arc<StoredConfig>, PublishError> {
         let config_id = &record.deployment.config_id;
+        if let Some(config) = configs.get(config_id) {
+            return Ok(config.clone());
+        }
         let config = self
             .store
-            .config(tenant, config_id)
+            .config(&self.tenant, config_id)
             .await?
             .ok_or_else(|| PublishError::MissingConfig(config_id.clone()))?;
-        self.publish(&record, &config).await?;
-        Ok(Stored::Published)
+        let config = Arc::new(config);
+        configs.insert(config_id.clone(), config.clone());
+        Ok(config)
     }
 
     /// Publishes the deferred requests, servers side by side, each server's oldest first;
@@ -356,42 +384,116 @@ impl Publisher {
 
     /// Publishes one server's deferred requests in order, stopping at the first that fails
     /// so that no later one overtakes it; returns how many were published.
+    ///
+    /// Only the event and the request of one deployment after the other wait for the
+    /// broker: the next record is read while a request goes out, configs are read once,
+    /// and the "published" marks are written side by side at the end. A deployment leaves the queue
+    /// once marked; one whose mark failed stays and is published again in the next round
+    /// (the broker drops the copy: same message id), after the later ones, which no
+    /// longer wait for it: its request went out first.
     async fn publish_queue(&self, server: ServerId, queue: Vec<Entry>) -> usize {
         let mut published = 0;
-        for entry in queue {
-            let (created_at, id) = &entry;
-            match self.publish_stored(id).await {
-                Ok(Stored::Published) => {
-                    published += 1;
-                    info!(deployment.id = %id, server.id = %server, "deferred deployment request published");
+        let mut configs = HashMap::new();
+        let mut marks = Vec::new();
+        let mut next = match queue.first() {
+            Some((_, id)) => self.unpublished(id).await,
+            None => return 0,
+        };
+        for (at, entry) in queue.iter().enumerate() {
+            let (created_at, id) = entry;
+            let read_next = async {
+                match queue.get(at + 1) {
+                    Some((_, id)) => Some(self.unpublished(id).await),
+                    None => None,
                 }
-                Ok(Stored::Settled) => {}
-                Ok(Stored::Missing)
+            };
+            let current = std::mem::replace(&mut next, Ok(Unpublished::Settled));
+            let outcome = match current {
+                Ok(Unpublished::Due(record)) => match self.config_of(&record, &mut configs).await {
+                    Ok(config) => {
+                        let (sent, read) =
+                            futures_util::join!(self.send(&record, &config), read_next);
+                        if let Some(read) = read {
+                            next = read;
+                        }
+                        match sent {
+                            Ok(()) => {
+                                published += 1;
+                                info!(deployment.id = %id, server.id = %server, "deferred deployment request published");
+                                marks.push((entry, record));
+                                continue;
+                            }
+                            Err(e) => Err(e),
+                        }
+                    }
+                    Err(e) => Err(e),
+                },
+                Ok(Unpublished::Settled) => Ok(()),
+                Ok(Unpublished::Missing)
                     if OffsetDateTime::now_utc() < *created_at + MISSING_RECORD_GRACE =>
                 {
                     debug!(deployment.id = %id, server.id = %server, "deferred deployment not recorded (yet); waiting for it");
-                    return published;
+                    break;
                 }
-                Ok(Stored::Missing) => {
+                Ok(Unpublished::Missing) => {
                     info!(deployment.id = %id, server.id = %server, "deferred deployment was never recorded; dropped");
+                    Ok(())
                 }
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(()) => {}
                 Err(PublishError::Store(StoreError::Decode { key, source, .. })) => {
                     warn!(key, error = %source, "deferred deployment record cannot be decoded; dropped");
                 }
                 Err(e) if e.permanent().is_some() => {
                     // Later requests of the server must not wait for one that never goes out.
                     if !self.fail_unpublishable(id, &e).await {
-                        return published;
+                        break;
                     }
                 }
                 Err(e) => {
                     debug!(error = %chain(&e), deployment.id = %id, server.id = %server, "deferred publish failed again");
-                    return published;
+                    break;
                 }
             }
-            self.deferred.remove(&server, &entry);
+            self.deferred.remove(&server, entry);
+            if matches!(next, Ok(Unpublished::Settled)) {
+                // Not read yet (this one needed no publish): read it now.
+                if let Some((_, id)) = queue.get(at + 1) {
+                    next = self.unpublished(id).await;
+                }
+            }
+        }
+        let mut in_flight = futures_util::stream::FuturesUnordered::new();
+        let mut marks = marks.into_iter();
+        loop {
+            while in_flight.len() < CONCURRENCY {
+                let Some((entry, record)) = marks.next() else {
+                    break;
+                };
+                in_flight.push(self.mark_entry(entry, record));
+            }
+            let Some((entry, marked)) = in_flight.next().await else {
+                break;
+            };
+            match marked {
+                Ok(()) => self.deferred.remove(&server, entry),
+                Err(e) => {
+                    debug!(error = %chain(&e), deployment.id = %entry.1, server.id = %server, "marking a deferred request published failed; publishing it again later");
+                }
+            }
         }
         published
+    }
+
+    /// Marks a deferred entry's sent request published.
+    async fn mark_entry<'e>(
+        &self,
+        entry: &'e Entry,
+        record: Box<DeploymentRecord>,
+    ) -> (&'e Entry, Result<(), PublishError>) {
+        (entry, self.mark_published(&record).await)
     }
 }
 
