@@ -23,14 +23,15 @@
 //!   stopped its start-up on the same store and its shutdown again.
 //!
 //! With `--cluster` the same runs on the local 3-node cluster (`flue-gateway
-//! cluster-config`, [`Cluster`]) with `--replicas 3`, and `--consumers file|memory` picks
-//! the gateway's `--request-consumer-storage`. Broker figures are then the three nodes'
+//! cluster-config`, [`Cluster`]) with `--replicas 3`, `--consumers file|memory` picks
+//! the gateway's `--request-consumer-storage` and `--consumer-replicas N` its
+//! `--request-consumer-replicas` (default: the stream's). Broker figures are then the three nodes'
 //! sums (RSS, CPU); the shutdown figures become: one node (not the one the agents use)
 //! SIGTERM → exit with every agent connected, its start again until ready, then every
 //! node SIGTERMed at once with no agent until all have exited. The group stack is not run.
 //!
 //! Printed as a table with the ratio of the largest N to the smallest. Run with
-//! `bash scripts/bench.sh scale [--cluster] [--consumers memory] [N…]` (release build
+//! `bash scripts/bench.sh scale [--cluster] [--consumers memory] [--consumer-replicas 1] [N…]` (release build
 //! first). Not part of the test suite.
 
 use std::time::{Duration, Instant};
@@ -73,6 +74,32 @@ struct Setup {
     cluster: bool,
     /// The gateway's `--request-consumer-storage`.
     consumers: String,
+    /// The gateway's `--request-consumer-replicas`, when given.
+    consumer_replicas: Option<String>,
+}
+
+impl Setup {
+    /// The setup and the sizes the command line asks for: `--cluster`, `--consumers S`,
+    /// `--consumer-replicas N`, and the sizes as bare numbers.
+    fn parse(args: &[String]) -> (Setup, Vec<usize>) {
+        let mut setup = Setup {
+            cluster: false,
+            consumers: "file".to_owned(),
+            consumer_replicas: None,
+        };
+        let mut sizes = Vec::new();
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let mut value = || args.next().cloned().expect("a value after the flag");
+            match arg.as_str() {
+                "--cluster" => setup.cluster = true,
+                "--consumers" => setup.consumers = value(),
+                "--consumer-replicas" => setup.consumer_replicas = Some(value()),
+                size => sizes.extend(size.parse::<usize>().ok()),
+            }
+        }
+        (setup, sizes)
+    }
 }
 
 /// The brokers of one run and the Flue (gateway, clients) over them.
@@ -97,6 +124,9 @@ impl Brokers {
         // machine: the default 2 s bound would answer a registration 503.
         let mut flags = flags.to_vec();
         flags.extend(["--replicas", "3", "--broker-timeout-ms", "30000"]);
+        if let Some(replicas) = &setup.consumer_replicas {
+            flags.extend(["--request-consumer-replicas", replicas]);
+        }
         Brokers::Cluster(Box::new(Cluster::start(3, &flags).await))
     }
 
@@ -123,16 +153,7 @@ impl Brokers {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let setup = Setup {
-        cluster: args.iter().any(|a| a == "--cluster"),
-        consumers: args
-            .iter()
-            .position(|a| a == "--consumers")
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-            .unwrap_or_else(|| "file".to_owned()),
-    };
-    let sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let (setup, sizes) = Setup::parse(&args);
     let sizes = if sizes.is_empty() {
         vec![1000, 5000]
     } else {
@@ -142,8 +163,12 @@ async fn main() {
         true => "a 3-node cluster (replicas 3)",
         false => "one broker",
     };
+    let consumer_replicas = setup
+        .consumer_replicas
+        .as_deref()
+        .map_or_else(|| "the stream's".to_owned(), |r| format!("R{r}"));
     println!(
-        "Flue scale benchmark: N simulated agents (one process) on {brokers} and one gateway, {} request consumers",
+        "Flue scale benchmark: N simulated agents (one process) on {brokers} and one gateway, {} request consumers, {consumer_replicas} replicas",
         setup.consumers
     );
     println!("sizes: {sizes:?}; load average at start: {}", loadavg());
