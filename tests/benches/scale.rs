@@ -31,7 +31,10 @@
 //! node SIGTERMed at once with no agent until all have exited. The group stack is not run.
 //!
 //! Printed as a table with the ratio of the largest N to the smallest. Run with
-//! `bash scripts/bench.sh scale [--cluster] [--consumers memory] [--consumer-replicas 1] [N…]` (release build
+//! `--no-deployments` skips the deployment to every server (its figures NaN) and measures
+//! a second idle window instead.
+//!
+//! `bash scripts/bench.sh scale [--cluster] [--consumers memory] [--consumer-replicas 1] [--no-deployments] [N…]` (release build
 //! first). Not part of the test suite.
 
 use std::time::{Duration, Instant};
@@ -76,6 +79,9 @@ struct Setup {
     consumers: String,
     /// The gateway's `--request-consumer-replicas`, when given.
     consumer_replicas: Option<String>,
+    /// Whether the deployment to every server runs (`--no-deployments` skips it, for a
+    /// size whose deployments would not end in the time there is).
+    deployments: bool,
 }
 
 impl Setup {
@@ -86,6 +92,7 @@ impl Setup {
             cluster: false,
             consumers: "file".to_owned(),
             consumer_replicas: None,
+            deployments: true,
         };
         let mut sizes = Vec::new();
         let mut args = args.iter();
@@ -95,6 +102,7 @@ impl Setup {
                 "--cluster" => setup.cluster = true,
                 "--consumers" => setup.consumers = value(),
                 "--consumer-replicas" => setup.consumer_replicas = Some(value()),
+                "--no-deployments" => setup.deployments = false,
                 size => sizes.extend(size.parse::<usize>().ok()),
             }
         }
@@ -260,92 +268,107 @@ async fn measure(setup: &Setup, n: usize) -> Run {
         run.list_servers_ms, run.list_servers_kib
     );
 
-    let client = flue.client();
-    let t = Instant::now();
-    // A refused or timed-out POST is a finding (counted as not COMPLETE), not a panic.
-    let accepted: Vec<Option<Deployment>> = bounded(
-        futures_util::stream::iter(ids.iter().cloned())
-            .map(|id| {
-                let client = client.clone();
-                async move {
-                    let create =
-                        CreateDeployment::new("noop".parse().expect("config id"), id.clone());
-                    client
-                        .create_deployment(&create)
-                        .await
-                        .map_err(|e| println!("deployment to {id} not accepted: {e}"))
-                        .ok()
-                }
-            })
-            .buffer_unordered(DEPLOY_AT_ONCE)
-            .collect(),
-        "deployments accepted",
-    )
-    .await;
-    let accepted: Vec<Deployment> = accepted.into_iter().flatten().collect();
-    let not_accepted = n - accepted.len();
-    run.accept_all_secs = t.elapsed().as_secs_f64();
-    let done: Vec<Deployment> = bounded(
-        futures_util::stream::iter(accepted)
-            .map(|d| {
-                let client = client.clone();
-                async move { until_terminal(&client, d).await }
-            })
-            .buffer_unordered(WAIT_AT_ONCE)
-            .collect(),
-        "results",
-    )
-    .await;
-    run.results_all_secs = t.elapsed().as_secs_f64();
-    run.failed = not_accepted
-        + done
+    if setup.deployments {
+        let client = flue.client();
+        let t = Instant::now();
+        // A refused or timed-out POST is a finding (counted as not COMPLETE), not a panic.
+        let accepted: Vec<Option<Deployment>> = bounded(
+            futures_util::stream::iter(ids.iter().cloned())
+                .map(|id| {
+                    let client = client.clone();
+                    async move {
+                        let create =
+                            CreateDeployment::new("noop".parse().expect("config id"), id.clone());
+                        client
+                            .create_deployment(&create)
+                            .await
+                            .map_err(|e| println!("deployment to {id} not accepted: {e}"))
+                            .ok()
+                    }
+                })
+                .buffer_unordered(DEPLOY_AT_ONCE)
+                .collect(),
+            "deployments accepted",
+        )
+        .await;
+        let accepted: Vec<Deployment> = accepted.into_iter().flatten().collect();
+        let not_accepted = n - accepted.len();
+        run.accept_all_secs = t.elapsed().as_secs_f64();
+        let done: Vec<Deployment> = bounded(
+            futures_util::stream::iter(accepted)
+                .map(|d| {
+                    let client = client.clone();
+                    async move { until_terminal(&client, d).await }
+                })
+                .buffer_unordered(WAIT_AT_ONCE)
+                .collect(),
+            "results",
+        )
+        .await;
+        run.results_all_secs = t.elapsed().as_secs_f64();
+        run.failed = not_accepted
+            + done
+                .iter()
+                .filter(|d| d.status != DeploymentStatus::Complete)
+                .count();
+        let mut latencies: Vec<f64> = done
             .iter()
-            .filter(|d| d.status != DeploymentStatus::Complete)
-            .count();
-    let mut latencies: Vec<f64> = done
-        .iter()
-        .map(|d| (d.updated_at - d.created_at).as_seconds_f64() * 1000.0)
-        .collect();
-    latencies.sort_by(f64::total_cmp);
-    // Where the time goes: accepted → the agent had it (its clock: same machine), and the
-    // agent finished → the gateway stored it.
-    let mut to_agent: Vec<f64> = done
-        .iter()
-        .filter_map(|d| {
-            d.delivered_at
-                .map(|at| (at - d.created_at).as_seconds_f64() * 1000.0)
-        })
-        .collect();
-    to_agent.sort_by(f64::total_cmp);
-    let mut to_store: Vec<f64> = done
-        .iter()
-        .filter_map(|d| {
-            d.finished_at
-                .map(|at| (d.updated_at - at).as_seconds_f64() * 1000.0)
-        })
-        .collect();
-    to_store.sort_by(f64::total_cmp);
-    run.split_ms = [pct(&to_agent, 50), pct(&to_store, 50)];
-    println!(
-        "p50 accepted → agent has it {:.0} ms, agent finished → stored {:.0} ms",
-        run.split_ms[0], run.split_ms[1]
-    );
-    run.latency_ms = [
-        pct(&latencies, 50),
-        pct(&latencies, 99),
-        pct(&latencies, 100),
-    ];
-    println!(
-        "{n} deployments: all accepted {:.1} s, all results {:.1} s, accepted → result p50 {:.0} ms p99 {:.0} ms max {:.0} ms, {} not COMPLETE, agents answered {}",
-        run.accept_all_secs,
-        run.results_all_secs,
-        run.latency_ms[0],
-        run.latency_ms[1],
-        run.latency_ms[2],
-        run.failed,
-        agents.answered()
-    );
-
+            .map(|d| (d.updated_at - d.created_at).as_seconds_f64() * 1000.0)
+            .collect();
+        latencies.sort_by(f64::total_cmp);
+        // Where the time goes: accepted → the agent had it (its clock: same machine), and the
+        // agent finished → the gateway stored it.
+        let mut to_agent: Vec<f64> = done
+            .iter()
+            .filter_map(|d| {
+                d.delivered_at
+                    .map(|at| (at - d.created_at).as_seconds_f64() * 1000.0)
+            })
+            .collect();
+        to_agent.sort_by(f64::total_cmp);
+        let mut to_store: Vec<f64> = done
+            .iter()
+            .filter_map(|d| {
+                d.finished_at
+                    .map(|at| (d.updated_at - at).as_seconds_f64() * 1000.0)
+            })
+            .collect();
+        to_store.sort_by(f64::total_cmp);
+        run.split_ms = [pct(&to_agent, 50), pct(&to_store, 50)];
+        println!(
+            "p50 accepted → agent has it {:.0} ms, agent finished → stored {:.0} ms",
+            run.split_ms[0], run.split_ms[1]
+        );
+        run.latency_ms = [
+            pct(&latencies, 50),
+            pct(&latencies, 99),
+            pct(&latencies, 100),
+        ];
+        println!(
+            "{n} deployments: all accepted {:.1} s, all results {:.1} s, accepted → result p50 {:.0} ms p99 {:.0} ms max {:.0} ms, {} not COMPLETE, agents answered {}",
+            run.accept_all_secs,
+            run.results_all_secs,
+            run.latency_ms[0],
+            run.latency_ms[1],
+            run.latency_ms[2],
+            run.failed,
+            agents.answered()
+        );
+    } else {
+        // Skipped (`--no-deployments`): a second idle window instead, once whatever the
+        // gateway still had to do after the agents connected (presence) is further behind.
+        run.accept_all_secs = f64::NAN;
+        run.results_all_secs = f64::NAN;
+        run.latency_ms = [f64::NAN; 3];
+        run.split_ms = [f64::NAN; 2];
+        let before = [broker_cpu(), cpu_secs(gateway), cpu_secs(me)];
+        tokio::time::sleep(IDLE_WINDOW).await;
+        let after = [broker_cpu(), cpu_secs(gateway), cpu_secs(me)];
+        let again: Vec<f64> = (0..3).map(|i| after[i] - before[i]).collect();
+        println!(
+            "deployments skipped (--no-deployments); idle again {IDLE_WINDOW:?}: CPU s broker/gateway/generator {again:?}"
+        );
+    }
     run.stack_group_secs = if n <= STACK_UP_TO && !setup.cluster {
         stack_group(flue, &ids).await
     } else {
