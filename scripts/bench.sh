@@ -8,9 +8,10 @@
 #   bash scripts/bench.sh scale [N…] N simulated agents (default 1000 5000) on one broker and one
 #                                    gateway: registration, RSS per server, idle presence CPU, one
 #                                    deployment to every server, broker shutdown (docs/benchmarks.md).
-#   bash scripts/bench.sh scale --cluster [--consumers file|memory] [N…]
+#   bash scripts/bench.sh scale --cluster [--consumers file|memory] [--consumer-replicas R] [N…]
 #                                    the same on a local 3-node cluster (replicas 3), with the
-#                                    gateway's --request-consumer-storage (default file).
+#                                    gateway's --request-consumer-storage (default file) and
+#                                    --request-consumer-replicas (default: the stream's, 3).
 #   bash scripts/bench.sh throughput deployments/s accepted and answered through one gateway with
 #                                    simulated agents, and a no-op deployment's latency against
 #                                    the physical floor measured in the same run (issue 11,

@@ -11,7 +11,7 @@ use flue_proto::signing::{self, RequestClaims};
 use flue_proto::{DeploymentRequest, RequestDigest, ServerId, TenantId, subject};
 use tracing::{info, warn};
 
-use crate::request_consumers::RequestConsumerStorage;
+use crate::request_consumers::RequestConsumers;
 
 /// How long JetStream remembers a message id to drop a duplicate publish.
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
@@ -159,8 +159,9 @@ pub struct Broker {
     js: jetstream::Context,
     /// The broker's max payload, as it told at connection.
     max_payload: usize,
-    /// Where servers' request consumers keep their state (`--request-consumer-storage`).
-    request_consumer_storage: RequestConsumerStorage,
+    /// How servers' request consumers are created (`--request-consumer-storage`,
+    /// `--request-consumer-replicas`).
+    request_consumers: RequestConsumers,
 }
 
 impl Broker {
@@ -173,13 +174,13 @@ impl Broker {
         Self {
             js,
             max_payload,
-            request_consumer_storage: RequestConsumerStorage::default(),
+            request_consumers: RequestConsumers::default(),
         }
     }
 
-    /// The same handle, creating servers' request consumers with `storage`.
-    pub fn with_request_consumer_storage(mut self, storage: RequestConsumerStorage) -> Self {
-        self.request_consumer_storage = storage;
+    /// The same handle, creating servers' request consumers as `consumers` says.
+    pub fn with_request_consumers(mut self, consumers: RequestConsumers) -> Self {
+        self.request_consumers = consumers;
         self
     }
 
@@ -410,8 +411,10 @@ impl Broker {
     ///
     /// One message in flight at a time, so a server applies its deployments in queue
     /// order; redelivered forever, since the agent's ledger makes redelivery harmless.
-    /// Its state is kept where `--request-consumer-storage` says (an existing consumer
-    /// keeps its own); its replicas are the stream's.
+    /// Its state is kept where `--request-consumer-storage` says and on as many nodes as
+    /// `--request-consumer-replicas` says (the stream's when not given). A consumer that
+    /// exists is found, never updated: it keeps the storage and replicas it was made with,
+    /// so gateways started with other settings do not change each other's consumers.
     /// A broker refusing it for its consumer limit is [`BrokerError::ConsumerLimit`].
     pub async fn ensure_request_consumer(
         &self,
@@ -436,7 +439,8 @@ impl Broker {
                     max_ack_pending: 1,
                     ack_wait: ACK_WAIT,
                     max_deliver: -1,
-                    memory_storage: self.request_consumer_storage.in_memory(),
+                    memory_storage: self.request_consumers.storage.in_memory(),
+                    num_replicas: self.request_consumers.num_replicas(),
                     ..Default::default()
                 },
             )

@@ -59,9 +59,10 @@ pub enum Error {
     /// A tenant's runtime could not be started.
     #[error("cannot serve a tenant")]
     Tenant(#[from] Box<crate::tenants::TenantError>),
-    /// `--request-consumer-storage memory` without a replicated request stream.
+    /// `--request-consumer-storage` or `--request-consumer-replicas` that do not fit the
+    /// request stream's `--replicas`.
     #[error(transparent)]
-    RequestConsumerStorage(#[from] crate::request_consumers::MemoryNeedsReplicas),
+    RequestConsumers(#[from] crate::request_consumers::RequestConsumersError),
     /// Writing the "listening" line to standard output failed.
     #[error("cannot write to standard output")]
     Stdout(#[source] std::io::Error),

@@ -105,7 +105,7 @@ impl Gateway {
         warn_plaintext(&config, https.is_some());
         let nats_tls = config.nats_tls();
         nats_tls.check()?;
-        config.request_consumer_storage.check(config.replicas())?;
+        config.request_consumers()?;
         let auth = match config.insecure_no_auth {
             true => auth::Auth::insecure(keys.token_secret.clone(), config.tenant.clone()),
             false => auth::Auth::tokens(keys.token_secret.clone(), config.tenant.clone()),

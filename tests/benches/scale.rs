@@ -23,14 +23,18 @@
 //!   stopped its start-up on the same store and its shutdown again.
 //!
 //! With `--cluster` the same runs on the local 3-node cluster (`flue-gateway
-//! cluster-config`, [`Cluster`]) with `--replicas 3`, and `--consumers file|memory` picks
-//! the gateway's `--request-consumer-storage`. Broker figures are then the three nodes'
+//! cluster-config`, [`Cluster`]) with `--replicas 3`, `--consumers file|memory` picks
+//! the gateway's `--request-consumer-storage` and `--consumer-replicas N` its
+//! `--request-consumer-replicas` (default: the stream's). Broker figures are then the three nodes'
 //! sums (RSS, CPU); the shutdown figures become: one node (not the one the agents use)
 //! SIGTERM → exit with every agent connected, its start again until ready, then every
 //! node SIGTERMed at once with no agent until all have exited. The group stack is not run.
 //!
 //! Printed as a table with the ratio of the largest N to the smallest. Run with
-//! `bash scripts/bench.sh scale [--cluster] [--consumers memory] [N…]` (release build
+//! `--no-deployments` skips the deployment to every server (its figures NaN) and measures
+//! a second idle window instead.
+//!
+//! `bash scripts/bench.sh scale [--cluster] [--consumers memory] [--consumer-replicas 1] [--no-deployments] [N…]` (release build
 //! first). Not part of the test suite.
 
 use std::time::{Duration, Instant};
@@ -73,6 +77,37 @@ struct Setup {
     cluster: bool,
     /// The gateway's `--request-consumer-storage`.
     consumers: String,
+    /// The gateway's `--request-consumer-replicas`, when given.
+    consumer_replicas: Option<String>,
+    /// Whether the deployment to every server runs (`--no-deployments` skips it, for a
+    /// size whose deployments would not end in the time there is).
+    deployments: bool,
+}
+
+impl Setup {
+    /// The setup and the sizes the command line asks for: `--cluster`, `--consumers S`,
+    /// `--consumer-replicas N`, and the sizes as bare numbers.
+    fn parse(args: &[String]) -> (Setup, Vec<usize>) {
+        let mut setup = Setup {
+            cluster: false,
+            consumers: "file".to_owned(),
+            consumer_replicas: None,
+            deployments: true,
+        };
+        let mut sizes = Vec::new();
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let mut value = || args.next().cloned().expect("a value after the flag");
+            match arg.as_str() {
+                "--cluster" => setup.cluster = true,
+                "--consumers" => setup.consumers = value(),
+                "--consumer-replicas" => setup.consumer_replicas = Some(value()),
+                "--no-deployments" => setup.deployments = false,
+                size => sizes.extend(size.parse::<usize>().ok()),
+            }
+        }
+        (setup, sizes)
+    }
 }
 
 /// The brokers of one run and the Flue (gateway, clients) over them.
@@ -97,6 +132,9 @@ impl Brokers {
         // machine: the default 2 s bound would answer a registration 503.
         let mut flags = flags.to_vec();
         flags.extend(["--replicas", "3", "--broker-timeout-ms", "30000"]);
+        if let Some(replicas) = &setup.consumer_replicas {
+            flags.extend(["--request-consumer-replicas", replicas]);
+        }
         Brokers::Cluster(Box::new(Cluster::start(3, &flags).await))
     }
 
@@ -123,16 +161,7 @@ impl Brokers {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let setup = Setup {
-        cluster: args.iter().any(|a| a == "--cluster"),
-        consumers: args
-            .iter()
-            .position(|a| a == "--consumers")
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-            .unwrap_or_else(|| "file".to_owned()),
-    };
-    let sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let (setup, sizes) = Setup::parse(&args);
     let sizes = if sizes.is_empty() {
         vec![1000, 5000]
     } else {
@@ -142,8 +171,12 @@ async fn main() {
         true => "a 3-node cluster (replicas 3)",
         false => "one broker",
     };
+    let consumer_replicas = setup
+        .consumer_replicas
+        .as_deref()
+        .map_or_else(|| "the stream's".to_owned(), |r| format!("R{r}"));
     println!(
-        "Flue scale benchmark: N simulated agents (one process) on {brokers} and one gateway, {} request consumers",
+        "Flue scale benchmark: N simulated agents (one process) on {brokers} and one gateway, {} request consumers, {consumer_replicas} replicas",
         setup.consumers
     );
     println!("sizes: {sizes:?}; load average at start: {}", loadavg());
@@ -235,92 +268,107 @@ async fn measure(setup: &Setup, n: usize) -> Run {
         run.list_servers_ms, run.list_servers_kib
     );
 
-    let client = flue.client();
-    let t = Instant::now();
-    // A refused or timed-out POST is a finding (counted as not COMPLETE), not a panic.
-    let accepted: Vec<Option<Deployment>> = bounded(
-        futures_util::stream::iter(ids.iter().cloned())
-            .map(|id| {
-                let client = client.clone();
-                async move {
-                    let create =
-                        CreateDeployment::new("noop".parse().expect("config id"), id.clone());
-                    client
-                        .create_deployment(&create)
-                        .await
-                        .map_err(|e| println!("deployment to {id} not accepted: {e}"))
-                        .ok()
-                }
-            })
-            .buffer_unordered(DEPLOY_AT_ONCE)
-            .collect(),
-        "deployments accepted",
-    )
-    .await;
-    let accepted: Vec<Deployment> = accepted.into_iter().flatten().collect();
-    let not_accepted = n - accepted.len();
-    run.accept_all_secs = t.elapsed().as_secs_f64();
-    let done: Vec<Deployment> = bounded(
-        futures_util::stream::iter(accepted)
-            .map(|d| {
-                let client = client.clone();
-                async move { until_terminal(&client, d).await }
-            })
-            .buffer_unordered(WAIT_AT_ONCE)
-            .collect(),
-        "results",
-    )
-    .await;
-    run.results_all_secs = t.elapsed().as_secs_f64();
-    run.failed = not_accepted
-        + done
+    if setup.deployments {
+        let client = flue.client();
+        let t = Instant::now();
+        // A refused or timed-out POST is a finding (counted as not COMPLETE), not a panic.
+        let accepted: Vec<Option<Deployment>> = bounded(
+            futures_util::stream::iter(ids.iter().cloned())
+                .map(|id| {
+                    let client = client.clone();
+                    async move {
+                        let create =
+                            CreateDeployment::new("noop".parse().expect("config id"), id.clone());
+                        client
+                            .create_deployment(&create)
+                            .await
+                            .map_err(|e| println!("deployment to {id} not accepted: {e}"))
+                            .ok()
+                    }
+                })
+                .buffer_unordered(DEPLOY_AT_ONCE)
+                .collect(),
+            "deployments accepted",
+        )
+        .await;
+        let accepted: Vec<Deployment> = accepted.into_iter().flatten().collect();
+        let not_accepted = n - accepted.len();
+        run.accept_all_secs = t.elapsed().as_secs_f64();
+        let done: Vec<Deployment> = bounded(
+            futures_util::stream::iter(accepted)
+                .map(|d| {
+                    let client = client.clone();
+                    async move { until_terminal(&client, d).await }
+                })
+                .buffer_unordered(WAIT_AT_ONCE)
+                .collect(),
+            "results",
+        )
+        .await;
+        run.results_all_secs = t.elapsed().as_secs_f64();
+        run.failed = not_accepted
+            + done
+                .iter()
+                .filter(|d| d.status != DeploymentStatus::Complete)
+                .count();
+        let mut latencies: Vec<f64> = done
             .iter()
-            .filter(|d| d.status != DeploymentStatus::Complete)
-            .count();
-    let mut latencies: Vec<f64> = done
-        .iter()
-        .map(|d| (d.updated_at - d.created_at).as_seconds_f64() * 1000.0)
-        .collect();
-    latencies.sort_by(f64::total_cmp);
-    // Where the time goes: accepted → the agent had it (its clock: same machine), and the
-    // agent finished → the gateway stored it.
-    let mut to_agent: Vec<f64> = done
-        .iter()
-        .filter_map(|d| {
-            d.delivered_at
-                .map(|at| (at - d.created_at).as_seconds_f64() * 1000.0)
-        })
-        .collect();
-    to_agent.sort_by(f64::total_cmp);
-    let mut to_store: Vec<f64> = done
-        .iter()
-        .filter_map(|d| {
-            d.finished_at
-                .map(|at| (d.updated_at - at).as_seconds_f64() * 1000.0)
-        })
-        .collect();
-    to_store.sort_by(f64::total_cmp);
-    run.split_ms = [pct(&to_agent, 50), pct(&to_store, 50)];
-    println!(
-        "p50 accepted → agent has it {:.0} ms, agent finished → stored {:.0} ms",
-        run.split_ms[0], run.split_ms[1]
-    );
-    run.latency_ms = [
-        pct(&latencies, 50),
-        pct(&latencies, 99),
-        pct(&latencies, 100),
-    ];
-    println!(
-        "{n} deployments: all accepted {:.1} s, all results {:.1} s, accepted → result p50 {:.0} ms p99 {:.0} ms max {:.0} ms, {} not COMPLETE, agents answered {}",
-        run.accept_all_secs,
-        run.results_all_secs,
-        run.latency_ms[0],
-        run.latency_ms[1],
-        run.latency_ms[2],
-        run.failed,
-        agents.answered()
-    );
-
+            .map(|d| (d.updated_at - d.created_at).as_seconds_f64() * 1000.0)
+            .collect();
+        latencies.sort_by(f64::total_cmp);
+        // Where the time goes: accepted → the agent had it (its clock: same machine), and the
+        // agent finished → the gateway stored it.
+        let mut to_agent: Vec<f64> = done
+            .iter()
+            .filter_map(|d| {
+                d.delivered_at
+                    .map(|at| (at - d.created_at).as_seconds_f64() * 1000.0)
+            })
+            .collect();
+        to_agent.sort_by(f64::total_cmp);
+        let mut to_store: Vec<f64> = done
+            .iter()
+            .filter_map(|d| {
+                d.finished_at
+                    .map(|at| (d.updated_at - at).as_seconds_f64() * 1000.0)
+            })
+            .collect();
+        to_store.sort_by(f64::total_cmp);
+        run.split_ms = [pct(&to_agent, 50), pct(&to_store, 50)];
+        println!(
+            "p50 accepted → agent has it {:.0} ms, agent finished → stored {:.0} ms",
+            run.split_ms[0], run.split_ms[1]
+        );
+        run.latency_ms = [
+            pct(&latencies, 50),
+            pct(&latencies, 99),
+            pct(&latencies, 100),
+        ];
+        println!(
+            "{n} deployments: all accepted {:.1} s, all results {:.1} s, accepted → result p50 {:.0} ms p99 {:.0} ms max {:.0} ms, {} not COMPLETE, agents answered {}",
+            run.accept_all_secs,
+            run.results_all_secs,
+            run.latency_ms[0],
+            run.latency_ms[1],
+            run.latency_ms[2],
+            run.failed,
+            agents.answered()
+        );
+    } else {
+        // Skipped (`--no-deployments`): a second idle window instead, once whatever the
+        // gateway still had to do after the agents connected (presence) is further behind.
+        run.accept_all_secs = f64::NAN;
+        run.results_all_secs = f64::NAN;
+        run.latency_ms = [f64::NAN; 3];
+        run.split_ms = [f64::NAN; 2];
+        let before = [broker_cpu(), cpu_secs(gateway), cpu_secs(me)];
+        tokio::time::sleep(IDLE_WINDOW).await;
+        let after = [broker_cpu(), cpu_secs(gateway), cpu_secs(me)];
+        let again: Vec<f64> = (0..3).map(|i| after[i] - before[i]).collect();
+        println!(
+            "deployments skipped (--no-deployments); idle again {IDLE_WINDOW:?}: CPU s broker/gateway/generator {again:?}"
+        );
+    }
     run.stack_group_secs = if n <= STACK_UP_TO && !setup.cluster {
         stack_group(flue, &ids).await
     } else {

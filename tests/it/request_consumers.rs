@@ -4,6 +4,12 @@
 //! server's requests run exactly once across a node's kill -9 and a kill -9 of every node
 //! (which loses the consumers' state: the agent answers the redelivered requests from its
 //! ledger).
+//!
+//! `--request-consumer-replicas 1`: each consumer on one node of the cluster (the stream
+//! keeps three copies). Refused above `--replicas`; with the node that holds a server's
+//! consumer killed, deployments are still accepted, and once the node is back each runs
+//! exactly once, with memory storage (the consumer comes back without its state and
+//! delivers again what it had delivered) and with file storage.
 
 use async_nats::jetstream::{self, consumer};
 
@@ -13,6 +19,15 @@ use flue_tests::{Cluster, WAIT, file_lines};
 use crate::cluster::{deploy_through, finished_through};
 
 const MEMORY: &[&str] = &["--replicas", "3", "--request-consumer-storage", "memory"];
+const MEMORY_R1: &[&str] = &[
+    "--replicas",
+    "3",
+    "--request-consumer-storage",
+    "memory",
+    "--request-consumer-replicas",
+    "1",
+];
+const FILE_R1: &[&str] = &["--replicas", "3", "--request-consumer-replicas", "1"];
 
 #[tokio::test]
 async fn a_gateway_asked_for_memory_request_consumers_without_three_replicas_refuses_to_start() {
@@ -37,6 +52,119 @@ async fn a_gateway_asked_for_memory_request_consumers_without_three_replicas_ref
         "{stderr}"
     );
     assert!(!stdout.contains("listening"), "{stdout}");
+}
+
+#[tokio::test]
+async fn a_gateway_asked_for_more_request_consumer_replicas_than_stream_replicas_refuses_to_start()
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = tokio::process::Command::new(flue_tests::bin("flue-gateway"))
+        .args(["--listen", "127.0.0.1:0", "--insecure-dev-broker"])
+        .args(["--nats-url", "nats://127.0.0.1:1"])
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .args(["--request-consumer-replicas", "3"])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(WAIT, run)
+        .await
+        .expect("the gateway exits")
+        .expect("run flue-gateway");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("--request-consumer-replicas 3 is more than --replicas 1"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("listening"), "{stdout}");
+}
+
+#[tokio::test]
+async fn with_single_replica_memory_request_consumers_deployments_sent_while_the_consumers_node_is_down_run_once_when_it_is_back()
+ {
+    let agent_log = across_the_consumers_node_kill(MEMORY_R1).await;
+    // The consumer came back without its state: it delivered `before` again, which the
+    // agent answered from its ledger.
+    assert_eq!(replays(&agent_log), 1, "{agent_log:#?}");
+}
+
+#[tokio::test]
+async fn with_single_replica_file_request_consumers_deployments_sent_while_the_consumers_node_is_down_run_once_when_it_is_back()
+ {
+    // File state survives the kill (or loses its last write): a redelivery, if any, is
+    // answered from the ledger, which the hook's record below proves.
+    let agent_log = across_the_consumers_node_kill(FILE_R1).await;
+    assert!(replays(&agent_log) <= 1, "{agent_log:#?}");
+}
+
+/// One server on a 3-node cluster whose gateway runs with `flags` (one consumer replica):
+/// a deployment before; the node holding the server's consumer killed (kill -9), two
+/// deployments accepted while it is down; the node started again, both COMPLETE and
+/// every hook run once. Returns the agent's log.
+async fn across_the_consumers_node_kill(flags: &[&str]) -> Vec<String> {
+    let memory = flags.contains(&"memory");
+    let mut cluster = Cluster::start(3, flags).await;
+    let record = cluster.flue.path("record");
+    cluster
+        .flue
+        .script_config(
+            "rec",
+            &format!("#!/bin/sh\necho \"$name\" >> '{}'\n", record.display()),
+            &["name"],
+            &[],
+        )
+        .await;
+    cluster.flue.register("s1").await;
+    let agent = cluster.flue.agent("s1", &[]).await;
+    let client = cluster.flue.client();
+    let before = deploy_through(&client, "s1", "before").await;
+    assert_eq!(
+        finished_through(&client, &before.id).await.status,
+        DeploymentStatus::Complete
+    );
+
+    // The server's consumer is on one node only, with the storage asked for.
+    let watcher = cluster.others[0].client().await;
+    let info = consumer_info(&watcher).await;
+    assert_eq!(info.config.memory_storage, memory, "{:?}", info.config);
+    assert_eq!(info.config.num_replicas, 1, "{:?}", info.config);
+    let placement = info.cluster.as_ref().expect("a clustered consumer");
+    assert!(placement.replicas.is_empty(), "{placement:?}");
+    drop(watcher);
+
+    // Its node killed: the requests are accepted (the stream has two copies left) and wait.
+    let lead = placement.leader.clone().expect("the consumer has a leader");
+    let index = Cluster::index_of(&lead);
+    cluster.node_mut(index).kill().await;
+    let during = [
+        deploy_through(&client, "s1", "during1").await,
+        deploy_through(&client, "s1", "during2").await,
+    ];
+
+    // Back: both run, in order, once each; nothing runs twice.
+    cluster.node_mut(index).start_again().await;
+    for d in &during {
+        assert_eq!(
+            finished_through(&client, &d.id).await.status,
+            DeploymentStatus::Complete
+        );
+    }
+    assert_eq!(file_lines(&record), ["before", "during1", "during2"]);
+    let d = client
+        .get_deployment(&before.id)
+        .await
+        .expect("read it back");
+    assert_eq!(d.status, DeploymentStatus::Complete, "{d:?}");
+    agent.logs().lines()
+}
+
+/// How many requests an agent's log says it answered from its ledger.
+fn replays(agent_log: &[String]) -> usize {
+    agent_log
+        .iter()
+        .filter(|l| l.contains("already finished, answering from the ledger"))
+        .count()
 }
 
 #[tokio::test]

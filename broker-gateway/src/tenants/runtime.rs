@@ -78,8 +78,9 @@ impl TenantRuntime {
         };
         let js = context(&connections.tenant.client);
         let events_js = context(&connections.events().client);
-        let broker =
-            Broker::new(js.clone()).with_request_consumer_storage(config.request_consumer_storage);
+        // Checked when the gateway started (`Gateway::start`), so this is the same answer.
+        let request_consumers = config.request_consumers()?;
+        let broker = Broker::new(js.clone()).with_request_consumers(request_consumers);
         ensure_streams_once_placed(&broker, &config).await?;
         check_consumer_limits(&broker, config.max_servers).await;
         let events = events::Events::open(events_js.clone(), config.event_retention()).await?;
