@@ -7,7 +7,10 @@
 #                                    FLUE_BENCH_N=N sets the latency samples per mode (default 300).
 #   bash scripts/bench.sh scale [N…] N simulated agents (default 1000 5000) on one broker and one
 #                                    gateway: registration, RSS per server, idle presence CPU, one
-#                                    deployment to every server, broker shutdown (docs/benchmarks.md).
+#                                    deployment to every server, a group stack over all N through
+#                                    `flue stack create` (engine workers), broker shutdown
+#                                    (docs/benchmarks.md). `--stack-only`: registration, agents
+#                                    and the group stack only.
 #   bash scripts/bench.sh scale --cluster [--consumers file|memory] [--consumer-replicas R] [N…]
 #                                    the same on a local 3-node cluster (replicas 3), with the
 #                                    gateway's --request-consumer-storage (default file) and

@@ -17,8 +17,12 @@
 //! - one no-op deployment to every server at once (POSTed 32 at a time): time until all
 //!   are accepted, until all results are stored, and accepted → result stored (the
 //!   gateway's own `created_at` → `updated_at`) at p50 / p99 / max;
-//! - a stack of one deployment group over all N servers, created by the stack engine
-//!   the CLI runs (`flue stack create`), until CREATE_COMPLETE;
+//! - a stack of one deployment group over all N servers, created the way users do:
+//!   `flue stack create` (the real CLI binary, without `--local`) submits it to the
+//!   gateway's engine workers and follows it to CREATE_COMPLETE. Reported: the CLI's
+//!   time (start → exit), the operation's record (submitted → finished, attempts,
+//!   worker), submitted → the last member's result stored, and each member's
+//!   deployment created → result stored (gateway clock) at p50 / p99 / max;
 //! - broker shutdown (SIGTERM → exit) with every agent connected, then with the agents
 //!   stopped its start-up on the same store and its shutdown again.
 //!
@@ -29,6 +33,10 @@
 //! sums (RSS, CPU); the shutdown figures become: one node (not the one the agents use)
 //! SIGTERM → exit with every agent connected, its start again until ready, then every
 //! node SIGTERMed at once with no agent until all have exited. The group stack is not run.
+//!
+//! With `--stack-only` a size runs registration, the agents and the group stack only
+//! (no idle window, no listing, no deployment to every server, no broker restarts): the
+//! stack figure in a few minutes at 10,000 rather than a quarter of an hour.
 //!
 //! Printed as a table with the ratio of the largest N to the smallest. Run with
 //! `--no-deployments` skips the deployment to every server (its figures NaN) and measures
@@ -62,11 +70,10 @@ const IDLE_WINDOW: Duration = Duration::from_secs(30);
 /// Linux reports `/proc/<pid>/stat` times in clock ticks of 1/100 s (`USER_HZ`, fixed
 /// by the kernel's ABI on every architecture Flue runs on).
 const TICKS_PER_SEC: f64 = 100.0;
-/// The group stack is created only up to this many servers: the stack engine rewrites
-/// the whole stack record once per unit, so its time grows with N² (docs/benchmarks.md).
-const STACK_UP_TO: usize = 1000;
 /// Bound on the stack's creation: past it, the figure is "not within".
-const STACK_LIMIT: Duration = Duration::from_secs(300);
+const STACK_LIMIT: Duration = Duration::from_secs(600);
+/// Member deployments read at once after the stack's creation.
+const READ_AT_ONCE: usize = 64;
 /// Bound on any phase: a phase that takes longer is a finding, not a hang.
 const PHASE_LIMIT: Duration = Duration::from_secs(900);
 
@@ -82,17 +89,21 @@ struct Setup {
     /// Whether the deployment to every server runs (`--no-deployments` skips it, for a
     /// size whose deployments would not end in the time there is).
     deployments: bool,
+    /// Registration, agents and the group stack only (`--stack-only`).
+    stack_only: bool,
 }
 
 impl Setup {
     /// The setup and the sizes the command line asks for: `--cluster`, `--consumers S`,
-    /// `--consumer-replicas N`, and the sizes as bare numbers.
+    /// `--consumer-replicas N`, `--no-deployments`, `--stack-only`, and the sizes as bare
+    /// numbers.
     fn parse(args: &[String]) -> (Setup, Vec<usize>) {
         let mut setup = Setup {
             cluster: false,
             consumers: "file".to_owned(),
             consumer_replicas: None,
             deployments: true,
+            stack_only: false,
         };
         let mut sizes = Vec::new();
         let mut args = args.iter();
@@ -103,6 +114,7 @@ impl Setup {
                 "--consumers" => setup.consumers = value(),
                 "--consumer-replicas" => setup.consumer_replicas = Some(value()),
                 "--no-deployments" => setup.deployments = false,
+                "--stack-only" => setup.stack_only = true,
                 size => sizes.extend(size.parse::<usize>().ok()),
             }
         }
@@ -237,6 +249,14 @@ async fn measure(setup: &Setup, n: usize) -> Run {
         run.connect_secs
     );
 
+    if setup.stack_only {
+        run.stack = stack_group(flue, &ids).await;
+        run.load = [load_before, loadavg()];
+        agents.stop().await;
+        drop(brokers);
+        return run;
+    }
+
     // The window is the measurement itself: nothing is waited for here.
     let me = std::process::id();
     let before = [broker_cpu(), cpu_secs(gateway), cpu_secs(me)];
@@ -369,18 +389,12 @@ async fn measure(setup: &Setup, n: usize) -> Run {
             "deployments skipped (--no-deployments); idle again {IDLE_WINDOW:?}: CPU s broker/gateway/generator {again:?}"
         );
     }
-    run.stack_group_secs = if n <= STACK_UP_TO && !setup.cluster {
-        stack_group(flue, &ids).await
+    run.stack = if setup.cluster {
+        println!("stack skipped on the cluster");
+        report::StackRun::default()
     } else {
-        println!(
-            "stack skipped on the cluster and above {STACK_UP_TO} servers (not done within 300 s at 5,000)"
-        );
-        f64::NAN
+        stack_group(flue, &ids).await
     };
-    println!(
-        "stack with one group over the {n} servers, create (stack engine): {:.1} s",
-        run.stack_group_secs
-    );
 
     match &mut brokers {
         Brokers::Single(flue) => broker_restarts(&mut run, &mut flue.nats, agents, n).await,
@@ -443,47 +457,133 @@ async fn node_restarts(run: &mut Run, cluster: &mut Cluster, agents: SimAgents, 
     );
 }
 
-/// Creates a stack of one `OS::Heat::SoftwareDeploymentGroup` over every server with the
-/// CLI's stack engine (`flue stack create` runs the same driver) and returns the seconds
-/// until CREATE_COMPLETE, or NaN when it was not complete within [`STACK_LIMIT`].
-async fn stack_group(flue: &Flue, servers: &[flue_proto::ServerId]) -> f64 {
-    use flue_stack::driver::{self, Options, Source};
-    use flue_stack::template::Template;
+/// Creates a stack of one `OS::Heat::SoftwareDeploymentGroup` over every server as a
+/// user does: `flue stack create` (the CLI binary, no `--local`) submits it to the
+/// gateway's engine workers and follows it. Then reads the operation's record and
+/// every member's deployment.
+async fn stack_group(flue: &Flue, servers: &[flue_proto::ServerId]) -> report::StackRun {
+    let mut figures = report::StackRun::default();
     let mut text = String::from(
         "heat_template_version: 2018-08-31\nresources:\n  noop:\n    type: OS::Heat::SoftwareConfig\n    properties: {group: script, config: 'true'}\n  all:\n    type: OS::Heat::SoftwareDeploymentGroup\n    properties:\n      config: {get_resource: noop}\n      servers:\n",
     );
     for (i, id) in servers.iter().enumerate() {
         text.push_str(&format!("        m{i}: {id}\n"));
     }
-    let template = Template::parse(&text, &flue.path(".")).expect("template");
-    let given = Default::default();
-    let source = Source {
-        template: &template,
-        given: &given,
-        mapped: &Default::default(),
+    let template = flue.path("scale-stack.yaml");
+    std::fs::write(&template, &text).expect("template");
+    let args = ["stack", "create", "scale", "-t"];
+    let token = flue.gateway.cli_token(&args);
+    let started = time::OffsetDateTime::now_utc();
+    let t = Instant::now();
+    // Its lines go straight to this bench's output, as they come: where it stands is
+    // visible while it runs.
+    let cli = tokio::process::Command::new(flue_tests::bin("flue"))
+        .env("FLUE_TOKEN", token)
+        .arg("--gateway")
+        .arg(flue.gateway.url())
+        .args(args)
+        .arg(&template)
+        .kill_on_drop(true)
+        .status();
+    let status = match tokio::time::timeout(STACK_LIMIT, cli).await {
+        Ok(status) => status.expect("run flue"),
+        Err(_) => {
+            println!("flue stack create did not end within {STACK_LIMIT:?}");
+            return figures;
+        }
     };
-    let opts = Options {
-        force: false,
-        report: std::sync::Arc::new(|_: &driver::Event| {}),
-    };
+    let cli_secs = t.elapsed().as_secs_f64();
+    println!(
+        "flue stack create: exit {:?} after {cli_secs:.1} s",
+        status.code()
+    );
+    figures.cli_secs = if status.success() { cli_secs } else { f64::NAN };
+
     let client = flue.client();
     let id = flue_proto::StackId::new("scale").expect("id");
-    let t = Instant::now();
-    match tokio::time::timeout(STACK_LIMIT, driver::create(&client, &id, source, &opts)).await {
-        Ok(Ok(stack)) if stack.status.to_string() == "CREATE_COMPLETE" => t.elapsed().as_secs_f64(),
-        Ok(Ok(stack)) => {
-            println!("the stack ended {}", stack.status);
-            f64::NAN
+    match client.list_operations_up_to(&id, 1).await {
+        Ok(ops) => {
+            if let Some(op) = ops.first() {
+                let took = op
+                    .finished_at
+                    .map(|f| (f - op.submitted_at).as_seconds_f64());
+                println!(
+                    "operation {}: {} ({}), attempts {}, worker {}, submitted → finished {}, reason {:?}, {} progress lines ({} dropped)",
+                    op.id,
+                    op.state,
+                    op.stack_status
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                    op.attempts,
+                    op.worker.as_deref().unwrap_or("-"),
+                    took.map_or("-".to_owned(), |s| format!("{s:.1} s")),
+                    op.reason,
+                    op.progress_total(),
+                    op.progress_dropped,
+                );
+                figures.op_secs = took.unwrap_or(f64::NAN);
+                figures.attempts = op.attempts as f64;
+                figures.submitted_at = Some(op.submitted_at);
+            }
         }
-        Ok(Err(e)) => {
-            println!("the stack failed: {e}");
-            f64::NAN
-        }
-        Err(_) => {
-            println!("the stack was not complete within {STACK_LIMIT:?}");
-            f64::NAN
-        }
+        Err(e) => println!("operations of the stack not read: {e}"),
     }
+    let stack = match client.get_stack(&id).await {
+        Ok(stack) => stack,
+        Err(e) => {
+            println!("stack not read: {e}");
+            return figures;
+        }
+    };
+    let ids: Vec<_> = stack
+        .state
+        .units
+        .values()
+        .filter_map(|u| u.current.clone())
+        .collect();
+    let members: Vec<Deployment> = futures_util::stream::iter(ids)
+        .map(|d| {
+            let client = client.clone();
+            async move { client.get_deployment(&d).await.ok() }
+        })
+        .buffer_unordered(READ_AT_ONCE)
+        .filter_map(|d| async move { d })
+        .collect()
+        .await;
+    let complete = members
+        .iter()
+        .filter(|d| d.status == DeploymentStatus::Complete)
+        .count();
+    let mut latencies: Vec<f64> = members
+        .iter()
+        .map(|d| (d.updated_at - d.created_at).as_seconds_f64() * 1000.0)
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    figures.member_ms = [
+        pct(&latencies, 50),
+        pct(&latencies, 99),
+        pct(&latencies, 100),
+    ];
+    let from = figures.submitted_at.unwrap_or(started);
+    let first = members.iter().map(|d| d.created_at).min();
+    let last = members.iter().map(|d| d.updated_at).max();
+    if let (Some(first), Some(last)) = (first, last) {
+        figures.to_first_secs = (first - from).as_seconds_f64();
+        figures.results_secs = (last - from).as_seconds_f64();
+    }
+    figures.members_complete = complete as f64;
+    println!(
+        "stack over {} servers: {} units, {complete} member deployments COMPLETE; submitted → first member created {:.1} s, → last result stored {:.1} s; member created → stored p50 {:.0} ms p99 {:.0} ms max {:.0} ms",
+        servers.len(),
+        stack.state.units.len(),
+        figures.to_first_secs,
+        figures.results_secs,
+        figures.member_ms[0],
+        figures.member_ms[1],
+        figures.member_ms[2],
+    );
+    figures
 }
 
 /// Long-polls one deployment until it is COMPLETE or FAILED, or a poll fails (then the last seen).

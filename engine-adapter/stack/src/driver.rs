@@ -32,6 +32,7 @@ mod schedule;
 mod state;
 #[cfg(test)]
 mod tests;
+mod wave;
 
 use plan::OpKind;
 use state::{ApplyContext, Driver};

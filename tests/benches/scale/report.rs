@@ -27,8 +27,8 @@ pub struct Run {
     pub split_ms: [f64; 2],
     /// Deployments that ended other than COMPLETE.
     pub failed: usize,
-    /// The group stack's creation, seconds (NaN: not done or not run).
-    pub stack_group_secs: f64,
+    /// The group stack's creation through the engine workers.
+    pub stack: StackRun,
     /// Broker SIGTERM → exit with every agent connected, seconds.
     pub broker_shutdown_secs: f64,
     /// Broker start-up on the same store with the agents stopped, seconds.
@@ -37,6 +37,42 @@ pub struct Run {
     pub broker_idle_shutdown_secs: f64,
     /// Load averages before and after.
     pub load: [String; 2],
+}
+
+/// The group stack's figures (NaN: not done or not run).
+#[derive(Debug, Clone)]
+pub struct StackRun {
+    /// `flue stack create` started → exited with CREATE_COMPLETE, seconds.
+    pub cli_secs: f64,
+    /// The operation's record: submitted → finished, seconds.
+    pub op_secs: f64,
+    /// Submitted → the first member's deployment created, seconds.
+    pub to_first_secs: f64,
+    /// Submitted → the last member's result stored, seconds.
+    pub results_secs: f64,
+    /// Each member's deployment created → result stored, ms: p50, p99, max.
+    pub member_ms: [f64; 3],
+    /// Member deployments COMPLETE.
+    pub members_complete: f64,
+    /// Workers that took the operation.
+    pub attempts: f64,
+    /// When the operation was accepted.
+    pub submitted_at: Option<time::OffsetDateTime>,
+}
+
+impl Default for StackRun {
+    fn default() -> Self {
+        Self {
+            cli_secs: f64::NAN,
+            op_secs: f64::NAN,
+            to_first_secs: f64::NAN,
+            results_secs: f64::NAN,
+            member_ms: [f64::NAN; 3],
+            members_complete: f64::NAN,
+            attempts: f64::NAN,
+            submitted_at: None,
+        }
+    }
 }
 
 /// Prints every figure of every size as a Markdown table, with the ratio of the largest
@@ -163,9 +199,44 @@ pub fn print_table(sizes: &[usize], runs: &[Run]) {
             Box::new(|r, _| r.failed as f64),
         ),
         (
-            "stack with one group over all N servers, create (stack engine)",
+            "stack, one group over all N: `flue stack create` → CREATE_COMPLETE",
             "s",
-            Box::new(|r, _| r.stack_group_secs),
+            Box::new(|r, _| r.stack.cli_secs),
+        ),
+        (
+            "stack: operation submitted → finished (its record)",
+            "s",
+            Box::new(|r, _| r.stack.op_secs),
+        ),
+        (
+            "stack: submitted → first member created",
+            "s",
+            Box::new(|r, _| r.stack.to_first_secs),
+        ),
+        (
+            "stack: submitted → all results stored",
+            "s",
+            Box::new(|r, _| r.stack.results_secs),
+        ),
+        (
+            "stack: member created → result stored, p50",
+            "ms",
+            Box::new(|r, _| r.stack.member_ms[0]),
+        ),
+        (
+            "stack: member created → result stored, p99",
+            "ms",
+            Box::new(|r, _| r.stack.member_ms[1]),
+        ),
+        (
+            "stack: members COMPLETE",
+            "",
+            Box::new(|r, _| r.stack.members_complete),
+        ),
+        (
+            "stack: workers that took the operation",
+            "",
+            Box::new(|r, _| r.stack.attempts),
         ),
         (
             "broker shutdown, SIGTERM → exit, all connected",

@@ -12,6 +12,7 @@ mod queue_rights;
 mod refusals;
 mod secrets;
 mod takeover;
+mod waves;
 
 use std::path::Path;
 use std::time::Duration;

@@ -2,12 +2,15 @@
 //! creating it and following it to its end.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use flue_proto::{Action, ConfigId, ConfigSpec, CreateDeployment, Deployment, DeploymentId};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::plan::{Step, StepKind};
+use super::record::{BUSY_BACKOFF, BUSY_RETRIES};
 use super::state::{ApplyContext, Driver};
 use super::{EngineError, Event, STDERR_TAIL_BYTES};
 use crate::random;
@@ -50,6 +53,7 @@ impl Driver<'_> {
         &mut self,
         step: &Step,
         ctx: Option<&ApplyContext<'_>>,
+        creating: &Arc<Semaphore>,
         running: &mut JoinSet<(String, Result<Outcome, ClientError>)>,
     ) -> Result<bool, StartError> {
         let key = step.key.clone();
@@ -146,8 +150,9 @@ impl Driver<'_> {
         let client = self.client.clone();
         let report = self.opts.report.clone();
         let server = body.server_id.clone();
+        let creating = creating.clone();
         running.spawn(async move {
-            let result = execute(&client, config_spec, body, compare_with, |d| {
+            let result = execute(&client, &creating, config_spec, body, compare_with, |d| {
                 report(&Event::Deployment {
                     unit: key.clone(),
                     action: action.clone(),
@@ -165,49 +170,88 @@ impl Driver<'_> {
 }
 
 /// Creates (or finds, when an interrupted run already created it) one deployment and
-/// waits for its end.
+/// waits for its end. The finding and creating hold a permit of `creating`, so that a
+/// wave of thousands of members does not open thousands of connections at once (the
+/// waits do not: a deployment may wait on another one of the same wave).
+///
+/// A call the gateway answers 503 (busy: its broker slower than its deadline) is tried
+/// again, the whole step from the start, at most [`BUSY_RETRIES`] times. That is safe:
+/// the deployment's id was recorded before its first try, the gateway answers a create
+/// of a recorded id with the recorded deployment when the request is the same, and a
+/// config id already stored is read rather than created.
 pub(super) async fn execute(
     client: &Client,
+    creating: &Semaphore,
     config: Option<ConfigSpec>,
     body: CreateDeployment,
     compare_with: Option<DeploymentId>,
-    on_change: impl FnMut(&Deployment),
+    mut on_change: impl FnMut(&Deployment),
 ) -> Result<Outcome, ClientError> {
+    let mut busy = 0;
+    loop {
+        let tried = async {
+            let found = {
+                let _permit = creating
+                    .acquire()
+                    .await
+                    .expect("the semaphore is never closed");
+                find_or_create(client, config.as_ref(), &body, compare_with.as_ref()).await?
+            };
+            let Some(d) = found else {
+                return Ok::<_, ClientError>(Outcome::Unchanged);
+            };
+            let wait = Duration::from_secs(d.timeout_secs) + WAIT_SLACK;
+            let d = client
+                .wait_until_terminal(&d.id, wait, &mut on_change)
+                .await?;
+            Ok(Outcome::Finished(Box::new(d)))
+        };
+        match tried.await {
+            Err(e) if e.status() == Some(503) && busy < BUSY_RETRIES => {
+                busy += 1;
+                // Backoff, not synchronisation: the gateway said "retry later".
+                tokio::time::sleep(BUSY_BACKOFF * busy).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// The step's deployment: the one an earlier try created, or a new one (its config
+/// first); `None` when the gateway found nothing changed since `compare_with`.
+async fn find_or_create(
+    client: &Client,
+    config: Option<&ConfigSpec>,
+    body: &CreateDeployment,
+    compare_with: Option<&DeploymentId>,
+) -> Result<Option<Deployment>, ClientError> {
     let id = body
         .id
         .clone()
         .expect("the driver always names its deployments");
-    let existing = match client.get_deployment(&id).await {
-        Ok(d) => Some(d),
-        Err(e) if e.is_not_found() => None,
+    match client.get_deployment(&id).await {
+        Ok(d) => return Ok(Some(d)),
+        Err(e) if e.is_not_found() => {}
         Err(e) => return Err(e),
-    };
-    let d = match existing {
-        Some(d) => d,
-        None => {
-            if let Some(spec) = &config {
-                match client.create_config(spec).await {
-                    Ok(_) => {}
-                    // The id was planned by this operation and recorded before use: a
-                    // config already stored under it is the one an interrupted run
-                    // created (the gateway does not compare configs with hidden defaults).
-                    Err(e) if e.status() == Some(409) => {
-                        let id = spec.id.clone().expect("planned configs have an id");
-                        client.get_config(&id).await?;
-                    }
-                    Err(e) => return Err(e),
-                }
+    }
+    if let Some(spec) = config {
+        match client.create_config(spec).await {
+            Ok(_) => {}
+            // The id was planned by this operation and recorded before use: a config
+            // already stored under it is the one an interrupted run (or an earlier try)
+            // created (the gateway does not compare configs with hidden defaults).
+            Err(e) if e.status() == Some(409) => {
+                let id = spec.id.clone().expect("planned configs have an id");
+                client.get_config(&id).await?;
             }
-            let d = client.create_deployment(&body).await?;
-            if compare_with.as_ref() == Some(&d.id) {
-                return Ok(Outcome::Unchanged);
-            }
-            d
+            Err(e) => return Err(e),
         }
-    };
-    let wait = Duration::from_secs(d.timeout_secs) + WAIT_SLACK;
-    let d = client.wait_until_terminal(&d.id, wait, on_change).await?;
-    Ok(Outcome::Finished(Box::new(d)))
+    }
+    let d = client.create_deployment(body).await?;
+    if compare_with == Some(&d.id) {
+        return Ok(None);
+    }
+    Ok(Some(d))
 }
 
 /// The stack's failure reason for one unit: resource, server, why, and its stderr.

@@ -365,6 +365,9 @@ fn new_unit(want: &DesiredUnit) -> Unit {
     }
 }
 
+/// Server reads [`check_servers`] has in flight at once.
+const SERVER_READS_AT_ONCE: usize = 32;
+
 /// Every server the plan deploys to, and every `OS::Nova::Server` it maps, must be
 /// registered before anything runs.
 pub(super) async fn check_servers(client: &Client, plan: &mut Plan) -> Result<(), EngineError> {
@@ -381,13 +384,31 @@ pub(super) async fn check_servers(client: &Client, plan: &mut Plan) -> Result<()
             Err(e) => return Err(e.into()),
         }
     }
-    let servers: BTreeMap<&ServerId, &str> = plan
+    let servers: BTreeMap<ServerId, String> = plan
         .units
         .values()
-        .map(|u| (&u.server_id, u.key.as_str()))
+        .map(|u| (u.server_id.clone(), u.key.clone()))
         .collect();
-    for (server, unit) in servers {
-        match client.get_server(server).await {
+    // A group over thousands of servers: the reads side by side, a few at a time.
+    let mut servers = servers.into_iter();
+    let mut reads = tokio::task::JoinSet::new();
+    loop {
+        while reads.len() < SERVER_READS_AT_ONCE
+            && let Some((server, unit)) = servers.next()
+        {
+            let client = client.clone();
+            reads.spawn(async move {
+                let read = client.get_server(&server).await;
+                (server, unit, read)
+            });
+        }
+        let Some(done) = reads.join_next().await else {
+            return Ok(());
+        };
+        let (server, unit, read) = done.map_err(|e| {
+            EngineError::Refused(format!("a server check failed unexpectedly: {e}"))
+        })?;
+        match read {
             Ok(_) => {}
             Err(e) if e.is_not_found() => {
                 return Err(EngineError::Refused(format!(
@@ -398,5 +419,4 @@ pub(super) async fn check_servers(client: &Client, plan: &mut Plan) -> Result<()
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
 }

@@ -1,6 +1,7 @@
 //! Recording each step in the stack: every write (compare-and-set on the revision,
-//! only the units it changes), the ids a deployment will use, planned before it is
-//! created, and how the step ended.
+//! only the units it changes, at most [`WAVE_UNITS`] of them per request), the ids a
+//! deployment will use, planned before it is created, and how the step ended (for
+//! steps that start or end together, in waves: `wave.rs`).
 
 use std::collections::BTreeMap;
 
@@ -10,15 +11,30 @@ use flue_proto::{
 };
 use time::OffsetDateTime;
 
-use super::execute::{self, Outcome};
-use super::plan::{OpKind, Step, StepKind};
+use super::plan::OpKind;
 use super::state::{Driver, head_of, with_units};
 use super::{EngineError, Event};
 
-/// How many times one write is tried again after a 503.
-const BUSY_RETRIES: u32 = 5;
+/// How many times one write (or one step's deployment call) is tried again after a 503.
+pub(super) const BUSY_RETRIES: u32 = 5;
 /// The wait before the first try again (then twice it, …).
-const BUSY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(500);
+pub(super) const BUSY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(500);
+/// The most units one write sends: a wave of members planned or finished together is
+/// split into writes of this many, so that a request stays small and quick (its unit
+/// reads and writes, and their events, are done within the request) whatever the
+/// group's size. A write the gateway refuses as too large (413) is halved again.
+pub(super) const WAVE_UNITS: usize = 100;
+
+/// How one write went.
+enum Put {
+    /// Stored; the driver's copy is the stack as stored.
+    Stored,
+    /// Not stored: to be computed again from the driver's (re-read) copy and sent.
+    Again,
+    /// Refused as too large (413) while it named more than one unit: to be sent in
+    /// smaller parts.
+    TooLarge,
+}
 
 /// Units a write changes, by key: the new unit, or `None` when it leaves the stack.
 type Changed = BTreeMap<String, Option<Unit>>;
@@ -37,6 +53,7 @@ impl Driver<'_> {
         change: impl Fn(&mut StackState, &mut StackStatus),
     ) -> Result<(), EngineError> {
         let mut busy = 0;
+        let mut room = WAVE_UNITS;
         loop {
             let mut state = self.stack.state.clone();
             let mut status = self.stack.status.clone();
@@ -52,24 +69,43 @@ impl Driver<'_> {
                     changed.insert(key, Some(unit));
                 }
             }
-            if self.put(state, status, changed, &mut busy).await? {
-                return Ok(());
+            // A change of many units (a whole plan placed) goes in parts: the first
+            // carries the new head, each next one is computed again from the stack as
+            // stored, so only what is still missing is sent. `change` is idempotent,
+            // so a run interrupted between parts places the rest when resumed.
+            let last = changed.len() <= room;
+            if !last {
+                let first_left = changed.keys().nth(room).cloned().expect("more than room");
+                changed.split_off(&first_left);
+            }
+            match self.put(state, status, changed, &mut busy).await? {
+                Put::Stored if last => return Ok(()),
+                Put::Stored | Put::Again => {}
+                Put::TooLarge => room = (room / 2).max(1),
             }
         }
     }
 
     /// [`Driver::save`] for a `change` that touches the head and at most the units
     /// `keys`: only those are copied, compared and sent, so a step costs O(1) whatever
-    /// the stack's size.
+    /// the stack's size, and a wave of `keys` costs one write per [`WAVE_UNITS`].
+    ///
+    /// With more keys than one write takes, `change` is applied once per part to the
+    /// head and that part's units (the others are not in the state it is given), so it
+    /// must leave a unit it does not find alone; its head changes are stored with the
+    /// first part and found already made by the next ones.
     pub(super) async fn save_units(
         &mut self,
         keys: &[&str],
         change: impl Fn(&mut StackState, &mut StackStatus),
     ) -> Result<(), EngineError> {
         let mut busy = 0;
+        let mut room = WAVE_UNITS;
+        let mut left = keys;
         loop {
+            let part = &left[..left.len().min(room)];
             let mut state = head_of(&self.stack.state);
-            for key in keys {
+            for key in part {
                 if let Some(unit) = self.stack.state.units.get(*key) {
                     state.units.insert((*key).to_owned(), unit.clone());
                 }
@@ -77,14 +113,21 @@ impl Driver<'_> {
             let mut status = self.stack.status.clone();
             change(&mut state, &mut status);
             let mut changed = Changed::new();
-            for key in keys {
+            for key in part {
                 let new = state.units.remove(*key);
                 if self.stack.state.units.get(*key) != new.as_ref() {
                     changed.insert((*key).to_owned(), new);
                 }
             }
-            if self.put(state, status, changed, &mut busy).await? {
-                return Ok(());
+            match self.put(state, status, changed, &mut busy).await? {
+                Put::Stored => {
+                    left = &left[part.len()..];
+                    if left.is_empty() {
+                        return Ok(());
+                    }
+                }
+                Put::Again => {}
+                Put::TooLarge => room = (room / 2).max(1),
             }
         }
     }
@@ -95,10 +138,12 @@ impl Driver<'_> {
     }
 
     /// One compare-and-set write of the head `state` (its units ignored) and the units
-    /// `changed`: `Ok(true)` when stored (and the driver's copy updated), `Ok(false)`
-    /// when another writer got there first and the driver read the stack again, or when
-    /// the gateway answered 503 (its broker slower than its deadline) and the write is
-    /// to be tried again, at most [`BUSY_RETRIES`] times (`busy` counts them).
+    /// `changed`: [`Put::Stored`] when stored (and the driver's copy updated),
+    /// [`Put::Again`] when another writer got there first and the driver read the stack
+    /// again, or when the gateway answered 503 (its broker slower than its deadline)
+    /// and the write is to be tried again, at most [`BUSY_RETRIES`] times (`busy`
+    /// counts them), and [`Put::TooLarge`] when a write of several units was refused
+    /// as larger than the gateway takes (413).
     ///
     /// Trying again is safe: a write the gateway did not finish either changed nothing
     /// (it is done again) or moved the stack's revision on (the next try is a 409, and
@@ -110,7 +155,8 @@ impl Driver<'_> {
         status: StackStatus,
         changed: Changed,
         busy: &mut u32,
-    ) -> Result<bool, EngineError> {
+    ) -> Result<Put, EngineError> {
+        let several = changed.len() > 1;
         state.units.clear();
         if let Some(op) = state.operation.as_mut() {
             op.seen_at = Some(OffsetDateTime::now_utc());
@@ -131,7 +177,7 @@ impl Driver<'_> {
                     };
                 }
                 self.stack = with_units(head, units);
-                Ok(true)
+                Ok(Put::Stored)
             }
             Err(e) if e.status() == Some(409) => {
                 let fresh = self.client.get_stack(&self.id).await?;
@@ -149,14 +195,16 @@ impl Driver<'_> {
                     });
                 }
                 self.stack = fresh;
-                Ok(false)
+                Ok(Put::Again)
             }
             Err(e) if e.status() == Some(503) && *busy < BUSY_RETRIES => {
                 *busy += 1;
                 // Backoff, not synchronisation: the gateway said "retry later".
                 tokio::time::sleep(BUSY_BACKOFF * *busy).await;
-                Ok(false)
+                Ok(Put::Again)
             }
+            // Refused before anything was stored (the body is read first): send less.
+            Err(e) if e.status() == Some(413) && several => Ok(Put::TooLarge),
             Err(e) => Err(e.into()),
         }
     }
@@ -172,12 +220,7 @@ impl Driver<'_> {
         new_config: Option<ConfigId>,
     ) -> Result<Pending, EngineError> {
         let op = self.op_id.clone();
-        let planned = |u: &Unit| {
-            u.pending
-                .as_ref()
-                .filter(|p| p.op_id == op && p.action == action)
-                .cloned()
-        };
+        let planned = |u: &Unit| planned_by(u, &op, action);
         if let Some(p) = self.stack.state.units.get(key).and_then(planned) {
             return Ok(p);
         }
@@ -202,73 +245,6 @@ impl Driver<'_> {
             .get(key)
             .and_then(planned)
             .ok_or_else(|| EngineError::Refused(format!("{key} left the stack while planning")))
-    }
-
-    /// Records a finished step; `Some(reason)` when it failed.
-    pub(super) async fn finished(
-        &mut self,
-        step: &Step,
-        outcome: Outcome,
-    ) -> Result<Option<String>, EngineError> {
-        let key = step.key.clone();
-        let op = self.op_id.clone();
-        let action_run = matches!(self.kind, OpKind::Action { .. });
-        let removal = matches!(step.kind, StepKind::Reuse { removal: true, .. });
-        let deployment = match outcome {
-            Outcome::Unchanged => {
-                (self.opts.report)(&Event::Unchanged { unit: key.clone() });
-                self.save_units(&[&key], |s, _| {
-                    if let Some(u) = s.units.get_mut(&key) {
-                        u.pending = None;
-                        u.op_id = Some(op.clone());
-                        u.status = OpStatus::Complete;
-                        u.status_reason = None;
-                    }
-                })
-                .await?;
-                return Ok(None);
-            }
-            Outcome::Finished(d) => *d,
-        };
-        let complete = deployment.status == DeploymentStatus::Complete;
-        let reason = (!complete).then(|| execute::failure_reason(&key, &deployment));
-        // The unit keeps one line; the stack's reason and the deployment keep the rest.
-        let unit_reason = reason.as_deref().map(unit_reason);
-        if complete {
-            self.deployments
-                .insert(deployment.id.clone(), deployment.clone());
-        }
-        let d = deployment.clone();
-        let r = unit_reason;
-        self.save_units(&[&key], |s, _| {
-            if action_run {
-                if let Some(run) = s.actions.iter_mut().find(|a| a.op_id == op) {
-                    run.results
-                        .insert(key.clone(), action_result(&d, r.clone()));
-                }
-                if let Some(u) = s.units.get_mut(&key) {
-                    u.pending = None;
-                    u.op_id = Some(op.clone());
-                    u.current = Some(d.id.clone());
-                }
-                return;
-            }
-            if removal && complete {
-                s.units.remove(&key);
-                return;
-            }
-            let Some(u) = s.units.get_mut(&key) else {
-                return;
-            };
-            record_deployment(u, &d);
-            u.op_id = Some(op.clone());
-            u.status_reason = r.clone();
-        })
-        .await?;
-        if removal && complete {
-            (self.opts.report)(&Event::Removed { unit: key });
-        }
-        Ok(reason)
     }
 
     /// Records a step that failed before its deployment was created.
@@ -311,10 +287,18 @@ impl Driver<'_> {
     }
 }
 
+/// The deployment operation `op` planned for unit `u` and `action`, if any.
+pub(super) fn planned_by(u: &Unit, op: &str, action: &str) -> Option<Pending> {
+    u.pending
+        .as_ref()
+        .filter(|p| p.op_id == op && p.action == action)
+        .cloned()
+}
+
 /// Records `fresh` as unit `u`'s planned deployment; in a lifecycle operation the
 /// unit is now in progress. Its action changes only once a deployment really ran (an
 /// UPDATE that finds nothing changed leaves it as it was).
-fn plan_into(u: &mut Unit, fresh: &Pending, lifecycle: bool) {
+pub(super) fn plan_into(u: &mut Unit, fresh: &Pending, lifecycle: bool) {
     u.pending = Some(fresh.clone());
     if lifecycle {
         u.status = OpStatus::InProgress;

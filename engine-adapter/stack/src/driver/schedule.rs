@@ -2,20 +2,25 @@
 //! parallel, rolling groups batch by batch; a failed unit's dependents do not run.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use flue_proto::OpStatus;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::execute::{Outcome, StartError};
 use super::plan::Step;
+use super::record::WAVE_UNITS;
 use super::state::{ApplyContext, Driver};
 use super::{EngineError, Event};
 
 /// How often a driver writes to the stack record while it waits, renewing its hold on
 /// the operation (see [`super::state::LEASE`]).
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
+/// Deployments being found or created at once (their waits are not counted).
+const CREATING_AT_ONCE: usize = 32;
 use flue_client::ClientError;
 
 impl Driver<'_> {
@@ -36,6 +41,7 @@ impl Driver<'_> {
         let mut running_steps: BTreeMap<String, Step> = BTreeMap::new();
         let mut batches = Batches::new(waiting.values());
         let mut heartbeat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);
+        let creating = Arc::new(Semaphore::new(CREATING_AT_ONCE));
         // Units the interrupted run already finished.
         for (key, status) in self.done_before(&waiting) {
             let step = waiting.remove(&key).expect("present");
@@ -121,10 +127,22 @@ impl Driver<'_> {
                     });
                 }
             }
-            for key in ready {
+            for (i, key) in ready.iter().enumerate() {
+                // The ids of the next wave of deployments about to start, recorded in
+                // one write (each start then finds its own); its deployments are created
+                // while the next wave is planned.
+                if i % WAVE_UNITS == 0 {
+                    let wave: Vec<&Step> = ready[i..]
+                        .iter()
+                        .take(WAVE_UNITS)
+                        .filter_map(|k| waiting.get(k))
+                        .collect();
+                    self.plan_wave(&wave).await?;
+                }
+                let key = key.clone();
                 progressed = true;
                 let step = waiting.remove(&key).expect("present");
-                match self.start(&step, ctx, &mut running).await {
+                match self.start(&step, ctx, &creating, &mut running).await {
                     Ok(true) => {
                         running_steps.insert(key, step);
                     }
@@ -176,35 +194,50 @@ impl Driver<'_> {
                 }
             };
             let Some(joined) = joined else { continue };
-            let (key, result) = joined.map_err(|e| {
-                EngineError::Refused(format!("a deployment task failed unexpectedly: {e}"))
-            })?;
-            let step = running_steps.remove(&key).expect("running step");
-            let outcome = match result {
-                Ok(outcome) => outcome,
-                // The gateway refused this unit's deployment (a 4xx): the unit fails,
-                // the others go on. Anything else (unreachable, 5xx) stops the run,
-                // to be resumed.
-                Err(e) if e.status().is_some_and(|s| (400..500).contains(&s)) => {
-                    let reason = format!("{key}: the gateway refused its deployment: {e}");
-                    self.record_failure(&key, &reason).await?;
-                    failures.push((key.clone(), reason));
-                    batches.fail(&step);
-                    bad.insert(key);
-                    continue;
+            // Every deployment that ended meanwhile is recorded with this one, in one
+            // write per wave rather than one each.
+            let mut joined = vec![joined];
+            while let Some(more) = running.try_join_next() {
+                joined.push(more);
+            }
+            let mut ends = Vec::with_capacity(joined.len());
+            let mut ran = BTreeSet::new();
+            for joined in joined {
+                let (key, result) = joined.map_err(|e| {
+                    EngineError::Refused(format!("a deployment task failed unexpectedly: {e}"))
+                })?;
+                let step = running_steps.remove(&key).expect("running step");
+                match result {
+                    Ok(outcome) => {
+                        if !matches!(outcome, Outcome::Unchanged) {
+                            ran.insert(key);
+                        }
+                        ends.push((step, outcome));
+                    }
+                    // The gateway refused this unit's deployment (a 4xx): the unit fails,
+                    // the others go on. Anything else (unreachable, a 5xx the step's own
+                    // retries did not get past) stops the run, to be resumed.
+                    Err(e) if e.status().is_some_and(|s| (400..500).contains(&s)) => {
+                        let reason = format!("{key}: the gateway refused its deployment: {e}");
+                        self.record_failure(&key, &reason).await?;
+                        failures.push((key.clone(), reason));
+                        batches.fail(&step);
+                        bad.insert(key);
+                    }
+                    Err(e) => return Err(e.into()),
                 }
-                Err(e) => return Err(e.into()),
-            };
-            let ran = !matches!(outcome, Outcome::Unchanged);
-            match self.finished(&step, outcome).await? {
-                None => {
-                    batches.finish(&step, ran);
-                    ok.insert(key);
-                }
-                Some(reason) => {
-                    failures.push((key.clone(), reason));
-                    batches.fail(&step);
-                    bad.insert(key);
+            }
+            for (step, failed) in self.finished(ends).await? {
+                match failed {
+                    None => {
+                        batches.finish(&step, ran.contains(&step.key));
+                        ok.insert(step.key.clone());
+                    }
+                    Some(reason) => {
+                        failures.push((step.key.clone(), reason));
+                        batches.fail(&step);
+                        bad.insert(step.key.clone());
+                    }
                 }
             }
         }
