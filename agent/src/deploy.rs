@@ -25,7 +25,7 @@ use crate::guard::Guard;
 use crate::hook::{self, HookEnv, Outcome};
 use crate::item;
 use crate::ledger::{Entry, LedgerKey};
-use crate::process::{HookProcess, Launch, StopReason};
+use crate::process::{Launch, Spawned, StopReason};
 use crate::progress::{self, Redactor};
 use crate::rights;
 use crate::sealing;
@@ -320,7 +320,8 @@ async fn record(
     Ok(result)
 }
 
-/// Records `started` for the request `key`, announces it, runs the hook and records the result.
+/// Spawns the hook's guard, records `started` (with the guard's process group) for the
+/// request `key` and announces it, lets the hook run, and records the result.
 async fn apply(
     agent: &Agent,
     msg: &jetstream::Message,
@@ -345,21 +346,12 @@ async fn apply(
     };
 
     let started_at = OffsetDateTime::now_utc();
-    agent
-        .ledger
-        .record_started(key, started_at, Some(digest), seq)
-        .await?;
     let started = AgentMessage::Started {
         v: PROTOCOL_VERSION,
         deployment_id: req.deployment_id.clone(),
         at: started_at,
         request_digest: Some(digest.clone()),
     };
-    // Durable in the ledger already, which is what exactly-once rests on: the hook does
-    // not wait for the broker to confirm `started`. The confirmation is awaited before
-    // the result, and `started` published again then if the broker did not take it (a
-    // stream leader being elected), so that the gateway still reports it, in its place.
-    let started_confirmed = send_confirmed_later(agent, &started).await;
     info!(group = %item.group, action = %req.action, "running hook");
 
     // One deployment runs at a time, so one socket path serves them all in turn.
@@ -380,31 +372,53 @@ async fn apply(
     let work_root = agent.config.work_root();
     let stop = stop_signal(agent, req);
     let run = hook::run(&hook, &item, &env, &work_root, stop, Some(lines), launch);
-    // The hook's process group goes into the ledger as soon as it runs, so that the next
-    // agent can kill what is left of it should this one die (see `crate::orphans`).
-    let record_group = async {
-        match spawned.await {
-            Ok(group) => {
+    // The guard is spawned first and waits; `started`, naming its process group, is
+    // recorded with one flush, and only then does the hook start: durable before the
+    // hook runs (exactly-once), and the group known to the next agent should this one die
+    // (see `crate::orphans`). A hook that could not even be spawned never ran: nothing
+    // is recorded as started, and the result says why.
+    let record_started = async {
+        let Ok(spawned) = spawned.await else {
+            return Ok(None);
+        };
+        match spawned.group {
+            Some(group) => {
                 agent
                     .ledger
                     .record_hook(key, started_at, group, Some(digest), seq)
-                    .await
+                    .await?
             }
-            Err(_) => Ok(()),
+            None => {
+                agent
+                    .ledger
+                    .record_started(key, started_at, Some(digest), seq)
+                    .await?
+            }
         }
+        // Durable in the ledger already, which is what exactly-once rests on: the hook
+        // does not wait for the broker to confirm `started`. Queued before the go, so
+        // ahead of any progress line; the confirmation is awaited before the result, and
+        // `started` published again then if the broker did not take it (a stream leader
+        // being elected), so that the gateway still reports it, in its place.
+        let confirmed = send_confirmed_later(agent, &started).await;
+        // A guard that went away meanwhile ends the run on its own.
+        let _ = spawned.go.send(());
+        Ok::<_, Error>(Some(confirmed))
     };
-    let (outcome, recorded) = tokio::join!(touching(msg, run), record_group);
+    let (outcome, mut recorded) = tokio::join!(touching(msg, run), record_started);
     // Every progress message goes out before the result (bounded: best effort).
     progress.finish().await;
-    let started_published = match started_confirmed {
-        Some(confirmed) => confirmed.await.unwrap_or(false),
-        None => false,
-    };
-    if !started_published {
-        agent
-            .responder
-            .publish_finished(&started, &agent.shutdown)
-            .await;
+    if let Ok(Some(confirmed)) = &mut recorded {
+        let published = match confirmed.take() {
+            Some(confirmed) => confirmed.await.unwrap_or(false),
+            None => false,
+        };
+        if !published {
+            agent
+                .responder
+                .publish_finished(&started, &agent.shutdown)
+                .await;
+        }
     }
     if let Some(data) = data {
         data.stop().await;
@@ -428,7 +442,7 @@ async fn apply(
 
 /// How hooks are started: under the guard (this executable), which kills the hook's
 /// group if the agent dies, and telling the receiver which group that is.
-fn launch() -> (Launch, oneshot::Receiver<HookProcess>) {
+fn launch() -> (Launch, oneshot::Receiver<Spawned>) {
     let (tx, rx) = oneshot::channel();
     let launch = Launch {
         guard: Some(Guard::current()),

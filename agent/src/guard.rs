@@ -5,16 +5,25 @@
 //! leader and the hook, its child, is in the same group, with whatever the hook starts
 //! in turn. The guard:
 //!
-//! 1. catches SIGTERM and asks the kernel for SIGTERM when its parent dies
-//!    (`PR_SET_PDEATHSIG`), then checks that its parent is still the agent (it may have
-//!    died before that);
-//! 2. runs the hook with the guard's own stdin, stdout, stderr, environment and working
-//!    directory, so the bytes pass straight between agent and hook;
-//! 3. on every SIGTERM, looks whether its parent is still the agent. If not, the agent
+//! 1. blocks SIGTERM and SIGCHLD (it takes them with `sigwaitinfo`, no handler) and asks
+//!    the kernel for SIGTERM when its parent dies (`PR_SET_PDEATHSIG`), then checks that
+//!    its parent is still the agent (it may have died before that);
+//! 2. waits for the agent's go: one byte ([`GO`]) on its stdin, read unbuffered. The agent
+//!    sends it once the ledger durably names this process group (see
+//!    [`crate::ledger`]); end of file instead (the agent died, or could not record the
+//!    group) ends the guard with [`CANNOT_RUN`] and the hook never starts;
+//! 3. runs the hook with the guard's own stdin (the rest of it: the hook's item), stdout,
+//!    stderr, environment and working directory, so the bytes pass straight between agent
+//!    and hook;
+//! 4. on every SIGTERM, looks whether its parent is still the agent. If not, the agent
 //!    is gone: it kills its process group (the hook and everything it started, itself
 //!    included) with SIGKILL. If it is, the SIGTERM is the agent stopping the hook (sent
 //!    to the whole group, so the hook has it too) and the guard waits for the hook;
-//! 4. ends the way the hook ended: the same exit status, or killed by the same signal.
+//! 5. ends the way the hook ended: the same exit status, or killed by the same signal.
+//!
+//! It costs a hook one `exec` of the agent's binary and little else: `main` hands
+//! `hook-guard` to [`main`] before it builds an async runtime, a logger or the argument
+//! parser, and the guard itself is plain blocking code.
 //!
 //! Why it is reliable: the parent-death signal is sent when the *thread* that forked the
 //! guard exits, not the process — the agent's runtime thread, but on any runtime this
@@ -28,15 +37,14 @@
 //! before. When the agent is killed with SIGKILL the guard's SIGKILL follows at once; at the
 //! next start the agent also kills any group the ledger says was running ([`crate::orphans`]).
 
-use std::ffi::OsString;
-use std::io;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::ExitCode;
+use std::process::{Child, ExitCode};
 use std::time::Duration;
-
-use tokio::process::Command;
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::process::group::Stat;
 use crate::sys;
@@ -48,16 +56,41 @@ pub const SUBCOMMAND: &str = "hook-guard";
 /// command that is not found); the reason is on stderr.
 pub const CANNOT_RUN: u8 = 127;
 
+/// The byte the agent writes first on the guard's stdin to let the hook start.
+pub const GO: u8 = b'\n';
+
 /// Arguments of `flue-agent hook-guard` (internal: only the agent starts it).
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardArgs {
     /// The agent that started the guard: when it is no longer the guard's parent, the
     /// guard kills its process group.
-    #[arg(long)]
     pub agent_pid: u32,
-    /// The hook and its arguments.
-    #[arg(last = true, required = true)]
+    /// The hook and its arguments (never empty).
     pub command: Vec<OsString>,
+}
+
+impl GuardArgs {
+    /// Parses what follows `hook-guard` on the command line, exactly as [`Guard::wrap`]
+    /// writes it: `--agent-pid <pid> -- <hook> [<arg>…]`. Hand-written: the guard runs
+    /// before (and without) the agent's argument parser.
+    pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Self, String> {
+        let mut args = args.into_iter();
+        if args.next().as_deref() != Some(OsStr::new("--agent-pid")) {
+            return Err("expected --agent-pid <pid> first".to_owned());
+        }
+        let agent_pid = args
+            .next()
+            .and_then(|pid| pid.to_str()?.parse::<u32>().ok())
+            .ok_or("--agent-pid needs a process id")?;
+        if args.next().as_deref() != Some(OsStr::new("--")) {
+            return Err("expected -- before the hook".to_owned());
+        }
+        let command: Vec<OsString> = args.collect();
+        if command.is_empty() {
+            return Err("no hook given after --".to_owned());
+        }
+        Ok(Self { agent_pid, command })
+    }
 }
 
 /// How the agent starts hooks under the guard: its own executable.
@@ -76,11 +109,17 @@ impl Guard {
         }
     }
 
+    /// The guard of the `flue-agent` binary at `exe` (for a process that is not the
+    /// agent, such as a test driving [`crate::process::run`]).
+    pub fn at(exe: impl Into<PathBuf>) -> Self {
+        Self { exe: exe.into() }
+    }
+
     /// `cmd` wrapped in the guard: the same program, arguments, environment changes and
     /// working directory (all a hook command uses), run by `flue-agent hook-guard`.
-    pub fn wrap(&self, cmd: &Command) -> Command {
+    pub fn wrap(&self, cmd: &tokio::process::Command) -> tokio::process::Command {
         let inner = cmd.as_std();
-        let mut guarded = Command::new(&self.exe);
+        let mut guarded = tokio::process::Command::new(&self.exe);
         guarded
             .arg0("flue-agent")
             .arg(SUBCOMMAND)
@@ -102,9 +141,21 @@ impl Guard {
     }
 }
 
-/// The guard's whole life (see the module docs). Prints nothing but the reason a hook
-/// could not be started.
-pub async fn run(args: GuardArgs) -> ExitCode {
+/// `flue-agent hook-guard …`, called by the binary's `main` before anything else is set up
+/// (`args`: what follows the subcommand). Prints nothing but the reason a hook could not
+/// be started.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    match GuardArgs::parse(args) {
+        Ok(args) => run(&args),
+        Err(e) => {
+            eprintln!("flue-agent {SUBCOMMAND}: {e} (internal: only the agent starts it)");
+            ExitCode::from(CANNOT_RUN)
+        }
+    }
+}
+
+/// The guard's whole life (see the module docs); blocking, single-threaded.
+pub fn run(args: &GuardArgs) -> ExitCode {
     let agent = args.agent_pid;
     let me = std::process::id();
     // A guard that does not lead its group would kill someone else's group.
@@ -112,11 +163,12 @@ pub async fn run(args: GuardArgs) -> ExitCode {
         eprintln!("flue-agent {SUBCOMMAND}: must lead its own process group");
         return ExitCode::from(CANNOT_RUN);
     }
-    // Caught before anything else, so that no SIGTERM can end the guard and leave the hook.
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(term) => term,
+    // Blocked before anything else, so that no SIGTERM can end the guard and leave the
+    // hook: a SIGTERM from now on waits until the loop below takes it.
+    let signals = match sys::Blocked::block(&[libc::SIGTERM, libc::SIGCHLD]) {
+        Ok(signals) => signals,
         Err(e) => {
-            eprintln!("flue-agent {SUBCOMMAND}: cannot catch SIGTERM: {e}");
+            eprintln!("flue-agent {SUBCOMMAND}: cannot block SIGTERM: {e}");
             return ExitCode::from(CANNOT_RUN);
         }
     };
@@ -128,10 +180,19 @@ pub async fn run(args: GuardArgs) -> ExitCode {
         // The agent died before the signal was armed; no hook has started.
         return ExitCode::from(CANNOT_RUN);
     }
+    match wait_for_go() {
+        Ok(true) => {}
+        // The agent is gone, or did not record this group: the hook must not run.
+        Ok(false) => return ExitCode::from(CANNOT_RUN),
+        Err(e) => {
+            eprintln!("flue-agent {SUBCOMMAND}: cannot read the agent's go: {e}");
+            return ExitCode::from(CANNOT_RUN);
+        }
+    }
     let Some((program, hook_args)) = args.command.split_first() else {
         return ExitCode::from(CANNOT_RUN);
     };
-    let mut child = match spawn(program, hook_args).await {
+    let mut child = match spawn(program, hook_args) {
         Ok(child) => child,
         Err(e) => {
             eprintln!("cannot run {}: {e}", PathBuf::from(program).display());
@@ -139,14 +200,20 @@ pub async fn run(args: GuardArgs) -> ExitCode {
         }
     };
     let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            _ = term.recv() => {
-                if std::os::unix::process::parent_id() != agent {
-                    // The agent is gone: nothing may outlive it. This ends the guard too.
-                    sys::signal_group(me, libc::SIGKILL);
-                }
+        // SIGCHLD may come for nothing (a stop), and several exits make one SIGCHLD:
+        // whether the hook ended is always asked, never inferred from the signal.
+        match child.try_wait() {
+            Ok(Some(status)) => break Ok(status),
+            Ok(None) => {}
+            Err(e) => break Err(e),
+        }
+        match signals.wait() {
+            Ok(libc::SIGTERM) if std::os::unix::process::parent_id() != agent => {
+                // The agent is gone: nothing may outlive it. This ends the guard too.
+                sys::signal_group(me, libc::SIGKILL);
             }
+            Ok(_) => {}
+            Err(e) => break Err(e),
         }
     };
     match status {
@@ -162,17 +229,69 @@ pub async fn run(args: GuardArgs) -> ExitCode {
     }
 }
 
+/// Reads the agent's go, one byte and no more (the rest of stdin is the hook's): true for
+/// [`GO`], false at end of file or for any other byte.
+fn wait_for_go() -> io::Result<bool> {
+    // A second descriptor of the same pipe, read without the buffer `Stdin` has, so that
+    // exactly one byte is consumed; dropped (closed) right after.
+    let mut stdin = File::from(io::stdin().as_fd().try_clone_to_owned()?);
+    let mut byte = [0u8; 1];
+    loop {
+        match stdin.read(&mut byte) {
+            Ok(0) => return Ok(false),
+            Ok(_) => return Ok(byte[0] == GO),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Spawns the hook, retrying while the executable is busy: a script written just before
 /// may still be open for writing in a child the agent was forking at the same moment.
-async fn spawn(program: &OsString, args: &[OsString]) -> io::Result<tokio::process::Child> {
+fn spawn(program: &OsString, args: &[OsString]) -> io::Result<Child> {
     let mut tries = 0;
     loop {
-        match Command::new(program).args(args).spawn() {
+        match std::process::Command::new(program).args(args).spawn() {
             Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy && tries < 10 => {
                 tries += 1;
-                tokio::time::sleep(Duration::from_millis(20 * tries)).await;
+                std::thread::sleep(Duration::from_millis(20 * tries));
             }
             other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Vec<OsString> {
+        words.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_guard_reads_back_exactly_what_wrap_writes() {
+        let parsed = GuardArgs::parse(args(&["--agent-pid", "42", "--", "/hook", "-x", "--"]));
+        assert_eq!(
+            parsed,
+            Ok(GuardArgs {
+                agent_pid: 42,
+                command: args(&["/hook", "-x", "--"]),
+            })
+        );
+    }
+
+    #[test]
+    fn a_malformed_guard_command_line_is_refused_naming_what_is_wrong() {
+        for (words, says) in [
+            (&[][..], "--agent-pid"),
+            (&["--agent-pid"][..], "process id"),
+            (&["--agent-pid", "x", "--", "/hook"][..], "process id"),
+            (&["--agent-pid", "1", "/hook"][..], "-- before the hook"),
+            (&["--agent-pid", "1", "--"][..], "no hook"),
+        ] {
+            let e = GuardArgs::parse(args(words)).expect_err("refused");
+            assert!(e.contains(says), "{words:?}: {e}");
         }
     }
 }

@@ -3,11 +3,32 @@
 //! One sled tree keyed by request ([`LedgerKey`]: tenant, server, deployment id and the time
 //! the gateway accepted the request), not by deployment id alone, since an id can come back
 //! for a new request once the broker has lost its state. A value is JSON, either
-//! `{"state":"started","at":…}` (written and flushed *before* a hook runs, and again with
-//! `"hook":{"pid":…,"start_time":…,"boot_id":…}` right after its process started, so that
-//! the next agent can kill what is left of it, see [`crate::orphans`]) or
-//! `{"state":"done","result":…}` (written and flushed *before* the answer is published).
-//! A redelivered request is therefore answered from the ledger and never runs twice.
+//! `{"state":"started","at":…,"hook":{"pid":…,"start_time":…,"boot_id":…}}` (written and
+//! flushed *before* a hook runs, naming its process group so that the next agent can kill
+//! what is left of it, see [`crate::orphans`]) or `{"state":"done","result":…}` (written
+//! and flushed *before* the answer is published). A redelivered request is therefore
+//! answered from the ledger and never runs twice.
+//!
+//! # One flush before a hook
+//!
+//! `started` and the hook's process group are one write and one flush: the agent spawns
+//! the hook's [guard](crate::guard) first, which leads the new group and waits for a go
+//! byte on its stdin; the agent records the entry with the guard's identity, and only then
+//! sends the go, and the guard starts the hook. A crash at any point leaves one of:
+//!
+//! - no entry, guard spawned or not: the hook never ran (the guard had no go; it ends at
+//!   end of file on its stdin, or is killed with the agent's death as always). The request
+//!   is redelivered and runs, which is right: nothing of it ran.
+//! - the entry, go not sent yet: the hook never ran, but the next agent reports it
+//!   `interrupted` (it cannot tell), as it did when the agent died between the flush and the
+//!   spawn. Never run twice, at worst not run once: the same trade as before.
+//! - the entry, hook running: the guard kills the group when the agent dies, and the next
+//!   agent kills whatever the entry's group still holds before reporting `interrupted`.
+//!
+//! Before, `started` was flushed before the spawn and the group in a second flush after
+//! it, with a window (between the spawn and the second flush) in which a running hook was
+//! named nowhere; there is none now. An entry without `hook` is still written when the
+//! guard's `/proc` entry cannot be read, and read from older agents.
 //!
 //! # Retention
 //!

@@ -6,9 +6,10 @@
 //!
 //! # Exactly once
 //!
-//! A local sled ledger at `<state-dir>/ledger` records, per request, `started` before the
-//! hook runs and `done` with the result before the answer is published; each write is
-//! flushed to disk before the next step. A request is identified by its tenant, server,
+//! A local sled ledger at `<state-dir>/ledger` records, per request, `started` (naming the
+//! hook's process group) before the hook runs and `done` with the result before the answer
+//! is published; each write is flushed to disk before the next step: two flushes per
+//! deployment ([`ledger`] says why one before the hook is enough). A request is identified by its tenant, server,
 //! deployment id and the time the gateway accepted it ([`ledger::LedgerKey`]), so a
 //! redelivery finds its entry while a new request reusing a deployment id (the broker lost
 //! its state, or the state dir served another server) runs. For every request:

@@ -1,6 +1,7 @@
 //! `flue-agent`: parses flags, sets up logging and signals, and runs [`flue_agent::run`];
 //! `flue-agent data …` instead runs the data-space command a hook uses, and the hidden
-//! `flue-agent hook-guard …` the guard every hook runs under.
+//! `flue-agent hook-guard …` the guard every hook runs under (taken before anything is
+//! set up: it runs once per hook, and its start is part of every deployment's latency).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -29,20 +30,36 @@ enum Command {
     /// deployment's stack data space. Exits 0 on success, 1 when `get` finds no value,
     /// 2 on any other error.
     Data(flue_agent::data::cli::DataArgs),
-    /// Internal: leads a hook's process group and kills it when the agent dies.
-    #[command(name = flue_agent::guard::SUBCOMMAND, hide = true)]
-    HookGuard(flue_agent::guard::GuardArgs),
 }
 
-// One thing at a time: a single-threaded runtime keeps the idle agent small.
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // The hook guard (internal, hidden): between the agent and a hook, it prints nothing
+    // of its own and needs neither the argument parser nor a runtime.
+    let mut argv = std::env::args_os().skip(1);
+    if argv
+        .next()
+        .is_some_and(|first| first == flue_agent::guard::SUBCOMMAND)
+    {
+        return flue_agent::guard::main(argv);
+    }
+    // One thing at a time: a single-threaded runtime keeps the idle agent small.
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(agent_main()),
+        Err(e) => {
+            eprintln!("flue-agent: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn agent_main() -> ExitCode {
     let cli = Cli::parse();
     let args = match cli.command {
         // A hook's helper: its only output is the value or the error, no logs.
         Command::Data(args) => return flue_agent::data::cli::run(args).await,
-        // Between the agent and a hook: prints nothing of its own.
-        Command::HookGuard(args) => return flue_agent::guard::run(args).await,
         Command::Run(args) => args,
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));

@@ -109,8 +109,19 @@ pub struct Launch {
     /// directly (nothing then kills the group if the agent dies: for tests of the hook
     /// protocol only).
     pub guard: Option<Guard>,
-    /// Gets the group leader's identity as soon as it runs, to be recorded in the ledger.
-    pub started: Option<tokio::sync::oneshot::Sender<HookProcess>>,
+    /// Gets the group as soon as its leader runs, to be recorded in the ledger. Under a
+    /// guard the hook itself starts only when [`Spawned::go`] is sent back; dropped
+    /// unsent (or this receiver gone), the guard gets no go and ends without running it.
+    pub started: Option<tokio::sync::oneshot::Sender<Spawned>>,
+}
+
+/// A hook's process group, spawned under its guard and waiting for the go.
+#[derive(Debug)]
+pub struct Spawned {
+    /// The group leader's identity; `None` only if `/proc` could not be read for it.
+    pub group: Option<HookProcess>,
+    /// Sending lets the hook start.
+    pub go: tokio::sync::oneshot::Sender<()>,
 }
 
 /// Spawns `cmd` in its own process group (under `launch`'s guard), feeds it `stdin`, keeps the first `limit` bytes
@@ -128,10 +139,12 @@ pub async fn run(
     tees: Tees,
     launch: Launch,
 ) -> io::Result<Finished> {
+    let guarded = launch.guard.is_some();
     if let Some(guard) = &launch.guard {
         cmd = guard.wrap(&cmd);
     }
-    cmd.stdin(if stdin.is_some() {
+    // A guard always gets a pipe: its go comes on it, ahead of the hook's own stdin.
+    cmd.stdin(if stdin.is_some() || guarded {
         Stdio::piped()
     } else {
         Stdio::null()
@@ -147,16 +160,32 @@ pub async fn run(
         reaped: reaped.clone(),
     };
     let pgid = child.id();
-    // Not reaped yet, so its /proc entry is there; a receiver that went away is no loss.
-    if let (Some(tx), Some(pid)) = (launch.started, pgid)
-        && let Some(hook) = HookProcess::of(pid)
-    {
-        let _ = tx.send(hook);
-    }
+    let gate = launch.started.map(|tx| {
+        let (go, went) = tokio::sync::oneshot::channel();
+        // Not reaped yet, so its /proc entry is there. A receiver that went away drops
+        // `go` with the message: the hook then never starts.
+        let group = pgid.and_then(HookProcess::of);
+        let _ = tx.send(Spawned { group, go });
+        went
+    });
 
     let input = child.stdin.take();
     let feed = async move {
-        if let (Some(mut w), Some(bytes)) = (input, stdin) {
+        let Some(mut w) = input else {
+            return;
+        };
+        if guarded {
+            if let Some(went) = gate
+                && went.await.is_err()
+            {
+                // Not recorded: closing stdin without the go ends the guard, hook unrun.
+                return;
+            }
+            if w.write_all(&[crate::guard::GO]).await.is_err() {
+                return;
+            }
+        }
+        if let Some(bytes) = stdin {
             // A hook that exits without reading its stdin closes the pipe: not an error.
             let _ = w.write_all(&bytes).await;
         }

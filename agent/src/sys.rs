@@ -1,8 +1,10 @@
-//! The few system calls the standard library does not offer, each one plain call on
-//! integers: signalling a process group, the parent-death signal, and dying of a signal.
+//! The few system calls the standard library does not offer: signalling a process group,
+//! the parent-death signal, dying of a signal, and blocking signals to wait for them
+//! (`sigwaitinfo`) instead of catching them.
 //!
-//! They are the only `unsafe` in the agent. None of them touches memory of this process;
-//! the `unsafe` is only there because they are foreign functions.
+//! They are the only `unsafe` in the agent. Each touches no memory of this process but
+//! the signal sets it is handed by reference on its own stack frame; the `unsafe` is only
+//! there because they are foreign functions.
 
 use std::io;
 
@@ -64,4 +66,57 @@ pub fn die_of(signal: libc::c_int) -> ! {
         libc::raise(signal);
     }
     std::process::exit(128 + signal)
+}
+
+/// Signals blocked in the calling thread, to be taken one at a time with
+/// [`Blocked::wait`] instead of by a handler: the guard's whole event loop, with no
+/// async runtime and no code running in signal context.
+pub struct Blocked {
+    set: libc::sigset_t,
+}
+
+impl Blocked {
+    /// Blocks `signals` in the calling thread (call it before any other thread exists,
+    /// so that no other thread takes them). A child spawned through the standard library
+    /// starts with an empty mask again (`std::process::Command` resets it).
+    #[allow(unsafe_code)]
+    pub fn block(signals: &[libc::c_int]) -> io::Result<Self> {
+        let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        // SAFETY: sigemptyset writes the set behind the pointer, which points to this
+        // frame's `set`; it cannot fail for a valid pointer.
+        unsafe { libc::sigemptyset(set.as_mut_ptr()) };
+        // SAFETY: initialised by sigemptyset just above.
+        let mut set = unsafe { set.assume_init() };
+        for &signal in signals {
+            // SAFETY: sigaddset writes only the set passed by reference.
+            if unsafe { libc::sigaddset(&mut set, signal) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        // SAFETY: pthread_sigmask reads the set passed by reference and writes no old
+        // mask (null pointer, as the manual allows).
+        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Ok(Self { set })
+    }
+
+    /// Waits until one of the blocked signals is pending, takes it off the pending set
+    /// and returns its number (a signal sent before the call is not lost: it waited).
+    #[allow(unsafe_code)]
+    pub fn wait(&self) -> io::Result<libc::c_int> {
+        loop {
+            // SAFETY: sigwaitinfo reads the set passed by reference; the info pointer is
+            // null, which the manual allows (no siginfo is written).
+            let signal = unsafe { libc::sigwaitinfo(&self.set, std::ptr::null_mut()) };
+            if signal > 0 {
+                return Ok(signal);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
 }

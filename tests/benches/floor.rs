@@ -3,6 +3,11 @@
 //! `fork/exec` of a no-op hook. A Flue deployment cannot be quicker than the two together:
 //! the request must reach the agent and the answer come back through the broker, durably,
 //! and the hook must run.
+//!
+//! Beside it, [`durable_write`]: one 4 KiB write made durable (`fsync`) where the agent
+//! keeps its ledger. The floor has none, but an agent that keeps exactly-once across an
+//! OS crash must make its `started` entry durable before the hook runs: floor + one such
+//! write is the *durable floor*.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -93,6 +98,29 @@ pub async fn hook_spawn(hook: &Path, n: usize) -> Vec<Duration> {
         let _: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
         out.push(t.elapsed());
     }
+    out.sort();
+    out
+}
+
+/// `n` appends of 4 KiB to a file in `dir`, each made durable with `fsync` (`sync_all`,
+/// file data and size, as a log such as the agent's ledger needs), sorted. `dir` should be
+/// on the filesystem of the agent's state dir.
+// `e2e.rs` includes this file too and does not print it.
+#[allow(dead_code)]
+pub fn durable_write(dir: &Path, n: usize) -> Vec<Duration> {
+    use std::io::Write;
+    let path = dir.join("floor-fsync");
+    let mut file = std::fs::File::create(&path).expect("fsync probe file");
+    let block = vec![b'x'; 4096];
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        file.write_all(&block).expect("write");
+        file.sync_all().expect("fsync");
+        out.push(t.elapsed());
+    }
+    drop(file);
+    let _ = std::fs::remove_file(&path);
     out.sort();
     out
 }

@@ -23,9 +23,14 @@
 //!    accepted deployment is answered. CPU seconds of the broker, the gateway and this
 //!    process (simulated agents + clients) over the window, from `/proc`.
 //!
+//! Beside the floor, the cost of one durable write where the agent keeps its ledger
+//! ([`floor::durable_write`]: 4 KiB appended and fsynced) and the *durable floor*, floor +
+//! that write: what an agent keeping exactly-once across an OS crash must pay at least
+//! (its `started` entry durable before the hook runs). Each latency p50 is also divided by it.
+//!
 //! Settings (environment): `FLUE_BENCH_N` latency samples (default 200),
 //! `FLUE_BENCH_AGENTS` simulated agents (200), `FLUE_BENCH_CLIENTS` HTTP clients (64),
-//! `FLUE_BENCH_SECS` window (20). With `perf` installed, the user-space instructions of
+//! `FLUE_BENCH_SECS` window (20; 0 measures the floor and latency only). With `perf` installed, the user-space instructions of
 //! each process over the window are counted too (`perf stat`): per deployment, the one
 //! figure a busy shared machine hardly changes. `FLUE_BENCH_PERF=<file>` records a CPU profile of the
 //! broker, the gateway and this process over the window with `perf record`. Run with
@@ -88,6 +93,14 @@ async fn main() {
         ms(pct(&spawn, 50)),
         ms(pct(&spawn, 99)),
     );
+    // The scratch dir holds the agents' state dirs (`agent-<server>`): the ledger's disk.
+    let fsync = floor::durable_write(&hooks, samples);
+    let durable_floor_ms = floor_ms + ms(pct(&fsync, 50));
+    println!(
+        "durable write (4 KiB append + fsync, agent state dir's filesystem): p50 {:.3} ms p99 {:.3} ms; durable floor (floor + one durable write) {durable_floor_ms:.3} ms",
+        ms(pct(&fsync, 50)),
+        ms(pct(&fsync, 99)),
+    );
 
     // 2. Latency with a real agent and hook.
     let client = flue.client();
@@ -139,7 +152,7 @@ async fn main() {
     let names = [
         "accepted → agent has it (gateway writes, request publish, pull)",
         "agent has it → started (verify, ledger read)",
-        "started → hook finished (ledger `started` flushed, `started` published, guard + hook, ledger hook entry)",
+        "started → hook finished (guard spawned, ledger `started` with its group flushed, `started` queued, go, hook)",
         "hook finished → result stored (ledger `done` flushed, `finished` published, gateway applies)",
     ];
     for (name, s) in names.iter().zip(&mut segments) {
@@ -150,11 +163,17 @@ async fn main() {
     }
     for (what, s) in latency {
         println!(
-            "no-op deployment, {what}: p50 {:.3} ms p99 {:.3} ms; p50 / floor {:.2}× (target ≤ {TARGET_RATIO}×)",
+            "no-op deployment, {what}: p50 {:.3} ms p99 {:.3} ms; p50 / floor {:.2}× (target ≤ {TARGET_RATIO}×); p50 / durable floor {:.2}×",
             ms(pct(s, 50)),
             ms(pct(s, 99)),
-            ms(pct(s, 50)) / floor_ms
+            ms(pct(s, 50)) / floor_ms,
+            ms(pct(s, 50)) / durable_floor_ms,
         );
+    }
+    println!("load average after the latency runs: {}", loadavg());
+    if window.is_zero() {
+        println!("FLUE_BENCH_SECS=0: throughput not measured");
+        return;
     }
 
     // 3. Throughput with simulated agents.

@@ -2,15 +2,18 @@
 //! (its grandchildren included) runs on, the deployment is reported `interrupted`, and
 //! the next deployment starts only after the old hook is gone. Also the second line: at
 //! start, the agent kills a group the ledger says was running before it reports anything.
+//! And the order that lets one ledger flush name the group before the hook runs: the
+//! guard (the real binary) leads its group and waits; the hook starts only on the go.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream;
+use flue_agent::guard::{self, Guard};
 use flue_agent::ledger::{Ledger, LedgerKey};
-use flue_agent::process::HookProcess;
+use flue_agent::process::{self, HookProcess, Launch, Spawned, StopReason, Tees};
 use flue_proto::{DeploymentRequest, DeploymentStatus, ServerId, TenantId, subject};
-use flue_tests::{Flue, WAIT, file_lines, wait_until};
+use flue_tests::{Flue, WAIT, bin, file_lines, wait_until};
 
 /// How long a killed group may take to disappear from `/proc`: far below the hook's 25 s.
 const GONE_WITHIN: Duration = Duration::from_secs(10);
@@ -218,4 +221,90 @@ async fn a_hook_killed_by_a_signal_is_reported_as_minus_that_signal_through_its_
     assert_eq!(done.status, DeploymentStatus::Failed, "{done:?}");
     assert_eq!(done.deploy_status_code, Some(-i64::from(libc::SIGUSR1)));
     assert_eq!(done.deploy_stdout, "before\n");
+}
+
+/// Runs `script` (`/bin/sh -c`, its stdin `input`) under the real `flue-agent` guard with
+/// a go gate; `decide` gets the spawned group before the hook may start and says whether
+/// to send the go. Returns what the run left and what `decide` saw.
+async fn gated(
+    script: &str,
+    input: &[u8],
+    decide: impl FnOnce(&Spawned) -> bool,
+) -> (process::Finished, Option<HookProcess>) {
+    let mut cmd = tokio::process::Command::new("/bin/sh");
+    cmd.arg("-c").arg(script);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let launch = Launch {
+        guard: Some(Guard::at(bin("flue-agent"))),
+        started: Some(tx),
+    };
+    let run = process::run(
+        cmd,
+        Some(input.to_vec()),
+        1 << 16,
+        std::future::pending::<StopReason>(),
+        Tees::default(),
+        launch,
+    );
+    let gate = async {
+        let spawned = rx.await.expect("the group is announced");
+        let group = spawned.group.clone();
+        if decide(&spawned) {
+            spawned.go.send(()).expect("the run waits for the go");
+        }
+        group
+    };
+    let (finished, group) = tokio::time::timeout(WAIT, async { tokio::join!(run, gate) })
+        .await
+        .expect("bounded");
+    (finished.expect("spawned"), group)
+}
+
+#[tokio::test]
+async fn a_guarded_hook_starts_only_on_the_go_in_the_group_announced_before_it_with_its_whole_stdin()
+ {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("ran");
+    // The hook's own process group (field 5 of its stat) and the stdin it got.
+    let script = format!(
+        "cut -d' ' -f5 /proc/$$/stat > '{0}'; cat >> '{0}'",
+        marker.display()
+    );
+    let (finished, group) = gated(&script, b"{\"item\": 1}", |spawned| {
+        let group = spawned.group.as_ref().expect("the guard's identity");
+        assert!(group.is_running(), "the guard runs, waiting");
+        assert_eq!(
+            stat(group.pid).map(|s| s.0),
+            Some(group.pid),
+            "the guard leads its own group"
+        );
+        assert!(!marker.exists(), "no hook before the go");
+        true
+    })
+    .await;
+    assert_eq!(finished.status_code(), Some(0), "{finished:?}");
+    let group = group.expect("announced");
+    let ran = std::fs::read_to_string(&marker).expect("the hook ran after the go");
+    assert_eq!(
+        ran,
+        format!("{}\n{{\"item\": 1}}", group.pid),
+        "in the announced group, with its whole stdin and not the go byte"
+    );
+}
+
+#[tokio::test]
+async fn a_guarded_hook_whose_group_was_not_recorded_never_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("ran");
+    let script = format!("touch '{}'", marker.display());
+    // The agent could not record the group (its ledger failed): no go is ever sent.
+    let (finished, group) = gated(&script, b"{}", |_| false).await;
+    assert!(group.is_some());
+    assert_eq!(
+        finished.status_code(),
+        Some(i64::from(guard::CANNOT_RUN)),
+        "{finished:?}"
+    );
+    // The guard was reaped, and it waits for its hook: had the hook started, it was done.
+    assert!(!marker.exists(), "the hook ran without a go");
 }
