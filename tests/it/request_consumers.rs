@@ -16,7 +16,7 @@ use async_nats::jetstream::{self, consumer};
 use flue_proto::{DeploymentStatus, subject};
 use flue_tests::{Cluster, WAIT, file_lines};
 
-use crate::cluster::{deploy_through, finished_through};
+use crate::cluster::{deploy_through, finished_through, recording_config};
 
 const MEMORY: &[&str] = &["--replicas", "3", "--request-consumer-storage", "memory"];
 const MEMORY_R1: &[&str] = &[
@@ -29,15 +29,16 @@ const MEMORY_R1: &[&str] = &[
 ];
 const FILE_R1: &[&str] = &["--replicas", "3", "--request-consumer-replicas", "1"];
 
-#[tokio::test]
-async fn a_gateway_asked_for_memory_request_consumers_without_three_replicas_refuses_to_start() {
+/// Starts a gateway with `flags` (against a broker it never reaches) and asserts that it
+/// refuses to start, saying `message`, before it listens.
+async fn refused_at_start(flags: &[&str], message: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let run = tokio::process::Command::new(flue_tests::bin("flue-gateway"))
         .args(["--listen", "127.0.0.1:0", "--insecure-dev-broker"])
         .args(["--nats-url", "nats://127.0.0.1:1"])
         .arg("--state-dir")
         .arg(dir.path().join("state"))
-        .args(["--request-consumer-storage", "memory"])
+        .args(flags)
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(WAIT, run)
@@ -47,37 +48,27 @@ async fn a_gateway_asked_for_memory_request_consumers_without_three_replicas_ref
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{stdout}\n{stderr}");
-    assert!(
-        stderr.contains("--request-consumer-storage memory needs --replicas 3 or more"),
-        "{stderr}"
-    );
+    assert!(stderr.contains(message), "{stderr}");
     assert!(!stdout.contains("listening"), "{stdout}");
+}
+
+#[tokio::test]
+async fn a_gateway_asked_for_memory_request_consumers_without_three_replicas_refuses_to_start() {
+    refused_at_start(
+        &["--request-consumer-storage", "memory"],
+        "--request-consumer-storage memory needs --replicas 3 or more",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_gateway_asked_for_more_request_consumer_replicas_than_stream_replicas_refuses_to_start()
 {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let run = tokio::process::Command::new(flue_tests::bin("flue-gateway"))
-        .args(["--listen", "127.0.0.1:0", "--insecure-dev-broker"])
-        .args(["--nats-url", "nats://127.0.0.1:1"])
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .args(["--request-consumer-replicas", "3"])
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(WAIT, run)
-        .await
-        .expect("the gateway exits")
-        .expect("run flue-gateway");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{stdout}\n{stderr}");
-    assert!(
-        stderr.contains("--request-consumer-replicas 3 is more than --replicas 1"),
-        "{stderr}"
-    );
-    assert!(!stdout.contains("listening"), "{stdout}");
+    refused_at_start(
+        &["--request-consumer-replicas", "3"],
+        "--request-consumer-replicas 3 is more than --replicas 1",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -106,15 +97,7 @@ async fn across_the_consumers_node_kill(flags: &[&str]) -> Vec<String> {
     let memory = flags.contains(&"memory");
     let mut cluster = Cluster::start(3, flags).await;
     let record = cluster.flue.path("record");
-    cluster
-        .flue
-        .script_config(
-            "rec",
-            &format!("#!/bin/sh\necho \"$name\" >> '{}'\n", record.display()),
-            &["name"],
-            &[],
-        )
-        .await;
+    recording_config(&cluster, &record).await;
     cluster.flue.register("s1").await;
     let agent = cluster.flue.agent("s1", &[]).await;
     let client = cluster.flue.client();
@@ -172,15 +155,7 @@ async fn with_memory_request_consumers_a_servers_requests_run_once_across_a_node
  {
     let mut cluster = Cluster::start(3, MEMORY).await;
     let record = cluster.flue.path("record");
-    cluster
-        .flue
-        .script_config(
-            "rec",
-            &format!("#!/bin/sh\necho \"$name\" >> '{}'\n", record.display()),
-            &["name"],
-            &[],
-        )
-        .await;
+    recording_config(&cluster, &record).await;
     cluster.flue.register("s1").await;
     let agent = cluster.flue.agent("s1", &[]).await;
     let client = cluster.flue.client();

@@ -60,7 +60,7 @@ fn ids_of(deployments: &[Deployment]) -> Vec<DeploymentId> {
 }
 
 /// A `script` config whose hook appends its deployment's `name` input to `record`.
-async fn recording_config(cluster: &Cluster, record: &std::path::Path) {
+pub(crate) async fn recording_config(cluster: &Cluster, record: &std::path::Path) {
     cluster
         .flue
         .script_config(
