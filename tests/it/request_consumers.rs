@@ -13,8 +13,9 @@
 
 use async_nats::jetstream::{self, consumer};
 
-use flue_proto::{DeploymentStatus, subject};
-use flue_tests::{Cluster, WAIT, file_lines};
+use flue_client::Client;
+use flue_proto::{Deployment, DeploymentStatus, subject};
+use flue_tests::{Agent, Cluster, WAIT, file_lines};
 
 use crate::cluster::{deploy_through, finished_through, recording_config};
 
@@ -89,13 +90,12 @@ async fn with_single_replica_file_request_consumers_deployments_sent_while_the_c
     assert!(replays(&agent_log) <= 1, "{agent_log:#?}");
 }
 
-/// One server on a 3-node cluster whose gateway runs with `flags` (one consumer replica):
-/// a deployment before; the node holding the server's consumer killed (kill -9), two
-/// deployments accepted while it is down; the node started again, both COMPLETE and
-/// every hook run once. Returns the agent's log.
-async fn across_the_consumers_node_kill(flags: &[&str]) -> Vec<String> {
-    let memory = flags.contains(&"memory");
-    let mut cluster = Cluster::start(3, flags).await;
+/// A 3-node cluster whose gateway runs with `flags`, server `s1` with its agent, and the
+/// recording config's deployment `before` COMPLETE on it; with the hooks' log and `before`.
+async fn one_server_past_a_first_deployment(
+    flags: &[&str],
+) -> (Cluster, std::path::PathBuf, Agent, Client, Deployment) {
+    let cluster = Cluster::start(3, flags).await;
     let record = cluster.flue.path("record");
     recording_config(&cluster, &record).await;
     cluster.flue.register("s1").await;
@@ -106,6 +106,17 @@ async fn across_the_consumers_node_kill(flags: &[&str]) -> Vec<String> {
         finished_through(&client, &before.id).await.status,
         DeploymentStatus::Complete
     );
+    (cluster, record, agent, client, before)
+}
+
+/// One server on a 3-node cluster whose gateway runs with `flags` (one consumer replica):
+/// a deployment before; the node holding the server's consumer killed (kill -9), two
+/// deployments accepted while it is down; the node started again, both COMPLETE and
+/// every hook run once. Returns the agent's log.
+async fn across_the_consumers_node_kill(flags: &[&str]) -> Vec<String> {
+    let memory = flags.contains(&"memory");
+    let (mut cluster, record, agent, client, before) =
+        one_server_past_a_first_deployment(flags).await;
 
     // The server's consumer is on one node only, with the storage asked for.
     let watcher = cluster.others[0].client().await;
@@ -153,17 +164,8 @@ fn replays(agent_log: &[String]) -> usize {
 #[tokio::test]
 async fn with_memory_request_consumers_a_servers_requests_run_once_across_a_node_kill_and_a_kill_of_every_node()
  {
-    let mut cluster = Cluster::start(3, MEMORY).await;
-    let record = cluster.flue.path("record");
-    recording_config(&cluster, &record).await;
-    cluster.flue.register("s1").await;
-    let agent = cluster.flue.agent("s1", &[]).await;
-    let client = cluster.flue.client();
-    let before = deploy_through(&client, "s1", "before").await;
-    assert_eq!(
-        finished_through(&client, &before.id).await.status,
-        DeploymentStatus::Complete
-    );
+    let (mut cluster, record, agent, client, before) =
+        one_server_past_a_first_deployment(MEMORY).await;
 
     // The server's consumer is kept in memory, on the stream's three nodes.
     let watcher = cluster.others[0].client().await;
