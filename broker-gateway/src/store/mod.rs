@@ -82,6 +82,9 @@ pub struct Store {
     data: kv::Store,
     pending: kv::Store,
     server_order: kv::Store,
+    /// Whether the buckets are replicated (`--replicas` above 1): a read missing a key
+    /// then asks the stream's leader again ([`bucket::get`]).
+    replicated: bool,
     /// Deployment records this gateway wrote last, so that the next write of one skips
     /// reading it back ([`recent`]).
     recent: recent::Recent,
@@ -106,6 +109,7 @@ impl Store {
             data: bucket(js, subject::DATA_BUCKET, replicas).await?,
             pending: bucket(js, PENDING_BUCKET, replicas).await?,
             server_order: bucket(js, SERVER_ORDER_BUCKET, replicas).await?,
+            replicated: replicas > 1,
             recent: recent::Recent::default(),
         })
     }
@@ -116,9 +120,14 @@ impl Store {
         tenant: &TenantId,
         id: &ConfigId,
     ) -> Result<Option<Config>, StoreError> {
-        Ok(get(&self.configs, CONFIGS_BUCKET, key2(tenant, id))
-            .await?
-            .map(|(c, _)| c))
+        Ok(get(
+            &self.configs,
+            CONFIGS_BUCKET,
+            key2(tenant, id),
+            self.replicated,
+        )
+        .await?
+        .map(|(c, _)| c))
     }
 
     /// Stores a new config; returns the stored one instead when the id is taken.
@@ -135,7 +144,7 @@ impl Store {
     }
 
     async fn config_by_key(&self, key: String) -> Result<Option<Config>, StoreError> {
-        Ok(get(&self.configs, CONFIGS_BUCKET, key)
+        Ok(get(&self.configs, CONFIGS_BUCKET, key, self.replicated)
             .await?
             .map(|(c, _)| c))
     }
@@ -150,7 +159,7 @@ impl Store {
     }
 
     async fn server_by_key(&self, key: String) -> Result<Option<Server>, StoreError> {
-        Ok(get(&self.servers, SERVERS_BUCKET, key)
+        Ok(get(&self.servers, SERVERS_BUCKET, key, self.replicated)
             .await?
             .map(|(s, _)| s))
     }
@@ -180,7 +189,7 @@ impl Store {
         let key = key2(tenant, id);
         for _ in 0..MAX_CAS_ATTEMPTS {
             let Some((mut server, revision)) =
-                get::<Server>(&self.servers, SERVERS_BUCKET, key.clone()).await?
+                get::<Server>(&self.servers, SERVERS_BUCKET, key.clone(), self.replicated).await?
             else {
                 return Ok(None);
             };
@@ -212,7 +221,7 @@ impl Store {
         let key = key2(tenant, id);
         for _ in 0..MAX_CAS_ATTEMPTS {
             let Some((mut server, revision)) =
-                get::<Server>(&self.servers, SERVERS_BUCKET, key.clone()).await?
+                get::<Server>(&self.servers, SERVERS_BUCKET, key.clone(), self.replicated).await?
             else {
                 return Ok(None);
             };
@@ -275,9 +284,14 @@ impl Store {
         tenant: &TenantId,
         id: &DeploymentId,
     ) -> Result<Option<DeploymentRecord>, StoreError> {
-        Ok(get(&self.deployments, DEPLOYMENTS_BUCKET, key2(tenant, id))
-            .await?
-            .map(|(r, _)| r))
+        Ok(get(
+            &self.deployments,
+            DEPLOYMENTS_BUCKET,
+            key2(tenant, id),
+            self.replicated,
+        )
+        .await?
+        .map(|(r, _)| r))
     }
 
     /// Stores a new deployment record; false when the id is already used.
@@ -372,8 +386,13 @@ impl Store {
             }
         }
         for _ in 0..MAX_CAS_ATTEMPTS {
-            let Some((mut record, revision)) =
-                get::<DeploymentRecord>(&self.deployments, DEPLOYMENTS_BUCKET, key.clone()).await?
+            let Some((mut record, revision)) = get::<DeploymentRecord>(
+                &self.deployments,
+                DEPLOYMENTS_BUCKET,
+                key.clone(),
+                self.replicated,
+            )
+            .await?
             else {
                 return Ok(None);
             };
@@ -508,7 +527,13 @@ impl Store {
         tenant: &TenantId,
         id: &DeploymentId,
     ) -> Result<Option<(DeploymentRecord, u64)>, StoreError> {
-        get(&self.deployments, DEPLOYMENTS_BUCKET, key2(tenant, id)).await
+        get(
+            &self.deployments,
+            DEPLOYMENTS_BUCKET,
+            key2(tenant, id),
+            self.replicated,
+        )
+        .await
     }
 
     /// Every write to the deployments bucket from now on, in stream order: one watch

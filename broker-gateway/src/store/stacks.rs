@@ -106,12 +106,14 @@ impl Store {
     }
 
     async fn head_by_key(&self, key: String) -> Result<Option<Stack>, StoreError> {
-        Ok(get::<Stack>(&self.stacks, STACKS_BUCKET, key)
-            .await?
-            .map(|(mut stack, revision)| {
-                stack.revision = revision;
-                stack
-            }))
+        Ok(
+            get::<Stack>(&self.stacks, STACKS_BUCKET, key, self.replicated)
+                .await?
+                .map(|(mut stack, revision)| {
+                    stack.revision = revision;
+                    stack
+                }),
+        )
     }
 
     /// Up to `limit` heads of `tenant`'s stacks after id `after` (from the first when
