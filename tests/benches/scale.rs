@@ -16,7 +16,9 @@
 //! - `GET /v1/servers` with N servers: time and size;
 //! - one no-op deployment to every server at once (POSTed 32 at a time): time until all
 //!   are accepted, until all results are stored, and accepted → result stored (the
-//!   gateway's own `created_at` → `updated_at`) at p50 / p99 / max;
+//!   gateway's own `created_at` → `updated_at`) at p50 / p99 / max. A POST answered
+//!   503 ("retry later") is sent again with the same id, as a client does (up to 5
+//!   times, backing off), and counted;
 //! - a stack of one deployment group over all N servers, created the way users do:
 //!   `flue stack create` (the real CLI binary, without `--local`) submits it to the
 //!   gateway's engine workers and follows it to CREATE_COMPLETE. Reported: the CLI's
@@ -32,7 +34,8 @@
 //! `--request-consumer-replicas` (default: the stream's). Broker figures are then the three nodes'
 //! sums (RSS, CPU); the shutdown figures become: one node (not the one the agents use)
 //! SIGTERM → exit with every agent connected, its start again until ready, then every
-//! node SIGTERMed at once with no agent until all have exited. The group stack is not run.
+//! node SIGTERMed at once with no agent until all have exited. The group stack runs there
+//! too, through the same gateway.
 //!
 //! With `--stack-only` a size runs registration, the agents and the group stack only
 //! (no idle window, no listing, no deployment to every server, no broker restarts): the
@@ -45,9 +48,11 @@
 //! `bash scripts/bench.sh scale [--cluster] [--consumers memory] [--consumer-replicas 1] [--no-deployments] [N…]` (release build
 //! first). Not part of the test suite.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use flue_proto::{CreateDeployment, Deployment, DeploymentStatus};
+use flue_proto::{CreateDeployment, Deployment, DeploymentId, DeploymentStatus};
 use flue_tests::sim::{self, SimAgents, SimOptions};
 use flue_tests::{Cluster, Flue};
 use futures_util::StreamExt;
@@ -63,6 +68,10 @@ const REGISTER_AT_ONCE: usize = 16;
 const CONNECT_AT_ONCE: usize = 64;
 /// Deployments POSTed at once.
 const DEPLOY_AT_ONCE: usize = 32;
+/// Times a POST answered 503 ("retry later") is sent again, and the first wait (longer
+/// each time).
+const BUSY_RETRIES: u32 = 5;
+const BUSY_BACKOFF: Duration = Duration::from_millis(250);
 /// Long polls waiting for results at once.
 const WAIT_AT_ONCE: usize = 256;
 /// The idle window over which presence costs CPU.
@@ -290,20 +299,36 @@ async fn measure(setup: &Setup, n: usize) -> Run {
 
     if setup.deployments {
         let client = flue.client();
+        let retried = Arc::new(AtomicUsize::new(0));
         let t = Instant::now();
         // A refused or timed-out POST is a finding (counted as not COMPLETE), not a panic.
         let accepted: Vec<Option<Deployment>> = bounded(
             futures_util::stream::iter(ids.iter().cloned())
                 .map(|id| {
-                    let client = client.clone();
+                    let (client, retried) = (client.clone(), retried.clone());
                     async move {
-                        let create =
-                            CreateDeployment::new("noop".parse().expect("config id"), id.clone());
-                        client
-                            .create_deployment(&create)
-                            .await
-                            .map_err(|e| println!("deployment to {id} not accepted: {e}"))
-                            .ok()
+                        // An id of its own, so that a request sent again is the same one.
+                        let create = CreateDeployment {
+                            id: Some(DeploymentId::random()),
+                            ..CreateDeployment::new("noop".parse().expect("config id"), id.clone())
+                        };
+                        // 503 is the API's "retry later" (a broker call past its deadline):
+                        // a client sends the same request again, as the engine does.
+                        let mut attempt = 0;
+                        loop {
+                            match client.create_deployment(&create).await {
+                                Ok(d) => break Some(d),
+                                Err(e) if e.status() == Some(503) && attempt < BUSY_RETRIES => {
+                                    attempt += 1;
+                                    retried.fetch_add(1, Ordering::Relaxed);
+                                    tokio::time::sleep(BUSY_BACKOFF * attempt).await;
+                                }
+                                Err(e) => {
+                                    println!("deployment to {id} not accepted: {e}");
+                                    break None;
+                                }
+                            }
+                        }
                     }
                 })
                 .buffer_unordered(DEPLOY_AT_ONCE)
@@ -314,6 +339,7 @@ async fn measure(setup: &Setup, n: usize) -> Run {
         let accepted: Vec<Deployment> = accepted.into_iter().flatten().collect();
         let not_accepted = n - accepted.len();
         run.accept_all_secs = t.elapsed().as_secs_f64();
+        run.retried = retried.load(Ordering::Relaxed);
         let done: Vec<Deployment> = bounded(
             futures_util::stream::iter(accepted)
                 .map(|d| {
@@ -389,12 +415,7 @@ async fn measure(setup: &Setup, n: usize) -> Run {
             "deployments skipped (--no-deployments); idle again {IDLE_WINDOW:?}: CPU s broker/gateway/generator {again:?}"
         );
     }
-    run.stack = if setup.cluster {
-        println!("stack skipped on the cluster");
-        report::StackRun::default()
-    } else {
-        stack_group(flue, &ids).await
-    };
+    run.stack = stack_group(flue, &ids).await;
 
     match &mut brokers {
         Brokers::Single(flue) => broker_restarts(&mut run, &mut flue.nats, agents, n).await,

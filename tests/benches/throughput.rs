@@ -14,7 +14,11 @@
 //!    `updated_at`, when the result was stored) and as a client sees it (POST sent →
 //!    the long poll returns COMPLETE); p50 / p99 and the ratio of each p50 to the floor's
 //!    (raw round trip p50 + hook spawn p50);
-//! 3. **throughput**: N simulated agents ([`flue_tests::sim`]: each its own connection and
+//! 3. **the ceiling** ([`ceiling`]): the least JetStream work of a durable deployment, with
+//!    no Flue code, pipelined by as many agents and producers as the throughput phase
+//!    uses, for the same window: bare, then with four lifecycle events; its rate and its
+//!    CPU per deployment, and what that CPU allows on this machine's cores;
+//! 4. **throughput**: N simulated agents ([`flue_tests::sim`]: each its own connection and
 //!    consumer, signed no-op answers, no hook) and C HTTP clients in this process, each
 //!    POSTing no-op deployments one after another for a fixed window, to the servers in
 //!    turn. Accepted: 202s received in the window. Answered: `deployment.completed`
@@ -46,6 +50,8 @@ use flue_tests::sim::{self, SimAgents, SimOptions};
 use futures_util::StreamExt;
 use serde_json::json;
 
+#[path = "ceiling.rs"]
+mod ceiling;
 #[path = "floor.rs"]
 mod floor;
 
@@ -176,7 +182,37 @@ async fn main() {
         return;
     }
 
-    // 3. Throughput with simulated agents.
+    // 3. The broker's ceiling: raw deployments with no Flue code, bare and with events.
+    let mut ceilings = Vec::new();
+    for (events, in_flight) in [(false, 1), (false, 16), (true, 1)] {
+        let c = ceiling::raw_throughput(
+            &flue.nats, agents_n, clients_n, in_flight, window, events, cpu_secs,
+        )
+        .await;
+        let what = match (events, in_flight) {
+            (true, _) => "with 4 lifecycle events (2 KV puts, 2 stream appends, 4 event appends)",
+            (false, 1) => "bare (2 KV puts, 2 stream appends)",
+            (false, _) => "bare, 16 in flight per producer",
+        };
+        let per = |v: f64| v * 1e6 / c.accepted.max(1) as f64;
+        let cpu_per = per(c.broker_cpu) + per(c.bench_cpu);
+        let overall = c.accepted as f64 / c.drained_secs;
+        println!(
+            "ceiling, raw JetStream deployments {what}, {agents_n} agents, {clients_n} producers: accepted {:.0}/s over {:.1} s, every one answered {:.1} s after the start ({overall:.0}/s, {:.3} of {TARGET_PER_SEC}/s); CPU per deployment: broker {:.0} µs, bench {:.0} µs; {} cores at that CPU: at most {:.0}/s",
+            c.accepted as f64 / c.window_secs,
+            c.window_secs,
+            c.drained_secs,
+            overall / TARGET_PER_SEC,
+            per(c.broker_cpu),
+            per(c.bench_cpu),
+            cores(),
+            cores() as f64 * 1e6 / cpu_per,
+        );
+        ceilings.push(overall);
+    }
+    println!("load average after the ceiling: {}", loadavg());
+
+    // 4. Throughput with simulated agents.
     let servers = bounded(
         sim::register(&flue.admin_client(), "sim", agents_n, REGISTER_AT_ONCE),
         "registration",
@@ -297,6 +333,12 @@ async fn main() {
         agents.answered(),
         agents.rejected()
     );
+    if let Some(raw) = ceilings.last() {
+        println!(
+            "  answered overall / the ceiling with events ({raw:.0}/s overall): {:.3}",
+            total as f64 / drained / raw
+        );
+    }
     let names = ["broker", "gateway", "bench (simulated agents + clients)"];
     for (i, name) in names.iter().enumerate() {
         let used = cpu_after[i] - cpu_before[i];
@@ -376,6 +418,11 @@ fn cpu_secs(pid: u32) -> f64 {
     let ticks: f64 =
         fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
     ticks / TICKS_PER_SEC
+}
+
+/// CPUs this process may run on.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// The 1, 5 and 15 minute load averages.

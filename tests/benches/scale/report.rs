@@ -27,6 +27,8 @@ pub struct Run {
     pub split_ms: [f64; 2],
     /// Deployments that ended other than COMPLETE.
     pub failed: usize,
+    /// POSTs answered 503 ("retry later") and sent again.
+    pub retried: usize,
     /// The group stack's creation through the engine workers.
     pub stack: StackRun,
     /// Broker SIGTERM → exit with every agent connected, seconds.
@@ -197,6 +199,11 @@ pub fn print_table(sizes: &[usize], runs: &[Run]) {
             "deployments not COMPLETE",
             "",
             Box::new(|r, _| r.failed as f64),
+        ),
+        (
+            "POSTs answered 503 (retry later) and sent again",
+            "",
+            Box::new(|r, _| r.retried as f64),
         ),
         (
             "stack, one group over all N: `flue stack create` → CREATE_COMPLETE",
