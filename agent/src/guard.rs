@@ -26,7 +26,8 @@
 //! (`src/bin/flue-hook-guard.rs`) links only this module, the few system calls of
 //! [`crate::sys`] and std, no async runtime, logger or argument parser. The agent's own
 //! binary can stand in for it: its `main` hands `hook-guard` to [`main`] before it builds
-//! any of those, but its `exec` (loading and relocating 13 MB) costs about 1 ms more.
+//! any of those, but its `exec` (loading and relocating 13 MB) costs 0.7–1.4 ms more
+//! (docs/benchmarks.md).
 //!
 //! Why it is reliable: the parent-death signal is sent when the *thread* that forked the
 //! guard exits, not the process — the agent's runtime thread, but on any runtime this
