@@ -49,6 +49,9 @@ pub struct Responder {
     signer: Option<Arc<KeyPair>>,
 }
 
+/// An answer encoded and signed by [`Responder::prepare`], not sent yet.
+pub struct Prepared(PublishMessage);
+
 impl std::fmt::Debug for Responder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Responder")
@@ -84,6 +87,13 @@ impl Responder {
     /// Queues `msg` with its de-duplication id on the connection (after anything queued
     /// before, ahead of anything queued later) and returns the broker's PubAck to come.
     pub async fn send(&self, msg: &AgentMessage) -> Result<PublishAckFuture, String> {
+        let prepared = self.prepare(msg)?;
+        self.send_prepared(prepared).await
+    }
+
+    /// `msg` encoded and signed, ready for [`Responder::send_prepared`]: the CPU part of
+    /// [`Responder::send`], for a caller that has a moment to spare before it may send.
+    pub fn prepare(&self, msg: &AgentMessage) -> Result<Prepared, String> {
         let payload = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
         let mut publish =
             PublishMessage::build().message_id(msg.msg_id(&self.tenant, &self.server));
@@ -100,9 +110,13 @@ impl Responder {
                 .header(signing::ANSWER_CLAIMS_HEADER, signed.claims.as_str())
                 .header(signing::SIGNATURE_HEADER, signed.signature.as_str());
         }
-        let publish = publish.payload(payload.into());
+        Ok(Prepared(publish.payload(payload.into())))
+    }
+
+    /// Queues a message [`Responder::prepare`] made, as [`Responder::send`] does.
+    pub async fn send_prepared(&self, prepared: Prepared) -> Result<PublishAckFuture, String> {
         self.js
-            .send_publish(self.subject.clone(), publish)
+            .send_publish(self.subject.clone(), prepared.0)
             .await
             .map_err(|e| e.to_string())
     }

@@ -17,7 +17,7 @@ use time::OffsetDateTime;
 use tokio::sync::oneshot;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::answer;
+use crate::answer::{self, Prepared};
 use crate::data::server::DataServer;
 use crate::data::space::DataSpace;
 use crate::error::Error;
@@ -131,15 +131,15 @@ async fn announce(agent: &Agent, message: &AgentMessage, what: &'static str) {
     );
 }
 
-/// Queues `message` and returns a task telling whether the broker confirmed it, or
-/// `None` when it could not even be queued (both logged).
+/// Queues `started` (encoded and signed beforehand, [`answer::Responder::prepare`]) and
+/// returns a task telling whether the broker confirmed it, or `None` when it could not
+/// even be queued (both logged).
 async fn send_confirmed_later(
     agent: &Agent,
-    message: &AgentMessage,
+    started: Result<Prepared, String>,
 ) -> Option<tokio::task::JoinHandle<bool>> {
-    let ack = match tokio::time::timeout(DELIVERED_QUEUE_TIMEOUT, agent.responder.send(message))
-        .await
-    {
+    let send = async { agent.responder.send_prepared(started?).await };
+    let ack = match tokio::time::timeout(DELIVERED_QUEUE_TIMEOUT, send).await {
         Ok(Ok(ack)) => ack,
         Ok(Err(e)) => {
             warn!(error = %e, "publishing started failed; publishing it again before the result");
@@ -356,8 +356,6 @@ async fn apply(
 
     // One deployment runs at a time, so one socket path serves them all in turn.
     let socket = agent.config.data_socket_path();
-    let space = DataSpace::new(&agent.broker, req.tenant.clone(), req.stack_id.clone());
-    let data = DataServer::start(&socket, space);
     let env = HookEnv::for_request(req, &socket);
     let broker_credentials = NatsUrls::parse(&agent.config.nats_url).secrets();
     let redactor = Redactor::for_request(req).and(broker_credentials);
@@ -379,33 +377,48 @@ async fn apply(
     // is recorded as started, and the result says why.
     let record_started = async {
         let Ok(spawned) = spawned.await else {
-            return Ok(None);
+            return (Ok(None), None);
         };
-        match spawned.group {
-            Some(group) => {
-                agent
-                    .ledger
-                    .record_hook(key, started_at, group, Some(digest), seq)
-                    .await?
+        let write = async {
+            match spawned.group {
+                Some(group) => {
+                    agent
+                        .ledger
+                        .record_hook(key, started_at, group, Some(digest), seq)
+                        .await
+                }
+                None => {
+                    agent
+                        .ledger
+                        .record_started(key, started_at, Some(digest), seq)
+                        .await
+                }
             }
-            None => {
-                agent
-                    .ledger
-                    .record_started(key, started_at, Some(digest), seq)
-                    .await?
-            }
+        };
+        // While the flush is on its way to the disk (on sled's thread), this thread gets
+        // ready what the hook needs before its go: its data socket, served from here on,
+        // and `started` encoded and signed. Polled after the write has been handed over.
+        let ready = async {
+            let space = DataSpace::new(&agent.broker, req.tenant.clone(), req.stack_id.clone());
+            let data = DataServer::start(&socket, space);
+            (data, agent.responder.prepare(&started))
+        };
+        let (written, (data, prepared)) = tokio::join!(write, ready);
+        if let Err(e) = written {
+            // No go: the guard ends without running the hook.
+            return (Err(Error::from(e)), data);
         }
         // Durable in the ledger already, which is what exactly-once rests on: the hook
         // does not wait for the broker to confirm `started`. Queued before the go, so
         // ahead of any progress line; the confirmation is awaited before the result, and
         // `started` published again then if the broker did not take it (a stream leader
         // being elected), so that the gateway still reports it, in its place.
-        let confirmed = send_confirmed_later(agent, &started).await;
+        let confirmed = send_confirmed_later(agent, prepared).await;
         // A guard that went away meanwhile ends the run on its own.
         let _ = spawned.go.send(());
-        Ok::<_, Error>(Some(confirmed))
+        (Ok::<_, Error>(Some(confirmed)), data)
     };
-    let (outcome, mut recorded) = tokio::join!(touching(msg, run), record_started);
+    let (outcome, (mut recorded, data)) = tokio::join!(touching(msg, run), record_started);
     // Every progress message goes out before the result (bounded: best effort).
     progress.finish().await;
     if let Ok(Some(confirmed)) = &mut recorded {

@@ -1,9 +1,10 @@
 //! The hook guard: a hook's whole process group dies with its agent.
 //!
-//! The agent never starts a hook itself. It starts `flue-agent hook-guard --agent-pid
-//! <its pid> -- <hook> <args…>` in a new process group, so the guard is the group's
-//! leader and the hook, its child, is in the same group, with whatever the hook starts
-//! in turn. The guard:
+//! The agent never starts a hook itself. It starts `flue-hook-guard --agent-pid <its pid>
+//! -- <hook> <args…>` (or, when that binary is not installed next to the agent,
+//! `flue-agent hook-guard` with the same arguments; see [`Guard::beside`]) in a new
+//! process group, so the guard is the group's leader and the hook, its child, is in the
+//! same group, with whatever the hook starts in turn. The guard:
 //!
 //! 1. blocks SIGTERM and SIGCHLD (it takes them with `sigwaitinfo`, no handler) and asks
 //!    the kernel for SIGTERM when its parent dies (`PR_SET_PDEATHSIG`), then checks that
@@ -21,9 +22,12 @@
 //!    to the whole group, so the hook has it too) and the guard waits for the hook;
 //! 5. ends the way the hook ended: the same exit status, or killed by the same signal.
 //!
-//! It costs a hook one `exec` of the agent's binary and little else: `main` hands
-//! `hook-guard` to [`main`] before it builds an async runtime, a logger or the argument
-//! parser, and the guard itself is plain blocking code.
+//! It costs a hook one `exec` of a small binary and little else: `flue-hook-guard`
+//! (`src/bin/flue-hook-guard.rs`) links only this module, the few system calls of
+//! [`crate::sys`] and std, no async runtime, logger or argument parser. The agent's own
+//! binary can stand in for it: its `main` hands `hook-guard` to [`main`] before it builds
+//! any of those, but its `exec` (loading and relocating 13 MB) costs 0.7–1.4 ms more
+//! (docs/benchmarks.md).
 //!
 //! Why it is reliable: the parent-death signal is sent when the *thread* that forked the
 //! guard exits, not the process — the agent's runtime thread, but on any runtime this
@@ -42,7 +46,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ExitCode};
 use std::time::Duration;
 
@@ -52,6 +56,9 @@ use crate::sys;
 /// The hidden subcommand that runs a hook under the guard.
 pub const SUBCOMMAND: &str = "hook-guard";
 
+/// How the guard names itself in the few lines it prints (either way it is started).
+const WHO: &str = "flue hook guard";
+
 /// Exit status of the guard when the hook could not be started (as `sh` uses for a
 /// command that is not found); the reason is on stderr.
 pub const CANNOT_RUN: u8 = 127;
@@ -59,7 +66,7 @@ pub const CANNOT_RUN: u8 = 127;
 /// The byte the agent writes first on the guard's stdin to let the hook start.
 pub const GO: u8 = b'\n';
 
-/// Arguments of `flue-agent hook-guard` (internal: only the agent starts it).
+/// Arguments of the guard (internal: only the agent starts it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardArgs {
     /// The agent that started the guard: when it is no longer the guard's parent, the
@@ -93,36 +100,84 @@ impl GuardArgs {
     }
 }
 
-/// How the agent starts hooks under the guard: its own executable.
+/// The guard's own small binary, installed next to `flue-agent`: only this module and
+/// std linked in, so its `exec` costs about half that of the agent's binary.
+pub const BINARY: &str = "flue-hook-guard";
+
+/// How the agent starts hooks under the guard: the small [`BINARY`] next to the agent's
+/// executable when it is there, otherwise the agent's own executable (`hook-guard`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Guard {
     exe: PathBuf,
+    /// True for `flue-agent hook-guard` (the subcommand), false for [`BINARY`].
+    subcommand: bool,
 }
 
 impl Guard {
-    /// The guard is this very executable, reached through `/proc/self/exe` (in the child
-    /// about to exec, that is the agent's binary): it still works after a package upgrade
-    /// replaced the file the agent was started from.
+    /// The guard of this agent: [`Guard::beside`] its own executable. Looked up at every
+    /// call (one `readlink` and one `stat`), so a guard installed or removed while the
+    /// agent runs is taken into account at the next hook.
     pub fn current() -> Self {
-        Self {
-            exe: PathBuf::from("/proc/self/exe"),
+        match std::env::current_exe() {
+            Ok(agent) => Self::beside(&agent),
+            Err(_) => Self::at(SELF_EXE),
         }
     }
 
-    /// The guard of the `flue-agent` binary at `exe` (for a process that is not the
-    /// agent, such as a test driving [`crate::process::run`]).
+    /// The guard of the agent whose executable is `agent_exe`: [`BINARY`] in the same
+    /// directory when it is a regular file that is executable, otherwise this very
+    /// executable reached through `/proc/self/exe` (in the child about to exec, that is
+    /// the agent's binary), which still works after a package upgrade replaced the file
+    /// the agent was started from. A single-binary install keeps working.
+    ///
+    /// `agent_exe` as `current_exe` gives it after such an upgrade (`…/flue-agent
+    /// (deleted)`) still names the right directory.
+    pub fn beside(agent_exe: &Path) -> Self {
+        match agent_exe.parent().map(|dir| dir.join(BINARY)) {
+            Some(small) if is_executable(&small) => Self::binary(small),
+            _ => Self::at(SELF_EXE),
+        }
+    }
+
+    /// The `hook-guard` subcommand of the `flue-agent` binary at `exe` (for a process that
+    /// is not the agent, such as a test driving [`crate::process::run`]).
     pub fn at(exe: impl Into<PathBuf>) -> Self {
-        Self { exe: exe.into() }
+        Self {
+            exe: exe.into(),
+            subcommand: true,
+        }
+    }
+
+    /// The small guard binary ([`BINARY`]) at `exe`.
+    pub fn binary(exe: impl Into<PathBuf>) -> Self {
+        Self {
+            exe: exe.into(),
+            subcommand: false,
+        }
+    }
+
+    /// The executable started for each hook.
+    pub fn program(&self) -> &Path {
+        &self.exe
+    }
+
+    /// True when hooks start as `flue-agent hook-guard` rather than as [`BINARY`].
+    pub fn is_subcommand(&self) -> bool {
+        self.subcommand
     }
 
     /// `cmd` wrapped in the guard: the same program, arguments, environment changes and
-    /// working directory (all a hook command uses), run by `flue-agent hook-guard`.
+    /// working directory (all a hook command uses), run by `flue-hook-guard` or
+    /// `flue-agent hook-guard`, with the same arguments after the name.
     pub fn wrap(&self, cmd: &tokio::process::Command) -> tokio::process::Command {
         let inner = cmd.as_std();
         let mut guarded = tokio::process::Command::new(&self.exe);
+        if self.subcommand {
+            guarded.arg0("flue-agent").arg(SUBCOMMAND);
+        } else {
+            guarded.arg0(BINARY);
+        }
         guarded
-            .arg0("flue-agent")
-            .arg(SUBCOMMAND)
             .arg("--agent-pid")
             .arg(std::process::id().to_string())
             .arg("--")
@@ -141,14 +196,23 @@ impl Guard {
     }
 }
 
-/// `flue-agent hook-guard …`, called by the binary's `main` before anything else is set up
-/// (`args`: what follows the subcommand). Prints nothing but the reason a hook could not
-/// be started.
+/// This process's executable, whatever became of its path.
+const SELF_EXE: &str = "/proc/self/exe";
+
+/// A regular file (or a link to one) with an execute bit.
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `flue-hook-guard …`, or `flue-agent hook-guard …` called by the agent's `main` before
+/// anything else is set up (`args`: what follows the program or the subcommand). Prints
+/// nothing but the reason a hook could not be started.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     match GuardArgs::parse(args) {
         Ok(args) => run(&args),
         Err(e) => {
-            eprintln!("flue-agent {SUBCOMMAND}: {e} (internal: only the agent starts it)");
+            eprintln!("{WHO}: {e} (internal: only the agent starts it)");
             ExitCode::from(CANNOT_RUN)
         }
     }
@@ -160,7 +224,7 @@ pub fn run(args: &GuardArgs) -> ExitCode {
     let me = std::process::id();
     // A guard that does not lead its group would kill someone else's group.
     if Stat::of(me).is_none_or(|s| s.pgrp != me) {
-        eprintln!("flue-agent {SUBCOMMAND}: must lead its own process group");
+        eprintln!("{WHO}: must lead its own process group");
         return ExitCode::from(CANNOT_RUN);
     }
     // Blocked before anything else, so that no SIGTERM can end the guard and leave the
@@ -168,12 +232,12 @@ pub fn run(args: &GuardArgs) -> ExitCode {
     let signals = match sys::Blocked::block(&[libc::SIGTERM, libc::SIGCHLD]) {
         Ok(signals) => signals,
         Err(e) => {
-            eprintln!("flue-agent {SUBCOMMAND}: cannot block SIGTERM: {e}");
+            eprintln!("{WHO}: cannot block SIGTERM: {e}");
             return ExitCode::from(CANNOT_RUN);
         }
     };
     if let Err(e) = sys::set_parent_death_signal(libc::SIGTERM) {
-        eprintln!("flue-agent {SUBCOMMAND}: cannot set the parent-death signal: {e}");
+        eprintln!("{WHO}: cannot set the parent-death signal: {e}");
         return ExitCode::from(CANNOT_RUN);
     }
     if std::os::unix::process::parent_id() != agent {
@@ -185,7 +249,7 @@ pub fn run(args: &GuardArgs) -> ExitCode {
         // The agent is gone, or did not record this group: the hook must not run.
         Ok(false) => return ExitCode::from(CANNOT_RUN),
         Err(e) => {
-            eprintln!("flue-agent {SUBCOMMAND}: cannot read the agent's go: {e}");
+            eprintln!("{WHO}: cannot read the agent's go: {e}");
             return ExitCode::from(CANNOT_RUN);
         }
     }
@@ -223,7 +287,7 @@ pub fn run(args: &GuardArgs) -> ExitCode {
             (None, None) => ExitCode::FAILURE,
         },
         Err(e) => {
-            eprintln!("flue-agent {SUBCOMMAND}: cannot wait for the hook: {e}");
+            eprintln!("{WHO}: cannot wait for the hook: {e}");
             ExitCode::FAILURE
         }
     }
@@ -278,6 +342,71 @@ mod tests {
                 agent_pid: 42,
                 command: args(&["/hook", "-x", "--"]),
             })
+        );
+    }
+
+    #[test]
+    fn the_small_guard_binary_next_to_the_agent_is_chosen_when_it_is_there_and_executable() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let agent = dir.path().join("flue-agent");
+        let small = dir.path().join(BINARY);
+        let fallback = Guard::at(SELF_EXE);
+        assert_eq!(
+            Guard::beside(&agent),
+            fallback,
+            "absent: the agent's subcommand"
+        );
+        std::fs::write(&small, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&small, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        assert_eq!(
+            Guard::beside(&agent),
+            fallback,
+            "not executable: the subcommand"
+        );
+        std::fs::set_permissions(&small, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let chosen = Guard::beside(&agent);
+        assert_eq!(chosen, Guard::binary(&small));
+        assert!(!chosen.is_subcommand());
+        // After an upgrade replaced the agent's file, its path reads `… (deleted)`.
+        let replaced = dir.path().join("flue-agent (deleted)");
+        assert_eq!(Guard::beside(&replaced), Guard::binary(&small));
+        std::fs::remove_file(&small).expect("rm");
+        std::fs::create_dir(&small).expect("mkdir");
+        assert_eq!(
+            Guard::beside(&agent),
+            fallback,
+            "a directory: the subcommand"
+        );
+    }
+
+    #[test]
+    fn both_guards_get_the_same_arguments_after_their_name() {
+        let mut hook = tokio::process::Command::new("/hooks/script");
+        hook.arg("-x").env("A", "1").current_dir("/work");
+        let words = |guard: &Guard| {
+            let cmd = guard.wrap(&hook);
+            let std = cmd.as_std();
+            let args: Vec<OsString> = std.get_args().map(OsString::from).collect();
+            (
+                std.get_program().to_owned(),
+                args,
+                std.get_current_dir().map(Path::to_owned),
+            )
+        };
+        let pid = std::process::id().to_string();
+        let tail = args(&["--agent-pid", &pid, "--", "/hooks/script", "-x"]);
+        let (program, small_args, dir) = words(&Guard::binary("/opt/flue/flue-hook-guard"));
+        assert_eq!(program, OsString::from("/opt/flue/flue-hook-guard"));
+        assert_eq!(small_args, tail);
+        assert_eq!(dir.as_deref(), Some(Path::new("/work")));
+        let (program, sub_args, _) = words(&Guard::at("/opt/flue/flue-agent"));
+        assert_eq!(program, OsString::from("/opt/flue/flue-agent"));
+        assert_eq!(sub_args[0], OsString::from(SUBCOMMAND));
+        assert_eq!(sub_args[1..], tail[..]);
+        assert_eq!(
+            GuardArgs::parse(small_args).map(|a| a.command),
+            Ok(tail[3..].to_vec())
         );
     }
 

@@ -43,9 +43,10 @@
 //! `deploy_stderr` keep their first 1 MiB each ([`hook::MAX_STREAM_BYTES`]), and are
 //! shortened further if the whole answer would not fit in one broker message. Every hook
 //! runs in its own process group, so a Ctrl-C at the agent's terminal does not reach it and
-//! the agent can stop everything it started. The group is led by a guard, `flue-agent
-//! hook-guard` (hidden), which kills it when the agent dies, however it dies ([`guard`]):
-//! a hook never outlives its agent.
+//! the agent can stop everything it started. The group is led by a guard,
+//! `flue-hook-guard` next to the agent's executable, else `flue-agent hook-guard` (hidden),
+//! which kills it when the agent dies, however it dies ([`guard`]): a hook never outlives
+//! its agent.
 //!
 //! The item's `config` is the body for the deployment's action ([`item`]), and every hook
 //! gets `FLUE_DATA_SOCKET`, `FLUE_STACK_ID`, `FLUE_SERVER_ID`, `FLUE_DEPLOYMENT_ID`,

@@ -1,7 +1,8 @@
 //! `flue-agent`: parses flags, sets up logging and signals, and runs [`flue_agent::run`];
 //! `flue-agent data …` instead runs the data-space command a hook uses, and the hidden
-//! `flue-agent hook-guard …` the guard every hook runs under (taken before anything is
-//! set up: it runs once per hook, and its start is part of every deployment's latency).
+//! `flue-agent hook-guard …` the guard every hook runs under when `flue-hook-guard` is not
+//! installed next to it (taken before anything is set up: it runs once per hook, and its
+//! start is part of every deployment's latency).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

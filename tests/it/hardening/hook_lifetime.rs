@@ -4,6 +4,8 @@
 //! start, the agent kills a group the ledger says was running before it reports anything.
 //! And the order that lets one ledger flush name the group before the hook runs: the
 //! guard (the real binary) leads its group and waits; the hook starts only on the go.
+//! Both guards behave so: the small `flue-hook-guard` the agent uses when it is installed
+//! next to it (as in `target/<profile>/`), and `flue-agent hook-guard` otherwise.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -223,10 +225,19 @@ async fn a_hook_killed_by_a_signal_is_reported_as_minus_that_signal_through_its_
     assert_eq!(done.deploy_stdout, "before\n");
 }
 
-/// Runs `script` (`/bin/sh -c`, its stdin `input`) under the real `flue-agent` guard with
-/// a go gate; `decide` gets the spawned group before the hook may start and says whether
-/// to send the go. Returns what the run left and what `decide` saw.
+/// The two guards an agent may use: its small binary, and its own `hook-guard`.
+fn guards() -> [Guard; 2] {
+    [
+        Guard::binary(bin(guard::BINARY)),
+        Guard::at(bin("flue-agent")),
+    ]
+}
+
+/// Runs `script` (`/bin/sh -c`, its stdin `input`) under the real `guard` with a go gate;
+/// `decide` gets the spawned group before the hook may start and says whether to send
+/// the go. Returns what the run left and what `decide` saw.
 async fn gated(
+    guard: &Guard,
     script: &str,
     input: &[u8],
     decide: impl FnOnce(&Spawned) -> bool,
@@ -235,7 +246,7 @@ async fn gated(
     cmd.arg("-c").arg(script);
     let (tx, rx) = tokio::sync::oneshot::channel();
     let launch = Launch {
-        guard: Some(Guard::at(bin("flue-agent"))),
+        guard: Some(guard.clone()),
         started: Some(tx),
     };
     let run = process::run(
@@ -263,48 +274,74 @@ async fn gated(
 #[tokio::test]
 async fn a_guarded_hook_starts_only_on_the_go_in_the_group_announced_before_it_with_its_whole_stdin()
  {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let marker = dir.path().join("ran");
-    // The hook's own process group (field 5 of its stat) and the stdin it got.
-    let script = format!(
-        "cut -d' ' -f5 /proc/$$/stat > '{0}'; cat >> '{0}'",
-        marker.display()
-    );
-    let (finished, group) = gated(&script, b"{\"item\": 1}", |spawned| {
-        let group = spawned.group.as_ref().expect("the guard's identity");
-        assert!(group.is_running(), "the guard runs, waiting");
-        assert_eq!(
-            stat(group.pid).map(|s| s.0),
-            Some(group.pid),
-            "the guard leads its own group"
+    for g in guards() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let marker = dir.path().join("ran");
+        // The hook's own process group (field 5 of its stat) and the stdin it got.
+        let script = format!(
+            "cut -d' ' -f5 /proc/$$/stat > '{0}'; cat >> '{0}'",
+            marker.display()
         );
-        assert!(!marker.exists(), "no hook before the go");
-        true
-    })
-    .await;
-    assert_eq!(finished.status_code(), Some(0), "{finished:?}");
-    let group = group.expect("announced");
-    let ran = std::fs::read_to_string(&marker).expect("the hook ran after the go");
-    assert_eq!(
-        ran,
-        format!("{}\n{{\"item\": 1}}", group.pid),
-        "in the announced group, with its whole stdin and not the go byte"
-    );
+        let (finished, group) = gated(&g, &script, b"{\"item\": 1}", |spawned| {
+            let group = spawned.group.as_ref().expect("the guard's identity");
+            assert!(group.is_running(), "the guard runs, waiting");
+            assert_eq!(
+                stat(group.pid).map(|s| s.0),
+                Some(group.pid),
+                "the guard leads its own group"
+            );
+            assert!(!marker.exists(), "no hook before the go");
+            true
+        })
+        .await;
+        assert_eq!(finished.status_code(), Some(0), "{g:?}: {finished:?}");
+        let group = group.expect("announced");
+        let ran = std::fs::read_to_string(&marker).expect("the hook ran after the go");
+        assert_eq!(
+            ran,
+            format!("{}\n{{\"item\": 1}}", group.pid),
+            "{g:?}: in the announced group, with its whole stdin and not the go byte"
+        );
+    }
 }
 
 #[tokio::test]
 async fn a_guarded_hook_whose_group_was_not_recorded_never_runs() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let marker = dir.path().join("ran");
-    let script = format!("touch '{}'", marker.display());
-    // The agent could not record the group (its ledger failed): no go is ever sent.
-    let (finished, group) = gated(&script, b"{}", |_| false).await;
-    assert!(group.is_some());
+    for g in guards() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let marker = dir.path().join("ran");
+        let script = format!("touch '{}'", marker.display());
+        // The agent could not record the group (its ledger failed): no go is ever sent.
+        let (finished, group) = gated(&g, &script, b"{}", |_| false).await;
+        assert!(group.is_some());
+        assert_eq!(
+            finished.status_code(),
+            Some(i64::from(guard::CANNOT_RUN)),
+            "{g:?}: {finished:?}"
+        );
+        // The guard was reaped, and it waits for its hook: had the hook started, it was done.
+        assert!(!marker.exists(), "{g:?}: the hook ran without a go");
+    }
+}
+
+#[tokio::test]
+async fn the_agent_runs_its_hooks_under_the_small_guard_installed_next_to_it() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    // The hook's parent's executable, the hook's process group, its parent's pid.
+    let script = "#!/bin/sh\nreadlink /proc/$PPID/exe\ncut -d' ' -f5 /proc/$$/stat\necho $PPID\n";
+    flue.script_config("who", script, &[], &[]).await;
+    let _agent = flue.agent("s1", &[]).await;
+    let d = flue.deploy("who", "s1", &[]).await;
+    let done = flue.finished(&d.id).await;
+    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+    let lines: Vec<&str> = done.deploy_stdout.lines().collect();
+    let small = std::fs::canonicalize(bin(guard::BINARY)).expect("the small guard is built");
+    assert_eq!(lines.len(), 3, "{lines:?}");
     assert_eq!(
-        finished.status_code(),
-        Some(i64::from(guard::CANNOT_RUN)),
-        "{finished:?}"
+        Path::new(lines[0]),
+        small,
+        "the hook's parent is the small guard"
     );
-    // The guard was reaped, and it waits for its hook: had the hook started, it was done.
-    assert!(!marker.exists(), "the hook ran without a go");
+    assert_eq!(lines[1], lines[2], "which leads the hook's process group");
 }
