@@ -114,20 +114,27 @@ impl Store {
         })
     }
 
+    /// [`get`] on one of this store's buckets: a miss asks the leader again when they
+    /// are replicated.
+    async fn read<T: serde::de::DeserializeOwned>(
+        &self,
+        bucket: &kv::Store,
+        name: &'static str,
+        key: String,
+    ) -> Result<Option<(T, u64)>, StoreError> {
+        get(bucket, name, key, self.replicated).await
+    }
+
     /// The config `id` of `tenant`, if it exists.
     pub async fn config(
         &self,
         tenant: &TenantId,
         id: &ConfigId,
     ) -> Result<Option<Config>, StoreError> {
-        Ok(get(
-            &self.configs,
-            CONFIGS_BUCKET,
-            key2(tenant, id),
-            self.replicated,
-        )
-        .await?
-        .map(|(c, _)| c))
+        Ok(self
+            .read(&self.configs, CONFIGS_BUCKET, key2(tenant, id))
+            .await?
+            .map(|(c, _)| c))
     }
 
     /// Stores a new config; returns the stored one instead when the id is taken.
@@ -144,7 +151,8 @@ impl Store {
     }
 
     async fn config_by_key(&self, key: String) -> Result<Option<Config>, StoreError> {
-        Ok(get(&self.configs, CONFIGS_BUCKET, key, self.replicated)
+        Ok(self
+            .read(&self.configs, CONFIGS_BUCKET, key)
             .await?
             .map(|(c, _)| c))
     }
@@ -159,7 +167,8 @@ impl Store {
     }
 
     async fn server_by_key(&self, key: String) -> Result<Option<Server>, StoreError> {
-        Ok(get(&self.servers, SERVERS_BUCKET, key, self.replicated)
+        Ok(self
+            .read(&self.servers, SERVERS_BUCKET, key)
             .await?
             .map(|(s, _)| s))
     }
@@ -188,8 +197,9 @@ impl Store {
     ) -> Result<Option<Server>, StoreError> {
         let key = key2(tenant, id);
         for _ in 0..MAX_CAS_ATTEMPTS {
-            let Some((mut server, revision)) =
-                get::<Server>(&self.servers, SERVERS_BUCKET, key.clone(), self.replicated).await?
+            let Some((mut server, revision)) = self
+                .read::<Server>(&self.servers, SERVERS_BUCKET, key.clone())
+                .await?
             else {
                 return Ok(None);
             };
@@ -220,8 +230,9 @@ impl Store {
     ) -> Result<Option<Server>, StoreError> {
         let key = key2(tenant, id);
         for _ in 0..MAX_CAS_ATTEMPTS {
-            let Some((mut server, revision)) =
-                get::<Server>(&self.servers, SERVERS_BUCKET, key.clone(), self.replicated).await?
+            let Some((mut server, revision)) = self
+                .read::<Server>(&self.servers, SERVERS_BUCKET, key.clone())
+                .await?
             else {
                 return Ok(None);
             };
@@ -284,14 +295,10 @@ impl Store {
         tenant: &TenantId,
         id: &DeploymentId,
     ) -> Result<Option<DeploymentRecord>, StoreError> {
-        Ok(get(
-            &self.deployments,
-            DEPLOYMENTS_BUCKET,
-            key2(tenant, id),
-            self.replicated,
-        )
-        .await?
-        .map(|(r, _)| r))
+        Ok(self
+            .read(&self.deployments, DEPLOYMENTS_BUCKET, key2(tenant, id))
+            .await?
+            .map(|(r, _)| r))
     }
 
     /// Stores a new deployment record; false when the id is already used.
@@ -386,13 +393,9 @@ impl Store {
             }
         }
         for _ in 0..MAX_CAS_ATTEMPTS {
-            let Some((mut record, revision)) = get::<DeploymentRecord>(
-                &self.deployments,
-                DEPLOYMENTS_BUCKET,
-                key.clone(),
-                self.replicated,
-            )
-            .await?
+            let Some((mut record, revision)) = self
+                .read::<DeploymentRecord>(&self.deployments, DEPLOYMENTS_BUCKET, key.clone())
+                .await?
             else {
                 return Ok(None);
             };
@@ -527,13 +530,8 @@ impl Store {
         tenant: &TenantId,
         id: &DeploymentId,
     ) -> Result<Option<(DeploymentRecord, u64)>, StoreError> {
-        get(
-            &self.deployments,
-            DEPLOYMENTS_BUCKET,
-            key2(tenant, id),
-            self.replicated,
-        )
-        .await
+        self.read(&self.deployments, DEPLOYMENTS_BUCKET, key2(tenant, id))
+            .await
     }
 
     /// Every write to the deployments bucket from now on, in stream order: one watch

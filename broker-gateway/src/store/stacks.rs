@@ -20,7 +20,7 @@ use flue_proto::{Stack, StackId, StackState, StackStatus, TenantId, Unit, subjec
 use futures_util::StreamExt;
 use time::OffsetDateTime;
 
-use super::bucket::{encode, get, keys, purge_key};
+use super::bucket::{encode, keys, purge_key};
 use super::{Listing, STACK_UNITS_BUCKET, STACKS_BUCKET, Store, StoreError, key2};
 
 mod units;
@@ -106,14 +106,13 @@ impl Store {
     }
 
     async fn head_by_key(&self, key: String) -> Result<Option<Stack>, StoreError> {
-        Ok(
-            get::<Stack>(&self.stacks, STACKS_BUCKET, key, self.replicated)
-                .await?
-                .map(|(mut stack, revision)| {
-                    stack.revision = revision;
-                    stack
-                }),
-        )
+        Ok(self
+            .read::<Stack>(&self.stacks, STACKS_BUCKET, key)
+            .await?
+            .map(|(mut stack, revision)| {
+                stack.revision = revision;
+                stack
+            }))
     }
 
     /// Up to `limit` heads of `tenant`'s stacks after id `after` (from the first when

@@ -98,8 +98,9 @@ async fn an_operation_whose_worker_dies_on_every_delivery_ends_failed_saying_so(
     let (log, gate) = (flue.path("hooks.log"), flue.path("gate"));
     let op = accepted(&flue.gateway, "doomed", &gated_body(&log, &gate)).await;
 
-    // The gateway is killed as soon as its worker holds the operation; started again,
-    // it takes the operation over once the lease runs out.
+    // The gateway is killed once its worker has started the first unit, then at every
+    // takeover as soon as its worker holds the operation; started again, it takes the
+    // operation over once the lease runs out.
     let current = &mut flue.gateway;
     let mut taken = 0;
     let failed = loop {
@@ -111,6 +112,15 @@ async fn an_operation_whose_worker_dies_on_every_delivery_ends_failed_saying_so(
         .await;
         if seen.state == OperationState::Failed {
             break seen;
+        }
+        if taken == 0 {
+            // The first holder is let run until the first unit's (gated) hook has started,
+            // so that every takeover after it finds a unit running that it must not run
+            // again; a kill before that point would leave nothing to run twice.
+            wait_until("the first unit's hook started", WAIT, || {
+                (file_lines(&log) == ["start first"]).then_some(())
+            })
+            .await;
         }
         taken = seen.attempts;
         assert!(
