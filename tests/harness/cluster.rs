@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tempfile::TempDir;
 
-use crate::{Flue, Gateway, Nats, WAIT, free_port};
+use crate::{Flue, Gateway, Nats, WAIT, free_ports};
 
 /// The nodes of a running cluster, the first one inside [`Flue`] (agents connect to it
 /// and learn the others from the cluster's INFO), and the gateway state directory.
@@ -37,7 +37,10 @@ impl Cluster {
         let state_dir = state.path().join("gateway");
         let state_arg = state_dir.display().to_string();
         crate::admin(&["init", "--state-dir", &state_arg]).await;
-        let ports: Vec<(u16, u16)> = (0..nodes).map(|_| (free_port(), free_port())).collect();
+        let ports: Vec<(u16, u16)> = free_ports(nodes * 2)
+            .chunks(2)
+            .map(|pair| (pair[0], pair[1]))
+            .collect();
         let out = state.path().join("cluster");
         let mut args: Vec<String> = vec![
             "cluster-config".into(),

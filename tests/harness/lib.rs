@@ -76,10 +76,19 @@ pub fn repo_root() -> PathBuf {
 
 /// A free TCP port on 127.0.0.1 (bound then released).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
+    free_ports(1)[0]
+}
+
+/// `n` distinct free TCP ports on 127.0.0.1: all bound at once, then released. Ports taken
+/// one [`free_port`] at a time can repeat (the kernel may hand the one just released out
+/// again), which gave a cluster node the same client and route port.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("bound address").port())
+        .collect()
 }
 
 /// Writes an executable file (a hook or a script).
