@@ -357,11 +357,7 @@ async fn measure(setup: &Setup, n: usize) -> Run {
                 .iter()
                 .filter(|d| d.status != DeploymentStatus::Complete)
                 .count();
-        let mut latencies: Vec<f64> = done
-            .iter()
-            .map(|d| (d.updated_at - d.created_at).as_seconds_f64() * 1000.0)
-            .collect();
-        latencies.sort_by(f64::total_cmp);
+        let latencies = stored_ms(&done);
         // Where the time goes: accepted → the agent had it (its clock: same machine), and the
         // agent finished → the gateway stored it.
         let mut to_agent: Vec<f64> = done
@@ -576,11 +572,7 @@ async fn stack_group(flue: &Flue, servers: &[flue_proto::ServerId]) -> report::S
         .iter()
         .filter(|d| d.status == DeploymentStatus::Complete)
         .count();
-    let mut latencies: Vec<f64> = members
-        .iter()
-        .map(|d| (d.updated_at - d.created_at).as_seconds_f64() * 1000.0)
-        .collect();
-    latencies.sort_by(f64::total_cmp);
+    let latencies = stored_ms(&members);
     figures.member_ms = [
         pct(&latencies, 50),
         pct(&latencies, 99),
@@ -666,4 +658,14 @@ fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
+}
+
+/// Each deployment's accepted → result stored (the gateway's own clock), in ms, sorted.
+fn stored_ms(deployments: &[Deployment]) -> Vec<f64> {
+    let mut ms: Vec<f64> = deployments
+        .iter()
+        .map(|d| (d.updated_at - d.created_at).as_seconds_f64() * 1000.0)
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    ms
 }
