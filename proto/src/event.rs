@@ -131,11 +131,17 @@ pub enum EventType {
     StackOperationCompleted,
     /// `io.flue.stack.operation_failed`: a stack operation ended FAILED.
     StackOperationFailed,
+    /// `io.flue.stack.abandoned`: the stack was taken out of Flue (`flue stack abandon`)
+    /// without running anything; its servers keep what they run.
+    StackAbandoned,
+    /// `io.flue.stack.adopted`: the stack was recreated from an abandoned record
+    /// (`flue stack adopt`) without running anything.
+    StackAdopted,
 }
 
 impl EventType {
     /// Every type, in documentation order.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 21] = [
         Self::ServerRegistered,
         Self::ServerDeregistered,
         Self::ServerOnline,
@@ -155,6 +161,8 @@ impl EventType {
         Self::StackOperationProgress,
         Self::StackOperationCompleted,
         Self::StackOperationFailed,
+        Self::StackAbandoned,
+        Self::StackAdopted,
     ];
 
     /// What the event is about.
@@ -177,7 +185,9 @@ impl EventType {
             Self::StackOperationStarted
             | Self::StackOperationProgress
             | Self::StackOperationCompleted
-            | Self::StackOperationFailed => EventKind::Stack,
+            | Self::StackOperationFailed
+            | Self::StackAbandoned
+            | Self::StackAdopted => EventKind::Stack,
         }
     }
 
@@ -203,6 +213,8 @@ impl EventType {
             Self::StackOperationProgress => "operation_progress",
             Self::StackOperationCompleted => "operation_completed",
             Self::StackOperationFailed => "operation_failed",
+            Self::StackAbandoned => "abandoned",
+            Self::StackAdopted => "adopted",
         }
     }
 
@@ -221,7 +233,7 @@ impl fmt::Display for EventType {
 /// An unknown event type name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown event type {0:?} (known: server.registered, server.deregistered, server.online, server.offline, server.request_rejected, server.answer_rejected, group.member_joined, group.member_left, deployment.queued, deployment.delivered, deployment.started, deployment.progress, deployment.completed, deployment.failed, deployment.timed_out, stack.operation_started, stack.operation_progress, stack.operation_completed, stack.operation_failed)"
+    "unknown event type {0:?} (known: server.registered, server.deregistered, server.online, server.offline, server.request_rejected, server.answer_rejected, group.member_joined, group.member_left, deployment.queued, deployment.delivered, deployment.started, deployment.progress, deployment.completed, deployment.failed, deployment.timed_out, stack.operation_started, stack.operation_progress, stack.operation_completed, stack.operation_failed, stack.abandoned, stack.adopted)"
 )]
 pub struct UnknownEventType(pub String);
 

@@ -36,6 +36,7 @@ pub mod seal;
 pub mod server;
 pub mod signing;
 pub mod stack;
+pub mod stack_export;
 pub mod subject;
 pub mod tenant;
 pub mod webhook;

@@ -15,6 +15,7 @@ pub mod poll;
 pub mod servers;
 pub mod stacks;
 pub mod tenants;
+pub mod transfer;
 pub mod webhooks;
 
 use std::time::Duration;
@@ -139,6 +140,9 @@ pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Ro
         )
         .route("/v1/stacks/{id}/operations/{op}", get(operations::get))
         .route("/v1/stacks/{id}/units", get(stacks::units))
+        .route("/v1/stacks/{id}/export", get(transfer::export))
+        .route("/v1/stacks/{id}/abandon", post(transfer::abandon))
+        .route("/v1/stacks/{id}/adopt", post(transfer::adopt))
         .route_layer(middleware::from_fn_with_state(
             link.clone(),
             guard::require_broker,

@@ -32,6 +32,9 @@ pub fn allowed(method: &Method, path: &str) -> &'static [Role] {
         ("PUT" | "DELETE", ["v1", "stacks", _]) => ENGINE,
         // A PaaS layer may run stacks with an admin token, as an engine may.
         ("POST", ["v1", "stacks", _, "operations"]) => ENGINE_OR_ADMIN,
+        // An export holds hidden values (sealed): not for viewers.
+        ("GET", ["v1", "stacks", _, "export"])
+        | ("POST", ["v1", "stacks", _, "abandon" | "adopt"]) => ENGINE_OR_ADMIN,
         ("GET", ["v1", "events"]) | ("POST", ["v1", "events", "tickets"]) => EVENT_READERS,
         (_, ["v1", "webhooks", ..]) => LISTENER,
         (_, ["v1", ..]) if get => READERS,
@@ -64,6 +67,21 @@ mod tests {
             (
                 Method::POST,
                 "/v1/stacks/s/operations",
+                &[Role::Admin, Role::Engine],
+            ),
+            (
+                Method::GET,
+                "/v1/stacks/s/export",
+                &[Role::Admin, Role::Engine],
+            ),
+            (
+                Method::POST,
+                "/v1/stacks/s/abandon",
+                &[Role::Admin, Role::Engine],
+            ),
+            (
+                Method::POST,
+                "/v1/stacks/s/adopt",
                 &[Role::Admin, Role::Engine],
             ),
             (

@@ -102,7 +102,7 @@ pub(super) async fn get<T: DeserializeOwned>(
 }
 
 /// Whether a KV stream message is a delete or purge marker (its `KV-Operation` header).
-fn removed(headers: &async_nats::HeaderMap) -> bool {
+pub(super) fn removed(headers: &async_nats::HeaderMap) -> bool {
     headers
         .get("KV-Operation")
         .is_some_and(|op| matches!(op.as_str(), "DEL" | "PURGE"))

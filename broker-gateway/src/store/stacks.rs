@@ -406,3 +406,83 @@ impl Store {
         }
     }
 }
+
+impl Store {
+    /// Every key of stack `id`'s data space (the part after `<tenant>.<stack>.`) and its
+    /// value: the subjects the stream holds under the stack's filter, then the last
+    /// message of each, removed keys left out. Costs one request per key.
+    pub async fn stack_data(
+        &self,
+        tenant: &TenantId,
+        id: &StackId,
+    ) -> Result<BTreeMap<String, bytes::Bytes>, StoreError> {
+        let filter = format!(
+            "{}{}",
+            self.data.prefix,
+            subject::data_stack_filter(tenant, id)
+        );
+        let list_error = |source: super::error::BoxError| StoreError::List {
+            bucket: subject::DATA_BUCKET,
+            source,
+        };
+        let mut subjects = self
+            .data
+            .stream
+            .info_with_subjects(&filter)
+            .await
+            .map_err(|e| list_error(e.into()))?;
+        let mut names = Vec::new();
+        while let Some(item) = subjects.next().await {
+            let (subject, _) = item.map_err(|e| list_error(e.into()))?;
+            names.push(subject);
+        }
+        let inside = format!("{}{tenant}.{id}.", self.data.prefix);
+        let mut data = BTreeMap::new();
+        for subject in names {
+            let Some(key) = subject.strip_prefix(&inside) else {
+                continue;
+            };
+            let message = match self.data.stream.get_last_raw_message_by_subject(&subject).await {
+                Ok(message) => message,
+                Err(e)
+                    if e.kind()
+                        == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
+                {
+                    continue;
+                }
+                Err(e) => {
+                    return Err(StoreError::Read {
+                        bucket: subject::DATA_BUCKET,
+                        key: subject.clone(),
+                        source: e.into(),
+                    });
+                }
+            };
+            if super::bucket::removed(&message.headers) {
+                continue;
+            }
+            data.insert(key.to_owned(), message.payload);
+        }
+        Ok(data)
+    }
+
+    /// Writes `key` of stack `id`'s data space (adopting a stack).
+    pub async fn put_stack_data(
+        &self,
+        tenant: &TenantId,
+        id: &StackId,
+        key: &str,
+        value: bytes::Bytes,
+    ) -> Result<(), StoreError> {
+        let full = subject::data_key(tenant, id, key);
+        self.data
+            .put(&full, value)
+            .await
+            .map(drop)
+            .map_err(|e| StoreError::Write {
+                bucket: subject::DATA_BUCKET,
+                key: full,
+                source: e.into(),
+            })
+    }
+}

@@ -221,6 +221,29 @@ pub enum StackCommand {
         #[arg(long, hide = true, conflicts_with = "local")]
         submit: bool,
     },
+    /// Take a stack out of Flue without running any hook: write its whole record
+    /// (units, their deployments and configs, outputs, data space; hidden values stay
+    /// sealed) to a file (mode 0600, synced), then forget the stack. Its servers keep
+    /// running what they run. Refused while an operation runs on it.
+    Abandon {
+        /// Stack name.
+        name: StackId,
+        /// Where to write the record (default: NAME.stack.json in the current directory).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Overwrite the file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Recreate a stack from the record `flue stack abandon` wrote, without running
+    /// anything; update, delete and the other operations then work as before.
+    Adopt {
+        /// Stack name (the one the record was abandoned under).
+        name: StackId,
+        /// The record.
+        #[arg(long = "from", value_name = "FILE")]
+        from: PathBuf,
+    },
     /// Show a stack: status, units, outputs, recent actions.
     Show {
         /// Stack name.

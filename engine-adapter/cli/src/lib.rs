@@ -9,6 +9,7 @@ mod mapping;
 mod render;
 mod stack;
 mod submit;
+mod transfer;
 mod validate;
 mod watch;
 

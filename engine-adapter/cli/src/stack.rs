@@ -113,6 +113,14 @@ pub async fn run(
             Ok(Outcome::Success)
         }
         StackCommand::Validate(args) => super::validate::run(&args, out),
+        StackCommand::Abandon {
+            name,
+            out: file,
+            force,
+        } => super::transfer::abandon(client, &name, file, force, out).await,
+        StackCommand::Adopt { name, from } => {
+            super::transfer::adopt(client, &name, &from, out).await
+        }
         StackCommand::Operations { name, limit, json } => {
             let ops = client.list_operations_up_to(&name, limit as usize).await?;
             let text = if json {

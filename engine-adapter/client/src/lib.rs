@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flue_proto::operation::{StackOperation, SubmitOperation};
+use flue_proto::stack_export::{AbandonStack, StackExport};
 use flue_proto::{
     Config, ConfigId, ConfigSpec, CreateDeployment, CreateTenant, Deployment, DeploymentId,
     DeploymentStatus, ErrorBody, NEXT_CURSOR_HEADER, PutStack, RegisterServer, Registration,
@@ -437,6 +438,38 @@ impl Client {
         cursor: Option<&str>,
     ) -> Result<Page<StackOperation>, ClientError> {
         self.get_page(&format!("v1/stacks/{id}/operations?"), limit, cursor)
+            .await
+    }
+
+    /// `GET /v1/stacks/{id}/export`: the stack's whole record, the configs and
+    /// deployments its units name and its data space (hidden values sealed).
+    pub async fn export_stack(&self, id: &StackId) -> Result<StackExport, ClientError> {
+        self.get(&format!("v1/stacks/{id}/export")).await
+    }
+
+    /// `POST /v1/stacks/{id}/abandon`: forgets the stack without running anything, if it
+    /// is still at `expected_revision`.
+    pub async fn abandon_stack(
+        &self,
+        id: &StackId,
+        expected_revision: u64,
+    ) -> Result<(), ClientError> {
+        let url = self.url(&format!("v1/stacks/{id}/abandon"))?;
+        let request = self
+            .request(Method::POST, url.clone())
+            .json(&AbandonStack { expected_revision })
+            .timeout(REQUEST_TIMEOUT);
+        self.send_bytes(request, &url).await.map(drop)
+    }
+
+    /// `POST /v1/stacks/{id}/adopt`: recreates the stack from an export without running
+    /// anything; returns it as stored.
+    pub async fn adopt_stack(
+        &self,
+        id: &StackId,
+        export: &StackExport,
+    ) -> Result<Stack, ClientError> {
+        self.send_json(Method::POST, &format!("v1/stacks/{id}/adopt"), export)
             .await
     }
 

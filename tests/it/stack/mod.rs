@@ -9,6 +9,7 @@ mod heat;
 mod hot;
 mod lifecycle;
 mod templates;
+mod transfer;
 mod update;
 
 use std::path::Path;
