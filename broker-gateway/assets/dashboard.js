@@ -1,6 +1,9 @@
-// Flue dashboard: servers with presence, deployments with state and live output, and the
-// event feed. It reads GET /v1/servers and GET /v1/deployments once, then follows the
-// gateway's Server-Sent Events (GET /v1/events) to stay current without a reload.
+// Flue dashboard: servers with presence, deployments with state, detail and live output,
+// the event feed, and a stacks view (status, outputs, units, operation history). It reads
+// GET /v1/servers and GET /v1/deployments once, then follows the gateway's Server-Sent
+// Events (GET /v1/events) to stay current without a reload. Deployments and the feed are
+// filtered (server, stack, status, event type; progress events hidden unless asked for)
+// and paged; every time is shown with its time zone.
 //
 // Every text that comes from the gateway goes into the page as a text node (textContent,
 // append of a string): nothing here parses HTML.
@@ -38,6 +41,14 @@
   const TYPE_PREFIX = 'io.flue.';
   /** sessionStorage key of the API token. */
   const TOKEN_KEY = 'flue-token';
+  /** Deployments per page of the table. */
+  const PAGE_SIZE = 25;
+  /** Stacks per page (one API page each). */
+  const STACK_PAGE_SIZE = 20;
+  /** Operations shown per stack (the newest). */
+  const STACK_OPERATIONS = 20;
+  /** The value the API shows in place of a hidden one. */
+  const HIDDEN = '<hidden>';
 
   const servers = new Map(); // server id → entry
   const deployments = new Map(); // deployment id → entry
@@ -61,6 +72,8 @@
     for (const child of children) {
       if (child !== undefined && child !== null) node.append(child);
     }
+    // An id may be cut by its column (it never wraps): the whole of it on hover.
+    if (node.classList.contains('id') && attrs && attrs.text && !node.title) node.title = attrs.text;
     return node;
   }
 
@@ -69,15 +82,47 @@
     return Number.isNaN(ms) ? null : ms;
   }
 
-  /** `14:03:27` today, `2024-05-01 14:03` on another day. */
+  const pad = (n) => String(n).padStart(2, '0');
+
+  /** The browser's zone's short name at `d` (`UTC`, `CET`, `GMT+1`). */
+  function zoneName(d) {
+    try {
+      const part = new Intl.DateTimeFormat(undefined, { timeZoneName: 'short' })
+        .formatToParts(d).find((p) => p.type === 'timeZoneName');
+      if (part) return part.value;
+    } catch (_) {
+      // No Intl: the offset says it.
+    }
+    return offset(d);
+  }
+
+  /** `UTC+01:00`. */
+  function offset(d) {
+    const m = -d.getTimezoneOffset();
+    const a = Math.abs(m);
+    return `UTC${m < 0 ? '-' : '+'}${pad(Math.floor(a / 60))}:${pad(a % 60)}`;
+  }
+
+  /** `14:03:27 UTC` today, `2024-05-01 14:03 UTC` on another day: always with its zone. */
   function when(iso) {
     const ms = parseTime(iso);
     if (ms === null) return '–';
     const d = new Date(ms);
-    const pad = (n) => String(n).padStart(2, '0');
     const hms = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
-    if (d.toDateString() === new Date().toDateString()) return hms;
-    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${hms.slice(0, 5)}`;
+    if (d.toDateString() === new Date().toDateString()) return `${hms} ${zoneName(d)}`;
+    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${hms.slice(0, 5)} ${zoneName(d)}`;
+  }
+
+  /** `1.2 s`, `3 min 4 s` between two times, or '–'. */
+  function duration(fromIso, toIso) {
+    const a = parseTime(fromIso);
+    const b = parseTime(toIso);
+    if (a === null || b === null || b < a) return '–';
+    const ms = b - a;
+    if (ms < 1000) return `${ms} ms`;
+    if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+    const total = Math.round(ms / 1000);
+    return `${Math.floor(total / 60)} min ${total % 60} s`;
   }
 
   function setTime(node, iso) {
@@ -273,12 +318,13 @@
     const row = el('tr', { class: 'summary', 'data-deployment-id': d.id, tabindex: 0, 'aria-expanded': 'false' },
       ...Object.values(cells));
     const output = el('pre', { class: 'output', 'data-output-for': d.id });
+    const detail = el('div', { class: 'deployment-detail', 'data-detail-for': d.id });
     const outputRow = el('tr', { class: 'output-row', hidden: '' },
-      el('td', { colspan: 5 }, output));
-    const group = el('tbody', { class: 'deployment' }, row, outputRow);
+      el('td', { colspan: 5 }, detail, output));
+    const group = el('tbody', { class: 'deployment', 'data-deployment-group': d.id }, row, outputRow);
     const entry = {
       id: d.id, data: {}, rank: -1, created: parseTime(d.created_at) ?? Date.now(),
-      group, row, outputRow, output, cells,
+      group, row, outputRow, output, detail, cells,
       // Live output: seen from the start, in full, or to be replaced by the final result.
       outputMode: 'live', liveFromStart: false, lastProgress: -1, liveLines: 0, liveGaps: false,
       userToggled: false,
@@ -295,6 +341,7 @@
     placeDeployment(entry);
     trimDeployments();
     $('deployments-empty').hidden = true;
+    scheduleView();
     return entry;
   }
 
@@ -331,6 +378,7 @@
 
   function setOpen(entry, open) {
     entry.outputRow.hidden = !open;
+    if (open) renderDetail(entry);
     entry.row.setAttribute('aria-expanded', String(open));
     entry.row.classList.toggle('open', open);
     // A finished deployment's result is read when its output is shown, not before.
@@ -372,6 +420,8 @@
       }
     }
     renderIdentity(entry);
+    if (!entry.outputRow.hidden) renderDetail(entry);
+    scheduleView();
     if (rank < entry.rank || (rank === 2 && entry.rank === 2 && origin === 'event')) {
       if (origin === 'record' && rank === 2) finishOutput(entry, d);
       return entry;
@@ -403,6 +453,125 @@
       what ? el('span', { class: 'sub', text: what }) : '',
       stack ? el('span', { class: 'sub', text: stack }) : '');
     if (d.server_id) entry.cells.server.textContent = d.server_id;
+  }
+
+  /** A value as text: strings as they are, the rest as JSON; a hidden one masked. */
+  function valueNode(value) {
+    if (value === HIDDEN) return el('span', { class: 'masked', title: 'hidden: never shown', text: '•••••• hidden' });
+    const text = typeof value === 'string' ? value : JSON.stringify(value);
+    return el('span', { class: 'value', text });
+  }
+
+  /** A two-column table of `values` (name → value), or a note when there are none. */
+  function valuesTable(values, cls, none) {
+    const names = Object.keys(values || {}).sort();
+    if (names.length === 0) return el('p', { class: 'sub none', text: none });
+    return el('table', { class: `kv ${cls}` }, el('tbody', {},
+      ...names.map((n) => el('tr', { 'data-name': n },
+        el('th', { text: n }), el('td', {}, valueNode(values[n]))))));
+  }
+
+  /** Inputs (hidden ones masked), outputs, timings and exit code of an opened deployment. */
+  function renderDetail(entry) {
+    const d = entry.data;
+    const times = [
+      ['Created', when(d.created_at)],
+      ['Delivered', when(d.delivered_at)],
+      ['Started', when(d.started_at)],
+      ['Finished', when(d.finished_at)],
+      ['Duration', d.started_at ? duration(d.started_at, d.finished_at) : duration(d.created_at, d.finished_at)],
+      ['Exit code', d.deploy_status_code != null ? String(d.deploy_status_code) : '–'],
+    ];
+    entry.detail.replaceChildren(
+      el('dl', { class: 'timings' }, ...times.flatMap(([k, v]) => [
+        el('dt', { text: k }), el('dd', { 'data-timing': k.toLowerCase().replace(' ', '-'), text: v })])),
+      el('div', { class: 'io' },
+        el('div', {}, el('h4', { text: 'Inputs' }), valuesTable(d.input_values, 'inputs', 'No inputs.')),
+        el('div', {}, el('h4', { text: 'Outputs' }), valuesTable(d.outputs, 'outputs',
+          RANK[d.status] === 2 ? 'No outputs.' : 'Not finished yet.')))
+    );
+  }
+
+  // ---------- filters and pages ----------
+
+  let page = 0; // 0: the newest deployments
+  let viewTimer = null;
+
+  /** Applies filters and the page soon (once for many changes). */
+  function scheduleView() {
+    if (viewTimer === null) viewTimer = setTimeout(applyView, 0);
+  }
+
+  function filters() {
+    return {
+      server: $('filter-server').value,
+      stack: $('filter-stack').value,
+      status: $('filter-status').value,
+    };
+  }
+
+  function matches(entry, f) {
+    const d = entry.data;
+    return (!f.server || d.server_id === f.server)
+      && (!f.stack || d.stack_id === f.stack)
+      && (!f.status || d.status === f.status);
+  }
+
+  /** Keeps a select's options equal to `values` (sorted), its choice kept. */
+  function setOptions(select, values) {
+    const wanted = ['', ...[...values].sort()];
+    const have = [...select.options].map((o) => o.value);
+    if (wanted.length === have.length && wanted.every((v, i) => v === have[i])) return;
+    const chosen = select.value;
+    select.replaceChildren(...wanted.map((v) => el('option', { value: v, text: v || 'all' })));
+    select.value = wanted.includes(chosen) ? chosen : '';
+  }
+
+  /** Shows the deployments that match the filters, one page of them, newest first. */
+  function applyView() {
+    viewTimer = null;
+    const serverIds = new Set(servers.keys());
+    const stackIds = new Set(knownStacks);
+    for (const e of deployments.values()) {
+      if (e.data.server_id) serverIds.add(e.data.server_id);
+      if (e.data.stack_id) stackIds.add(e.data.stack_id);
+    }
+    setOptions($('filter-server'), serverIds);
+    setOptions($('filter-stack'), stackIds);
+    const f = filters();
+    const groups = [...$('deployments').tBodies].filter((g) => g.classList.contains('deployment'));
+    const shown = groups.filter((g) => {
+      const entry = deployments.get(g.dataset.deploymentGroup);
+      return entry && matches(entry, f);
+    });
+    const pages = Math.max(1, Math.ceil(shown.length / PAGE_SIZE));
+    if (page >= pages) page = pages - 1;
+    const first = page * PAGE_SIZE;
+    const onPage = new Set(shown.slice(first, first + PAGE_SIZE));
+    for (const g of groups) g.hidden = !onPage.has(g);
+    $('page-info').textContent = shown.length === 0
+      ? 'none match'
+      : `${first + 1}–${Math.min(first + PAGE_SIZE, shown.length)} of ${shown.length}`;
+    $('page-prev').disabled = page === 0;
+    $('page-next').disabled = page >= pages - 1;
+    $('deployments-pager').dataset.page = String(page + 1);
+    $('deployments-pager').dataset.pages = String(pages);
+    applyFeedFilter();
+  }
+
+  /** Hides the feed's events the filters leave out (progress unless asked for). */
+  function applyFeedFilter() {
+    for (const item of $('feed').children) item.hidden = !feedShows(item);
+  }
+
+  function feedShows(item) {
+    const f = filters();
+    const type = $('filter-type').value;
+    if (item.dataset.type === 'deployment.progress' && !$('show-progress').checked) return false;
+    if (type && item.dataset.kind !== type) return false;
+    if (f.server && item.dataset.server !== f.server) return false;
+    if (f.stack && item.dataset.stack !== f.stack) return false;
+    return true;
   }
 
   function recordDetail(d) {
@@ -493,6 +662,7 @@
     const [kind, name] = short.split('.');
     const data = ev.data || {};
     addToFeed(ev, short, kind, data, seq);
+    if ((kind === 'stack' || kind === 'group') && data.stack_id) stackChanged(data.stack_id);
     if (kind === 'server') onServerEvent(name, ev, data);
     else if (kind === 'deployment' && name === 'progress') onProgress(ev, data);
     else if (kind === 'deployment' && DEPLOYMENT_STATE[name]) {
@@ -542,7 +712,11 @@
     const subject = ev.deployment || ev.stack || ev.server || ev.subject || '';
     const time = el('time', { class: 'clock', datetime: ev.time });
     setTime(time, ev.time);
-    const item = el('li', { class: 'event', 'data-kind': kind, 'data-type': short, 'data-seq': seq || undefined },
+    const item = el('li', {
+      class: 'event', 'data-kind': kind, 'data-type': short, 'data-seq': seq || undefined,
+      'data-server': data.server_id || ev.server || undefined,
+      'data-stack': data.stack_id || ev.stack || undefined,
+    },
       time,
       el('span', { class: 'type', text: short }),
       el('span', { class: 'subject', text: subject }),
@@ -558,11 +732,132 @@
         entry.row.focus();
       });
     }
+    item.hidden = !feedShows(item);
     const feed = $('feed');
     feed.insertBefore(item, feed.firstChild);
     while (feed.childElementCount > MAX_FEED) feed.lastElementChild.remove();
     $('feed-empty').hidden = true;
     $('events-count').textContent = String(feed.childElementCount);
+  }
+
+  // ---------- stacks ----------
+
+  const knownStacks = new Set(); // stack ids seen, for the stack filter
+  let stackCursors = [null]; // cursor of each stacks page read so far (page 1: none)
+  let stackPage = 0;
+  let openStack = null; // the stack whose detail is shown
+  let stacksTimer = null;
+
+  function stackStatus(status) {
+    return status ? `${status.action}_${status.status}` : '–';
+  }
+
+  function badge(state) {
+    return el('span', { class: 'badge', 'data-state': state.replace(/^[A-Z]+_(?=IN_PROGRESS|COMPLETE|FAILED)/, ''), text: state });
+  }
+
+  /** A stack event: its list and, if open, its detail are read again soon. */
+  function stackChanged(id) {
+    const known = knownStacks.has(id);
+    knownStacks.add(id);
+    if (!known) scheduleView();
+    if ($('stacks-view').hidden) return;
+    if (stacksTimer !== null) clearTimeout(stacksTimer);
+    stacksTimer = setTimeout(() => {
+      stacksTimer = null;
+      loadStacks();
+      if (openStack) showStack(openStack);
+    }, 300);
+  }
+
+  /** Reads the current page of stacks (GET /v1/stacks, one API page). */
+  async function loadStacks() {
+    try {
+      const cursor = stackCursors[stackPage];
+      const path = `/v1/stacks?limit=${STACK_PAGE_SIZE}` + (cursor ? `&cursor=${encodeURIComponent(cursor)}` : '');
+      const answer = await getPage(path);
+      stackCursors = stackCursors.slice(0, stackPage + 1);
+      if (answer.next) stackCursors.push(answer.next);
+      const body = $('stacks').tBodies[0];
+      body.replaceChildren(...answer.body.map((st) => {
+        knownStacks.add(st.id);
+        const row = el('tr', { class: 'summary', 'data-stack-id': st.id, tabindex: 0 },
+          el('td', {}, el('span', { class: 'label id', text: st.id })),
+          el('td', {}, badge(stackStatus(st.status))),
+          el('td', { class: 'time' }),
+          el('td', { class: 'time' }));
+        setTime(row.cells[2], st.created_at);
+        setTime(row.cells[3], st.updated_at);
+        if (st.id === openStack) row.classList.add('open');
+        const open = () => showStack(st.id);
+        row.addEventListener('click', open);
+        row.addEventListener('keydown', (e) => { if (e.key === 'Enter') open(); });
+        return row;
+      }));
+      $('stacks-empty').hidden = answer.body.length > 0 || stackPage > 0;
+      $('stacks-page-info').textContent = `page ${stackPage + 1}`;
+      $('stacks-prev').disabled = stackPage === 0;
+      $('stacks-next').disabled = !answer.next;
+      $('stacks-count').textContent = String(knownStacks.size);
+      document.body.dataset.stacksLoaded = 'true';
+      scheduleView();
+    } catch (e) {
+      showBanner(`Cannot read stacks: ${e.message}`);
+    }
+  }
+
+  /** The detail of stack `id`: status, outputs, units and its operations, newest first. */
+  async function showStack(id) {
+    openStack = id;
+    for (const row of $('stacks').tBodies[0].rows) row.classList.toggle('open', row.dataset.stackId === id);
+    try {
+      const path = `/v1/stacks/${encodeURIComponent(id)}`;
+      const [st, ops] = await Promise.all([
+        getJson(path),
+        getPage(`${path}/operations?limit=${STACK_OPERATIONS}`).then((p) => p.body),
+      ]);
+      if (openStack !== id) return;
+      $('stack-title').replaceChildren('Stack ', el('span', { class: 'id', text: st.id }));
+      $('stack-status').replaceChildren(badge(stackStatus(st.status)));
+      $('stack-reason').textContent = st.status && st.status.reason ? st.status.reason : '';
+      const outputs = (st.state && st.state.outputs) || {};
+      $('stack-outputs').replaceChildren(valuesTable(outputs, 'stack-outputs', 'No outputs.'));
+      const units = Object.entries((st.state && st.state.units) || {}).sort(([a], [b]) => a.localeCompare(b));
+      $('stack-units').tBodies[0].replaceChildren(...units.map(([key, u]) => el('tr', { 'data-unit': key },
+        el('td', {}, el('span', { class: 'id', text: key })),
+        el('td', {}, el('span', { class: 'id', text: u.server_id })),
+        el('td', {}, badge(`${u.action}_${u.status}`), u.status_reason ? el('span', { class: 'sub', text: u.status_reason }) : ''),
+        el('td', {}, el('span', { class: 'id', text: u.last || u.current || '–' })))));
+      $('stack-operations').tBodies[0].replaceChildren(...ops.map((op) => {
+        const row = el('tr', { 'data-operation': op.id },
+          el('td', {}, el('span', { class: 'label', text: op.operation }), el('span', { class: 'sub id', text: op.id })),
+          el('td', {}, el('span', { class: 'badge', 'data-state': op.state === 'succeeded' ? 'COMPLETE' : op.state === 'failed' ? 'FAILED' : 'IN_PROGRESS', text: op.state })),
+          el('td', { class: 'time' }), el('td', { class: 'time' }),
+          el('td', { class: 'detail', text: op.reason || '' }));
+        setTime(row.cells[2], op.submitted_at);
+        setTime(row.cells[3], op.finished_at);
+        return row;
+      }));
+      $('operations-empty').hidden = ops.length > 0;
+      $('stack-body').hidden = false;
+      document.body.dataset.stackShown = id;
+    } catch (e) {
+      showBanner(`Cannot read stack ${id}: ${e.message}`);
+    }
+  }
+
+  /** Overview (servers, deployments, events) or stacks. */
+  function showView(name) {
+    for (const b of document.querySelectorAll('nav.views button')) {
+      b.setAttribute('aria-pressed', String(b.dataset.view === name));
+    }
+    $('main').hidden = name !== 'overview';
+    $('stacks-view').hidden = name !== 'stacks';
+    document.body.dataset.view = name;
+    if (name === 'stacks') {
+      loadStacks();
+      if (openStack) showStack(openStack);
+    }
   }
 
   // ---------- header: stats, connection, banner ----------
@@ -670,6 +965,7 @@
     error.textContent = why || '';
     error.hidden = !why;
     $('main').hidden = true;
+    $('stacks-view').hidden = true;
     $('login').hidden = false;
     document.body.dataset.auth = 'login';
     $('login-token').focus();
@@ -690,7 +986,7 @@
       return;
     }
     $('login').hidden = true;
-    $('main').hidden = false;
+    showView(document.body.dataset.view || 'overview');
     document.body.dataset.auth = 'ok';
     refreshStats();
     connect();
@@ -699,6 +995,23 @@
 
   function start() {
     $('banner').querySelector('.dismiss').addEventListener('click', () => { $('banner').hidden = true; });
+    const now = new Date();
+    const zone = (Intl.DateTimeFormat().resolvedOptions().timeZone) || zoneName(now);
+    $('timezone').textContent = `Times in ${zone} (${offset(now)})`;
+    for (const id of ['filter-server', 'filter-stack', 'filter-status']) {
+      $(id).addEventListener('change', () => { page = 0; applyView(); });
+    }
+    $('filter-type').addEventListener('change', applyFeedFilter);
+    $('show-progress').addEventListener('change', applyFeedFilter);
+    $('page-prev').addEventListener('click', () => { if (page > 0) { page -= 1; applyView(); } });
+    $('page-next').addEventListener('click', () => { page += 1; applyView(); });
+    $('stacks-prev').addEventListener('click', () => { if (stackPage > 0) { stackPage -= 1; loadStacks(); } });
+    $('stacks-next').addEventListener('click', () => {
+      if (stackCursors[stackPage + 1]) { stackPage += 1; loadStacks(); }
+    });
+    for (const b of document.querySelectorAll('nav.views button')) {
+      b.addEventListener('click', () => showView(b.dataset.view));
+    }
     $('login').addEventListener('submit', (e) => {
       e.preventDefault();
       const token = $('login-token').value.trim();

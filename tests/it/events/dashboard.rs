@@ -246,7 +246,7 @@ async fn dashboard_shows_a_new_deployment_complete_live_and_is_not_blank() {
 }
 
 /// A blank page is one colour; the dashboard has a dark bar, panels, badges and text.
-fn check_not_blank(png: &[u8]) {
+pub(crate) fn check_not_blank(png: &[u8]) {
     let mut decoder = png::Decoder::new(std::io::Cursor::new(png));
     decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
     let mut reader = decoder.read_info().expect("a PNG");
