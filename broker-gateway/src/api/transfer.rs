@@ -363,6 +363,10 @@ async fn take(service: &Service, id: &StackId, export: StackExport) -> Result<St
         })
         .collect::<Result<_, _>>()?;
 
+    let in_record: (BTreeSet<DeploymentId>, BTreeSet<ConfigId>) = (
+        deployments.keys().cloned().collect(),
+        configs.keys().cloned().collect(),
+    );
     // Configs: hidden defaults opened from their envelope; one already here must be the same.
     let mut new_configs = Vec::new();
     for (cid, mut config) in configs {
@@ -464,6 +468,26 @@ async fn take(service: &Service, id: &StackId, export: StackExport) -> Result<St
                 agent_jwt: None,
                 polled: false,
             }),
+        }
+    }
+    // What the units and deployments name must be in the record or here already: an
+    // update or delete reads them.
+    let (named_deployments, mut named_configs) = named_by(&stack);
+    named_configs.extend(new_records.iter().map(|r| r.deployment.config_id.clone()));
+    for did in named_deployments.difference(&in_record.0) {
+        if service.store.deployment(tenant, did).await?.is_none() {
+            return Err(ApiError::InvalidInput(format!(
+                "deployments: {:?}, named by the stack's units, is neither in the record nor here",
+                did.as_str()
+            )));
+        }
+    }
+    for cid in named_configs.difference(&in_record.1) {
+        if service.store.config(tenant, cid).await?.is_none() {
+            return Err(ApiError::InvalidInput(format!(
+                "configs: {:?}, named by the stack, is neither in the record nor here",
+                cid.as_str()
+            )));
         }
     }
     for record in &new_records {

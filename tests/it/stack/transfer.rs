@@ -186,6 +186,19 @@ async fn an_abandoned_record_is_refused_where_it_does_not_belong() {
         theirs.to_string().contains("belongs to another tenant"),
         "{theirs}"
     );
+    // Without the deployments its units name (and that acme does not have): refused too.
+    let mut bare = export.clone();
+    bare.deployments.clear();
+    let refused = acme_as(Role::Admin)
+        .adopt_stack(&shop, &bare)
+        .await
+        .expect_err("units naming deployments nowhere");
+    assert!(
+        refused
+            .to_string()
+            .contains("neither in the record nor here"),
+        "{refused}"
+    );
     let missing = acme_as(Role::Engine)
         .get_stack(&shop)
         .await
