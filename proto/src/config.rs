@@ -18,6 +18,17 @@ pub const LIFECYCLE_ACTIONS: [&str; 5] = [
     Action::DELETE,
 ];
 
+/// The action of a convergence check (`flue stack check`): it runs the config's `CHECK`
+/// hook, which exits 0 when what the config applied is still in place and non-zero when
+/// it drifted. A config without a `CHECK` hook is never run with it (the action is
+/// refused), so a check never runs a config's main body.
+pub const CHECK_ACTION: &str = "CHECK";
+
+/// The keys [`ConfigSpec::hooks`] takes: the lifecycle actions and [`CHECK_ACTION`].
+pub fn is_hook_key(key: &str) -> bool {
+    LIFECYCLE_ACTIONS.contains(&key) || key == CHECK_ACTION
+}
+
 /// An ad-hoc action declared on a config (for example `backup`), run on demand.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -171,9 +182,13 @@ pub struct Config {
 
 impl Config {
     /// True when a deployment of this config may run `action`: every lifecycle action,
-    /// and the ad-hoc actions the config declares.
+    /// the ad-hoc actions the config declares, and [`CHECK_ACTION`] when it has a `CHECK`
+    /// hook.
     pub fn allows(&self, action: &Action) -> bool {
-        LIFECYCLE_ACTIONS.contains(&action.as_str()) || self.actions.contains_key(action.as_str())
+        let a = action.as_str();
+        LIFECYCLE_ACTIONS.contains(&a)
+            || self.actions.contains_key(a)
+            || (a == CHECK_ACTION && self.hooks.contains_key(CHECK_ACTION))
     }
 
     /// The body the hook gets for `action`: the dedicated hook or ad-hoc body when the
@@ -214,7 +229,9 @@ pub enum ConfigError {
     #[error("options must be a JSON object")]
     OptionsNotObject,
     /// A `hooks` key that is not a lifecycle action.
-    #[error("hooks key {0:?} is not a lifecycle action (CREATE, UPDATE, SUSPEND, RESUME, DELETE)")]
+    #[error(
+        "hooks key {0:?} is not a lifecycle action (CREATE, UPDATE, SUSPEND, RESUME, DELETE) or CHECK"
+    )]
     BadHookAction(String),
     /// An ad-hoc action name that is a lifecycle action or not a valid action name.
     #[error("ad-hoc action {name:?} {reason}")]
@@ -258,16 +275,12 @@ impl ConfigSpec {
         }
         check_names("input", self.inputs.iter().map(|i| i.name.as_str()))?;
         check_names("output", self.outputs.iter().map(|o| o.name.as_str()))?;
-        if let Some(bad) = self
-            .hooks
-            .keys()
-            .find(|k| !LIFECYCLE_ACTIONS.contains(&k.as_str()))
-        {
+        if let Some(bad) = self.hooks.keys().find(|k| !is_hook_key(k)) {
             return Err(ConfigError::BadHookAction(bad.clone()));
         }
         for name in self.actions.keys() {
-            let reason = if LIFECYCLE_ACTIONS.contains(&name.as_str()) {
-                Some("is a lifecycle action; give its body in `hooks`".to_owned())
+            let reason = if is_hook_key(name) {
+                Some("is a lifecycle action or CHECK; give its body in `hooks`".to_owned())
             } else {
                 Action::new(name.as_str()).err().map(|e| e.to_string())
             };

@@ -42,7 +42,8 @@ pub mod tenant;
 pub mod webhook;
 
 pub use config::{
-    AdhocAction, Config, ConfigError, ConfigSpec, InputDecl, LIFECYCLE_ACTIONS, OutputDecl,
+    AdhocAction, CHECK_ACTION, Config, ConfigError, ConfigSpec, InputDecl, LIFECYCLE_ACTIONS,
+    OutputDecl,
 };
 pub use deployment::{
     Action, AgentMessage, CreateDeployment, Deployment, DeploymentRequest, DeploymentResult,

@@ -284,6 +284,12 @@ fn check_action(config: &Config, action: &Action) -> Result<(), AcceptError> {
     if config.allows(action) {
         return Ok(());
     }
+    if action.as_str() == flue_proto::CHECK_ACTION {
+        return Err(AcceptError::Invalid(format!(
+            "config {:?} has no CHECK hook, so it cannot be checked (a check never runs the config's main body)",
+            config.id.as_str()
+        )));
+    }
     let declared = if config.actions.is_empty() {
         "it declares no ad-hoc actions".to_owned()
     } else {

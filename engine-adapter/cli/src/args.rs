@@ -221,6 +221,20 @@ pub enum StackCommand {
         #[arg(long, hide = true, conflicts_with = "local")]
         submit: bool,
     },
+    /// Ask each unit's server whether what it last applied is still in place: runs the
+    /// `CHECK` hook of each unit whose config declares one (exit 0: in place; non-zero:
+    /// drifted, with its output) and reports per unit, changing nothing. Exit 0 when
+    /// nothing drifted, 1 otherwise.
+    Check {
+        /// Stack name.
+        name: StackId,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// How long to wait for every check, in seconds.
+        #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        timeout_secs: u64,
+    },
     /// Take a stack out of Flue without running any hook: write its whole record
     /// (units, their deployments and configs, outputs, data space; hidden values stay
     /// sealed) to a file (mode 0600, synced), then forget the stack. Its servers keep

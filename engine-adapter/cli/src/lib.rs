@@ -2,6 +2,7 @@
 //! the commands, and how their results and errors are shown.
 
 mod args;
+mod check;
 mod creds;
 mod events;
 mod inputs;

@@ -118,6 +118,11 @@ pub async fn run(
             out: file,
             force,
         } => super::transfer::abandon(client, &name, file, force, out).await,
+        StackCommand::Check {
+            name,
+            json,
+            timeout_secs,
+        } => super::check::run(client, &name, json, timeout_secs, out).await,
         StackCommand::Adopt { name, from } => {
             super::transfer::adopt(client, &name, &from, out).await
         }

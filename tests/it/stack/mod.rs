@@ -3,6 +3,7 @@
 //! broker, gateway and agents: the examples, ordering, updates, lifecycle, groups,
 //! failures, interruption and bad templates.
 
+mod check;
 mod examples;
 mod failure;
 mod heat;

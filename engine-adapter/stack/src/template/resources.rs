@@ -282,14 +282,11 @@ fn check_config_props(
                 "must be a map of lifecycle action to hook body",
             ));
         };
-        if let Some(bad) = hooks
-            .keys()
-            .find(|k| !LIFECYCLE_ACTIONS.contains(&k.as_str()))
-        {
+        if let Some(bad) = hooks.keys().find(|k| !flue_proto::config::is_hook_key(k)) {
             return Err(TemplateError::new(
                 format!("{}.{bad}", at("hooks")),
                 format!(
-                    "not a lifecycle action; use one of {}",
+                    "not a lifecycle action; use one of {} or CHECK",
                     LIFECYCLE_ACTIONS.join(", ")
                 ),
             ));
@@ -361,10 +358,10 @@ fn check_adhoc_actions(actions: &Value, path: &str) -> Result<(), TemplateError>
     };
     for (name, def) in actions {
         let action_path = format!("{path}.{name}");
-        if LIFECYCLE_ACTIONS.contains(&name.as_str()) {
+        if flue_proto::config::is_hook_key(name) {
             return Err(TemplateError::new(
                 action_path,
-                "is a lifecycle action; give its body in `hooks`",
+                "is a lifecycle action or CHECK; give its body in `hooks`",
             ));
         }
         if let Err(e) = flue_proto::Action::new(name.as_str()) {

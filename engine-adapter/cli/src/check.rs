@@ -1,0 +1,185 @@
+//! `flue stack check NAME`: asks each unit's server whether what the unit last applied
+//! is still in place, changing nothing.
+//!
+//! For each unit that completed a deployment (its baseline) and whose config declares a
+//! `CHECK` hook, a deployment with action `CHECK` runs that hook with the baseline's
+//! inputs (hidden ones handed on by the gateway) on the unit's server: COMPLETE means in
+//! place, FAILED drifted (its reason and output say how). A config without a `CHECK`
+//! hook is not checked (the gateway refuses the action for it, so a check never runs a
+//! config's main body); a unit that never completed a deployment is reported missing.
+//! Each check is a recorded deployment of the stack, with its lifecycle events.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use flue_client::Client;
+use flue_proto::{
+    Action, CHECK_ACTION, Config, ConfigId, CreateDeployment, DeploymentStatus, OpStatus, StackId,
+};
+use serde::Serialize;
+
+use super::{CliError, Outcome};
+
+/// How much of a drifted check's output the table quotes.
+const OUTPUT_TAIL_BYTES: usize = 300;
+
+/// One unit's answer.
+#[derive(Debug, Clone, Serialize)]
+struct UnitCheck {
+    unit: String,
+    server_id: String,
+    /// `in_place`, `drifted`, `missing`, `not_checked`.
+    result: &'static str,
+    detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deployment_id: Option<String>,
+}
+
+/// Runs the checks and prints one line per unit (or JSON).
+pub async fn run(
+    client: &Client,
+    name: &StackId,
+    json: bool,
+    timeout_secs: u64,
+    out: &mut impl Write,
+) -> Result<Outcome, CliError> {
+    let stack = client.get_stack(name).await?;
+    if stack.status.status == OpStatus::InProgress {
+        return Err(CliError::Usage(format!(
+            "stack {name} is {}: check it once that operation ended",
+            stack.status
+        )));
+    }
+    let mut configs: BTreeMap<ConfigId, Config> = BTreeMap::new();
+    let mut checks = Vec::new();
+    let mut results = Vec::new();
+    let check = Action::new(CHECK_ACTION).map_err(|e| CliError::Usage(e.to_string()))?;
+    for (key, unit) in &stack.state.units {
+        let base = UnitCheck {
+            unit: key.clone(),
+            server_id: unit.server_id.to_string(),
+            result: "missing",
+            detail: String::new(),
+            deployment_id: None,
+        };
+        let (Some(baseline), Some(config_id)) = (&unit.baseline, &unit.baseline_config) else {
+            results.push(UnitCheck {
+                detail: format!("never applied ({} {})", unit.action, unit.status),
+                ..base
+            });
+            continue;
+        };
+        if !configs.contains_key(config_id) {
+            configs.insert(config_id.clone(), client.get_config(config_id).await?);
+        }
+        if !configs[config_id].hooks.contains_key(CHECK_ACTION) {
+            results.push(UnitCheck {
+                result: "not_checked",
+                detail: "its config declares no CHECK hook".to_owned(),
+                ..base
+            });
+            continue;
+        }
+        let created = client
+            .create_deployment(&CreateDeployment {
+                action: check.clone(),
+                name: Some(format!("check {key}")),
+                stack_id: Some(name.clone()),
+                resource_name: Some(unit.member.clone().unwrap_or(unit.resource.clone())),
+                inputs_from: Some(baseline.clone()),
+                ..CreateDeployment::new(config_id.clone(), unit.server_id.clone())
+            })
+            .await?;
+        checks.push((base, created.id));
+    }
+    // Every check is already on its way: waiting for them one after the other takes as
+    // long as the slowest.
+    let deadline = Instant::now() + Duration::from_secs(timeout_secs);
+    for (base, id) in checks {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let d = client.wait_until_terminal(&id, left, |_| {}).await?;
+        let (result, detail) = match d.status {
+            DeploymentStatus::Complete => ("in_place", "CHECK hook exited 0".to_owned()),
+            _ => ("drifted", drift_detail(&d)),
+        };
+        results.push(UnitCheck {
+            result,
+            detail,
+            deployment_id: Some(id.to_string()),
+            ..base
+        });
+    }
+    results.sort_by(|a, b| a.unit.cmp(&b.unit));
+    let text = if json {
+        let mut t = serde_json::to_string_pretty(&results)
+            .map_err(|e| CliError::Usage(format!("cannot encode: {e}")))?;
+        t.push('\n');
+        t
+    } else {
+        table(name, &results)
+    };
+    out.write_all(text.as_bytes())?;
+    let drift = results
+        .iter()
+        .any(|r| matches!(r.result, "drifted" | "missing"));
+    Ok(if drift {
+        Outcome::Failed
+    } else {
+        Outcome::Success
+    })
+}
+
+/// Why a check failed, with the end of what the hook printed.
+fn drift_detail(d: &flue_proto::Deployment) -> String {
+    let mut detail = d
+        .status_reason
+        .clone()
+        .unwrap_or_else(|| "CHECK hook failed".to_owned());
+    let printed = format!("{}{}", d.deploy_stdout, d.deploy_stderr);
+    let printed = printed.trim();
+    if !printed.is_empty() {
+        let mut start = printed.len().saturating_sub(OUTPUT_TAIL_BYTES);
+        while !printed.is_char_boundary(start) {
+            start += 1;
+        }
+        detail.push_str(": ");
+        detail.push_str(&printed[start..].replace('\n', " | "));
+    }
+    detail
+}
+
+fn table(name: &StackId, results: &[UnitCheck]) -> String {
+    let width = results
+        .iter()
+        .map(|r| r.unit.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let server = results
+        .iter()
+        .map(|r| r.server_id.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let mut t = format!("stack {name}: checked {} units\n", results.len());
+    t.push_str(&format!(
+        "{:width$}  {:server$}  {:11}  DETAIL\n",
+        "UNIT", "SERVER", "RESULT"
+    ));
+    for r in results {
+        t.push_str(&format!(
+            "{:width$}  {:server$}  {:11}  {}\n",
+            r.unit, r.server_id, r.result, r.detail
+        ));
+    }
+    let drifted = results
+        .iter()
+        .filter(|r| matches!(r.result, "drifted" | "missing"))
+        .count();
+    t.push_str(&match drifted {
+        0 => "nothing drifted\n".to_owned(),
+        n => format!("{n} unit(s) drifted or missing\n"),
+    });
+    t
+}

@@ -1,0 +1,123 @@
+//! `flue stack check`: each unit's `CHECK` hook runs with the inputs the unit last applied,
+//! on its server, and reports drift per unit without changing anything.
+
+use flue_proto::{Action, CreateDeployment};
+use serde_json::Value;
+
+use super::{cluster, create_stack, deployments, flue};
+
+const TEMPLATE: &str = r#"heat_template_version: 2018-08-31
+parameters:
+  dir: {type: string}
+  token: {type: string, hidden: true}
+resources:
+  checked:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      inputs: [{name: dir}, {name: token}]
+      config: |
+        #!/bin/sh
+        set -eu
+        echo "$token" > "$dir/marker"
+        echo applied
+      hooks:
+        CHECK: |
+          #!/bin/sh
+          # In place when the marker holds the token it was applied with.
+          if [ "$(cat "$dir/marker" 2>/dev/null)" = "$token" ]; then echo "marker in place"; exit 0; fi
+          echo "marker missing or changed in $dir" >&2
+          exit 4
+  plain:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      config: |
+        #!/bin/sh
+        echo plain
+  a: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: checked}, server: s1, input_values: {dir: {get_param: dir}, token: {get_param: token}}}}
+  b: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: plain}, server: s2}}
+"#;
+
+#[tokio::test]
+async fn check_reports_drift_per_unit_from_the_check_hooks_and_changes_nothing() {
+    let (env, _agents) = cluster(&["s1", "s2"]).await;
+    let dir = env.path("a-dir");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let t = env.path("t.yaml");
+    std::fs::write(&t, TEMPLATE).expect("template");
+    let dir_param = format!("dir={}", dir.display());
+    let run = create_stack(
+        &env,
+        "chk",
+        &t.display().to_string(),
+        &[&dir_param, "token=s3cret-value"],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    let applied = |server: &str| {
+        let server = server.to_owned();
+        let env = &env;
+        async move {
+            deployments(env, &server)
+                .await
+                .iter()
+                .filter(|d| d.action.as_str() != "CHECK")
+                .count()
+        }
+    };
+    let before = (applied("s1").await, applied("s2").await);
+
+    // In place: a's CHECK hook passes (it got the hidden token); b has no CHECK hook.
+    let run = flue(&env, &["stack", "check", "chk", "--json"]).await;
+    assert_eq!(run.code, 0, "{run}");
+    let report: Value = serde_json::from_str(&run.stdout).expect("json");
+    assert_eq!(report[0]["unit"], "a", "{report}");
+    assert_eq!(report[0]["result"], "in_place", "{report}");
+    assert_eq!(report[1]["unit"], "b", "{report}");
+    assert_eq!(report[1]["result"], "not_checked", "{report}");
+
+    // Drift: the marker changed behind Flue's back. The check says so, with the hook's
+    // words, and puts nothing back.
+    std::fs::write(dir.join("marker"), "tampered\n").expect("tamper");
+    let run = flue(&env, &["stack", "check", "chk"]).await;
+    assert_eq!(run.code, 1, "{run}");
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("a "))
+        .unwrap_or_else(|| panic!("{run}"));
+    assert!(line.contains("drifted"), "{run}");
+    assert!(line.contains("marker missing or changed"), "{run}");
+    assert!(run.stdout.contains("1 unit(s) drifted"), "{run}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("marker")).expect("marker"),
+        "tampered\n",
+        "the check changed the server"
+    );
+    assert_eq!(
+        (applied("s1").await, applied("s2").await),
+        before,
+        "a check ran a lifecycle deployment"
+    );
+    let checks: Vec<_> = deployments(&env, "s1")
+        .await
+        .into_iter()
+        .filter(|d| d.action.as_str() == "CHECK")
+        .collect();
+    assert_eq!(checks.len(), 2, "one recorded deployment per check");
+    assert_eq!(checks[1].input_values["token"], "<hidden>");
+
+    // A config without a CHECK hook is never run with the CHECK action.
+    let b = deployments(&env, "s2").await.remove(0);
+    let refused = env
+        .client()
+        .create_deployment(&CreateDeployment {
+            action: Action::new("CHECK").expect("action"),
+            ..CreateDeployment::new(b.config_id.clone(), b.server_id.clone())
+        })
+        .await
+        .expect_err("no CHECK hook");
+    assert!(
+        refused.to_string().contains("has no CHECK hook"),
+        "{refused}"
+    );
+}
