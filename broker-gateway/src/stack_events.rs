@@ -326,6 +326,7 @@ mod tests {
                     driver: None,
                     seen_at: None,
                     fingerprint: None,
+                    units: Vec::new(),
                 }),
                 units: units
                     .iter()

@@ -48,6 +48,9 @@ pub enum OperationKind {
     Resume,
     /// `flue stack action`: an ad-hoc action on one resource (`resource`, `action`).
     Action,
+    /// `flue stack converge`: re-applies `units` (those a check found drifted or missing)
+    /// with what each last applied, dependencies first.
+    Converge,
 }
 
 impl OperationKind {
@@ -60,6 +63,7 @@ impl OperationKind {
             Self::Suspend => StackAction::Suspend,
             Self::Resume => StackAction::Resume,
             Self::Action => StackAction::Action,
+            Self::Converge => StackAction::Converge,
         }
     }
 
@@ -78,6 +82,7 @@ impl fmt::Display for OperationKind {
             Self::Suspend => "suspend",
             Self::Resume => "resume",
             Self::Action => "action",
+            Self::Converge => "converge",
         })
     }
 }
@@ -118,6 +123,9 @@ pub struct SubmitOperation {
     /// `--force`: take over from an unfinished operation of another kind.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub force: bool,
+    /// For `converge`: the units to re-apply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<String>,
 }
 
 impl fmt::Debug for SubmitOperation {
@@ -133,6 +141,7 @@ impl fmt::Debug for SubmitOperation {
             .field("resource", &self.resource)
             .field("action", &self.action)
             .field("force", &self.force)
+            .field("units", &self.units)
             .finish()
     }
 }
@@ -151,6 +160,7 @@ impl SubmitOperation {
             resource: None,
             action: None,
             force: false,
+            units: Vec::new(),
         }
     }
 

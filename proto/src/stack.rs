@@ -33,6 +33,8 @@ pub enum StackAction {
     Resume,
     /// An ad-hoc action on one resource.
     Action,
+    /// Re-applying the units a check found drifted or missing (`flue stack converge`).
+    Converge,
 }
 
 impl fmt::Display for StackAction {
@@ -44,6 +46,7 @@ impl fmt::Display for StackAction {
             Self::Suspend => "SUSPEND",
             Self::Resume => "RESUME",
             Self::Action => "ACTION",
+            Self::Converge => "CONVERGE",
         })
     }
 }
@@ -297,6 +300,9 @@ pub struct Operation {
     /// a resume with other ones is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
+    /// For a converge: the units it re-applies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<String>,
 }
 
 /// One deployment unit: what runs one config on one server across the stack's life.

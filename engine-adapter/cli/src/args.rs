@@ -235,6 +235,20 @@ pub enum StackCommand {
         #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
         timeout_secs: u64,
     },
+    /// Check the stack (as `flue stack check`), then re-apply the drifted and missing
+    /// units, each with the config and inputs it last applied, dependencies first:
+    /// submitted to the gateway's engine workers and followed. Exit 0 when nothing needed
+    /// it or the converge completed.
+    Converge {
+        /// Stack name.
+        name: StackId,
+        /// How long to wait for every check, in seconds.
+        #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        timeout_secs: u64,
+        /// Take over from another operation still marked in progress.
+        #[arg(long)]
+        force: bool,
+    },
     /// Take a stack out of Flue without running any hook: write its whole record
     /// (units, their deployments and configs, outputs, data space; hidden values stay
     /// sealed) to a file (mode 0600, synced), then forget the stack. Its servers keep

@@ -14,6 +14,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use flue_client::Client;
+use flue_proto::operation::{OperationKind, SubmitOperation};
 use flue_proto::{
     Action, CHECK_ACTION, Config, ConfigId, CreateDeployment, DeploymentStatus, OpStatus, StackId,
 };
@@ -44,6 +45,61 @@ pub async fn run(
     timeout_secs: u64,
     out: &mut impl Write,
 ) -> Result<Outcome, CliError> {
+    let results = check_units(client, name, timeout_secs).await?;
+    let text = if json {
+        let mut t = serde_json::to_string_pretty(&results)
+            .map_err(|e| CliError::Usage(format!("cannot encode: {e}")))?;
+        t.push('\n');
+        t
+    } else {
+        table(name, &results)
+    };
+    out.write_all(text.as_bytes())?;
+    Ok(if to_converge(&results).is_empty() {
+        Outcome::Success
+    } else {
+        Outcome::Failed
+    })
+}
+
+/// `flue stack converge NAME`: the check, then the drifted and missing units re-applied
+/// by the gateway's engine workers (dependencies first), followed.
+pub async fn converge(
+    client: &Client,
+    name: &StackId,
+    timeout_secs: u64,
+    force: bool,
+    out: &mut impl Write,
+) -> Result<Outcome, CliError> {
+    let results = check_units(client, name, timeout_secs).await?;
+    out.write_all(table(name, &results).as_bytes())?;
+    let units = to_converge(&results);
+    if units.is_empty() {
+        writeln!(out, "nothing to converge")?;
+        return Ok(Outcome::Success);
+    }
+    writeln!(out, "converging {}", units.join(", "))?;
+    let mut body = SubmitOperation::new(OperationKind::Converge);
+    body.units = units;
+    body.force = force;
+    super::submit::run(client, name, &body, super::submit::Ending::Nothing, out).await
+}
+
+/// The units a converge re-applies: drifted and missing ones.
+fn to_converge(results: &[UnitCheck]) -> Vec<String> {
+    results
+        .iter()
+        .filter(|r| matches!(r.result, "drifted" | "missing"))
+        .map(|r| r.unit.clone())
+        .collect()
+}
+
+/// Each unit's check, sorted by unit.
+async fn check_units(
+    client: &Client,
+    name: &StackId,
+    timeout_secs: u64,
+) -> Result<Vec<UnitCheck>, CliError> {
     let stack = client.get_stack(name).await?;
     if stack.status.status == OpStatus::InProgress {
         return Err(CliError::Usage(format!(
@@ -111,23 +167,7 @@ pub async fn run(
         });
     }
     results.sort_by(|a, b| a.unit.cmp(&b.unit));
-    let text = if json {
-        let mut t = serde_json::to_string_pretty(&results)
-            .map_err(|e| CliError::Usage(format!("cannot encode: {e}")))?;
-        t.push('\n');
-        t
-    } else {
-        table(name, &results)
-    };
-    out.write_all(text.as_bytes())?;
-    let drift = results
-        .iter()
-        .any(|r| matches!(r.result, "drifted" | "missing"));
-    Ok(if drift {
-        Outcome::Failed
-    } else {
-        Outcome::Success
-    })
+    Ok(results)
 }
 
 /// Why a check failed, with the end of what the hook printed.

@@ -123,6 +123,11 @@ pub async fn run(
             json,
             timeout_secs,
         } => super::check::run(client, &name, json, timeout_secs, out).await,
+        StackCommand::Converge {
+            name,
+            timeout_secs,
+            force,
+        } => super::check::converge(client, &name, timeout_secs, force, out).await,
         StackCommand::Adopt { name, from } => {
             super::transfer::adopt(client, &name, &from, out).await
         }

@@ -318,6 +318,33 @@ pub async fn action(
     d.finish(failures).await
 }
 
+/// `flue stack converge`: re-applies `units` (those a check found drifted or missing),
+/// each with the config and inputs it last applied, dependencies first; the other units
+/// are left alone. Resumed like any other operation.
+pub async fn converge(
+    client: &Client,
+    id: &StackId,
+    units: &[String],
+    opts: &Options,
+) -> Result<Stack, EngineError> {
+    let stack = client.get_stack(id).await.map_err(|e| not_found(e, id))?;
+    if units.is_empty() {
+        return Err(EngineError::Refused("no unit to converge".to_owned()));
+    }
+    if let Some(unknown) = units.iter().find(|u| !stack.state.units.contains_key(*u)) {
+        return Err(EngineError::Refused(format!(
+            "stack {id} has no unit {unknown:?}"
+        )));
+    }
+    let kind = OpKind::Converge {
+        units: units.to_vec(),
+    };
+    let mut d = Driver::begin(client, id, kind, None, opts).await?;
+    let steps = plan::converge_steps(&d.stack.state, units);
+    let failures = d.run(steps, None).await?;
+    d.finish(failures).await
+}
+
 /// Suspend or resume: the lifecycle action on every unit that runs for it.
 async fn lifecycle(
     client: &Client,

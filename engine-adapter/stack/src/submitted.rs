@@ -28,6 +28,8 @@ pub struct Prepared {
     pub action: Option<(String, Action)>,
     /// Take over from an unfinished operation of another kind.
     pub force: bool,
+    /// For a converge: the units to re-apply.
+    pub units: Vec<String>,
     /// Things Flue read but does not act on (ignored environment sections, …).
     pub notes: Vec<String>,
 }
@@ -104,6 +106,15 @@ pub fn prepare(
         refuse_unless(!body.servers.is_empty(), "servers")?;
         refuse_unless(!body.mapped.is_empty(), "mapped")?;
     }
+    let converging = body.operation == OperationKind::Converge;
+    if !converging {
+        refuse_unless(!body.units.is_empty(), "units")?;
+    } else if body.units.is_empty() {
+        return Err(TemplateError::new(
+            "units",
+            "required for a converge (the units to re-apply)",
+        ));
+    }
     let is_action = body.operation == OperationKind::Action;
     if !is_action {
         refuse_unless(body.resource.is_some(), "resource")?;
@@ -130,6 +141,7 @@ pub fn prepare(
         apply,
         action,
         force: body.force,
+        units: body.units.clone(),
         notes,
     })
 }
@@ -302,6 +314,9 @@ pub async fn run(
         (OperationKind::Delete, _, _) => driver::delete(client, stack, &opts).await,
         (OperationKind::Suspend, _, _) => driver::suspend(client, stack, &opts).await.map(Some),
         (OperationKind::Resume, _, _) => driver::resume(client, stack, &opts).await.map(Some),
+        (OperationKind::Converge, _, _) => driver::converge(client, stack, &prepared.units, &opts)
+            .await
+            .map(Some),
         (OperationKind::Action, _, Some((resource, name))) => {
             driver::action(client, stack, resource, name, &opts)
                 .await

@@ -1,4 +1,4 @@
-//! `flue stack check`: each unit's `CHECK` hook runs with the inputs the unit last applied,
+//! `flue stack check` and `flue stack converge`: each unit's `CHECK` hook runs with the inputs the unit last applied,
 //! on its server, and reports drift per unit without changing anything.
 
 use flue_proto::{Action, CreateDeployment};
@@ -14,18 +14,19 @@ resources:
   checked:
     type: OS::Heat::SoftwareConfig
     properties:
-      inputs: [{name: dir}, {name: token}]
+      inputs: [{name: dir}, {name: sub}, {name: token}]
       config: |
         #!/bin/sh
         set -eu
-        echo "$token" > "$dir/marker"
-        echo applied
+        mkdir -p "$dir/$sub"
+        echo "$token" > "$dir/$sub/marker"
+        echo "$deploy_action $deploy_resource_name" >> "$dir/order.log"
       hooks:
         CHECK: |
           #!/bin/sh
           # In place when the marker holds the token it was applied with.
-          if [ "$(cat "$dir/marker" 2>/dev/null)" = "$token" ]; then echo "marker in place"; exit 0; fi
-          echo "marker missing or changed in $dir" >&2
+          if [ "$(cat "$dir/$sub/marker" 2>/dev/null)" = "$token" ]; then echo "marker in place"; exit 0; fi
+          echo "marker missing or changed in $dir/$sub" >&2
           exit 4
   plain:
     type: OS::Heat::SoftwareConfig
@@ -33,12 +34,14 @@ resources:
       config: |
         #!/bin/sh
         echo plain
-  a: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: checked}, server: s1, input_values: {dir: {get_param: dir}, token: {get_param: token}}}}
+  a: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: checked}, server: s1, input_values: {dir: {get_param: dir}, sub: a, token: {get_param: token}}}}
   b: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: plain}, server: s2}}
+  c: {type: OS::Heat::SoftwareDeployment, depends_on: a, properties: {config: {get_resource: checked}, server: s2, input_values: {dir: {get_param: dir}, sub: c, token: {get_param: token}}}}
 "#;
 
 #[tokio::test]
-async fn check_reports_drift_per_unit_from_the_check_hooks_and_changes_nothing() {
+async fn check_reports_drift_per_unit_changing_nothing_and_converge_reapplies_it_dependencies_first()
+ {
     let (env, _agents) = cluster(&["s1", "s2"]).await;
     let dir = env.path("a-dir");
     std::fs::create_dir_all(&dir).expect("dir");
@@ -74,10 +77,11 @@ async fn check_reports_drift_per_unit_from_the_check_hooks_and_changes_nothing()
     assert_eq!(report[0]["result"], "in_place", "{report}");
     assert_eq!(report[1]["unit"], "b", "{report}");
     assert_eq!(report[1]["result"], "not_checked", "{report}");
+    assert_eq!(report[2]["result"], "in_place", "{report}");
 
     // Drift: the marker changed behind Flue's back. The check says so, with the hook's
     // words, and puts nothing back.
-    std::fs::write(dir.join("marker"), "tampered\n").expect("tamper");
+    std::fs::write(dir.join("a/marker"), "tampered\n").expect("tamper");
     let run = flue(&env, &["stack", "check", "chk"]).await;
     assert_eq!(run.code, 1, "{run}");
     let line = run
@@ -89,7 +93,7 @@ async fn check_reports_drift_per_unit_from_the_check_hooks_and_changes_nothing()
     assert!(line.contains("marker missing or changed"), "{run}");
     assert!(run.stdout.contains("1 unit(s) drifted"), "{run}");
     assert_eq!(
-        std::fs::read_to_string(dir.join("marker")).expect("marker"),
+        std::fs::read_to_string(dir.join("a/marker")).expect("marker"),
         "tampered\n",
         "the check changed the server"
     );
@@ -120,4 +124,29 @@ async fn check_reports_drift_per_unit_from_the_check_hooks_and_changes_nothing()
         refused.to_string().contains("has no CHECK hook"),
         "{refused}"
     );
+
+    // Converge: a and c drifted (c's marker is gone too); both re-applied with what they
+    // last applied (the hidden token too), a before c which depends on it; b untouched.
+    std::fs::remove_file(dir.join("c/marker")).expect("remove c's marker");
+    std::fs::write(dir.join("order.log"), "").expect("clear the log");
+    let run = flue(&env, &["stack", "converge", "chk"]).await;
+    assert_eq!(run.code, 0, "{run}");
+    assert!(run.stdout.contains("converging a, c"), "{run}");
+    assert_eq!(
+        super::lines(&dir.join("order.log")),
+        ["CREATE a", "CREATE c"]
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("a/marker")).expect("marker"),
+        "s3cret-value\n"
+    );
+    assert_eq!(applied("s2").await, before.1 + 1, "only c ran again on s2");
+    let show = super::stack(&env, "chk").await;
+    assert_eq!(show.status.to_string(), "CONVERGE_COMPLETE");
+    let run = flue(&env, &["stack", "check", "chk"]).await;
+    assert_eq!(run.code, 0, "{run}");
+    assert!(run.stdout.contains("nothing drifted"), "{run}");
+    let run = flue(&env, &["stack", "converge", "chk"]).await;
+    assert_eq!(run.code, 0, "{run}");
+    assert!(run.stdout.contains("nothing to converge"), "{run}");
 }

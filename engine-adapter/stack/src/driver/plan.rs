@@ -32,6 +32,11 @@ pub(super) enum OpKind {
         /// The deployment resource it runs on.
         resource: String,
     },
+    /// `flue stack converge`: `units` re-applied with what each last applied.
+    Converge {
+        /// The unit keys.
+        units: Vec<String>,
+    },
 }
 
 impl OpKind {
@@ -47,6 +52,10 @@ impl OpKind {
                 name: op.name.clone()?,
                 resource: op.resource.clone()?,
             },
+            StackAction::Converge if !op.units.is_empty() => OpKind::Converge {
+                units: op.units.clone(),
+            },
+            StackAction::Converge => return None,
         })
     }
 
@@ -59,6 +68,7 @@ impl OpKind {
             Self::Suspend => StackAction::Suspend,
             Self::Resume => StackAction::Resume,
             Self::Action { .. } => StackAction::Action,
+            Self::Converge { .. } => StackAction::Converge,
         }
     }
 
@@ -71,6 +81,8 @@ impl OpKind {
             Self::Suspend => Action::SUSPEND,
             Self::Resume => Action::RESUME,
             Self::Action { name, .. } => name,
+            // Each unit re-runs its own last action (see `converge_step`).
+            Self::Converge { .. } => Action::UPDATE,
         }
     }
 
@@ -89,6 +101,7 @@ impl OpKind {
                 Self::Action { name, resource } => {
                     op.name.as_deref() == Some(name) && op.resource.as_deref() == Some(resource)
                 }
+                Self::Converge { units } => &op.units == units,
                 _ => true,
             }
     }
@@ -267,6 +280,56 @@ pub(super) fn action_steps(state: &StackState, keys: &[String], name: &str) -> V
             kind: rerun_step(&state.units[key], name),
         })
         .collect()
+}
+
+/// The steps of a converge: each of `units` re-applied with what it last applied,
+/// dependencies first; the other units are left alone.
+pub(super) fn converge_steps(state: &StackState, units: &[String]) -> Vec<Step> {
+    state
+        .units
+        .iter()
+        .map(|(key, unit)| Step {
+            key: key.clone(),
+            after: unit
+                .depends_on
+                .iter()
+                .filter(|k| state.units.contains_key(*k))
+                .cloned()
+                .collect(),
+            batch: None,
+            kind: if units.contains(key) {
+                converge_step(unit)
+            } else {
+                StepKind::Skip
+            },
+        })
+        .collect()
+}
+
+/// A drifted or missing unit re-applied: its completed config and inputs with the action
+/// it last completed (UPDATE after an update, else CREATE); a unit that never completed
+/// is created again with what it last tried; one that never ran is left alone.
+pub(super) fn converge_step(unit: &Unit) -> StepKind {
+    let action = if unit.action == Action::UPDATE {
+        Action::UPDATE
+    } else {
+        Action::CREATE
+    };
+    match (
+        &unit.baseline,
+        &unit.baseline_config,
+        &unit.last,
+        &unit.last_config,
+    ) {
+        (Some(_), Some(_), _, _) => rerun_step(unit, action),
+        (_, _, Some(d), Some(c)) => StepKind::Reuse {
+            action: Action::CREATE.to_owned(),
+            config: c.clone(),
+            inputs_from: d.clone(),
+            removal: false,
+        },
+        _ => StepKind::Skip,
+    }
 }
 
 /// For each unit, the units that depend on it.

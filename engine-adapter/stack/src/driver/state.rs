@@ -70,6 +70,7 @@ impl<'c> Driver<'c> {
         let action = kind.stack_action();
         let (name, resource) = match &kind {
             OpKind::Action { name, resource } => (Some(name.clone()), Some(resource.clone())),
+            OpKind::Converge { .. } => (None, None),
             _ => (None, None),
         };
         let operation = || Operation {
@@ -82,6 +83,10 @@ impl<'c> Driver<'c> {
             driver: Some(me.clone()),
             seen_at: Some(OffsetDateTime::now_utc()),
             fingerprint: fingerprint.clone(),
+            units: match &kind {
+                OpKind::Converge { units } => units.clone(),
+                _ => Vec::new(),
+            },
         };
         let in_progress = StackStatus {
             action,
@@ -532,9 +537,9 @@ fn state_refusal(id: &StackId, kind: &OpKind, status: &StackStatus) -> Option<En
         OpKind::Resume if !suspended => refuse(format!(
             "stack {id} is not suspended ({status}); nothing to resume"
         )),
-        OpKind::Update | OpKind::Action { .. } if suspended => refuse(format!(
-            "stack {id} is suspended ({status}); resume it first: flue stack resume {id}"
-        )),
+        OpKind::Update | OpKind::Action { .. } | OpKind::Converge { .. } if suspended => refuse(
+            format!("stack {id} is suspended ({status}); resume it first: flue stack resume {id}"),
+        ),
         _ => None,
     }
 }
@@ -547,7 +552,7 @@ fn force_refusal(id: &StackId, kind: &OpKind, current: StackAction) -> Option<En
     let refused = match kind {
         OpKind::Create => current != StackAction::Create,
         OpKind::Resume => !suspending,
-        OpKind::Update | OpKind::Action { .. } => suspending,
+        OpKind::Update | OpKind::Action { .. } | OpKind::Converge { .. } => suspending,
         OpKind::Suspend | OpKind::Delete => false,
     };
     refused.then(|| {
