@@ -182,6 +182,9 @@ pub struct UserJwtClaims {
     pub subject: String,
     /// `iat`: when it was issued (unix seconds).
     pub issued_at: i64,
+    /// `exp`: when the broker stops accepting it (unix seconds); `None` when it never
+    /// expires (Flue mints agent users without one).
+    pub expires_at: Option<i64>,
 }
 
 /// The part of a user JWT's claims [`UserJwtClaims`] reads.
@@ -190,6 +193,8 @@ struct RawUserClaims {
     iss: String,
     sub: String,
     iat: i64,
+    #[serde(default)]
+    exp: Option<i64>,
     nats: RawNats,
 }
 
@@ -238,6 +243,7 @@ impl UserJwtClaims {
             issuer: claims.iss,
             subject: claims.sub,
             issued_at: claims.iat,
+            expires_at: claims.exp.filter(|&exp| exp > 0),
         })
     }
 }
