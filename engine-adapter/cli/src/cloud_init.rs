@@ -164,7 +164,7 @@ fn plan(args: &CloudInitArgs) -> Result<Plan<'_>, CliError> {
     })
 }
 
-/// An absolute path a unit file and an environment file can carry as it is.
+/// An absolute path a unit file, an environment file and `sh` all carry as it is.
 fn unit_path(path: &Path, flag: &str) -> Result<String, CliError> {
     let text = path
         .to_str()
@@ -174,12 +174,14 @@ fn unit_path(path: &Path, flag: &str) -> Result<String, CliError> {
             "{flag} {text:?}: give an absolute path"
         )));
     }
-    if text
+    // Written as they are into the unit, the environment file and the install commands:
+    // only characters none of the three reads specially.
+    if let Some(c) = text
         .chars()
-        .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\'' | '\\' | '%' | '$'))
+        .find(|&c| !(c.is_ascii_alphanumeric() || "/._-+@=,:".contains(c)))
     {
         return Err(CliError::Usage(format!(
-            "{flag} {text:?}: a path with spaces, quotes, '\\', '%' or '$' cannot be written into the unit as it is"
+            "{flag} {text:?}: {c:?} cannot be written into the unit and the install commands as it is (use letters, digits and / . _ - + @ = , :)"
         )));
     }
     // `/` stays `/`; `/etc/` is `/etc`.

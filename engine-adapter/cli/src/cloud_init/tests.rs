@@ -58,6 +58,14 @@ fn bad_flags_are_refused_naming_the_flag() {
     assert!(text.contains("--writable-path"), "{text}");
     let text = usage_error(&["--agent-url", "https://e.com/a", "--hook-dir", "/a b"]);
     assert!(text.contains("--hook-dir"), "{text}");
+    // Nothing the install commands' shell would read as more than a path.
+    let text = usage_error(&[
+        "--agent-url",
+        "https://e.com/a",
+        "--bin-dir",
+        "/opt/bin;reboot",
+    ]);
+    assert!(text.contains("--bin-dir"), "{text}");
     let text = usage_error(&[
         "--agent-url",
         "https://e.com/a",
