@@ -336,6 +336,46 @@ mod tests {
         ));
     }
 
+    /// A user JWT for `user` signed by `account`, with these extra claims.
+    fn user_jwt(account: &nkeys::KeyPair, user: &str, extra: serde_json::Value) -> String {
+        use data_encoding::BASE64URL_NOPAD;
+        let header = BASE64URL_NOPAD.encode(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+        let mut claims = serde_json::json!({
+            "iss": account.public_key(), "sub": user, "iat": 1_700_000_000,
+            "nats": {"type": "user", "version": 2},
+        });
+        if let (Some(claims), Some(extra)) = (claims.as_object_mut(), extra.as_object()) {
+            claims.extend(extra.clone());
+        }
+        let body = BASE64URL_NOPAD.encode(claims.to_string().as_bytes());
+        let signed = format!("{header}.{body}");
+        let signature = account.sign(signed.as_bytes()).expect("sign");
+        format!("{signed}.{}", BASE64URL_NOPAD.encode(&signature))
+    }
+
+    #[test]
+    fn a_user_jwts_expiry_is_read_and_none_means_it_never_expires() {
+        let account = nkeys::KeyPair::new_account();
+        let user = nkeys::KeyPair::new_user().public_key();
+        let jwt = user_jwt(&account, &user, serde_json::json!({"exp": 1_800_000_000}));
+        let claims = UserJwtClaims::verified(&jwt).expect("verifies");
+        assert_eq!(claims.expires_at, Some(1_800_000_000));
+        assert_eq!(
+            (claims.subject, claims.issued_at),
+            (user.clone(), 1_700_000_000)
+        );
+        let jwt = user_jwt(&account, &user, serde_json::json!({}));
+        assert_eq!(
+            UserJwtClaims::verified(&jwt).expect("verifies").expires_at,
+            None
+        );
+        // A tampered body no longer verifies.
+        let other = user_jwt(&account, &user, serde_json::json!({"exp": 1}));
+        let mut parts: Vec<&str> = jwt.split('.').collect();
+        parts[1] = other.split('.').nth(1).expect("body");
+        assert!(UserJwtClaims::verified(&parts.join(".")).is_err());
+    }
+
     #[test]
     fn debug_hides_the_seeds() {
         let shown = format!("{:?}", sample());
