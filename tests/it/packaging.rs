@@ -418,7 +418,8 @@ async fn cloud_init_needs_fresh_credentials_and_rotation_prints_new_ones() {
 }
 
 #[tokio::test]
-async fn doctor_names_a_wide_creds_file_a_closed_broker_port_and_a_missing_hook_dir() {
+async fn doctor_names_a_wide_creds_file_a_closed_broker_port_a_missing_hook_dir_and_an_unreachable_consumer()
+ {
     let flue_env = Flue::start().await;
     let creds = flue_env.creds("web4").await;
     std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o644)).expect("chmod");
@@ -445,15 +446,10 @@ async fn doctor_names_a_wide_creds_file_a_closed_broker_port_and_a_missing_hook_
     let out = run(&bin("flue-agent"), &args, &[]).await;
     let report = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{report}{}", text(&out.stderr));
-    let failed = |name: &str, needle: &str| {
-        report
-            .lines()
-            .any(|l| l.starts_with(&format!("FAIL {name}:")) && l.contains(needle))
-    };
-    assert!(failed("credentials", "mode 0644"), "{report}");
-    assert!(failed("credentials", "chmod 600"), "{report}");
-    assert!(failed("broker", &closed), "{report}");
-    assert!(failed("hook dir", "does not exist"), "{report}");
+    assert!(failed_in(&report, "credentials", "mode 0644"), "{report}");
+    assert!(failed_in(&report, "credentials", "chmod 600"), "{report}");
+    assert!(failed_in(&report, "broker", &closed), "{report}");
+    assert!(failed_in(&report, "hook dir", "does not exist"), "{report}");
     assert!(
         report
             .lines()
@@ -474,6 +470,52 @@ async fn doctor_names_a_wide_creds_file_a_closed_broker_port_and_a_missing_hook_
         "{report}"
     );
     assert!(failed_in(&report, "broker", "not tried"), "{report}");
+
+    // Good credentials and broker, but JetStream addressed through a domain nobody serves:
+    // connected, and only the request consumer fails.
+    std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let hooks = flue_env.path("hooks");
+    std::fs::create_dir_all(&hooks).expect("hook dir");
+    let (nats_url, creds) = (flue_env.nats.url(), creds.display().to_string());
+    let (hooks, scratch) = (
+        hooks.display().to_string(),
+        flue_env.dir.path().display().to_string(),
+    );
+    let out = run(
+        &bin("flue-agent"),
+        &[
+            "doctor",
+            "--server-id",
+            "web4",
+            "--creds",
+            &creds,
+            "--nats-url",
+            &nats_url,
+            "--hook-dir",
+            &hooks,
+            "--state-dir",
+            &scratch,
+            "--js-domain",
+            "nowhere",
+            "--timeout-secs",
+            "2",
+        ],
+        &[],
+    )
+    .await;
+    let report = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("ok") && l.contains("broker:")),
+        "{report}"
+    );
+    assert!(
+        failed_in(&report, "request consumer", "nowhere"),
+        "{report}"
+    );
+    assert_eq!(report.matches("FAIL").count(), 1, "{report}");
 }
 
 fn failed_in(report: &str, name: &str, needle: &str) -> bool {

@@ -247,7 +247,7 @@ fn env_file(registration: &Registration, plan: &Plan<'_>) -> Result<String, CliE
         .any(|c| matches!(c, '"' | '\'' | '\\' | ' ' | '\t' | '\r'))
     {
         return Err(CliError::Usage(
-            "the agent's broker URL (the gateway's --agent-nats-url) holds a space, quote or backslash, which an environment file cannot carry as it is".to_owned(),
+            "the agent's broker URL (the gateway's --agent-nats-url, else --nats-url) holds a space, quote or backslash, which an environment file cannot carry as it is; the credentials just minted were not shown: change that URL, then run `flue server rotate-credentials ID --cloud-init …`".to_owned(),
         ));
     }
     env.push_str(&format!(
