@@ -252,7 +252,7 @@ pub(super) fn guard() -> Check {
     let shown = path.display();
     match std::fs::metadata(&path) {
         Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => {
-            Check::pass(NAME, format!("{shown}"))
+            Check::pass(NAME, path.display().to_string())
         }
         Ok(_) => Check::fail(
             NAME,

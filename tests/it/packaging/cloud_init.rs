@@ -1,151 +1,16 @@
-//! Agent packaging: `flue server register --cloud-init` user data (its files start a real
-//! agent that deploys; its unit passes `systemd-analyze verify`, the whole passes
-//! `cloud-init schema`; its install script downloads, checks and installs), and
-//! `flue-agent doctor` (all ok on a good setup; each problem named).
+//! `--cloud-init` user data: what its files start, what systemd and cloud-init make of it,
+//! what its install commands do, and when it is printed at all.
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 
 use flue_proto::DeploymentStatus;
 use flue_proto::creds::AgentCredentials;
-use flue_tests::{Flue, Gateway, Logs, WAIT, bin, free_port, write_executable, write_secret};
-use serde::Deserialize;
+use flue_tests::{Flue, Logs, WAIT, bin, write_executable};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-/// The PATH systemd gives a service.
-const SYSTEMD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// A SHA-256 that no download has.
-const WRONG_SHA256: &str = "0000000000000000000000000000000000000000000000000000000000000000";
-
-/// The parts of cloud-config the user data uses.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct UserData {
-    write_files: Vec<WrittenFile>,
-    runcmd: Vec<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WrittenFile {
-    path: String,
-    owner: String,
-    permissions: String,
-    content: String,
-}
-
-impl UserData {
-    fn parse(text: &str) -> UserData {
-        assert!(text.starts_with("#cloud-config\n"), "{text}");
-        serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("user data is YAML: {e}\n{text}"))
-    }
-
-    fn file(&self, path: &str) -> &WrittenFile {
-        self.write_files
-            .iter()
-            .find(|f| f.path == path)
-            .unwrap_or_else(|| panic!("user data writes {path}: {self:?}"))
-    }
-}
-
-async fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let out = tokio::process::Command::new(program)
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    tokio::time::timeout(WAIT, out)
-        .await
-        .unwrap_or_else(|_| panic!("{} {args:?} finishes", program.display()))
-        .unwrap_or_else(|e| panic!("run {}: {e}", program.display()))
-}
-
-/// `flue --gateway URL ARGS…` with a token allowed to run them.
-async fn flue(gateway: &Gateway, args: &[&str]) -> Output {
-    let token = gateway.tokens().for_cli(args);
-    let mut all = vec!["--gateway", gateway.url()];
-    all.extend_from_slice(args);
-    run(&bin("flue"), &all, &[("FLUE_TOKEN", token)]).await
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Where the built binaries are: the unit's ExecStart must name a file that exists for
-/// `systemd-analyze verify`.
-fn bin_dir() -> String {
-    bin("flue-agent")
-        .parent()
-        .expect("target dir")
-        .display()
-        .to_string()
-}
-
-/// `flue server register SERVER --cloud-init …` (or rotate) succeeded: its user data.
-async fn user_data(flue_env: &Flue, args: &[&str]) -> (String, UserData) {
-    let out = flue(&flue_env.gateway, args).await;
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{args:?}: {stderr}");
-    assert!(
-        stderr.contains("a secret"),
-        "the secret is announced: {stderr}"
-    );
-    let stdout = text(&out.stdout);
-    let parsed = UserData::parse(&stdout);
-    (stdout, parsed)
-}
-
-/// The environment file's `NAME=value` lines.
-fn env_lines(content: &str) -> BTreeMap<String, String> {
-    content
-        .lines()
-        .map(|line| {
-            let (name, value) = line.split_once('=').expect("NAME=value");
-            (name.to_owned(), value.to_owned())
-        })
-        .collect()
-}
-
-/// The environment of the unit, with the credentials and state dir moved into `dir`
-/// (a test cannot write /etc/flue or /var/lib/flue-agent).
-fn unit_env(user_data: &UserData, dir: &Path) -> BTreeMap<String, String> {
-    let creds = user_data.file("/etc/flue/agent.creds");
-    assert_eq!(
-        (creds.owner.as_str(), creds.permissions.as_str()),
-        ("root:root", "0600")
-    );
-    let env_file = user_data.file("/etc/flue/agent.env");
-    assert_eq!(
-        env_file.permissions, "0600",
-        "the broker URL may hold a password"
-    );
-    let mut env = env_lines(&env_file.content);
-    assert_eq!(
-        env.get("FLUE_CREDS").map(String::as_str),
-        Some("/etc/flue/agent.creds")
-    );
-    assert_eq!(
-        env.get("FLUE_STATE_DIR").map(String::as_str),
-        Some("/var/lib/flue-agent")
-    );
-    let creds_path = dir.join("agent.creds");
-    write_secret(&creds_path, &creds.content);
-    env.insert("FLUE_CREDS".into(), creds_path.display().to_string());
-    env.insert(
-        "FLUE_STATE_DIR".into(),
-        dir.join("state").display().to_string(),
-    );
-    env
-}
-
-fn pairs(env: &BTreeMap<String, String>) -> Vec<(&str, &str)> {
-    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
-}
+use super::*;
 
 #[tokio::test]
 async fn cloud_init_files_start_an_agent_that_deploys_and_passes_doctor() {
@@ -312,20 +177,6 @@ async fn the_unit_passes_systemd_analyze_verify_and_the_user_data_cloud_init_sch
     );
 }
 
-/// The tool, or a failure saying what to install: a missing tool never passes silently.
-fn which(tool: &str, install: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-        .map(|dir| dir.join(tool))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "{tool} is not installed: install {install} (scripts/test.sh does when run as root)"
-            )
-        })
-}
-
 #[tokio::test]
 async fn cloud_init_needs_fresh_credentials_and_rotation_prints_new_ones() {
     let flue_env = Flue::start().await;
@@ -415,113 +266,6 @@ async fn cloud_init_needs_fresh_credentials_and_rotation_prints_new_ones() {
             .any(|l| l.starts_with("FAIL broker:") && l.contains("refused")),
         "{report}"
     );
-}
-
-#[tokio::test]
-async fn doctor_names_a_wide_creds_file_a_closed_broker_port_a_missing_hook_dir_and_an_unreachable_consumer()
- {
-    let flue_env = Flue::start().await;
-    let creds = flue_env.creds("web4").await;
-    std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-    let closed = format!("nats://127.0.0.1:{}", free_port());
-    let missing_hooks = flue_env.path("no-such-hooks");
-    let state = flue_env.path("state");
-    let args = [
-        "doctor",
-        "--server-id",
-        "web4",
-        "--creds",
-        &creds.display().to_string(),
-        "--nats-url",
-        &closed,
-        "--hook-dir",
-        &missing_hooks.display().to_string(),
-        "--state-dir",
-        &state.display().to_string(),
-        "--timeout-secs",
-        "2",
-    ]
-    .map(str::to_owned);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run(&bin("flue-agent"), &args, &[]).await;
-    let report = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{report}{}", text(&out.stderr));
-    assert!(failed_in(&report, "credentials", "mode 0644"), "{report}");
-    assert!(failed_in(&report, "credentials", "chmod 600"), "{report}");
-    assert!(failed_in(&report, "broker", &closed), "{report}");
-    assert!(failed_in(&report, "hook dir", "does not exist"), "{report}");
-    assert!(
-        report
-            .lines()
-            .any(|l| l.starts_with("ok") && l.contains("state dir:")),
-        "a state dir that can be made is fine: {report}"
-    );
-
-    // No credentials file at all: named, and the broker is not tried.
-    let gone = flue_env.path("gone.creds").display().to_string();
-    let mut args = args.clone();
-    let at = args.iter().position(|a| *a == "--creds").expect("flag") + 1;
-    args[at] = &gone;
-    let out = run(&bin("flue-agent"), &args, &[]).await;
-    let report = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{report}");
-    assert!(
-        failed_in(&report, "credentials", "does not exist"),
-        "{report}"
-    );
-    assert!(failed_in(&report, "broker", "not tried"), "{report}");
-
-    // Good credentials and broker, but JetStream addressed through a domain nobody serves:
-    // connected, and only the request consumer fails.
-    std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-    let hooks = flue_env.path("hooks");
-    std::fs::create_dir_all(&hooks).expect("hook dir");
-    let (nats_url, creds) = (flue_env.nats.url(), creds.display().to_string());
-    let (hooks, scratch) = (
-        hooks.display().to_string(),
-        flue_env.dir.path().display().to_string(),
-    );
-    let out = run(
-        &bin("flue-agent"),
-        &[
-            "doctor",
-            "--server-id",
-            "web4",
-            "--creds",
-            &creds,
-            "--nats-url",
-            &nats_url,
-            "--hook-dir",
-            &hooks,
-            "--state-dir",
-            &scratch,
-            "--js-domain",
-            "nowhere",
-            "--timeout-secs",
-            "2",
-        ],
-        &[],
-    )
-    .await;
-    let report = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{report}");
-    assert!(
-        report
-            .lines()
-            .any(|l| l.starts_with("ok") && l.contains("broker:")),
-        "{report}"
-    );
-    assert!(
-        failed_in(&report, "request consumer", "nowhere"),
-        "{report}"
-    );
-    assert_eq!(report.matches("FAIL").count(), 1, "{report}");
-}
-
-fn failed_in(report: &str, name: &str, needle: &str) -> bool {
-    report
-        .lines()
-        .any(|l| l.starts_with(&format!("FAIL {name}:")) && l.contains(needle))
 }
 
 /// Serves `body` over HTTP on loopback to every request, until dropped.
