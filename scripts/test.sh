@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # README command 2: runs every test against a real nats-server, gateway and agents.
 # Installs the pinned nats-server and nats-py into .venv/ if they are missing, and Debian's chromium
-# (for the dashboard test) and iproute2 (for the network-namespace tests) when they are missing and
-# this runs as root with apt-get.
+# (for the dashboard test), iproute2 (for the network-namespace tests) and cloud-init (for the
+# packaging tests) when they are missing and this runs as root with apt-get.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 FLUE_NATS_SERVER="$(bash scripts/ensure-nats.sh)"
@@ -64,6 +64,22 @@ if ! command -v ip >/dev/null 2>&1 || ! command -v ss >/dev/null 2>&1; then
     echo "warning: iproute2 is not installed, so the network-namespace tests will fail;" \
       "install it with \`sudo apt-get install iproute2\` and run the tests as root" >&2
   fi
+fi
+# The packaging tests (packaging::) check the agent's unit with `systemd-analyze verify` and
+# the `--cloud-init` user data with Debian's `cloud-init schema`; they fail saying so without them.
+if ! command -v cloud-init >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing cloud-init (for the packaging tests)" >&2
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cloud-init >&2
+  else
+    echo "warning: cloud-init is not installed, so the packaging tests will fail;" \
+      "install it with \`sudo apt-get install cloud-init\`" >&2
+  fi
+fi
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  echo "warning: systemd-analyze is not installed, so the packaging tests will fail;" \
+    "install it with \`sudo apt-get install systemd\`" >&2
 fi
 if [ "$(id -u)" != 0 ]; then
   echo "warning: not root, so the network-namespace tests (security::netns) will fail;" \

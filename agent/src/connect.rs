@@ -42,22 +42,8 @@ pub async fn connect(
 ) -> Result<Broker, Error> {
     let (tx, connects) = watch::channel(0u64);
     let tx = Arc::new(tx);
-    // A wrong path fails the start here, not as a connection retried for ever.
-    config.nats_tls.check()?;
-    let urls = NatsUrls::parse(&config.nats_url);
-    let base = match (rights, credentials) {
-        (Some(rights), Some(creds)) => {
-            rights.connect_options(crate::credentials::user_key(&creds.user, config)?)
-        }
-        _ => ConnectOptions::new(),
-    };
-    let options = config.nats_tls.apply(urls.with_credentials(base));
+    let (urls, options) = connect_options(config, credentials, rights)?;
     let options = options
-        .name(format!("flue-agent {}/{}", config.tenant, config.server_id))
-        .custom_inbox_prefix(subject::agent_inbox_prefix(
-            &config.tenant,
-            &config.server_id,
-        ))
         .retry_on_initial_connect()
         .max_reconnects(None)
         .reconnect_delay_callback(|attempts| {
@@ -85,16 +71,50 @@ pub async fn connect(
             url: urls.redacted(),
             source,
         })?;
-    // Through the hub's domain, JetStream answers the same on the hub and behind a leaf node.
-    let js = match &config.js_domain {
-        Some(domain) => jetstream::with_domain(client.clone(), domain),
-        None => jetstream::new(client.clone()),
-    };
+    let js = jetstream(config, client.clone());
     Ok(Broker {
         client,
         js,
         connects,
     })
+}
+
+/// The broker URLs and the options every agent connection starts from: the user
+/// (signing with the JWT `rights` hold at each connection), TLS, the client name and the
+/// inbox prefix the broker lets this agent use. `flue-agent doctor` connects with them too,
+/// once and without retrying. A wrong TLS file path fails here, not as a connection retried
+/// for ever.
+pub fn connect_options(
+    config: &Config,
+    credentials: Option<&AgentCredentials>,
+    rights: Option<&Rights>,
+) -> Result<(NatsUrls, ConnectOptions), Error> {
+    config.nats_tls.check()?;
+    let urls = NatsUrls::parse(&config.nats_url);
+    let base = match (rights, credentials) {
+        (Some(rights), Some(creds)) => {
+            rights.connect_options(crate::credentials::user_key(&creds.user, config)?)
+        }
+        _ => ConnectOptions::new(),
+    };
+    let options = config
+        .nats_tls
+        .apply(urls.with_credentials(base))
+        .name(format!("flue-agent {}/{}", config.tenant, config.server_id))
+        .custom_inbox_prefix(subject::agent_inbox_prefix(
+            &config.tenant,
+            &config.server_id,
+        ));
+    Ok((urls, options))
+}
+
+/// JetStream on `client`, through the hub's domain when there is one: JetStream then
+/// answers the same on the hub and behind a leaf node.
+pub fn jetstream(config: &Config, client: async_nats::Client) -> jetstream::Context {
+    match &config.js_domain {
+        Some(domain) => jetstream::with_domain(client, domain),
+        None => jetstream::new(client),
+    }
 }
 
 /// Looks up (never creates) this server's request consumer, retrying with backoff while

@@ -94,6 +94,7 @@ pub mod connect;
 pub mod credentials;
 pub mod data;
 pub mod deploy;
+pub mod doctor;
 pub mod error;
 pub mod guard;
 pub mod heartbeat;

@@ -1,5 +1,6 @@
 //! `flue-agent`: parses flags, sets up logging and signals, and runs [`flue_agent::run`];
-//! `flue-agent data …` instead runs the data-space command a hook uses, and the hidden
+//! `flue-agent data …` instead runs the data-space command a hook uses, `flue-agent doctor`
+//! checks what `run` needs and says what is wrong, and the hidden
 //! `flue-agent hook-guard …` the guard every hook runs under when `flue-hook-guard` is not
 //! installed next to it (taken before anything is set up: it runs once per hook, and its
 //! start is part of every deployment's latency).
@@ -31,6 +32,11 @@ enum Command {
     /// deployment's stack data space. Exits 0 on success, 1 when `get` finds no value,
     /// 2 on any other error.
     Data(flue_agent::data::cli::DataArgs),
+    /// Check what `run` needs, with the same flags and environment: the credentials file,
+    /// the state dir, the hook dirs, the small guard, the broker (connecting with the
+    /// credentials) and this server's request consumer. One `ok`/`FAIL` line each; exits 0
+    /// when all pass, 1 otherwise. Prints no secret.
+    Doctor(Box<flue_agent::doctor::DoctorArgs>),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +67,8 @@ async fn agent_main() -> ExitCode {
     let args = match cli.command {
         // A hook's helper: its only output is the value or the error, no logs.
         Command::Data(args) => return flue_agent::data::cli::run(args).await,
+        // A report on stdout, no logs.
+        Command::Doctor(args) => return flue_agent::doctor::main(*args).await,
         Command::Run(args) => args,
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));

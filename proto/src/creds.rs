@@ -182,6 +182,9 @@ pub struct UserJwtClaims {
     pub subject: String,
     /// `iat`: when it was issued (unix seconds).
     pub issued_at: i64,
+    /// `exp`: when the broker stops accepting it (unix seconds); `None` when it never
+    /// expires (Flue mints agent users without one).
+    pub expires_at: Option<i64>,
 }
 
 /// The part of a user JWT's claims [`UserJwtClaims`] reads.
@@ -190,6 +193,8 @@ struct RawUserClaims {
     iss: String,
     sub: String,
     iat: i64,
+    #[serde(default)]
+    exp: Option<i64>,
     nats: RawNats,
 }
 
@@ -238,6 +243,7 @@ impl UserJwtClaims {
             issuer: claims.iss,
             subject: claims.sub,
             issued_at: claims.iat,
+            expires_at: claims.exp.filter(|&exp| exp > 0),
         })
     }
 }
@@ -328,6 +334,46 @@ mod tests {
             AgentCredentials::parse(&broken),
             Err(CredsError::Settings(_))
         ));
+    }
+
+    /// A user JWT for `user` signed by `account`, with these extra claims.
+    fn user_jwt(account: &nkeys::KeyPair, user: &str, extra: serde_json::Value) -> String {
+        use data_encoding::BASE64URL_NOPAD;
+        let header = BASE64URL_NOPAD.encode(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+        let mut claims = serde_json::json!({
+            "iss": account.public_key(), "sub": user, "iat": 1_700_000_000,
+            "nats": {"type": "user", "version": 2},
+        });
+        if let (Some(claims), Some(extra)) = (claims.as_object_mut(), extra.as_object()) {
+            claims.extend(extra.clone());
+        }
+        let body = BASE64URL_NOPAD.encode(claims.to_string().as_bytes());
+        let signed = format!("{header}.{body}");
+        let signature = account.sign(signed.as_bytes()).expect("sign");
+        format!("{signed}.{}", BASE64URL_NOPAD.encode(&signature))
+    }
+
+    #[test]
+    fn a_user_jwts_expiry_is_read_and_none_means_it_never_expires() {
+        let account = nkeys::KeyPair::new_account();
+        let user = nkeys::KeyPair::new_user().public_key();
+        let jwt = user_jwt(&account, &user, serde_json::json!({"exp": 1_800_000_000}));
+        let claims = UserJwtClaims::verified(&jwt).expect("verifies");
+        assert_eq!(claims.expires_at, Some(1_800_000_000));
+        assert_eq!(
+            (claims.subject, claims.issued_at),
+            (user.clone(), 1_700_000_000)
+        );
+        let jwt = user_jwt(&account, &user, serde_json::json!({}));
+        assert_eq!(
+            UserJwtClaims::verified(&jwt).expect("verifies").expires_at,
+            None
+        );
+        // A tampered body no longer verifies.
+        let other = user_jwt(&account, &user, serde_json::json!({"exp": 1}));
+        let mut parts: Vec<&str> = jwt.split('.').collect();
+        parts[1] = other.split('.').nth(1).expect("body");
+        assert!(UserJwtClaims::verified(&parts.join(".")).is_err());
     }
 
     #[test]

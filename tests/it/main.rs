@@ -14,6 +14,7 @@ mod heat;
 mod ledger_reuse;
 mod limits;
 mod operations;
+mod packaging;
 mod paging;
 mod poll;
 mod request_consumers;

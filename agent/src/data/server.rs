@@ -19,7 +19,7 @@ use super::wire::{DataRequest, DataResponse};
 /// escaped (`\u0001`), plus room for the rest.
 pub const MAX_REQUEST_BYTES: usize = 6 * MAX_VALUE_BYTES + 4096;
 /// Room in `sockaddr_un.sun_path` on Linux, the terminating NUL included.
-const SUN_PATH_LEN: usize = 108;
+pub const SUN_PATH_LEN: usize = 108;
 /// Pause after a failed accept (out of file descriptors, say) so the loop does not spin.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 

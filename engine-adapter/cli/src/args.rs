@@ -457,11 +457,11 @@ pub enum ServerCommand {
         #[arg(long)]
         name: Option<String>,
         /// Print the agent's environment (FLUE_NATS_URL=… lines) instead of JSON.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "cloud_init")]
         env: bool,
         /// Write the agent's credentials file here (mode 0600); the gateway hands it out
         /// only on the first registration.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "cloud_init")]
         creds: Option<PathBuf>,
         /// Overwrite the --creds file if it exists.
         #[arg(long, requires = "creds")]
@@ -471,6 +471,9 @@ pub enum ServerCommand {
         /// os-collect-config.conf snippet, or writes it to --creds).
         #[arg(long, default_value = "nats", value_parser = parse_transport)]
         transport: Transport,
+        /// `--cloud-init` and its flags.
+        #[command(flatten)]
+        cloud_init: crate::cloud_init::CloudInitArgs,
     },
     /// Mint new credentials for a registered server and write them (mode 0600); answers
     /// signed with the old ones are refused from then on. For a polling server: a new
@@ -479,12 +482,20 @@ pub enum ServerCommand {
     RotateCredentials {
         /// Server id.
         id: ServerId,
-        /// Where to write the new credentials file.
-        #[arg(long)]
-        creds: PathBuf,
+        /// Where to write the new credentials file (or give --cloud-init).
+        #[arg(
+            long,
+            required_unless_present = "cloud_init",
+            conflicts_with = "cloud_init"
+        )]
+        creds: Option<PathBuf>,
         /// Overwrite the file if it exists (the old credentials file, usually).
         #[arg(long)]
         force: bool,
+        /// `--cloud-init` and its flags: user data that installs the agent with the new
+        /// credentials.
+        #[command(flatten)]
+        cloud_init: crate::cloud_init::CloudInitArgs,
     },
     /// List registered servers, oldest first (every one, read page by page).
     List {

@@ -3,6 +3,7 @@
 
 mod args;
 mod check;
+mod cloud_init;
 mod creds;
 mod events;
 mod inputs;
@@ -250,9 +251,18 @@ async fn server(
             creds,
             force,
             transport,
+            cloud_init,
         } => {
             if let Some(path) = &creds {
                 creds::check_writable(path, force)?;
+            }
+            if cloud_init.cloud_init {
+                if transport == Transport::Poll {
+                    return Err(CliError::Usage(
+                        "--cloud-init installs a flue-agent; a polling server (--transport poll) has none".to_owned(),
+                    ));
+                }
+                cloud_init::check(&cloud_init)?;
             }
             let body = RegisterServer {
                 transport,
@@ -262,6 +272,11 @@ async fn server(
             let mut registration = client.register_server(&body).await?;
             if transport == Transport::Poll {
                 let text = polling_registered(&mut registration, creds.as_deref(), force)?;
+                out.write_all(text.as_bytes())?;
+                return Ok(());
+            }
+            if cloud_init.cloud_init {
+                let text = cloud_init_registered(&cloud_init, &mut registration)?;
                 out.write_all(text.as_bytes())?;
                 return Ok(());
             }
@@ -292,7 +307,19 @@ async fn server(
                 (false, _) => render::pretty_json(&registration),
             }
         }
-        ServerCommand::RotateCredentials { id, creds, force } => {
+        ServerCommand::RotateCredentials {
+            id,
+            creds,
+            force,
+            cloud_init,
+        } => {
+            let Some(creds) = creds else {
+                cloud_init::check(&cloud_init)?;
+                let mut registration = client.rotate_server_credentials(&id).await?;
+                let text = cloud_init_registered(&cloud_init, &mut registration)?;
+                out.write_all(text.as_bytes())?;
+                return Ok(());
+            };
             creds::check_writable(&creds, force)?;
             let mut registration = client.rotate_server_credentials(&id).await?;
             if let Some(poll) = registration.poll.take() {
@@ -340,6 +367,31 @@ async fn server(
     };
     out.write_all(text.as_bytes())?;
     Ok(())
+}
+
+/// The user data of `--cloud-init` for the credentials `registration` just minted, with
+/// the warning that it is a secret on stderr; an error saying how to get credentials when
+/// the server was registered before (the gateway hands them out once).
+fn cloud_init_registered(
+    args: &cloud_init::CloudInitArgs,
+    registration: &mut flue_proto::Registration,
+) -> Result<String, CliError> {
+    let id = registration.server.id.clone();
+    if registration.poll.is_some() {
+        return Err(CliError::Usage(format!(
+            "server {id} polls its metadata (--transport poll): it runs no flue-agent for --cloud-init to install"
+        )));
+    }
+    let Some(credentials) = registration.credentials.take() else {
+        return Err(CliError::Usage(format!(
+            "server {id} was registered before, so its credentials are not handed out again and no user data was printed; `flue server rotate-credentials {id} --cloud-init --agent-url URL …` mints new ones (the old ones stop working)"
+        )));
+    };
+    let text = cloud_init::user_data(args, registration, &credentials)?;
+    eprintln!(
+        "the user data printed holds server {id}'s agent credentials: a secret. Keep it out of logs and shared files; whatever can read the server's user data (the metadata service, the cloud's API) can read them (docs/agent.md, \"Installing with cloud-init\")"
+    );
+    Ok(text)
 }
 
 /// What `flue server register --transport poll` shows: the os-collect-config.conf
