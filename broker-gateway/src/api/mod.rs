@@ -10,6 +10,7 @@ pub mod guard;
 pub mod health;
 pub mod listeners;
 pub mod listing;
+pub mod metrics;
 pub mod operations;
 pub mod poll;
 pub mod servers;
@@ -60,6 +61,7 @@ pub fn router(tenants: Tenants, auth: Auth) -> Router {
         .route("/assets/{name}", get(dashboard::asset))
         .route("/v1/tenants", post(tenants::create).get(tenants::list))
         .route("/v1/tenants/{tenant}/tokens", post(auth::api::tenant_token))
+        .route(metrics::PATH, get(metrics::scrape))
         .fallback(tenants::dispatch)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(body.max_bytes))
