@@ -71,8 +71,6 @@ use bucket::{bucket, key, load, read};
 
 /// Bucket of presence records, `<tenant>.<server>`.
 pub const PRESENCE_BUCKET: &str = "flue_presence";
-/// The reason of a deregistered server's record (`Reason::Deregistered`).
-const DEREGISTERED: &str = "server deregistered";
 /// How often silences are checked.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a server found registered is trusted before its registration is read again.
@@ -214,12 +212,13 @@ impl PresenceTracker {
     /// servers in memory, under the tracker's lock, for `GET /metrics`.
     pub fn counts(&self) -> [u64; 3] {
         let mut counts = [0u64; 3];
+        let deregistered = Reason::Deregistered.to_string();
         for t in self.lock().values() {
             if matches!(t.registered, Registered::No { .. }) {
                 continue;
             }
             let i = match &t.record {
-                Some(r) if r.reason.as_deref() == Some(DEREGISTERED) => continue,
+                Some(r) if r.reason.as_ref() == Some(&deregistered) => continue,
                 Some(r) if r.is_online() => 0,
                 Some(_) => 1,
                 None => 2,

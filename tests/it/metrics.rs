@@ -299,6 +299,11 @@ async fn the_series_do_not_grow_with_the_number_of_servers() {
         flue.register(&format!("n{n}")).await;
     }
     let thirty = scrape(&flue, Role::Operator).await;
+    eprintln!(
+        "one tenant, 30 servers: {} samples in {} families",
+        thirty.samples.len(),
+        thirty.families.len()
+    );
     assert_eq!(
         one.samples.keys().collect::<Vec<_>>(),
         thirty.samples.keys().collect::<Vec<_>>(),
