@@ -370,3 +370,145 @@ async fn metrics_need_a_token_of_a_reading_role_and_a_tenant_sees_only_itself() 
     let acme_only = parse(&response.text().await.expect("body"));
     assert_eq!(tenants_in(&acme_only), ["acme"].map(String::from).into());
 }
+
+#[tokio::test]
+async fn webhook_failures_parking_and_deliveries_are_counted() {
+    use crate::events::webhooks::receiver::{Mode, Receiver};
+
+    let flags = [
+        "--webhook-allow",
+        "127.0.0.1/32",
+        "--webhook-max-attempts",
+        "3",
+        "--webhook-backoff-ms",
+        "50",
+    ];
+    let flue = Flue::start_with(&flags).await;
+    flue.register("w1").await;
+    let _agent = flue.agent("w1", &[]).await;
+    flue.script_config("c1", "#!/bin/sh\necho hello\n", &[], &[])
+        .await;
+    let receiver = Receiver::start(Mode::Fail).await;
+    let created = flue
+        .http()
+        .post(format!("{}/v1/webhooks", flue.gateway.url()))
+        .json(&serde_json::json!({
+            "url": receiver.url,
+            "secret": "webhook-test-secret-0123456789",
+            "filter": {"types": ["deployment.queued", "deployment.completed"], "server": "w1"},
+        }))
+        .send()
+        .await
+        .expect("POST /v1/webhooks");
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let webhook: serde_json::Value = created.json().await.expect("webhook");
+    let id = webhook["id"].as_str().expect("id").to_owned();
+
+    let d = flue.deploy("c1", "w1", &[]).await;
+    flue.finished(&d.id).await;
+    let counter = |s: &Scrape, name: &str| s.get(name, &[T]);
+    let s = scrape_until(&flue, "the webhook parked", |s| {
+        counter(s, "flue_webhooks_parked_total") >= 1.0
+    })
+    .await;
+    assert_eq!(counter(&s, "flue_webhooks_parked_total"), 1.0);
+    assert_eq!(
+        counter(&s, "flue_webhook_failures_total"),
+        3.0,
+        "three attempts"
+    );
+    assert_eq!(counter(&s, "flue_webhook_deliveries_total"), 0.0);
+
+    receiver.set_mode(Mode::Ok);
+    let resumed = flue
+        .http()
+        .post(format!("{}/v1/webhooks/{id}/resume", flue.gateway.url()))
+        .send()
+        .await
+        .expect("resume");
+    assert_eq!(resumed.status(), StatusCode::OK);
+    receiver
+        .wait_delivered(&format!("deployment:{}:completed", d.id))
+        .await;
+    let delivered = receiver.delivered().len() as f64;
+    let s = scrape_until(&flue, "the deliveries counted", |s| {
+        counter(s, "flue_webhook_deliveries_total") >= delivered
+    })
+    .await;
+    assert_eq!(counter(&s, "flue_webhook_deliveries_total"), delivered);
+    assert_eq!(counter(&s, "flue_webhook_failures_total"), 3.0);
+}
+
+#[tokio::test]
+async fn open_event_streams_and_long_polls_are_gauged() {
+    let flue = Flue::start().await;
+    let gauge = |s: &Scrape, name: &str| s.get(name, &[T]);
+    assert_eq!(
+        gauge(&scrape(&flue, Role::Operator).await, "flue_sse_connections"),
+        0.0
+    );
+
+    let stream = flue
+        .http()
+        .get(format!("{}/v1/events", flue.gateway.url()))
+        .send()
+        .await
+        .expect("GET /v1/events");
+    assert_eq!(stream.status(), StatusCode::OK);
+    scrape_until(&flue, "one event stream open", |s| {
+        gauge(s, "flue_sse_connections") == 1.0
+    })
+    .await;
+    drop(stream);
+    scrape_until(&flue, "no event stream open", |s| {
+        gauge(s, "flue_sse_connections") == 0.0
+    })
+    .await;
+
+    // A deployment no agent takes stays QUEUED: a long poll on it waits.
+    flue.register("l1").await;
+    flue.script_config("c1", "#!/bin/sh\n", &[], &[]).await;
+    let d = flue.deploy("c1", "l1", &[]).await;
+    let poll = flue
+        .http()
+        .get(format!(
+            "{}/v1/deployments/{}?wait_secs=60&after_status=QUEUED",
+            flue.gateway.url(),
+            d.id
+        ))
+        .send();
+    let waiting = tokio::spawn(poll);
+    scrape_until(&flue, "one long poll waiting", |s| {
+        gauge(s, "flue_long_polls") == 1.0
+    })
+    .await;
+    waiting.abort();
+}
+
+#[tokio::test]
+async fn engine_operations_are_counted_by_kind_and_result() {
+    use flue_proto::operation::OperationState;
+
+    let flue = Flue::start().await;
+    flue.register("web1").await;
+    let _web1 = flue.agent("web1", &[]).await;
+    let log = flue.path("hooks.log");
+    let body = crate::operations::group_body("create", 1, &log);
+    let created = crate::operations::accepted(&flue.gateway, "farm", &body).await;
+    let done = crate::operations::ended(&flue.gateway, "farm", &created.id).await;
+    assert_eq!(done.state, OperationState::Succeeded, "{done:?}");
+
+    let ops = |s: &Scrape, result: &str| {
+        s.get(
+            "flue_engine_operations_total",
+            &[T, ("kind", "create"), ("result", result)],
+        )
+    };
+    let s = scrape_until(&flue, "the operation counted", |s| {
+        ops(s, "succeeded") >= 1.0
+    })
+    .await;
+    assert_eq!(ops(&s, "succeeded"), 1.0);
+    assert_eq!(ops(&s, "failed"), 0.0);
+    assert_eq!(s.get("flue_engine_operations_running", &[T]), 0.0);
+}
