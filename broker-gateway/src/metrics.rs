@@ -14,6 +14,7 @@
 //! retry or by two gateways, counts once across all gateways.
 
 pub mod agents;
+pub mod http;
 mod scrape;
 
 use std::sync::Arc;
@@ -64,6 +65,7 @@ struct Inner {
     operations: [[Counter; OP_RESULTS.len()]; OP_KINDS.len()],
     operations_running: Gauge,
     agents: AgentTotals,
+    http: http::Requests,
 }
 
 impl Default for Inner {
@@ -82,6 +84,7 @@ impl Default for Inner {
             operations: Default::default(),
             operations_running: Gauge::default(),
             agents: AgentTotals::default(),
+            http: http::Requests::default(),
         }
     }
 }

@@ -215,6 +215,21 @@ async fn deployments_are_counted_by_status_and_latency_and_agents_hooks_add_up()
         assert_eq!(s.get("flue_deployment_duration_seconds_bucket", &inf), n);
         assert!(s.get("flue_deployment_duration_seconds_sum", &refs(&labels)) > 0.0);
     }
+    // API requests by route template, never by the path asked for.
+    let posts = [
+        T,
+        ("route", "/v1/deployments"),
+        ("method", "POST"),
+        ("class", "2xx"),
+    ];
+    assert_eq!(s.get("flue_http_requests_total", &posts), 3.0);
+    let polls = [
+        T,
+        ("route", "/v1/deployments/{id}"),
+        ("method", "GET"),
+        ("class", "2xx"),
+    ];
+    assert!(s.get("flue_http_requests_total", &polls) >= 3.0, "{s:?}");
     // No series names a server or a deployment.
     for key in s.samples.keys() {
         assert!(

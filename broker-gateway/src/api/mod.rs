@@ -144,6 +144,11 @@ pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Ro
         .route_layer(middleware::from_fn_with_state(
             link.clone(),
             guard::require_broker,
+        ))
+        // Outermost, so that the 503s of a broker away are counted too.
+        .route_layer(middleware::from_fn_with_state(
+            service.events.metrics().clone(),
+            crate::metrics::http::count,
         ));
     Router::new()
         .merge(v1)

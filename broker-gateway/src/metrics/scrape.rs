@@ -274,6 +274,32 @@ impl Collector for Scrape {
             counter,
         )?;
 
+        let mut requests = Vec::new();
+        for (s, tenant) in tenants.iter().zip(&names) {
+            requests.push((tenant.as_str(), s.metrics.inner.http.snapshot()));
+        }
+        let mut values = Vec::new();
+        for (tenant, series) in &requests {
+            for ((route, method, class), n) in series {
+                let labels = vec![
+                    ("tenant", *tenant),
+                    ("route", route.as_str()),
+                    ("method", *method),
+                    ("class", *class),
+                ];
+                values.push((labels, *n));
+            }
+        }
+        family(
+            &mut enc,
+            "flue_http_requests",
+            "Tenant API requests answered, by route template, method and status class",
+            None,
+            MetricType::Counter,
+            values,
+            counter,
+        )?;
+
         agent_families(&mut enc, tenants, &names)
     }
 }
