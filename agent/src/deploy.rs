@@ -173,6 +173,7 @@ async fn reject(agent: &Agent, msg: &jetstream::Message, digest: RequestDigest, 
     let stream_seq = stream_seq(msg);
     let reason = refusal.to_string();
     warn!(subject = %msg.subject, stream_seq, code = %refusal.code, reason, "rejecting a message on the request queue");
+    agent.counters.rejected();
     let rejected = AgentMessage::Rejected {
         v: PROTOCOL_VERSION,
         stream_seq,
@@ -208,6 +209,7 @@ async fn handle_request(
         // taken as this request's, as that agent would have.
         Some(Entry::Done { result, .. }) => {
             info!("already finished, answering from the ledger");
+            agent.counters.from_ledger();
             result
         }
         Some(Entry::Started { at, .. }) => {
@@ -219,12 +221,14 @@ async fn handle_request(
         None => match refusal(agent, req) {
             Some(reason) => {
                 warn!(reason = %reason, "refusing the request");
+                agent.counters.rejected();
                 record(agent, &key, digest, seq, failed(&reason, None)).await?
             }
             None => match sealing::open_request(agent.credentials.as_deref(), req) {
                 Ok(opened) => apply(agent, msg, &opened, &key, digest).await?,
                 Err(refused) => {
                     warn!(reason = %refused, "refusing the request");
+                    agent.counters.rejected();
                     record(agent, &key, digest, seq, failed(&refused.to_string(), None)).await?
                 }
             },
@@ -450,6 +454,8 @@ async fn apply(
         code = ?result.deploy_status_code,
         "hook finished"
     );
+    let took = (result.finished_at - started_at).unsigned_abs();
+    agent.counters.hook_ran(result.status, took);
     record(agent, key, digest, seq, result).await
 }
 

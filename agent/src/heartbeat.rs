@@ -12,6 +12,7 @@
 //! never pile up in the client's outgoing buffer ahead of deployment answers.
 
 use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 use crate::connect;
+use crate::metrics::Counters;
 
 /// Longest wait for one heartbeat to be handed to the client.
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
@@ -36,6 +38,7 @@ pub struct Heartbeats {
     instance: String,
     interval: Duration,
     seq: AtomicU64,
+    counters: Option<Arc<Counters>>,
 }
 
 impl Heartbeats {
@@ -55,7 +58,14 @@ impl Heartbeats {
             instance: new_instance(),
             interval,
             seq: AtomicU64::new(0),
+            counters: None,
         }
+    }
+
+    /// The same, each heartbeat carrying `counters` ([`flue_proto::AgentMetrics`]).
+    pub fn with_counters(mut self, counters: Arc<Counters>) -> Self {
+        self.counters = Some(counters);
+        self
     }
 
     /// This process's instance id.
@@ -73,6 +83,10 @@ impl Heartbeats {
             seq: self.seq.fetch_add(1, Ordering::Relaxed) + 1,
             interval_ms: u64::try_from(self.interval.as_millis()).unwrap_or(u64::MAX),
             state,
+            metrics: self.counters.as_ref().map(|c| {
+                let connects = self.client.statistics().connects.load(Ordering::Relaxed);
+                c.snapshot(connects.saturating_sub(1))
+            }),
         }
     }
 

@@ -101,6 +101,7 @@ pub mod heartbeat;
 pub mod hook;
 pub mod item;
 pub mod ledger;
+pub mod metrics;
 pub mod orphans;
 pub mod process;
 pub mod progress;
@@ -173,12 +174,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     );
     // Heartbeats go on while a hook finishes during the shutdown grace period, so they have
     // a token of their own, cancelled once the worker is done.
-    let heartbeats = std::sync::Arc::new(heartbeat::Heartbeats::new(
-        broker.client.clone(),
-        config.tenant.clone(),
-        config.server_id.clone(),
-        config.heartbeat_interval,
-    ));
+    let counters = std::sync::Arc::new(metrics::Counters::default());
+    let heartbeats = std::sync::Arc::new(
+        heartbeat::Heartbeats::new(
+            broker.client.clone(),
+            config.tenant.clone(),
+            config.server_id.clone(),
+            config.heartbeat_interval,
+        )
+        .with_counters(counters.clone()),
+    );
     let stop_heartbeats = CancellationToken::new();
     let heartbeat_task = tokio::spawn({
         let heartbeats = heartbeats.clone();
@@ -199,6 +204,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
         rights,
         broker,
         ledger,
+        counters,
         shutdown,
     };
     let outcome = worker::run(&agent).await;

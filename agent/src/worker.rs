@@ -38,6 +38,8 @@ pub struct Agent {
     pub broker: Broker,
     /// The exactly-once ledger.
     pub ledger: Ledger,
+    /// What the heartbeats report ([`crate::metrics`]).
+    pub counters: std::sync::Arc<crate::metrics::Counters>,
     /// Cancelled on SIGTERM/SIGINT.
     pub shutdown: CancellationToken,
     /// Publishes answers on `flue.<tenant>.resp.<server>`.

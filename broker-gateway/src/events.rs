@@ -11,11 +11,13 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
-use flue_proto::CloudEvent;
 use flue_proto::event::{EVENT_STREAM, EVENT_SUBJECTS, GATEWAY_EVENT_STREAM};
+use flue_proto::{CloudEvent, EventType};
 use tracing::{debug, info, warn};
 
 use crate::broker::{BrokerError, DUPLICATE_WINDOW};
+use crate::metrics::TenantMetrics;
+use crate::record::DeploymentRecord;
 
 /// Attempts [`Events::emit`] makes before giving up.
 const EMIT_ATTEMPTS: u32 = 4;
@@ -42,6 +44,7 @@ pub struct Retention {
 #[derive(Debug, Clone)]
 pub struct Events {
     js: jetstream::Context,
+    metrics: TenantMetrics,
 }
 
 impl Events {
@@ -54,7 +57,15 @@ impl Events {
         };
         open_event_stream(&js, retention).await?;
         open_gateway_stream(&js, retention).await?;
-        Ok(Self { js })
+        Ok(Self {
+            js,
+            metrics: TenantMetrics::default(),
+        })
+    }
+
+    /// The same, counting the deployment events it stores into `metrics`.
+    pub fn counting(self, metrics: TenantMetrics) -> Self {
+        Self { metrics, ..self }
     }
 
     /// The JetStream context (for listeners' consumers).
@@ -64,6 +75,33 @@ impl Events {
 
     /// Publishes `event` and waits for the broker's acknowledgement.
     pub async fn publish(&self, event: &CloudEvent) -> Result<(), BrokerError> {
+        self.store(event).await.map(drop)
+    }
+
+    /// Publishes the event `ty` about `record` as [`Events::publish`] does, and counts it
+    /// in the tenant's metrics when the broker stored it for the first time.
+    pub async fn publish_deployment(
+        &self,
+        record: &DeploymentRecord,
+        ty: EventType,
+    ) -> Result<(), BrokerError> {
+        if self.store(&record.event(ty)).await? {
+            self.metrics.deployment_reported(&record.deployment, ty);
+        }
+        Ok(())
+    }
+
+    /// [`Events::emit`] of the event `ty` about `record`, counted as
+    /// [`Events::publish_deployment`] counts it.
+    pub async fn emit_deployment(&self, record: &DeploymentRecord, ty: EventType) {
+        if self.emitted(&record.event(ty)).await {
+            self.metrics.deployment_reported(&record.deployment, ty);
+        }
+    }
+
+    /// Publishes `event`; true when the broker stored it, false when it already had it
+    /// (the same id within the duplicate window).
+    async fn store(&self, event: &CloudEvent) -> Result<bool, BrokerError> {
         let err = |e: BoxError| BrokerError::Event {
             id: event.id.clone(),
             source: e,
@@ -79,17 +117,23 @@ impl Events {
             )
             .await
             .map_err(|e| err(e.into()))?;
-        ack.await.map_err(|e| err(e.into()))?;
+        let ack = ack.await.map_err(|e| err(e.into()))?;
         debug!(event.id = %event.id, event.type = %event.ty, "event published");
-        Ok(())
+        Ok(!ack.duplicate)
     }
 
     /// Publishes `event`, retrying a few times; logs when it cannot.
     pub async fn emit(&self, event: &CloudEvent) {
+        self.emitted(event).await;
+    }
+
+    /// [`Events::emit`]; true when the broker stored the event for the first time (a
+    /// publish whose acknowledgement was lost and whose retry is a duplicate says false).
+    async fn emitted(&self, event: &CloudEvent) -> bool {
         let mut pause = EMIT_BACKOFF;
         for attempt in 1..=EMIT_ATTEMPTS {
-            match self.publish(event).await {
-                Ok(()) => return,
+            match self.store(event).await {
+                Ok(new) => return new,
                 Err(e) if attempt == EMIT_ATTEMPTS => {
                     warn!(error = %crate::error::chain(&e), event.id = %event.id, event.type = %event.ty, "cannot publish an event; dropped");
                 }
@@ -99,6 +143,12 @@ impl Events {
                 }
             }
         }
+        false
+    }
+
+    /// The tenant's metrics this counts into.
+    pub fn metrics(&self) -> &TenantMetrics {
+        &self.metrics
     }
 }
 

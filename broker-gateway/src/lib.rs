@@ -37,6 +37,7 @@ pub mod events;
 pub mod fit;
 pub mod link;
 pub mod listen;
+pub mod metrics;
 pub mod natsauth;
 pub mod operations;
 pub mod poll;

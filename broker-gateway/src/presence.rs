@@ -41,7 +41,8 @@ use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
 use flue_proto::event::ServerEventData;
 use flue_proto::{
-    CloudEvent, Heartbeat, HeartbeatState, Presence, PresenceStatus, ServerId, TenantId,
+    AgentMetrics, CloudEvent, Heartbeat, HeartbeatState, Presence, PresenceStatus, ServerId,
+    TenantId,
 };
 use time::OffsetDateTime;
 use tokio::time::Instant;
@@ -50,6 +51,7 @@ use tracing::{debug, info, warn};
 use crate::config::Config;
 use crate::error::chain;
 use crate::events::Events;
+use crate::metrics::{TenantMetrics, agents};
 use crate::store::{Store, StoreError};
 
 pub use follow::run;
@@ -84,6 +86,8 @@ const RIVAL_LOG_EVERY: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct PresenceTracker {
     inner: Arc<Inner>,
+    /// Where agents' heartbeat counters are added up.
+    metrics: TenantMetrics,
 }
 
 #[derive(Debug)]
@@ -127,6 +131,8 @@ struct Tracked {
     pending_stop: bool,
     /// When a rival agent of this server was last logged.
     rival_logged: Option<Instant>,
+    /// The counters of its agent's last heartbeat, with that agent's instance.
+    agent_counts: Option<(String, AgentMetrics)>,
 }
 
 impl Tracked {
@@ -140,6 +146,7 @@ impl Tracked {
             limit: timeout,
             pending_stop: false,
             rival_logged: None,
+            agent_counts: None,
         }
     }
 }
@@ -191,7 +198,34 @@ impl PresenceTracker {
                 timeout,
                 servers: Mutex::new(servers),
             }),
+            metrics: TenantMetrics::default(),
         })
+    }
+
+    /// The same, adding up agents' heartbeat counters into `metrics`.
+    pub fn counting(self, metrics: TenantMetrics) -> Self {
+        Self { metrics, ..self }
+    }
+
+    /// How many servers are online, offline and unknown (tracked, but no presence
+    /// recorded yet), leaving out those known to be deregistered: one pass over the
+    /// servers in memory, under the tracker's lock, for `GET /metrics`.
+    pub fn counts(&self) -> [u64; 3] {
+        let mut counts = [0u64; 3];
+        let deregistered = Reason::Deregistered.to_string();
+        for t in self.lock().values() {
+            if matches!(t.registered, Registered::No { .. }) {
+                continue;
+            }
+            let i = match &t.record {
+                Some(r) if r.reason.as_ref() == Some(&deregistered) => continue,
+                Some(r) if r.is_online() => 0,
+                Some(_) => 1,
+                None => 2,
+            };
+            counts[i] += 1;
+        }
+        counts
     }
 
     /// The presence of `server`, for API reads; `None` when it was never seen (show
@@ -327,7 +361,16 @@ impl PresenceTracker {
             HeartbeatState::Alive => {}
         }
         self.follow(service, &beat).await;
-        if beat.state == HeartbeatState::Alive && !self.rival(&beat) {
+        let rival = self.rival(&beat);
+        if let Some(counts) = beat.metrics.filter(|_| !rival) {
+            let increments = self.with(&server, |t| {
+                let inc = agents::increments(t.agent_counts.as_ref(), &beat.instance, &counts);
+                t.agent_counts = Some((beat.instance.clone(), counts));
+                inc
+            });
+            self.metrics.agents().add(&increments);
+        }
+        if beat.state == HeartbeatState::Alive && !rival {
             let limit = state::silence_limit(self.inner.timeout, beat.interval_ms);
             self.with(&server, |t| {
                 t.last_beat = Some(now.0);

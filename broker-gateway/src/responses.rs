@@ -428,7 +428,7 @@ async fn apply_received(
         info!(deployment.id = %id, server.id = %server, status = %d.status, kind, "deployment status changed");
     }
     match reported(parsed, d, u.changed || from.handled_before) {
-        Some(ty) => service.events.publish(&u.record.event(ty)).await?,
+        Some(ty) => service.events.publish_deployment(&u.record, ty).await?,
         None => {
             debug!(deployment.id = %id, status = %d.status, kind, "agent message changes nothing; ignored")
         }

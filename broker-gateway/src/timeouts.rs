@@ -132,7 +132,7 @@ pub async fn sweep_once(service: &Sweeper) {
                 info!(deployment.id = %id, server.id = %u.record.deployment.server_id, "deployment timed out");
                 service
                     .events
-                    .emit(&u.record.event(EventType::DeploymentTimedOut))
+                    .emit_deployment(&u.record, EventType::DeploymentTimedOut)
                     .await;
             }
             Ok(Some(u)) => {

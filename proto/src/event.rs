@@ -630,6 +630,31 @@ pub struct Heartbeat {
     pub interval_ms: u64,
     /// `alive`, or `stopping` when the agent shuts down cleanly (its last heartbeat).
     pub state: HeartbeatState,
+    /// The agent's counters since its process started (this `instance`); absent from
+    /// agents older than them, which work all the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<AgentMetrics>,
+}
+
+/// What an agent counted since its process started, carried by its heartbeats: the
+/// gateway adds up what each agent instance counted since its last heartbeat, so that its
+/// totals never go backwards when an agent restarts (`docs/metrics.md`). Counts only: no
+/// deployment, hook or value is named.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentMetrics {
+    /// Hooks that ran and succeeded.
+    pub hooks_completed: u64,
+    /// Hooks that ran and failed (including those stopped by a timeout or a shutdown).
+    pub hooks_failed: u64,
+    /// The run time of those hooks added up, in milliseconds.
+    pub hook_millis: u64,
+    /// Requests refused before any hook ran (signature, replay, another server, …).
+    pub requests_rejected: u64,
+    /// Requests answered from the ledger without running anything (redeliveries).
+    pub answered_from_ledger: u64,
+    /// Reconnections of the agent's broker connection (the first connection not counted).
+    pub broker_reconnects: u64,
 }
 
 /// What a heartbeat says.

@@ -51,8 +51,8 @@ pub use deployment::{
 };
 pub use digest::RequestDigest;
 pub use event::{
-    CloudEvent, EventFilter, EventKind, EventType, Heartbeat, HeartbeatState, Presence,
-    PresenceStatus,
+    AgentMetrics, CloudEvent, EventFilter, EventKind, EventType, Heartbeat, HeartbeatState,
+    Presence, PresenceStatus,
 };
 pub use ids::{
     ConfigId, DeploymentId, IdError, MAX_ID_LEN, ServerId, StackId, TenantId, WebhookId,

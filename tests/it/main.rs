@@ -13,6 +13,7 @@ mod hardening;
 mod heat;
 mod ledger_reuse;
 mod limits;
+mod metrics;
 mod operations;
 mod packaging;
 mod paging;

@@ -84,29 +84,34 @@ pub async fn stream(
         head = head.id(position.to_string());
     }
     let notice = opened.notice.map(|n| notice_event(tenant, n));
-    let events = stream::unfold(Some(opened.listener), |listener| async move {
-        let mut listener = listener?;
-        match listener.next().await {
-            Ok(Some(delivered)) => {
-                let data =
-                    serde_json::to_string(&delivered.event).expect("an event always serialises");
-                let event = Event::default().id(delivered.seq.to_string()).data(data);
-                Some((Ok(event), Some(listener)))
+    // Counted in `flue_sse_connections` while the body lives (the guard goes with it).
+    let open = service.events.metrics().sse_opened();
+    let events = stream::unfold(
+        (Some(opened.listener), open),
+        |(listener, open)| async move {
+            let mut listener = listener?;
+            match listener.next().await {
+                Ok(Some(delivered)) => {
+                    let data = serde_json::to_string(&delivered.event)
+                        .expect("an event always serialises");
+                    let event = Event::default().id(delivered.seq.to_string()).data(data);
+                    Some((Ok(event), (Some(listener), open)))
+                }
+                // A replay caught up: say so, so that a client can tell it from a cut connection.
+                Ok(None) => {
+                    let end = Event::default()
+                        .event(END_EVENT)
+                        .data(json!({"code": "caught_up"}).to_string());
+                    Some((Ok(end), (None, open)))
+                }
+                Err(e) => {
+                    // The client reconnects with its Last-Event-ID and misses nothing.
+                    warn!(error = %chain(&e), "event listener stopped");
+                    None
+                }
             }
-            // A replay caught up: say so, so that a client can tell it from a cut connection.
-            Ok(None) => {
-                let end = Event::default()
-                    .event(END_EVENT)
-                    .data(json!({"code": "caught_up"}).to_string());
-                Some((Ok(end), None))
-            }
-            Err(e) => {
-                // The client reconnects with its Last-Event-ID and misses nothing.
-                warn!(error = %chain(&e), "event listener stopped");
-                None
-            }
-        }
-    });
+        },
+    );
     let body = stream::iter(std::iter::once(head).chain(notice).map(Ok))
         .chain(events)
         // An open stream would hold the graceful shutdown for its whole grace period.

@@ -10,6 +10,7 @@ pub mod guard;
 pub mod health;
 pub mod listeners;
 pub mod listing;
+pub mod metrics;
 pub mod operations;
 pub mod poll;
 pub mod servers;
@@ -61,6 +62,7 @@ pub fn router(tenants: Tenants, auth: Auth) -> Router {
         .route("/assets/{name}", get(dashboard::asset))
         .route("/v1/tenants", post(tenants::create).get(tenants::list))
         .route("/v1/tenants/{tenant}/tokens", post(auth::api::tenant_token))
+        .route(metrics::PATH, get(metrics::scrape))
         .fallback(tenants::dispatch)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(body.max_bytes))
@@ -146,6 +148,11 @@ pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Ro
         .route_layer(middleware::from_fn_with_state(
             link.clone(),
             guard::require_broker,
+        ))
+        // Outermost, so that the 503s of a broker away are counted too.
+        .route_layer(middleware::from_fn_with_state(
+            service.events.metrics().clone(),
+            crate::metrics::http::count,
         ));
     Router::new()
         .merge(v1)

@@ -1,4 +1,4 @@
-//! The middleware in front of every `/v1` route: who is calling (401), may that role call
+//! The middleware in front of every `/v1` route (and `/metrics`): who is calling (401), may that role call
 //! this route (403); then [`Principal`] for the handler, whose tenant picks the runtime
 //! that serves it (another tenant's objects: 404).
 //!
@@ -22,7 +22,7 @@ pub async fn authenticate(
     next: Next,
 ) -> Result<Response, ApiError> {
     let path = request.uri().path();
-    if path != "/v1" && !path.starts_with("/v1/") {
+    if path != "/v1" && !path.starts_with("/v1/") && path != crate::api::metrics::PATH {
         return Ok(next.run(request).await);
     }
     if auth.is_insecure() {

@@ -3,7 +3,8 @@
 //! Reads (`GET`) are open to `admin`, `engine` and `viewer`; writes belong to the role
 //! that owns the object; events belong to every tenant role (the dashboard and the
 //! engine follow them too); webhooks to `listener`; tenants to `operator`, who can do
-//! nothing inside a tenant.
+//! nothing inside a tenant but read the metrics (`/metrics`: every tenant for the
+//! operator, its own for a tenant's admin or viewer).
 
 use axum::http::Method;
 use flue_proto::auth::Role;
@@ -15,6 +16,8 @@ const ENGINE_OR_ADMIN: &[Role] = &[Role::Engine, Role::Admin];
 const LISTENER: &[Role] = &[Role::Listener];
 const READERS: &[Role] = &[Role::Admin, Role::Engine, Role::Viewer];
 const EVENT_READERS: &[Role] = &[Role::Admin, Role::Engine, Role::Listener, Role::Viewer];
+/// `/metrics`: the operator sees every tenant, a tenant's admin and viewer their own.
+const METRICS_READERS: &[Role] = &[Role::Operator, Role::Admin, Role::Viewer];
 
 /// The roles that may call `method path` (empty: no `/v1` route is known by that shape,
 /// so the router answers it).
@@ -22,6 +25,7 @@ pub fn allowed(method: &Method, path: &str) -> &'static [Role] {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let get = method == Method::GET || method == Method::HEAD;
     match (method.as_str(), segments.as_slice()) {
+        (_, ["metrics"]) if get => METRICS_READERS,
         (_, ["v1", "tenants", ..]) => OPERATOR,
         ("POST", ["v1", "tokens"]) | ("DELETE", ["v1", "tokens", _]) => ADMIN,
         ("POST", ["v1", "servers"]) | ("DELETE", ["v1", "servers", _]) => ADMIN,
@@ -96,6 +100,11 @@ mod tests {
             ),
             (Method::POST, "/v1/webhooks", &[Role::Listener]),
             (Method::GET, "/v1/webhooks/w", &[Role::Listener]),
+            (
+                Method::GET,
+                "/metrics",
+                &[Role::Operator, Role::Admin, Role::Viewer],
+            ),
         ];
         for (method, path, roles) in cases {
             for role in Role::ALL {

@@ -248,7 +248,7 @@ impl Publisher {
             false => Some(self.sealed_request(record, config).await?),
         };
         self.events
-            .publish(&record.event(EventType::DeploymentQueued))
+            .publish_deployment(record, EventType::DeploymentQueued)
             .await?;
         if let Some(request) = &request {
             self.broker.publish_request(request, &self.signing).await?;
@@ -328,7 +328,7 @@ impl Publisher {
                 if u.changed {
                     warn!(deployment.id = %id, server.id = %u.record.deployment.server_id, reason, "deployment request can never be published; deployment failed");
                     self.events
-                        .emit(&u.record.event(EventType::DeploymentFailed))
+                        .emit_deployment(&u.record, EventType::DeploymentFailed)
                         .await;
                 }
                 true

@@ -64,6 +64,8 @@ pub struct WorkerContext {
     pub api_url: String,
     /// CA certificate of an `https://` API.
     pub api_ca: Option<std::path::PathBuf>,
+    /// Where operations running and ended are counted.
+    pub metrics: crate::metrics::TenantMetrics,
 }
 
 impl std::fmt::Debug for WorkerContext {
@@ -221,6 +223,7 @@ async fn handle(
         }
     }
     info!(stack.id = %stack, operation.id = %op, worker, attempt = delivered, "stack operation started");
+    let _running = ctx.metrics.operation_started();
     let outcome = tokio::select! {
         () = shutdown.cancelled() => {
             // Another worker takes it over at once; its engine resumes the operation.
@@ -418,6 +421,8 @@ async fn finish(
         }
     }
     let record = &held.record;
+    ctx.metrics
+        .operation_ended(record.operation, state == OperationState::Succeeded);
     if let Err(e) = ops.release(&record.stack, &record.id).await {
         warn!(error = %chain(&e), operation.id = %record.id, "cannot free the stack after its operation");
     }

@@ -228,6 +228,7 @@ mod tests {
             seq: 1,
             interval_ms: 3000,
             state,
+            metrics: None,
         }
     }
 

@@ -83,9 +83,14 @@ impl TenantRuntime {
         let broker = Broker::new(js.clone()).with_request_consumers(request_consumers);
         ensure_streams_once_placed(&broker, &config).await?;
         check_consumer_limits(&broker, config.max_servers).await;
-        let events = events::Events::open(events_js.clone(), config.event_retention()).await?;
+        let metrics = crate::metrics::TenantMetrics::default();
+        let events = events::Events::open(events_js.clone(), config.event_retention())
+            .await?
+            .counting(metrics.clone());
         let store = Store::open_with(&js, config.replicas()).await?;
-        let presence = presence::PresenceTracker::open(&js, &config).await?;
+        let presence = presence::PresenceTracker::open(&js, &config)
+            .await?
+            .counting(metrics.clone());
         let shutdown = parent.child_token();
         let tasks = TaskTracker::new();
         let webhooks = webhooks::Webhooks::open(
@@ -98,6 +103,7 @@ impl TenantRuntime {
                 settings: webhooks::Settings::from_config(&config),
                 shutdown: shutdown.clone(),
                 tasks: tasks.clone(),
+                metrics: metrics.clone(),
             },
         )
         .await?;
@@ -181,6 +187,7 @@ impl TenantRuntime {
                     .engine_api_ca
                     .clone()
                     .or_else(|| service.config.tls_cert.clone()),
+                metrics: service.events.metrics().clone(),
             };
             tasks.spawn(crate::operations::worker::run(
                 ctx,
@@ -233,6 +240,30 @@ impl TenantRuntime {
     /// Long polls waiting right now.
     pub fn long_polls(&self) -> usize {
         self.waiters.waiting()
+    }
+
+    /// What `GET /metrics` shows of this tenant now: its counters, and the gauges read
+    /// now (presence: one pass over the servers the tracker holds in memory; long polls
+    /// and reconnections: counters in memory). Nothing is asked of the broker.
+    pub fn metrics_sample(&self) -> crate::metrics::Sample {
+        let reconnects = |c: &async_nats::Client| {
+            let connects = c
+                .statistics()
+                .connects
+                .load(std::sync::atomic::Ordering::Relaxed);
+            connects.saturating_sub(1)
+        };
+        let mut by_kind = vec![("tenant", reconnects(&self.connections.tenant.client))];
+        if let Some(events) = &self.connections.events {
+            by_kind.push(("events", reconnects(&events.client)));
+        }
+        crate::metrics::Sample {
+            tenant: self.tenant.id.clone(),
+            metrics: self.service.events.metrics().clone(),
+            presence: self.service.presence.counts(),
+            long_polls: u64::try_from(self.long_polls()).unwrap_or(u64::MAX),
+            reconnects: by_kind,
+        }
     }
 
     /// True once it was told to stop (its tasks end, its long polls return).

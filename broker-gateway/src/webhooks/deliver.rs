@@ -10,6 +10,7 @@
 //! starts with it.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::{AckKind, Message};
@@ -62,8 +63,11 @@ pub async fn run(webhooks: Webhooks, sub: Subscription, run: u64, cancel: Cancel
         webhooks,
         sub,
         cancel,
+        backlog: AtomicU64::new(0),
     };
     let exit = task.deliver().await;
+    // What this task last reported leaves the backlog gauge with it.
+    task.note_backlog(0);
     let key = task.sub.key();
     task.webhooks.finished(&key, run);
     match exit {
@@ -86,9 +90,17 @@ struct Task {
     settings: Settings,
     sub: Subscription,
     cancel: CancellationToken,
+    /// The backlog this task last reported (`flue_webhook_backlog`).
+    backlog: AtomicU64,
 }
 
 impl Task {
+    /// Reports `now` events still to deliver after the one in hand.
+    fn note_backlog(&self, now: u64) {
+        let previous = self.backlog.swap(now, Ordering::Relaxed);
+        self.webhooks.scope.metrics.webhook_backlog(previous, now);
+    }
+
     async fn records_get(&self) -> Result<Option<Subscription>, crate::store::StoreError> {
         self.webhooks
             .records
@@ -186,6 +198,9 @@ impl Task {
     async fn handle(&self, target: &Target, msg: Message, floor: Option<u64>) -> Step {
         // The FLUE_EVT sequence, which the API shows; not the copy's own.
         let seq = position::origin(msg.headers.as_ref());
+        if let Ok(info) = msg.info() {
+            self.note_backlog(info.pending);
+        }
         if let (Some(floor), Some(seq)) = (floor, seq)
             && seq < floor
         {
@@ -210,9 +225,13 @@ impl Task {
                 self.with_progress(&msg, self.attempt(target, &event, attempt, body.clone()));
             let error = match sent.await {
                 None => return self.release(&msg, Exit::Cancelled).await,
-                Some(Ok(())) => return self.delivered(&msg, &event, seq).await,
+                Some(Ok(())) => {
+                    self.webhooks.scope.metrics.webhook_attempt(true);
+                    return self.delivered(&msg, &event, seq).await;
+                }
                 Some(Err(e)) => chain(&e),
             };
+            self.webhooks.scope.metrics.webhook_attempt(false);
             warn!(error, webhook.id = %self.sub.id, event.id = %event.id, attempt, "webhook delivery attempt failed");
             if attempt >= self.settings.max_attempts {
                 let reason = format!(
@@ -361,6 +380,7 @@ impl Task {
             match updated {
                 Ok(Some(_)) => {
                     info!(webhook.id = %self.sub.id, reason, "webhook parked");
+                    self.webhooks.scope.metrics.webhook_parked();
                     return Exit::Parked;
                 }
                 Ok(None) => return Exit::Deleted,

@@ -126,6 +126,8 @@ pub struct Scope {
     pub shutdown: CancellationToken,
     /// Where delivery tasks are spawned, so that a shutdown waits for them.
     pub tasks: TaskTracker,
+    /// Where deliveries, failures, parkings and the backlog are counted.
+    pub metrics: crate::metrics::TenantMetrics,
 }
 
 /// Webhook subscriptions and the registry of their delivery tasks; cheap to clone.
