@@ -5,7 +5,7 @@
 //! Cheap on the hot path: every series is an atomic (a counter, or a histogram's few
 //! buckets behind the crate's own short lock), indexed by fixed label values; nothing is
 //! allocated, awaited or sent to the broker to count. Label values are bounded: tenant,
-//! action (the five standard ones, every ad-hoc action as `ADHOC`), status, presence,
+//! action (the five standard ones, `CHECK`, every ad-hoc action as `ADHOC`), status, presence,
 //! connection kind. No series names a server or a deployment, so the exposition's size
 //! does not grow with the fleet.
 //!
@@ -28,8 +28,11 @@ use prometheus_client::metrics::histogram::Histogram;
 pub use agents::AgentTotals;
 pub use scrape::{CONTENT_TYPE, Sample, exposition};
 
-/// Action label values: the standard actions, then every ad-hoc action as one.
-const ACTIONS: [&str; 6] = ["CREATE", "UPDATE", "DELETE", "SUSPEND", "RESUME", "ADHOC"];
+/// Action label values: the standard actions, `CHECK` (a convergence check), then every
+/// ad-hoc action as one.
+const ACTIONS: [&str; 7] = [
+    "CREATE", "UPDATE", "DELETE", "SUSPEND", "RESUME", "CHECK", "ADHOC",
+];
 /// Status label values of `flue_deployments_total`, in the order a deployment reaches them.
 const STATUSES: [&str; 4] = ["QUEUED", "IN_PROGRESS", "COMPLETE", "FAILED"];
 /// Final statuses, the label of the latency histogram.
@@ -40,7 +43,9 @@ const LATENCY_BUCKETS: [f64; 14] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
 ];
 /// Engine operation kinds, as `OperationKind` names them.
-const OP_KINDS: [&str; 6] = ["create", "update", "delete", "suspend", "resume", "action"];
+const OP_KINDS: [&str; 7] = [
+    "create", "update", "delete", "suspend", "resume", "action", "converge",
+];
 /// Engine operation results (`succeeded`, `failed`: the operation's final state).
 const OP_RESULTS: [&str; 2] = ["succeeded", "failed"];
 
@@ -91,7 +96,7 @@ impl Default for Inner {
 
 /// The index of `action` in [`ACTIONS`].
 fn action_index(action: &str) -> usize {
-    ACTIONS[..5]
+    ACTIONS[..ACTIONS.len() - 1]
         .iter()
         .position(|a| *a == action)
         .unwrap_or(ACTIONS.len() - 1)
@@ -169,6 +174,7 @@ impl TenantMetrics {
             OperationKind::Suspend => 3,
             OperationKind::Resume => 4,
             OperationKind::Action => 5,
+            OperationKind::Converge => 6,
         };
         self.inner.operations[k][usize::from(!succeeded)].inc();
     }
