@@ -15,6 +15,7 @@
 
 pub mod agents;
 pub mod http;
+pub mod pending;
 mod scrape;
 
 use std::sync::Arc;
@@ -71,6 +72,7 @@ struct Inner {
     operations_running: Gauge,
     agents: AgentTotals,
     http: http::Requests,
+    pending: Arc<pending::PendingSample>,
 }
 
 impl Default for Inner {
@@ -90,6 +92,7 @@ impl Default for Inner {
             operations_running: Gauge::default(),
             agents: AgentTotals::default(),
             http: http::Requests::default(),
+            pending: Arc::default(),
         }
     }
 }
@@ -177,6 +180,11 @@ impl TenantMetrics {
             OperationKind::Converge => 6,
         };
         self.inner.operations[k][usize::from(!succeeded)].inc();
+    }
+
+    /// The last sample of pending requests per server ([`pending::run`] writes it).
+    pub fn pending(&self) -> &Arc<pending::PendingSample> {
+        &self.inner.pending
     }
 
     /// What agents' heartbeats added up to.

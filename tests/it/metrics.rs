@@ -527,3 +527,41 @@ async fn engine_operations_are_counted_by_kind_and_result() {
     assert_eq!(ops(&s, "failed"), 0.0);
     assert_eq!(s.get("flue_engine_operations_running", &[T]), 0.0);
 }
+
+/// Requests waiting on servers without an agent: three on one, one on another. The
+/// sample (every 15 s) shows them as a histogram of queue lengths, never per server.
+#[tokio::test]
+async fn pending_requests_per_server_are_a_histogram_of_queue_lengths() {
+    let flue = Flue::start().await;
+    flue.register("busy").await;
+    flue.register("quiet").await;
+    flue.script_config("noop", "#!/bin/sh\ntrue\n", &[], &[])
+        .await;
+    for _ in 0..3 {
+        flue.deploy("noop", "busy", &[]).await;
+    }
+    flue.deploy("noop", "quiet", &[]).await;
+    let pending = |bucket: &str| ("pending", bucket.to_owned());
+    let s = scrape_until(&flue, "the pending sample", |s| {
+        s.get("flue_pending_requests", &[T]) == 4.0
+    })
+    .await;
+    assert_eq!(s.get("flue_pending_requests_longest", &[T]), 3.0);
+    for (bucket, servers) in [("1", 1.0), ("2-5", 1.0), ("6-20", 0.0), ("101+", 0.0)] {
+        let label = pending(bucket);
+        assert_eq!(
+            s.get(
+                "flue_servers_with_pending_requests",
+                &[T, (label.0, label.1.as_str())]
+            ),
+            servers,
+            "{bucket}"
+        );
+    }
+    assert!(
+        s.samples
+            .keys()
+            .all(|k| !k.contains("busy") && !k.contains("quiet")),
+        "a series names a server"
+    );
+}

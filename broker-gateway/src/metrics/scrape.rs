@@ -160,6 +160,44 @@ impl Collector for Scrape {
                 .map(|(s, tenant)| (vec![("tenant", tenant.as_str())], f(s)))
                 .collect()
         };
+        let mut values = Vec::new();
+        for (s, tenant) in tenants.iter().zip(&names) {
+            let sample = s.metrics.pending();
+            for (b, label) in super::pending::LABELS.iter().enumerate() {
+                let n = sample.servers[b].load(std::sync::atomic::Ordering::Relaxed);
+                let labels = vec![("tenant", tenant.as_str()), ("pending", *label)];
+                values.push((labels, i64::try_from(n).unwrap_or(i64::MAX)));
+            }
+        }
+        family(
+            &mut enc,
+            "flue_servers_with_pending_requests",
+            "Servers by how many deployments wait on them (queued or running), sampled every 15 s",
+            None,
+            MetricType::Gauge,
+            values,
+            gauge,
+        )?;
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        let as_gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        family(
+            &mut enc,
+            "flue_pending_requests",
+            "Deployments waiting on their servers (queued or running), sampled every 15 s",
+            None,
+            MetricType::Gauge,
+            per_tenant(&|s| as_gauge(s.metrics.pending().total.load(relaxed))),
+            gauge,
+        )?;
+        family(
+            &mut enc,
+            "flue_pending_requests_longest",
+            "The longest queue of one server (deployments waiting on it), sampled every 15 s",
+            None,
+            MetricType::Gauge,
+            per_tenant(&|s| as_gauge(s.metrics.pending().longest.load(relaxed))),
+            gauge,
+        )?;
         family(
             &mut enc,
             "flue_sse_connections",
@@ -411,8 +449,8 @@ mod tests {
     fn every_family_is_written_once_with_each_tenants_series_under_it() {
         let (a, b) = (sample("a"), sample("b"));
         a.metrics.inner.deployments[0][0].inc();
-        b.metrics.inner.latency[5][1].observe(0.3);
-        b.metrics.inner.latency_seen[5][1].inc();
+        b.metrics.inner.latency[ACTIONS.len() - 1][1].observe(0.3);
+        b.metrics.inner.latency_seen[ACTIONS.len() - 1][1].inc();
         let text = exposition(vec![a, b]);
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert_eq!(

@@ -155,6 +155,12 @@ impl TenantRuntime {
             service.publisher.clone(),
             shutdown.child_token(),
         ));
+        tasks.spawn(crate::metrics::pending::run(
+            service.config.tenant.clone(),
+            service.store.clone(),
+            service.events.metrics().pending().clone(),
+            shutdown.child_token(),
+        ));
         tasks.spawn(crate::adopt::run(
             service.config.tenant.clone(),
             service.store.clone(),
