@@ -78,8 +78,14 @@ if ! command -v cloud-init >/dev/null 2>&1; then
   fi
 fi
 if ! command -v systemd-analyze >/dev/null 2>&1; then
-  echo "warning: systemd-analyze is not installed, so the packaging tests will fail;" \
-    "install it with \`sudo apt-get install systemd\`" >&2
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing systemd's tools (systemd-analyze, for the packaging tests)" >&2
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >&2
+  else
+    echo "warning: systemd-analyze is not installed, so the packaging tests will fail;" \
+      "install it with \`sudo apt-get install systemd\`" >&2
+  fi
 fi
 if [ "$(id -u)" != 0 ]; then
   echo "warning: not root, so the network-namespace tests (security::netns) will fail;" \
