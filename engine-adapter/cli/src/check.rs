@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use flue_client::Client;
 use flue_proto::operation::{OperationKind, SubmitOperation};
 use flue_proto::{
-    Action, CHECK_ACTION, Config, ConfigId, CreateDeployment, DeploymentStatus, OpStatus, StackId,
+    Action, CHECK_ACTION, Config, ConfigId, CreateDeployment, DeploymentStatus, OpStatus, Presence,
+    PresenceStatus, ServerId, StackId,
 };
 use serde::Serialize;
 
@@ -30,7 +31,7 @@ const OUTPUT_TAIL_BYTES: usize = 300;
 struct UnitCheck {
     unit: String,
     server_id: String,
-    /// `in_place`, `drifted`, `missing`, `not_checked`.
+    /// `in_place`, `drifted`, `missing`, `not_checked`, `offline`.
     result: &'static str,
     detail: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -55,7 +56,8 @@ pub async fn run(
         table(name, &results)
     };
     out.write_all(text.as_bytes())?;
-    Ok(if to_converge(&results).is_empty() {
+    let unknown = results.iter().any(|r| r.result == "offline");
+    Ok(if to_converge(&results).is_empty() && !unknown {
         Outcome::Success
     } else {
         Outcome::Failed
@@ -108,6 +110,7 @@ async fn check_units(
         )));
     }
     let mut configs: BTreeMap<ConfigId, Config> = BTreeMap::new();
+    let mut online: BTreeMap<ServerId, Option<Presence>> = BTreeMap::new();
     let mut checks = Vec::new();
     let mut results = Vec::new();
     let check = Action::new(CHECK_ACTION).map_err(|e| CliError::Usage(e.to_string()))?;
@@ -133,6 +136,30 @@ async fn check_units(
             results.push(UnitCheck {
                 result: "not_checked",
                 detail: "its config declares no CHECK hook".to_owned(),
+                ..base
+            });
+            continue;
+        }
+        // A server whose agent is not online would hold the check until it comes back:
+        // say so instead of waiting.
+        if !online.contains_key(&unit.server_id) {
+            let server = client.get_server(&unit.server_id).await?;
+            online.insert(unit.server_id.clone(), server.presence);
+        }
+        if let Some(p) = online[&unit.server_id]
+            .as_ref()
+            .filter(|p| p.status != PresenceStatus::Online)
+        {
+            results.push(UnitCheck {
+                result: "offline",
+                detail: format!(
+                    "not checked: its server's agent is {}{}",
+                    match p.status {
+                        PresenceStatus::Offline => "offline",
+                        _ => "not heard from yet",
+                    },
+                    p.since.map(|t| format!(" since {t}")).unwrap_or_default()
+                ),
                 ..base
             });
             continue;
@@ -218,8 +245,12 @@ fn table(name: &StackId, results: &[UnitCheck]) -> String {
         .filter(|r| matches!(r.result, "drifted" | "missing"))
         .count();
     t.push_str(&match drifted {
-        0 => "nothing drifted\n".to_owned(),
-        n => format!("{n} unit(s) drifted or missing\n"),
+        0 => "nothing drifted".to_owned(),
+        n => format!("{n} unit(s) drifted or missing"),
     });
+    match results.iter().filter(|r| r.result == "offline").count() {
+        0 => t.push('\n'),
+        n => t.push_str(&format!("; {n} not checked: their server is offline\n")),
+    }
     t
 }

@@ -42,7 +42,7 @@ resources:
 #[tokio::test]
 async fn check_reports_drift_per_unit_changing_nothing_and_converge_reapplies_it_dependencies_first()
  {
-    let (env, _agents) = cluster(&["s1", "s2"]).await;
+    let (env, mut agents) = cluster(&["s1", "s2"]).await;
     let dir = env.path("a-dir");
     std::fs::create_dir_all(&dir).expect("dir");
     let t = env.path("t.yaml");
@@ -149,4 +149,18 @@ async fn check_reports_drift_per_unit_changing_nothing_and_converge_reapplies_it
     let run = flue(&env, &["stack", "converge", "chk"]).await;
     assert_eq!(run.code, 0, "{run}");
     assert!(run.stdout.contains("nothing to converge"), "{run}");
+
+    // A server whose agent is gone: its unit is reported offline, not waited for.
+    agents[1].terminate().await;
+    let mut tap = flue_tests::EventTap::from_start(&env.nats.events_client().await).await;
+    tap.wait_for("s2 offline", flue_tests::WAIT, |e| {
+        e.ty == flue_proto::EventType::ServerOffline && e.subject.ends_with("s2")
+    })
+    .await;
+    let run = flue(&env, &["stack", "check", "chk", "--json"]).await;
+    assert_eq!(run.code, 1, "{run}");
+    let report: Value = serde_json::from_str(&run.stdout).expect("json");
+    assert_eq!(report[0]["result"], "in_place", "{report}");
+    assert_eq!(report[2]["unit"], "c", "{report}");
+    assert_eq!(report[2]["result"], "offline", "{report}");
 }
