@@ -39,6 +39,7 @@ pub struct Heartbeats {
     interval: Duration,
     seq: AtomicU64,
     counters: Option<Arc<Counters>>,
+    ledger_created_at: Option<time::OffsetDateTime>,
 }
 
 impl Heartbeats {
@@ -59,7 +60,14 @@ impl Heartbeats {
             interval,
             seq: AtomicU64::new(0),
             counters: None,
+            ledger_created_at: None,
         }
+    }
+
+    /// The same, each heartbeat naming when the agent's ledger was created.
+    pub fn with_ledger_created_at(mut self, at: Option<time::OffsetDateTime>) -> Self {
+        self.ledger_created_at = at;
+        self
     }
 
     /// The same, each heartbeat carrying `counters` ([`flue_proto::AgentMetrics`]).
@@ -87,6 +95,7 @@ impl Heartbeats {
                 let connects = self.client.statistics().connects.load(Ordering::Relaxed);
                 c.snapshot(connects.saturating_sub(1))
             }),
+            ledger_created_at: self.ledger_created_at,
         }
     }
 

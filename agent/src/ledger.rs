@@ -52,12 +52,15 @@ use flue_proto::{DeploymentResult, RequestDigest};
 use crate::process::HookProcess;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 
 pub use key::LedgerKey;
 
 /// sled keeps a page cache of up to 1 GiB by default; the ledger is tiny and the agent
 /// should stay small when idle.
 const CACHE_BYTES: u64 = 4 << 20;
+/// Key of the ledger's creation time in its `meta` tree.
+const CREATED_AT: &str = "created_at";
 
 /// What the ledger knows about one request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -139,6 +142,14 @@ pub enum LedgerError {
         /// What sled said.
         source: sled::Error,
     },
+    /// Reading or recording the ledger's creation time failed.
+    #[error("ledger {op} of its creation time failed")]
+    Meta {
+        /// `read` or `write`.
+        op: &'static str,
+        /// What sled said.
+        source: sled::Error,
+    },
     /// Scanning the ledger for unfinished hooks failed.
     #[error("ledger scan for unfinished hooks failed")]
     Scan {
@@ -195,6 +206,34 @@ impl Ledger {
                 }
             }
         }
+    }
+
+    /// When this ledger was created: recorded by the first agent that opened it empty
+    /// (in a tree of its own, `meta`); `None` for a ledger an older agent filled before
+    /// this was recorded. A server rebuilt under the same id starts an empty ledger, so
+    /// a later time than the gateway knew tells it the server's state is gone.
+    pub fn created_at(&self) -> Result<Option<OffsetDateTime>, LedgerError> {
+        let read = |source| LedgerError::Meta { op: "read", source };
+        let write = |source| LedgerError::Meta {
+            op: "write",
+            source,
+        };
+        let meta = self.db.open_tree("meta").map_err(read)?;
+        if let Some(v) = meta.get(CREATED_AT).map_err(read)? {
+            return Ok(std::str::from_utf8(&v)
+                .ok()
+                .and_then(|t| OffsetDateTime::parse(t, &Rfc3339).ok()));
+        }
+        if !self.db.is_empty() {
+            return Ok(None);
+        }
+        let now = OffsetDateTime::now_utc();
+        let text = now
+            .format(&Rfc3339)
+            .map_err(|_| write(sled::Error::Unsupported("an unwritable time".into())))?;
+        meta.insert(CREATED_AT, text.as_bytes()).map_err(write)?;
+        meta.flush().map_err(write)?;
+        Ok(Some(now))
     }
 
     /// The entry of the request `key`, if any.

@@ -182,7 +182,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
             config.server_id.clone(),
             config.heartbeat_interval,
         )
-        .with_counters(counters.clone()),
+        .with_counters(counters.clone())
+        .with_ledger_created_at(ledger.created_at()?),
     );
     let stop_heartbeats = CancellationToken::new();
     let heartbeat_task = tokio::spawn({

@@ -41,8 +41,8 @@ use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
 use flue_proto::event::ServerEventData;
 use flue_proto::{
-    AgentMetrics, CloudEvent, Heartbeat, HeartbeatState, Presence, PresenceStatus, ServerId,
-    TenantId,
+    AgentMetrics, CloudEvent, EventType, Heartbeat, HeartbeatState, Presence, PresenceStatus,
+    ServerId, TenantId,
 };
 use time::OffsetDateTime;
 use tokio::time::Instant;
@@ -65,6 +65,8 @@ pub struct PresenceHandles {
     pub store: Store,
     /// Where `server.online` / `server.offline` go.
     pub events: Events,
+    /// Told the id of each server found rebuilt (the stacks' `converge: auto` policy).
+    pub rebuilt: Option<tokio::sync::mpsc::UnboundedSender<ServerId>>,
 }
 
 use bucket::{bucket, key, load, read};
@@ -454,10 +456,14 @@ impl PresenceTracker {
         server: &ServerId,
         step: &Step,
     ) -> Written {
+        let before = self.with(server, |t| t.record.clone());
         let written = self.write_record(server, step).await;
         let Written::Done(record) = &written else {
             return written;
         };
+        if let Some(old) = state::rebuilt(before.as_ref(), record) {
+            self.report_rebuilt(service, server, record, old).await;
+        }
         let (name, last_seen) = self.with(server, |t| {
             let name = match &t.registered {
                 Registered::Yes { name, .. } => name.clone(),
@@ -496,6 +502,47 @@ impl PresenceTracker {
         .server(server);
         service.events.emit(&event).await;
         written
+    }
+
+    /// `server.rebuilt`: the agent online now runs on a ledger newer than the one the
+    /// server had (created at `old`); then the auto-converge task is told.
+    async fn report_rebuilt(
+        &self,
+        service: &PresenceHandles,
+        server: &ServerId,
+        record: &Record,
+        old: OffsetDateTime,
+    ) {
+        let new = record.ledger_created_at.unwrap_or(record.since);
+        let reason = format!(
+            "its agent runs on a new, empty ledger (created {}) instead of the one created {}: the server was rebuilt, what its deployments applied may be gone",
+            rfc3339(new),
+            rfc3339(old)
+        );
+        warn!(server.id = %server, %reason, "server rebuilt");
+        let name = self.with(server, |t| match &t.registered {
+            Registered::Yes { name, .. } => name.clone(),
+            _ => String::new(),
+        });
+        let data = ServerEventData {
+            server_id: server.clone(),
+            name,
+            agent_instance: record.agent_instance.clone(),
+            reason: Some(reason),
+            last_seen: Some(record.since),
+        };
+        let event = CloudEvent::new(
+            EventType::ServerRebuilt,
+            &self.inner.tenant,
+            format!("server:{server}:rebuilt:{}", rfc3339(new)),
+            format!("servers/{server}"),
+            &data,
+        )
+        .server(server);
+        service.events.emit(&event).await;
+        if let Some(tell) = &service.rebuilt {
+            let _ = tell.send(server.clone());
+        }
     }
 
     /// Writes the record after `step` with compare-and-set on the key's revision.
@@ -539,4 +586,10 @@ impl PresenceTracker {
             }
         }
     }
+}
+
+/// `t` as RFC 3339 text.
+fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| t.unix_timestamp().to_string())
 }

@@ -105,6 +105,9 @@ pub enum EventType {
     /// response subject (unsigned, not signed by the server's current key, or for a server
     /// it does not know) and applied nothing of it.
     ServerAnswerRejected,
+    /// `io.flue.server.rebuilt`: the server's agent came back with a new, empty ledger (a
+    /// server rebuilt under the same id): what its deployments applied may be gone.
+    ServerRebuilt,
     /// `io.flue.group.member_joined`: a deployment group gained a member (scale out).
     GroupMemberJoined,
     /// `io.flue.group.member_left`: a deployment group lost a member (scale in).
@@ -141,13 +144,14 @@ pub enum EventType {
 
 impl EventType {
     /// Every type, in documentation order.
-    pub const ALL: [Self; 21] = [
+    pub const ALL: [Self; 22] = [
         Self::ServerRegistered,
         Self::ServerDeregistered,
         Self::ServerOnline,
         Self::ServerOffline,
         Self::ServerRequestRejected,
         Self::ServerAnswerRejected,
+        Self::ServerRebuilt,
         Self::GroupMemberJoined,
         Self::GroupMemberLeft,
         Self::DeploymentQueued,
@@ -173,7 +177,8 @@ impl EventType {
             | Self::ServerOnline
             | Self::ServerOffline
             | Self::ServerRequestRejected
-            | Self::ServerAnswerRejected => EventKind::Server,
+            | Self::ServerAnswerRejected
+            | Self::ServerRebuilt => EventKind::Server,
             Self::GroupMemberJoined | Self::GroupMemberLeft => EventKind::Group,
             Self::DeploymentQueued
             | Self::DeploymentDelivered
@@ -200,6 +205,7 @@ impl EventType {
             Self::ServerOffline => "offline",
             Self::ServerRequestRejected => "request_rejected",
             Self::ServerAnswerRejected => "answer_rejected",
+            Self::ServerRebuilt => "rebuilt",
             Self::GroupMemberJoined => "member_joined",
             Self::GroupMemberLeft => "member_left",
             Self::DeploymentQueued => "queued",
@@ -233,7 +239,7 @@ impl fmt::Display for EventType {
 /// An unknown event type name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown event type {0:?} (known: server.registered, server.deregistered, server.online, server.offline, server.request_rejected, server.answer_rejected, group.member_joined, group.member_left, deployment.queued, deployment.delivered, deployment.started, deployment.progress, deployment.completed, deployment.failed, deployment.timed_out, stack.operation_started, stack.operation_progress, stack.operation_completed, stack.operation_failed, stack.abandoned, stack.adopted)"
+    "unknown event type {0:?} (known: server.registered, server.deregistered, server.online, server.offline, server.request_rejected, server.answer_rejected, server.rebuilt, group.member_joined, group.member_left, deployment.queued, deployment.delivered, deployment.started, deployment.progress, deployment.completed, deployment.failed, deployment.timed_out, stack.operation_started, stack.operation_progress, stack.operation_completed, stack.operation_failed, stack.abandoned, stack.adopted)"
 )]
 pub struct UnknownEventType(pub String);
 
@@ -634,6 +640,15 @@ pub struct Heartbeat {
     /// agents older than them, which work all the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<AgentMetrics>,
+    /// When the agent's ledger was created: a later one for the same server means a new,
+    /// empty ledger (a server rebuilt under the same id), which the gateway reports as
+    /// `server.rebuilt`. Absent from older agents and from ledgers they created.
+    #[serde(
+        default,
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ledger_created_at: Option<OffsetDateTime>,
 }
 
 /// What an agent counted since its process started, carried by its heartbeats: the

@@ -62,8 +62,8 @@ pub use server::{
     RegisterServer, Registration, Server, ServerKeys,
 };
 pub use stack::{
-    ActionResult, ActionRun, MappedResource, OpStatus, Operation, Pending, PutStack, PutStackError,
-    Stack, StackAction, StackState, StackStatus, StackUnit, Unit,
+    ActionResult, ActionRun, ConvergePolicy, MappedResource, OpStatus, Operation, Pending,
+    PutStack, PutStackError, Stack, StackAction, StackState, StackStatus, StackUnit, Unit,
 };
 pub use tenant::{CreateTenant, Tenant};
 

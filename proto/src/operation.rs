@@ -126,6 +126,10 @@ pub struct SubmitOperation {
     /// For `converge`: the units to re-apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub units: Vec<String>,
+    /// For create and update: the stack's converge policy (kept by the stack; an update
+    /// without it keeps the one it had).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub converge: Option<crate::stack::ConvergePolicy>,
 }
 
 impl fmt::Debug for SubmitOperation {
@@ -142,6 +146,7 @@ impl fmt::Debug for SubmitOperation {
             .field("action", &self.action)
             .field("force", &self.force)
             .field("units", &self.units)
+            .field("converge", &self.converge)
             .finish()
     }
 }
@@ -161,6 +166,7 @@ impl SubmitOperation {
             action: None,
             force: false,
             units: Vec::new(),
+            converge: None,
         }
     }
 

@@ -17,6 +17,36 @@ use time::OffsetDateTime;
 
 use crate::ids::{ConfigId, DeploymentId, ServerId, StackId, TenantId};
 
+/// What a stack does when one of its servers is rebuilt under the same id.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConvergePolicy {
+    /// Report it (`server.rebuilt`); `flue stack converge` re-applies by hand.
+    #[default]
+    Manual,
+    /// Re-apply its units on that server at once, with a converge operation.
+    Auto,
+}
+
+impl ConvergePolicy {
+    /// True for the default, [`ConvergePolicy::Manual`].
+    pub fn is_manual(&self) -> bool {
+        *self == Self::Manual
+    }
+}
+
+impl std::str::FromStr for ConvergePolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "manual" => Ok(Self::Manual),
+            "auto" => Ok(Self::Auto),
+            other => Err(format!("{other:?} is not a converge policy (auto, manual)")),
+        }
+    }
+}
+
 /// A stack operation, as Heat names them; `ACTION` is an ad-hoc action run on a resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -254,6 +284,11 @@ pub struct StackState {
     /// operations unless given again.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mapped: BTreeMap<String, MappedResource>,
+    /// What happens when a server of the stack is rebuilt under the same id (a new agent
+    /// with an empty ledger): `manual` (reported, nothing runs) or `auto` (its units are
+    /// re-applied by a converge, dependencies first).
+    #[serde(default, skip_serializing_if = "ConvergePolicy::is_manual")]
+    pub converge: ConvergePolicy,
 }
 
 /// What one infrastructure resource of a template stands for: never a secret, so

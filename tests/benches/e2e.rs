@@ -498,6 +498,7 @@ async fn stack_chain(setup: &Setup, n: usize) -> (f64, f64) {
         template: &template,
         given: &given,
         mapped: &Default::default(),
+        converge: None,
     };
     let opts = Options {
         force: false,

@@ -138,6 +138,7 @@ async fn measure(n: usize) {
         template: &template,
         given: &given,
         mapped: &mapped,
+        converge: None,
     };
     let opts = Options {
         force: false,

@@ -371,3 +371,37 @@ async fn two_messages_with_one_request_identity_are_kept_apart() {
     assert_eq!(first.digest(), Some(&real), "the first entry is left alone");
     assert!(matches!(first, Entry::Done { .. }));
 }
+
+#[tokio::test]
+async fn a_new_ledger_records_when_it_was_created_and_an_older_filled_one_says_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ledger");
+    let first = {
+        let ledger = Ledger::open(&path).expect("open");
+        let at = ledger
+            .created_at()
+            .expect("created_at")
+            .expect("a new ledger says");
+        ledger
+            .record_done(&key("d1"), &result(), None, None)
+            .await
+            .expect("done");
+        at
+    };
+    // Reopened: the same time, not a new one.
+    let ledger = Ledger::open(&path).expect("reopen");
+    assert_eq!(ledger.created_at().expect("created_at"), Some(first));
+    drop(ledger);
+
+    // A ledger filled before creation times were recorded (no `meta` entry) says nothing.
+    let old = dir.path().join("old");
+    {
+        let ledger = Ledger::open(&old).expect("open");
+        ledger
+            .record_done(&key("d1"), &result(), None, None)
+            .await
+            .expect("done");
+    }
+    let ledger = Ledger::open(&old).expect("reopen");
+    assert_eq!(ledger.created_at().expect("created_at"), None);
+}

@@ -11,6 +11,7 @@
 //! it runs; one that dies leaves the message unacknowledged, and the broker hands it to
 //! another worker once the lease runs out ([`worker`]).
 
+pub mod auto;
 pub mod history;
 pub mod submit;
 pub mod worker;

@@ -39,6 +39,14 @@ pub struct Record {
     /// second agent claiming the same server id, and must not take it back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replaced: Vec<String>,
+    /// When the ledger of the agent last online was created (its heartbeats say so;
+    /// absent for older agents): a later one is a server rebuilt under the same id.
+    #[serde(
+        default,
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ledger_created_at: Option<OffsetDateTime>,
 }
 
 impl Record {
@@ -91,6 +99,8 @@ pub enum Step {
         instance: String,
         /// Its heartbeat interval, in milliseconds.
         interval_ms: u64,
+        /// When its ledger was created, if it says.
+        ledger_created_at: Option<OffsetDateTime>,
     },
     /// Offline.
     Offline(Reason),
@@ -122,6 +132,7 @@ pub fn after_heartbeat(stored: Option<&Record>, beat: &Heartbeat) -> Option<Step
         HeartbeatState::Alive => Some(Step::Online {
             instance: beat.instance.clone(),
             interval_ms: beat.interval_ms,
+            ledger_created_at: beat.ledger_created_at,
         }),
         // A stopping instance that is not the one online is an old one: its successor lives.
         HeartbeatState::Stopping if same_instance => Some(Step::Offline(Reason::Stopped)),
@@ -175,6 +186,7 @@ pub fn next_record(stored: Option<&Record>, step: &Step, now: OffsetDateTime) ->
         Step::Online {
             instance,
             interval_ms,
+            ledger_created_at,
         } => {
             replaced.retain(|i| i != instance);
             Record {
@@ -185,6 +197,8 @@ pub fn next_record(stored: Option<&Record>, step: &Step, now: OffsetDateTime) ->
                 reason: None,
                 interval_ms: *interval_ms,
                 replaced,
+                // An agent that does not say keeps what the last one said.
+                ledger_created_at: ledger_created_at.or(stored.and_then(|r| r.ledger_created_at)),
             }
         }
         Step::Offline(reason) => {
@@ -203,9 +217,19 @@ pub fn next_record(stored: Option<&Record>, step: &Step, now: OffsetDateTime) ->
                 reason: Some(reason.to_string()),
                 interval_ms: stored.map_or(0, |r| r.interval_ms),
                 replaced,
+                ledger_created_at: stored.and_then(|r| r.ledger_created_at),
             }
         }
     }
+}
+
+/// When the record `after` a transition says the server's agent runs on a newer ledger
+/// than the one `before` knew: the creation time of the ledger it replaced. A server
+/// rebuilt under the same id (its state gone, its agent installed again).
+pub fn rebuilt(before: Option<&Record>, after: &Record) -> Option<OffsetDateTime> {
+    let old = before?.ledger_created_at?;
+    let new = after.ledger_created_at?;
+    (new > old).then_some(old)
 }
 
 /// The event id of a transition that produced `record`: `server:<id>:online:<epoch>` or
@@ -229,6 +253,7 @@ mod tests {
             interval_ms: 3000,
             state,
             metrics: None,
+            ledger_created_at: None,
         }
     }
 
@@ -336,6 +361,7 @@ mod tests {
                 &Step::Online {
                     instance: format!("i{n}"),
                     interval_ms: 1,
+                    ledger_created_at: None,
                 },
             );
         }
@@ -383,12 +409,50 @@ mod tests {
     }
 
     #[test]
+    fn only_a_later_ledger_is_a_rebuild() {
+        let at = |secs| Some(OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(secs));
+        let online = |ledger| {
+            apply(
+                None,
+                &Step::Online {
+                    instance: "a".into(),
+                    interval_ms: 1,
+                    ledger_created_at: ledger,
+                },
+            )
+        };
+        let (old, same, newer, unsaid) =
+            (online(at(10)), online(at(10)), online(at(20)), online(None));
+        assert_eq!(rebuilt(Some(&old), &newer), at(10));
+        assert_eq!(rebuilt(Some(&old), &same), None);
+        assert_eq!(rebuilt(Some(&newer), &old), None);
+        assert_eq!(rebuilt(None, &newer), None, "first time seen");
+        assert_eq!(
+            rebuilt(Some(&unsaid), &newer),
+            None,
+            "an older agent said nothing"
+        );
+        // An agent that does not say keeps what the last one said.
+        let kept = next_record(
+            Some(&old),
+            &Step::Online {
+                instance: "b".into(),
+                interval_ms: 1,
+                ledger_created_at: None,
+            },
+            OffsetDateTime::UNIX_EPOCH,
+        );
+        assert_eq!(kept.ledger_created_at, at(10));
+    }
+
+    #[test]
     fn records_round_trip() {
         let r = apply(
             None,
             &Step::Online {
                 instance: "a".into(),
                 interval_ms: 1,
+                ledger_created_at: None,
             },
         );
         let json = serde_json::to_string(&r).expect("json");

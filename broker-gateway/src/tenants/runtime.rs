@@ -167,11 +167,19 @@ impl TenantRuntime {
             service.publisher.clone(),
             shutdown.child_token(),
         ));
+        let (rebuilt, rebuilt_servers) = tokio::sync::mpsc::unbounded_channel();
+        tasks.spawn(crate::operations::auto::run(
+            service.clone(),
+            operations.clone(),
+            rebuilt_servers,
+            shutdown.child_token(),
+        ));
         tasks.spawn(presence::run(
             service.presence.clone(),
             presence::PresenceHandles {
                 store: service.store.clone(),
                 events: service.events.clone(),
+                rebuilt: Some(rebuilt),
             },
             shutdown.child_token(),
         ));

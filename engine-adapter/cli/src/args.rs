@@ -334,6 +334,12 @@ pub struct StackApplyArgs {
     /// `parameters`, `parameter_defaults`, `resource_registry`.
     #[arg(short = 'e', long = "environment", value_name = "FILE")]
     pub environments: Vec<PathBuf>,
+    /// What the stack does when one of its servers is rebuilt under the same id (a new
+    /// agent with an empty ledger): `manual` (reported as `server.rebuilt`) or `auto` (its
+    /// units there are re-applied at once, by a converge). Kept by the stack; an update
+    /// without it keeps the one it had.
+    #[arg(long, value_name = "POLICY")]
+    pub converge: Option<flue_proto::ConvergePolicy>,
     /// Take over from another operation still marked in progress (its driver is gone).
     #[arg(long)]
     pub force: bool,

@@ -204,6 +204,7 @@ async fn apply(
         })?;
         let mut body = SubmitOperation::with_template(kind, text);
         body.files = files;
+        body.converge = args.converge;
         // The environments' values are in `given` already; what is left of them holds none.
         body.environments = vec![serde_json::json!({
             "parameter_defaults": env.parameter_defaults,
@@ -222,6 +223,7 @@ async fn apply(
         template: &template,
         given: &given,
         mapped: &mapped,
+        converge: args.converge,
     };
     let stack = drive(out, &name, args.force, |opts| async move {
         if creating {

@@ -181,6 +181,8 @@ pub struct Source<'a> {
     /// What infrastructure resources stand for, given on the command line
     /// (`--server`, `--attr`); what the stack kept stands for the rest.
     pub mapped: &'a BTreeMap<String, MappedResource>,
+    /// The converge policy to keep (`None`: the stack's own, `manual` for a new one).
+    pub converge: Option<flue_proto::ConvergePolicy>,
 }
 
 /// `flue stack create`: creates the stack, or resumes its interrupted creation, or
@@ -481,6 +483,9 @@ async fn apply(
         s.parameters = keep.clone();
         s.hidden_parameters = hidden.clone();
         s.mapped = mapped.clone();
+        if let Some(policy) = source.converge {
+            s.converge = policy;
+        }
         plan::place_units(s, &plan, &op);
     })
     .await?;

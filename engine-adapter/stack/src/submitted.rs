@@ -30,6 +30,8 @@ pub struct Prepared {
     pub force: bool,
     /// For a converge: the units to re-apply.
     pub units: Vec<String>,
+    /// For create and update: the converge policy to keep.
+    pub converge: Option<flue_proto::ConvergePolicy>,
     /// Things Flue read but does not act on (ignored environment sections, …).
     pub notes: Vec<String>,
 }
@@ -99,6 +101,7 @@ pub fn prepare(
         }
     };
     if !takes_template {
+        refuse_unless(body.converge.is_some(), "converge")?;
         refuse_unless(body.template.is_some(), "template")?;
         refuse_unless(!body.files.is_empty(), "files")?;
         refuse_unless(!body.environments.is_empty(), "environments")?;
@@ -142,6 +145,7 @@ pub fn prepare(
         action,
         force: body.force,
         units: body.units.clone(),
+        converge: body.converge,
         notes,
     })
 }
@@ -304,6 +308,7 @@ pub async fn run(
                 template: &apply.template,
                 given: &apply.given,
                 mapped: &apply.mapped,
+                converge: prepared.converge,
             };
             if prepared.kind == OperationKind::Create {
                 driver::create(client, stack, source, &opts).await.map(Some)

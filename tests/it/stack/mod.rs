@@ -9,6 +9,7 @@ mod failure;
 mod heat;
 mod hot;
 mod lifecycle;
+mod rebuilt;
 mod templates;
 mod transfer;
 mod update;

@@ -448,6 +448,7 @@ pub(super) fn head_of(state: &StackState) -> StackState {
         outputs: state.outputs.clone(),
         actions: state.actions.clone(),
         mapped: state.mapped.clone(),
+        converge: state.converge,
     }
 }
 

@@ -1,0 +1,123 @@
+//! The `converge: auto` policy: when presence finds a server rebuilt under the same id
+//! (its agent back on a new, empty ledger: `server.rebuilt`), each of its stacks with that
+//! policy gets a converge operation re-applying its units on that server, dependencies
+//! first, run by the engine workers like any other (with its `stack.operation_*` events).
+//!
+//! A stack busy with another operation is tried again every [`RETRY_EVERY`], for at most
+//! [`MAX_TRIES`]; a stack with the `manual` policy (the default) is left alone: the
+//! event says what happened, and `flue stack converge` re-applies by hand. With several
+//! gateways, only the one whose presence write reported the rebuild submits.
+
+use std::time::Duration;
+
+use flue_proto::operation::{OperationKind, SubmitOperation};
+use flue_proto::{ConvergePolicy, ServerId, StackId};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::Operations;
+use crate::api::ApiError;
+use crate::service::Service;
+
+/// How long a busy stack waits before its converge is submitted again.
+pub const RETRY_EVERY: Duration = Duration::from_secs(5);
+/// How many times a converge is submitted to a busy stack before giving up.
+pub const MAX_TRIES: u32 = 120;
+
+/// Converges the `auto` stacks of each server `rebuilt` names, until cancelled.
+pub async fn run(
+    service: Service,
+    operations: Operations,
+    mut rebuilt: UnboundedReceiver<ServerId>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let server = tokio::select! {
+            () = cancel.cancelled() => return,
+            next = rebuilt.recv() => match next {
+                Some(server) => server,
+                None => return,
+            },
+        };
+        let stacks = match service.store.server(&service.config.tenant, &server).await {
+            Ok(Some(s)) => s.stacks,
+            Ok(None) => continue,
+            Err(e) => {
+                warn!(server.id = %server, error = %crate::error::chain(&e), "cannot read a rebuilt server; its stacks are not converged");
+                continue;
+            }
+        };
+        for stack in stacks {
+            let service = service.clone();
+            let operations = operations.clone();
+            let server = server.clone();
+            let cancel = cancel.clone();
+            service.tasks.clone().spawn(async move {
+                converge_stack(&service, &operations, &stack, &server, &cancel).await;
+            });
+        }
+    }
+}
+
+/// Submits a converge of `server`'s units of `stack` if its policy is `auto`, trying
+/// again while the stack is busy.
+async fn converge_stack(
+    service: &Service,
+    operations: &Operations,
+    stack: &StackId,
+    server: &ServerId,
+    cancel: &CancellationToken,
+) {
+    let tenant = &service.config.tenant;
+    for _ in 0..MAX_TRIES {
+        let current = match service.store.stack(tenant, stack).await {
+            Ok(Some(s)) => s,
+            Ok(None) => return,
+            Err(e) => {
+                warn!(stack.id = %stack, error = %crate::error::chain(&e), "cannot read a stack of a rebuilt server");
+                return;
+            }
+        };
+        if current.state.converge != ConvergePolicy::Auto {
+            return;
+        }
+        let units: Vec<String> = current
+            .state
+            .units
+            .iter()
+            .filter(|(_, u)| &u.server_id == server && (u.baseline.is_some() || u.last.is_some()))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if units.is_empty() {
+            return;
+        }
+        let mut body = SubmitOperation::new(OperationKind::Converge);
+        body.units = units.clone();
+        match super::submit::submit(
+            operations,
+            &service.broker,
+            &service.keys.sealing,
+            stack,
+            Some(&current),
+            body,
+        )
+        .await
+        {
+            Ok(op) => {
+                info!(stack.id = %stack, server.id = %server, operation.id = %op.id, units = units.len(), "rebuilt server: converge submitted (policy auto)");
+                return;
+            }
+            Err(ApiError::Conflict(_)) => {}
+            Err(e) => {
+                warn!(stack.id = %stack, server.id = %server, error = %e, "rebuilt server: converge refused");
+                return;
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(RETRY_EVERY) => {}
+        }
+    }
+    warn!(stack.id = %stack, server.id = %server, "rebuilt server: the stack stayed busy; converge it by hand (flue stack converge)");
+}
