@@ -42,50 +42,35 @@ if [ ! -x .venv/bin/ansible-playbook ]; then
   echo "installing ansible-core ${ANSIBLE_CORE_PIN} into .venv (for the Heat compatibility tests)" >&2
   .venv/bin/pip install --quiet --disable-pip-version-check "ansible-core==${ANSIBLE_CORE_PIN}" >&2
 fi
+# apt_install PACKAGE WHY HINT: installs Debian's PACKAGE when this runs as root with
+# apt-get, else warns that the tests WHY names will fail (HINT: how to fix it).
+apt_install() {
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing $1 ($2)" >&2
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >&2
+  else
+    echo "warning: $1 is not installed, so $2 will fail; $3" >&2
+  fi
+}
 # The dashboard test drives Debian's headless `chromium` (or $FLUE_CHROMIUM).
 if [ -z "${FLUE_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing chromium (for the dashboard test)" >&2
-    apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
-  else
-    echo "warning: chromium is not installed, so the dashboard test will fail;" \
-      "install it with \`sudo apt-get install chromium\` or set FLUE_CHROMIUM" >&2
-  fi
+  apt_install chromium "the dashboard tests" \
+    "install it with \`sudo apt-get install chromium\` or set FLUE_CHROMIUM"
 fi
 # The isolated-network tests (security::netns) make network namespaces and veth links: they
 # need root and iproute2's `ip` (and `ss`), and fail saying so without them.
 if ! command -v ip >/dev/null 2>&1 || ! command -v ss >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing iproute2 (for the network-namespace tests)" >&2
-    apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >&2
-  else
-    echo "warning: iproute2 is not installed, so the network-namespace tests will fail;" \
-      "install it with \`sudo apt-get install iproute2\` and run the tests as root" >&2
-  fi
+  apt_install iproute2 "the network-namespace tests" \
+    "install it with \`sudo apt-get install iproute2\` and run the tests as root"
 fi
 # The packaging tests (packaging::) check the agent's unit with `systemd-analyze verify` and
 # the `--cloud-init` user data with Debian's `cloud-init schema`; they fail saying so without them.
 if ! command -v cloud-init >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing cloud-init (for the packaging tests)" >&2
-    apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cloud-init >&2
-  else
-    echo "warning: cloud-init is not installed, so the packaging tests will fail;" \
-      "install it with \`sudo apt-get install cloud-init\`" >&2
-  fi
+  apt_install cloud-init "the packaging tests" "install it with \`sudo apt-get install cloud-init\`"
 fi
 if ! command -v systemd-analyze >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing systemd's tools (systemd-analyze, for the packaging tests)" >&2
-    apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >&2
-  else
-    echo "warning: systemd-analyze is not installed, so the packaging tests will fail;" \
-      "install it with \`sudo apt-get install systemd\`" >&2
-  fi
+  apt_install systemd "the packaging tests" "install it with \`sudo apt-get install systemd\`"
 fi
 if [ "$(id -u)" != 0 ]; then
   echo "warning: not root, so the network-namespace tests (security::netns) will fail;" \
