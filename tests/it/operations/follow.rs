@@ -5,25 +5,7 @@
 use flue_proto::operation::{OperationKind, OperationState, StackOperation};
 use flue_tests::Flue;
 
-use crate::stack::{flue, flue_in_background, kill_cli_once, lines, put_data};
-
-/// `a` appends `start a` to the record, waits for the data key `go`, then `end a`.
-const WAITING: &str = r#"heat_template_version: 2018-08-31
-parameters:
-  record: {type: string}
-resources:
-  cfg:
-    type: OS::Heat::SoftwareConfig
-    properties:
-      inputs: [{name: record}]
-      config: |
-        #!/bin/sh
-        set -eu
-        echo "start $deploy_resource_name" >> "$record"
-        flue-agent data get go --wait 120s
-        echo "end $deploy_resource_name" >> "$record"
-  a: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: cfg}, server: s1, input_values: {record: {get_param: record}}}}
-"#;
+use crate::stack::{WAITING, flue, flue_in_background, kill_cli_once, lines, put_data};
 
 /// `GET /v1/stacks/{stack}/operations?QUERY`: status, next cursor, body.
 async fn list(env: &Flue, stack: &str, query: &str) -> (u16, Option<String>, serde_json::Value) {

@@ -19,6 +19,24 @@ use std::path::Path;
 use flue_proto::{Deployment, ServerId, Stack, StackId};
 use flue_tests::{Agent, Flue, WAIT, repo_root};
 
+/// `a` appends `start a` to the record, waits for the data key `go`, then `end a`.
+pub const WAITING: &str = r#"heat_template_version: 2018-08-31
+parameters:
+  record: {type: string}
+resources:
+  cfg:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      inputs: [{name: record}]
+      config: |
+        #!/bin/sh
+        set -eu
+        echo "start $deploy_resource_name" >> "$record"
+        flue-agent data get go --wait 120s
+        echo "end $deploy_resource_name" >> "$record"
+  a: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: cfg}, server: s1, input_values: {record: {get_param: record}}}}
+"#;
+
 /// What one `flue` run printed and how it exited.
 pub struct Run {
     pub code: i32,

@@ -280,26 +280,7 @@ async fn a_stack_is_not_abandoned_while_an_operation_runs_on_it() {
     let (env, _agents) = cluster(&["s1"]).await;
     let record = env.path("record.log");
     let t = env.path("t.yaml");
-    std::fs::write(
-        &t,
-        r#"heat_template_version: 2018-08-31
-parameters:
-  record: {type: string}
-resources:
-  cfg:
-    type: OS::Heat::SoftwareConfig
-    properties:
-      inputs: [{name: record}]
-      config: |
-        #!/bin/sh
-        set -eu
-        echo "start $deploy_resource_name" >> "$record"
-        flue-agent data get go --wait 120s
-        echo "end $deploy_resource_name" >> "$record"
-  a: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: cfg}, server: s1, input_values: {record: {get_param: record}}}}
-"#,
-    )
-    .expect("template");
+    std::fs::write(&t, super::WAITING).expect("template");
     let t = t.display().to_string();
     let p = format!("record={}", record.display());
     let create = super::flue_in_background(&env, &["stack", "create", "k", "-t", &t, "-P", &p]);
