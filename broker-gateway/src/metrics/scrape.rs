@@ -70,6 +70,30 @@ fn family<V>(
     Ok(())
 }
 
+/// A counter with two labels besides the tenant: every non-zero `get(sample, i, j)`, the
+/// labels `a.0 = a.1[i]` and `b.0 = b.1[j]`, tenant by tenant.
+fn grid<'a>(
+    tenants: &[Sample],
+    names: &'a [String],
+    a: (&'a str, &'a [&'a str]),
+    b: (&'a str, &'a [&'a str]),
+    get: impl Fn(&Sample, usize, usize) -> u64,
+) -> Vec<(Vec<(&'a str, &'a str)>, u64)> {
+    let mut values = Vec::new();
+    for (s, tenant) in tenants.iter().zip(names) {
+        for (i, first) in a.1.iter().enumerate() {
+            for (j, second) in b.1.iter().enumerate() {
+                let v = get(s, i, j);
+                if v > 0 {
+                    let labels = vec![("tenant", tenant.as_str()), (a.0, *first), (b.0, *second)];
+                    values.push((labels, v));
+                }
+            }
+        }
+    }
+    values
+}
+
 fn counter(v: &u64, e: prometheus_client::encoding::MetricEncoder) -> fmt::Result {
     ConstCounter::new(*v).encode(e)
 }
@@ -84,22 +108,13 @@ impl Collector for Scrape {
         let t = |s: &Sample| s.tenant.as_str().to_owned();
         let names: Vec<String> = tenants.iter().map(t).collect();
 
-        let mut values = Vec::new();
-        for (s, tenant) in tenants.iter().zip(&names) {
-            for (a, action) in ACTIONS.iter().enumerate() {
-                for (st, status) in STATUSES.iter().enumerate() {
-                    let v = s.metrics.inner.deployments[a][st].get();
-                    if v > 0 {
-                        let labels = vec![
-                            ("tenant", tenant.as_str()),
-                            ("action", *action),
-                            ("status", *status),
-                        ];
-                        values.push((labels, v));
-                    }
-                }
-            }
-        }
+        let values = grid(
+            tenants,
+            &names,
+            ("action", &ACTIONS),
+            ("status", &STATUSES),
+            |s, a, st| s.metrics.inner.deployments[a][st].get(),
+        );
         family(
             &mut enc,
             "flue_deployments",
@@ -286,22 +301,13 @@ impl Collector for Scrape {
             counter,
         )?;
 
-        let mut values = Vec::new();
-        for (s, tenant) in tenants.iter().zip(&names) {
-            for (k, kind) in OP_KINDS.iter().enumerate() {
-                for (r, result) in OP_RESULTS.iter().enumerate() {
-                    let v = s.metrics.inner.operations[k][r].get();
-                    if v > 0 {
-                        let labels = vec![
-                            ("tenant", tenant.as_str()),
-                            ("kind", *kind),
-                            ("result", *result),
-                        ];
-                        values.push((labels, v));
-                    }
-                }
-            }
-        }
+        let values = grid(
+            tenants,
+            &names,
+            ("kind", &OP_KINDS),
+            ("result", &OP_RESULTS),
+            |s, k, r| s.metrics.inner.operations[k][r].get(),
+        );
         family(
             &mut enc,
             "flue_engine_operations",
