@@ -221,8 +221,6 @@ fn plain(text: &str) -> String {
 mod tests {
     use serde_json::Value;
 
-    use super::*;
-
     fn json() -> Value {
         serde_json::from_str(super::json()).expect("the document is JSON")
     }
@@ -276,7 +274,7 @@ mod tests {
             for (method, op) in item.as_object().expect("a path item") {
                 operations += 1;
                 let responses = op["responses"].as_object().expect("responses");
-                if path.starts_with("/v1/") || path == super::super::metrics::PATH {
+                if path.starts_with("/v1/") || path == crate::api::metrics::PATH {
                     let roles = op["x-flue-roles"].as_array().expect("x-flue-roles");
                     assert!(!roles.is_empty(), "{method} {path} names no role");
                     for status in ["401", "403"] {
