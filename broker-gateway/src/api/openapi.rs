@@ -46,6 +46,7 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
 /// `GET /openapi.json`.
 #[utoipa::path(
     get,
+    operation_id = "openapi",
     path = "/openapi.json",
     tag = "meta",
     summary = "This document (OpenAPI 3.1)",
@@ -95,6 +96,7 @@ pub fn document() -> OpenApi {
 /// Adds to every operation what it shares with the others (see the module docs).
 fn complete(doc: &mut OpenApi) {
     let mut tags = std::collections::BTreeSet::new();
+    let mut ids = std::collections::HashSet::new();
     for (path, item) in doc.paths.paths.iter_mut() {
         let methods = [
             (Method::GET, &mut item.get),
@@ -107,6 +109,14 @@ fn complete(doc: &mut OpenApi) {
                 continue;
             };
             tags.extend(operation.tags.iter().flatten().cloned());
+            // One handler under two methods (a Heat signal is a PUT or a POST) has one
+            // name: the second method's gets the method's name appended.
+            if let Some(id) = operation.operation_id.as_mut()
+                && !ids.insert(id.clone())
+            {
+                id.push('_');
+                id.push_str(&method.as_str().to_lowercase());
+            }
             shared_refusals(path, &method, operation);
         }
     }
@@ -297,6 +307,19 @@ mod tests {
             }
         }
         assert!(operations >= 45, "only {operations} operations");
+        let mut ids: Vec<&str> = paths
+            .values()
+            .flat_map(|item| item.as_object().expect("a path item").values())
+            .map(|op| {
+                op["operationId"]
+                    .as_str()
+                    .expect("every operation has an id")
+            })
+            .collect();
+        ids.sort_unstable();
+        let count = ids.len();
+        ids.dedup();
+        assert_eq!(ids.len(), count, "operation ids are unique");
         let roles = &doc["paths"]["/v1/configs"]["post"]["x-flue-roles"];
         assert_eq!(roles, &serde_json::json!(["engine"]));
     }
