@@ -320,6 +320,13 @@ mod tests {
         let count = ids.len();
         ids.dedup();
         assert_eq!(ids.len(), count, "operation ids are unique");
+        let timeout =
+            &doc["components"]["schemas"]["CreateDeployment"]["properties"]["timeout_secs"];
+        assert_eq!(
+            timeout["maximum"],
+            crate::config::MAX_TIMEOUT_SECS,
+            "{timeout}"
+        );
         let roles = &doc["paths"]["/v1/configs"]["post"]["x-flue-roles"];
         assert_eq!(roles, &serde_json::json!(["engine"]));
     }
