@@ -94,11 +94,19 @@ pub fn document() -> OpenApi {
     doc
 }
 
+/// `(from operation, status, to operation, [(parameter, runtime expression)])`.
+type LinkEntry = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
 /// The ids an answer holds, and the operations that take them: OpenAPI links, which
 /// clients (and schemathesis' stateful runs) follow from a create to its reads and
 /// removal. Each entry: the operation and status whose answer holds the id, the operation
 /// it leads to, and that operation's parameters as runtime expressions.
-const LINKS: &[(&str, &str, &str, &[(&str, &str)])] = &[
+const LINKS: &[LinkEntry] = &[
     (
         "create_config",
         "201",
