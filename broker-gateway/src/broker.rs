@@ -61,6 +61,25 @@ pub struct TooLarge {
     pub limit: usize,
 }
 
+/// Whether the broker refused a stream somewhere in `error`'s chain for lack of JetStream
+/// storage (error 10047: the streams' reservations would exceed its `max_file_store`).
+/// Retrying cannot help; an operator must give the broker room.
+pub fn out_of_storage(error: &(dyn std::error::Error + 'static)) -> bool {
+    use async_nats::jetstream::ErrorCode;
+    use async_nats::jetstream::context::{CreateStreamError, CreateStreamErrorKind};
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(e) = e.downcast_ref::<CreateStreamError>()
+            && let CreateStreamErrorKind::JetStream(e) = e.kind()
+            && e.error_code() == ErrorCode::STORAGE_RESOURCES_EXCEEDED
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
 /// Why a broker operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {

@@ -19,7 +19,7 @@ use std::sync::{Arc, RwLock};
 use axum::extract::Request;
 use flue_proto::{CreateTenant, Tenant, TenantId};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{error, info, warn};
 
 pub use book::TenantBook;
 pub use connector::{BrokerUsers, Connection, Connector, ConnectorError, TenantConnections};
@@ -135,13 +135,35 @@ impl Tenants {
         &self.inner.config.tenant
     }
 
-    /// Starts the runtime of every tenant the connector knows.
+    /// Starts the runtime of every tenant the connector knows. A tenant whose creation
+    /// failed (marked, [`TenantBook::mark_creating`]) and still cannot start is left out,
+    /// logged, rather than keeping every other tenant from being served; any other
+    /// tenant's failure stops the start.
     pub async fn start_existing(&self) -> Result<(), TenantError> {
         for id in self.inner.connector.tenants()? {
-            let connections = self.inner.connector.connect(&id).await?;
-            self.start_runtime(&id, "", connections).await?;
+            let started = async {
+                let connections = self.inner.connector.connect(&id).await?;
+                self.start_runtime(&id, "", connections).await
+            };
+            match started.await {
+                Ok(_) => self.created(&id),
+                Err(e) if self.inner.book.is_creating(&id) => error!(
+                    tenant = %id,
+                    error = %crate::error::chain(&e),
+                    "a tenant whose creation failed still cannot start: not served (POST /v1/tenants again once the cause is fixed)"
+                ),
+                Err(e) => return Err(e),
+            }
         }
         Ok(())
+    }
+
+    /// Clears `id`'s creation mark now that it is served (a failure is logged: the mark
+    /// only makes a later start more lenient with this tenant).
+    fn created(&self, id: &TenantId) {
+        if let Err(e) = self.inner.book.created(id) {
+            warn!(tenant = %id, error = %crate::error::chain(&e), "cannot clear a tenant's creation mark");
+        }
     }
 
     /// Creates a tenant (provisioned on the broker, then served) unless it exists.
@@ -154,12 +176,20 @@ impl Tenants {
         if let Some(runtime) = self.get(&body.id) {
             return Ok((runtime.tenant().clone(), Created::Existing));
         }
+        self.inner
+            .book
+            .mark_creating(&body.id)
+            .map_err(|e| TenantError::Start {
+                tenant: body.id.clone(),
+                source: e.into(),
+            })?;
         let connector = &self.inner.connector;
         connector.provision(&body.id).await?;
         let connections = connector.connect(&body.id).await?;
         let runtime = self
             .start_unlocked(&body.id, &body.name, connections)
             .await?;
+        self.created(&body.id);
         info!(tenant = %body.id, "tenant created");
         Ok((runtime.tenant().clone(), Created::New))
     }

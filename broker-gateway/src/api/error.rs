@@ -102,6 +102,10 @@ pub enum ApiError {
         /// The limit, as far as the gateway could read it.
         limit: Option<i64>,
     },
+    /// The broker has no JetStream storage left for what was asked (the message says what
+    /// to change): 507, since retrying cannot help. Not `internal`: nothing failed.
+    #[error("{0}")]
+    OutOfStorage(String),
     /// The broker failed: 503, retry later.
     #[error("broker failure")]
     Broker(#[source] BrokerError),
@@ -152,6 +156,7 @@ impl ApiError {
             Self::ConsumerLimit { .. } => {
                 (StatusCode::INSUFFICIENT_STORAGE, "consumer_limit_reached")
             }
+            Self::OutOfStorage(_) => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),
             Self::Store(StoreError::Decode { .. })
             | Self::Task(_)
             | Self::Panic

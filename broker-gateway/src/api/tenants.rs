@@ -38,7 +38,8 @@ impl<T: DeserializeOwned> FromRequest<Tenants> for JsonBody<T> {
     responses(
         (status = 201, description = "The tenant was created: provisioned on the broker and served from now on.", body = flue_proto::Tenant),
         (status = 200, description = "The tenant already exists: the stored one.", body = flue_proto::Tenant),
-        (status = 409, description = "The tenant exists with other settings.", body = flue_proto::ErrorBody),
+        (status = 409, description = "In development mode (`--insecure-dev-broker`): any tenant but the default one.", body = flue_proto::ErrorBody),
+        (status = 507, description = "`insufficient_storage`: the broker has no JetStream storage left for the tenant's streams (the message says what to change); nothing is served.", body = flue_proto::ErrorBody),
     )
 )]
 pub async fn create(
@@ -88,6 +89,14 @@ fn refusal(e: TenantError) -> ApiError {
             ApiError::Conflict(e.to_string())
         }
         e @ TenantError::AlreadyServed(_) => ApiError::Conflict(e.to_string()),
+        TenantError::Start { tenant, source } if crate::broker::out_of_storage(&source) => {
+            ApiError::OutOfStorage(format!(
+                "the broker has no JetStream storage left for tenant {tenant}'s streams: each \
+                 tenant reserves its event streams' size (the gateway's --events-max-bytes, and \
+                 a quarter more for the gateway's own copy); raise the broker's jetstream \
+                 max_file_store, or lower --events-max-bytes, then create the tenant again"
+            ))
+        }
         e @ (TenantError::Connector(
             ConnectorError::Connect(_) | ConnectorError::Auth(_) | ConnectorError::UserSeed(_),
         )

@@ -16,6 +16,11 @@ use crate::state::{StateDir, StateError};
 /// Directory of the tenant records in the state directory.
 pub const TENANTS_DIR: &str = "tenants";
 
+/// The mark of a tenant being created ([`TenantBook::mark_creating`]).
+fn creating_file(id: &TenantId) -> String {
+    format!("{id}.creating")
+}
+
 /// The tenant records; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct TenantBook {
@@ -28,6 +33,29 @@ impl TenantBook {
         Ok(Self {
             dir: StateDir::open(&state_dir.join(TENANTS_DIR))?,
         })
+    }
+
+    /// Marks `id` as being created by `POST /v1/tenants`, before it is provisioned: a
+    /// gateway start that cannot start a tenant so marked leaves it out instead of failing
+    /// (it was never served, so nothing is lost; the operator's POST was refused).
+    pub fn mark_creating(&self, id: &TenantId) -> Result<(), StateError> {
+        self.dir.write_secret(&creating_file(id), "")
+    }
+
+    /// Removes the mark of [`TenantBook::mark_creating`]: `id` is served.
+    pub fn created(&self, id: &TenantId) -> Result<(), StateError> {
+        let path = self.dir.path().join(creating_file(id));
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(StateError::Io { path, source: e })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether `id` was marked by [`TenantBook::mark_creating`] and never served since.
+    pub fn is_creating(&self, id: &TenantId) -> bool {
+        self.dir.path().join(creating_file(id)).exists()
     }
 
     /// The record of `id`, written first (named `name`, or the id when empty) when

@@ -486,3 +486,114 @@ async fn a_broker_that_lost_its_resolver_directory_learns_every_account_again_fr
         .await
         .expect("acme registers a server after the broker came back");
 }
+
+/// `POST /v1/tenants` over HTTP with the operator's token: the status and the JSON body.
+async fn post_tenant(flue: &Flue, id: &str) -> (u16, serde_json::Value) {
+    let resp = flue
+        .gateway
+        .http()
+        .request(
+            reqwest::Method::POST,
+            format!("{}/v1/tenants", flue.gateway.url()),
+        )
+        .json(&serde_json::json!({ "id": id }))
+        .send()
+        .await
+        .expect("the gateway answers");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.expect("a JSON body"))
+}
+
+/// Waits until `GET /readyz` answers 200 (every tenant runtime connected).
+async fn ready(flue: &Flue) {
+    let poll = async {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
+        loop {
+            tick.tick().await;
+            let url = format!("{}/readyz", flue.gateway.url());
+            if let Ok(resp) = flue.gateway.http().get(url).send().await
+                && resp.status() == reqwest::StatusCode::OK
+            {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, poll)
+        .await
+        .expect("the gateway becomes ready");
+}
+
+/// The tenants the gateway serves, by id.
+async fn served(flue: &Flue) -> Vec<String> {
+    let tenants: Vec<flue_proto::Tenant> = flue
+        .gateway
+        .http()
+        .get(format!("{}/v1/tenants", flue.gateway.url()))
+        .send()
+        .await
+        .expect("the gateway answers")
+        .json()
+        .await
+        .expect("the tenants");
+    tenants.into_iter().map(|t| t.id.to_string()).collect()
+}
+
+/// Sets the broker's JetStream file store limit (`max_file_store`) in its configuration
+/// and restarts it with it.
+async fn limit_file_store(flue: &mut Flue, limit: &str) {
+    let conf = flue.gateway.state_dir().join("broker/nats-server.conf");
+    let text = std::fs::read_to_string(&conf).expect("the broker's configuration");
+    let text = match text.find("\n  max_file_store:") {
+        Some(at) => {
+            let end = at + 1 + text[at + 1..].find('\n').expect("a line");
+            format!("{}\n  max_file_store: {limit}{}", &text[..at], &text[end..])
+        }
+        None => text.replacen(
+            "jetstream {",
+            &format!("jetstream {{\n  max_file_store: {limit}"),
+            1,
+        ),
+    };
+    std::fs::write(&conf, text).expect("write the configuration");
+    flue.nats.kill().await;
+    flue.nats.start_again().await;
+    ready(flue).await;
+}
+
+#[tokio::test]
+async fn a_tenant_the_broker_has_no_storage_for_is_a_507_and_never_keeps_the_gateway_from_starting()
+{
+    // Each tenant reserves its event streams' size (1 GiB, and 1.25 GiB for the
+    // gateway's copy) of the broker's JetStream storage: 3 GB holds the default tenant only.
+    let mut flue = Flue::start_operator(&[]).await;
+    limit_file_store(&mut flue, "3GB").await;
+
+    let (status, body) = post_tenant(&flue, "second").await;
+    assert_eq!(status, 507, "{body}");
+    assert_eq!(body["error"]["code"], "insufficient_storage", "{body}");
+    let message = body["error"]["message"].as_str().expect("a message");
+    for said in ["second", "--events-max-bytes", "max_file_store"] {
+        assert!(message.contains(said), "{message}");
+    }
+    assert_eq!(served(&flue).await, ["default"]);
+
+    // The refused tenant does not keep the gateway from starting again: it serves the
+    // default tenant, says why the other is left out, and refuses it the same way.
+    flue.gateway.restart().await;
+    ready(&flue).await;
+    assert_eq!(served(&flue).await, ["default"]);
+    flue.gateway
+        .logs()
+        .wait_for("a tenant whose creation failed still cannot start", WAIT)
+        .await;
+    let (status, body) = post_tenant(&flue, "second").await;
+    assert_eq!(status, 507, "{body}");
+
+    // Given room, the same request creates it, and it is served after a restart too.
+    limit_file_store(&mut flue, "8GB").await;
+    let (status, body) = post_tenant(&flue, "second").await;
+    assert_eq!(status, 201, "{body}");
+    flue.gateway.restart().await;
+    ready(&flue).await;
+    assert_eq!(served(&flue).await, ["default", "second"]);
+}
