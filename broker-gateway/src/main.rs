@@ -1,6 +1,7 @@
 //! `flue-gateway`: parses the flags, logs to stderr, and runs the gateway until SIGINT or SIGTERM
 //! (or runs one administration command: `init`, `tenant create`, `leaf-config`; or
-//! `token`, minting an HTTP API token offline, [`flue_gateway::auth::command`]).
+//! `token`, minting an HTTP API token offline, [`flue_gateway::auth::command`]; or
+//! `openapi`, printing the API's OpenAPI document, the one served at `/openapi.json`).
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -26,6 +27,10 @@ async fn main() -> anyhow::Result<()> {
             flue_gateway::auth::command::TokenCommand::parse_from(std::env::args().skip(1));
         let token = command.run().context("cannot mint the token")?;
         println!("{token}");
+        return Ok(());
+    }
+    if std::env::args().nth(1).as_deref() == Some("openapi") {
+        println!("{}", flue_gateway::api::openapi::json());
         return Ok(());
     }
     let Cli { config, admin } = Cli::parse();

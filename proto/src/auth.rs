@@ -30,6 +30,7 @@ pub const TICKET_TTL_SECS: u64 = 60;
 /// What a token's holder may do (the table is `docs/api.md`, the rules `auth::roles` in
 /// the gateway).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Creates tenants and mints a tenant's first admin token; nothing inside a tenant.
@@ -90,6 +91,7 @@ impl FromStr for Role {
 
 /// The claims of a bearer token or an event-stream ticket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TokenClaims {
     /// A free name for the holder (`ci`, `alice`), shown in logs instead of the token.
@@ -113,6 +115,7 @@ pub struct TokenClaims {
 
 /// Body of `POST /v1/tokens` and `POST /v1/tenants/{tenant}/tokens`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateToken {
     /// The new token's role (`POST /v1/tenants/{tenant}/tokens`: `admin` only).
@@ -125,6 +128,7 @@ pub struct CreateToken {
 
 /// Answer of `POST /v1/tokens`: the token (shown this once) and what identifies it.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenCreated {
     /// The bearer token; the gateway keeps no copy.
     pub token: String,
@@ -147,6 +151,7 @@ impl fmt::Debug for TokenCreated {
 
 /// Answer of `POST /v1/events/tickets`: a short-lived ticket for `GET /v1/events?ticket=…`.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EventTicket {
     /// The ticket, valid for [`TICKET_TTL_SECS`] and only on the event stream.
     pub ticket: String,

@@ -31,6 +31,7 @@ pub fn is_hook_key(key: &str) -> bool {
 
 /// An ad-hoc action declared on a config (for example `backup`), run on demand.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AdhocAction {
     /// The body handed to the hook instead of the config's own `config` for this action.
@@ -42,6 +43,7 @@ pub struct AdhocAction {
 
 /// One declared input of a config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputDecl {
     /// Input name; for the `script` group it becomes an environment variable.
     pub name: String,
@@ -61,6 +63,7 @@ pub struct InputDecl {
 
 /// One declared output of a config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OutputDecl {
     /// Output name; the `script` group reads it from `${heat_outputs_path}.<name>`.
     pub name: String,
@@ -85,6 +88,7 @@ fn default_type() -> String {
 
 /// What an engine sends to create a config. Configs are immutable once created.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ConfigSpec {
     /// Id to use; the gateway picks a random one when absent.
@@ -144,6 +148,7 @@ pub(crate) fn empty_object() -> serde_json::Value {
 
 /// A stored config, as read back from the gateway and as carried in a request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Config {
     /// Config id.
     pub id: ConfigId,

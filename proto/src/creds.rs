@@ -40,6 +40,7 @@ const FLUE_END: &str = "------END FLUE AGENT SETTINGS------";
 /// events account, allowed to read its events and replay them with ordered consumers,
 /// nothing else. Its `Debug` form hides the credentials.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ListenerCredentials {
     /// The tenant whose events it reads.
@@ -109,6 +110,7 @@ impl fmt::Debug for UserCreds {
 
 /// What an agent needs besides its NATS user, carried in its credentials file.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AgentSettings {
     /// The tenant the server belongs to.
@@ -189,6 +191,7 @@ pub struct UserJwtClaims {
 
 /// The part of a user JWT's claims [`UserJwtClaims`] reads.
 #[derive(Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 struct RawUserClaims {
     iss: String,
     sub: String,
@@ -199,6 +202,7 @@ struct RawUserClaims {
 }
 
 #[derive(Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 struct RawNats {
     #[serde(rename = "type")]
     kind: String,

@@ -33,6 +33,16 @@ pub const PROTOCOL_VERSION: u32 = 1;
 #[serde(try_from = "String", into = "String")]
 pub struct Action(String);
 
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for Action {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        crate::openapi::token_schema()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for Action {}
+
 impl Action {
     /// Heat's CREATE.
     pub const CREATE: &'static str = "CREATE";
@@ -90,6 +100,7 @@ impl fmt::Display for Action {
 
 /// Where a deployment stands, as the gateway records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum DeploymentStatus {
     /// Accepted and on the server's request queue.
@@ -133,6 +144,7 @@ impl fmt::Display for DeploymentStatus {
 
 /// A deployment as queued for an agent on `flue.<tenant>.req.<server>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeploymentRequest {
     /// Protocol version, [`PROTOCOL_VERSION`].
     pub v: u32,
@@ -180,6 +192,7 @@ pub struct DeploymentRequest {
 
 /// The outcome of one deployment, as an agent reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeploymentResult {
     /// [`DeploymentStatus::Complete`] or [`DeploymentStatus::Failed`].
     pub status: DeploymentStatus,
@@ -213,6 +226,7 @@ pub struct DeploymentResult {
 /// digest it recorded for the deployment. An answer without one (an agent older than the
 /// digest) is applied only to records without one (made by a gateway older than it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum AgentMessage {
     /// The agent durably recorded the deployment as started and is about to run the hook.
@@ -365,6 +379,7 @@ impl DeploymentRequest {
 
 /// What an engine sends to create a deployment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateDeployment {
     /// Id to use; random when absent. Creating an existing id again is refused.
@@ -442,6 +457,7 @@ impl CreateDeployment {
 
 /// One output of one deployment, used as another deployment's input.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct OutputRef {
     /// The deployment (it must be COMPLETE).
@@ -452,6 +468,7 @@ pub struct OutputRef {
 
 /// A deployment as the gateway records it and the API returns it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Deployment {
     /// Deployment id.
     pub id: DeploymentId,

@@ -17,6 +17,8 @@ pub const DIGEST_HEX_LEN: usize = 64;
 /// Only constructible from bytes ([`RequestDigest::of`]) or from 64 lower-case hex
 /// digits, also when deserialised.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9a-f]{64}$"))]
 #[serde(try_from = "String", into = "String")]
 pub struct RequestDigest(String);
 

@@ -271,6 +271,7 @@ impl<'de> Deserialize<'de> for EventType {
 /// One event: a CloudEvents 1.0 envelope in JSON (structured mode) with Flue's extension
 /// attributes `tenant`, `server`, `stack`, `deployment` (the ids it concerns).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CloudEvent {
     /// Always `1.0`.
     pub specversion: String,
@@ -384,6 +385,7 @@ pub fn tenant_events(tenant: &TenantId) -> String {
 
 /// What listeners select events by; every field that is set must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct EventFilter {
     /// Event types; empty means all.
@@ -440,6 +442,7 @@ impl EventFilter {
 
 /// `data` of server events.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ServerEventData {
     /// The server.
     pub server_id: ServerId,
@@ -464,6 +467,7 @@ pub struct ServerEventData {
 /// `data` of `server.request_rejected`: a message on the server's request queue that its
 /// agent could not read as a request, and dropped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RequestRejectedEventData {
     /// The server whose queue held it.
     pub server_id: ServerId,
@@ -482,6 +486,7 @@ pub struct RequestRejectedEventData {
 /// `data` of `server.answer_rejected`: a message on the server's response subject the
 /// gateway refused and applied nothing of.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AnswerRejectedEventData {
     /// The server whose response subject it came on.
     pub server_id: ServerId,
@@ -510,6 +515,7 @@ pub fn request_rejected_event_id(
 
 /// `data` of deployment events other than progress. Hidden outputs read `<hidden>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeploymentEventData {
     /// The deployment.
     pub deployment_id: DeploymentId,
@@ -540,6 +546,7 @@ pub struct DeploymentEventData {
 
 /// Which output stream a progress line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum OutputStream {
     /// The hook's stdout.
@@ -550,6 +557,7 @@ pub enum OutputStream {
 
 /// One line a running hook printed (without its newline).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProgressLine {
     /// Where it came from.
     pub stream: OutputStream,
@@ -559,6 +567,7 @@ pub struct ProgressLine {
 
 /// `data` of `deployment.progress`, and the body of an agent's progress message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProgressEventData {
     /// The deployment.
     pub deployment_id: DeploymentId,
@@ -579,6 +588,7 @@ pub struct ProgressEventData {
 
 /// `data` of group events.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemberEventData {
     /// The stack.
     pub stack_id: StackId,
@@ -598,6 +608,7 @@ pub struct MemberEventData {
 
 /// `data` of stack events.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StackEventData {
     /// The stack.
     pub stack_id: StackId,
@@ -621,6 +632,7 @@ pub struct StackEventData {
 
 /// An agent's heartbeat on `flue.<tenant>.hb.<server>` (core NATS, not stored).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Heartbeat {
     /// Protocol version.
     pub v: u32,
@@ -656,6 +668,7 @@ pub struct Heartbeat {
 /// totals never go backwards when an agent restarts (`docs/metrics.md`). Counts only: no
 /// deployment, hook or value is named.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(default)]
 pub struct AgentMetrics {
     /// Hooks that ran and succeeded.
@@ -674,6 +687,7 @@ pub struct AgentMetrics {
 
 /// What a heartbeat says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum HeartbeatState {
     /// Running.
@@ -684,6 +698,7 @@ pub enum HeartbeatState {
 
 /// A server's presence as the gateway derived it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum PresenceStatus {
     /// Heartbeats arrive.
@@ -696,6 +711,7 @@ pub enum PresenceStatus {
 
 /// Presence of one server, as `GET /v1/servers` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Presence {
     /// Online, offline or unknown.
     pub status: PresenceStatus,

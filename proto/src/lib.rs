@@ -15,7 +15,8 @@
 //! - [`tenant`]: the tenant API's bodies;
 //! - [`limits`]: nesting depth and `script` environment limits on what the API accepts;
 //! - [`heat`]: input values as Heat hands them to hooks (declared types, text, environment);
-//! - [`operation`]: stack operations submitted over HTTP and queued for engine workers.
+//! - [`operation`]: stack operations submitted over HTTP and queued for engine workers;
+//! - `openapi` (feature `openapi`): the schemas of the types above that serde cannot describe.
 
 pub mod auth;
 pub mod config;
@@ -29,6 +30,8 @@ pub mod jsapi;
 pub mod limits;
 pub mod nats_tls;
 pub mod nats_url;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 pub mod operation;
 pub mod output;
 pub mod poll;

@@ -34,6 +34,7 @@ pub fn operation_subject(tenant: &TenantId, stack: &StackId) -> String {
 
 /// Which operation to run (Heat's stack actions, lowercase as on the CLI).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OperationKind {
     /// `flue stack create`.
@@ -91,6 +92,7 @@ impl fmt::Display for OperationKind {
 /// never passes silently. Its `Debug` form names the parameters without their values
 /// (hidden ones among them).
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SubmitOperation {
     /// What to run.
@@ -181,6 +183,7 @@ impl SubmitOperation {
 
 /// Where a submitted operation stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OperationState {
     /// Waiting for a worker.
@@ -214,6 +217,7 @@ impl fmt::Display for OperationState {
 /// A submitted operation, as `GET /v1/stacks/{id}/operations/{op}` reads it. Never holds
 /// a parameter value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StackOperation {
     /// Its id (random).
     pub id: String,
@@ -301,6 +305,7 @@ pub type Accepted = StackOperation;
 /// sealed to the gateways' key, the environments without their `parameters` section
 /// (moved into `parameters`, hidden ones sealed there too).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QueuedOperation {
     /// The operation's id.
     pub id: String,

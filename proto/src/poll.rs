@@ -29,6 +29,7 @@ pub const PATH_PREFIX: &str = "/heat/";
 
 /// How a server gets its deployments.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
     /// Its flue-agent pulls them from its request queue on the broker (the default).
@@ -61,6 +62,7 @@ impl std::fmt::Display for Transport {
 
 /// What a polling server's registration (or credential rotation) hands out, once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PollAccess {
     /// The secret metadata URL: whoever holds it reads the server's deployments, hidden
     /// values included. Never stored in the clear by the gateway and never shown again.
@@ -122,6 +124,7 @@ pub fn redact_path(path: &str) -> std::borrow::Cow<'_, str> {
 
 /// A polling server's metadata, as Heat puts it on a server and os-collect-config reads it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Metadata {
     /// The pending deployments, oldest first.
     pub deployments: Vec<HeatItem>,
@@ -132,6 +135,7 @@ pub struct Metadata {
 
 /// The `os-collect-config` section of [`Metadata`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OsCollectConfig {
     /// Collectors to run.
     pub collectors: Vec<String>,
@@ -141,6 +145,7 @@ pub struct OsCollectConfig {
 
 /// The `request` collector's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RequestCollector {
     /// The metadata URL (the one being read).
     pub metadata_url: String,
@@ -149,6 +154,7 @@ pub struct RequestCollector {
 /// One deployment as Heat's dispatcher (`55-heat-config`) reads it from a server's
 /// metadata, and as a hook gets it on stdin (the agent builds the same shape).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HeatItem {
     /// Deployment id (`55-heat-config` keeps `deployed/<id>.json` and never runs it again).
     pub id: String,
@@ -170,6 +176,7 @@ pub struct HeatItem {
 
 /// One input of a [`HeatItem`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HeatInput {
     /// Name.
     pub name: String,
@@ -186,6 +193,7 @@ pub struct HeatInput {
 
 /// One output of a [`HeatItem`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HeatOutput {
     /// Name.
     pub name: String,
@@ -201,6 +209,7 @@ pub struct HeatOutput {
 
 /// What `heat-config-notify` puts to a signal URL: the dispatcher's `signal_data`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SignalBody {
     /// The hook's stdout.
     #[serde(default)]
@@ -218,6 +227,7 @@ pub struct SignalBody {
 
 /// The answer to an accepted signal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SignalAck {
     /// The deployment signalled.
     pub deployment_id: DeploymentId,

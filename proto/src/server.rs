@@ -8,6 +8,7 @@ use crate::poll::Transport;
 
 /// What an engine sends to register a server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RegisterServer {
     /// Server id (the agent's identity; a subject token).
@@ -23,6 +24,7 @@ pub struct RegisterServer {
 
 /// A registered server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Server {
     /// Server id.
     pub id: ServerId,
@@ -73,6 +75,7 @@ impl Server {
 /// The public halves of a server's keys; the secret halves exist only in its agent's
 /// credentials file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ServerKeys {
     /// The agent's NATS user public key (`U...`), which also signs its answers.
     pub signing: String,
@@ -82,6 +85,7 @@ pub struct ServerKeys {
 
 /// Everything an agent needs to start, returned by registration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentBootstrap {
     /// Broker URL(s) the agent should connect to, comma separated.
     pub nats_url: String,
@@ -102,6 +106,7 @@ pub struct AgentBootstrap {
 /// Answer to a registration: the server and its agent bootstrap (or, for a polling
 /// server, its metadata URL).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Registration {
     /// The server record.
     pub server: Server,
@@ -125,6 +130,7 @@ pub const HTTPS_REQUIRED: &str = "https_required";
 
 /// Body of every API error: `{"error": {"code": "...", "message": "..."}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     /// The error.
     pub error: ErrorDetail,
@@ -132,6 +138,7 @@ pub struct ErrorBody {
 
 /// One API error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorDetail {
     /// Stable machine-readable code, e.g. `not_found`, `invalid_id`, `body_too_large`.
     pub code: String,
@@ -141,6 +148,7 @@ pub struct ErrorDetail {
 
 /// Body of `GET /livez`, `/healthz` and `/readyz`: how the gateway and its broker link are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Health {
     /// `ok` when the endpoint answers 200, `unavailable` when it answers 503.
     pub status: HealthStatus,
@@ -152,6 +160,7 @@ pub struct Health {
 
 /// `Health::status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum HealthStatus {
     /// Serving.
@@ -162,6 +171,7 @@ pub enum HealthStatus {
 
 /// `Health::broker`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum BrokerState {
     /// Connected.

@@ -37,6 +37,7 @@ pub const REQUEST_EXPIRY_MARGIN: Duration = Duration::from_secs(300);
 
 /// What the gateway vouches for in a request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RequestClaims {
     /// [`CLAIMS_VERSION`].
@@ -75,6 +76,7 @@ impl RequestClaims {
 
 /// What an agent vouches for in an answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AnswerClaims {
     /// [`CLAIMS_VERSION`].
@@ -211,6 +213,7 @@ fn verified<C: serde::de::DeserializeOwned>(
 
 /// Why a request or an answer is refused: the code travels on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RefusalCode {
     /// No claims or no signature.

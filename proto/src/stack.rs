@@ -19,6 +19,7 @@ use crate::ids::{ConfigId, DeploymentId, ServerId, StackId, TenantId};
 
 /// What a stack does when one of its servers is rebuilt under the same id.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ConvergePolicy {
     /// Report it (`server.rebuilt`); `flue stack converge` re-applies by hand.
@@ -49,6 +50,7 @@ impl std::str::FromStr for ConvergePolicy {
 
 /// A stack operation, as Heat names them; `ACTION` is an ad-hoc action run on a resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum StackAction {
     /// First creation.
@@ -83,6 +85,7 @@ impl fmt::Display for StackAction {
 
 /// Where an operation (or one unit of it) stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum OpStatus {
     /// Running, or interrupted and waiting to be resumed.
@@ -105,6 +108,7 @@ impl fmt::Display for OpStatus {
 
 /// A stack's status: `CREATE_COMPLETE`, `UPDATE_FAILED`, … plus why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StackStatus {
     /// The last operation.
     pub action: StackAction,
@@ -123,6 +127,7 @@ impl fmt::Display for StackStatus {
 
 /// A stack as the gateway stores and returns it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Stack {
     /// Stack id (its name).
     pub id: StackId,
@@ -144,6 +149,7 @@ pub struct Stack {
 
 /// `PUT /v1/stacks/{id}`: store a stack's status and state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PutStack {
     /// Absent: create the stack, refused (409) if it exists. Present: replace the
@@ -160,6 +166,7 @@ pub struct PutStack {
     /// The units this write changes, by key: a unit to store, or `null` for a unit that
     /// leaves the stack. The others stay as stored. The answer holds these units only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::changed_units))]
     pub changed_units: Option<BTreeMap<String, Option<Unit>>>,
 }
 
@@ -248,6 +255,7 @@ pub fn unit_key_of(token: &str) -> Option<String> {
 
 /// One unit of a stack, as `GET /v1/stacks/{id}/units` lists them (by key).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StackUnit {
     /// The unit's key in [`StackState::units`].
     pub key: String,
@@ -258,6 +266,7 @@ pub struct StackUnit {
 /// Everything the engine needs to resume, update or delete a stack. Never holds the
 /// value of a hidden parameter or input.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StackState {
     /// Values of the parameters that are not hidden, as last applied.
     #[serde(default)]
@@ -294,6 +303,7 @@ pub struct StackState {
 /// What one infrastructure resource of a template stands for: never a secret, so
 /// stored and shown as it is.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MappedResource {
     /// For an `OS::Nova::Server`: the registered server it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -308,6 +318,7 @@ pub struct MappedResource {
 
 /// One stack operation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Operation {
     /// Random id; every deployment the operation plans records it.
     pub id: String,
@@ -342,6 +353,7 @@ pub struct Operation {
 
 /// One deployment unit: what runs one config on one server across the stack's life.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Unit {
     /// Template resource name.
     pub resource: String,
@@ -391,6 +403,7 @@ pub struct Unit {
 
 /// A deployment planned by an operation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Pending {
     /// The operation that planned it.
     pub op_id: String,
@@ -405,6 +418,7 @@ pub struct Pending {
 
 /// One run of an ad-hoc action.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ActionRun {
     /// Operation id.
     pub op_id: String,
@@ -421,6 +435,7 @@ pub struct ActionRun {
 
 /// What an ad-hoc action did on one unit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ActionResult {
     /// The deployment that ran it.
     pub deployment_id: DeploymentId,

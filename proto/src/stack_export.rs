@@ -24,6 +24,7 @@ pub const STACK_EXPORT_FORMAT: &str = "flue.stack-export/1";
 /// A stack's whole record, as `GET /v1/stacks/{id}/export` answers it and
 /// `POST /v1/stacks/{id}/adopt` takes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct StackExport {
     /// [`STACK_EXPORT_FORMAT`].
@@ -49,6 +50,7 @@ pub struct StackExport {
 
 /// One deployment of an exported stack.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ExportedDeployment {
     /// The deployment; the values named below are export envelopes.
@@ -63,6 +65,7 @@ pub struct ExportedDeployment {
 
 /// What the engine's `POST /v1/stacks/{id}/abandon` takes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AbandonStack {
     /// Remove the stack only if it is still at this revision (the exported one).
@@ -71,6 +74,7 @@ pub struct AbandonStack {
 
 /// The plaintext of an export envelope: a hidden value and the tenant it belongs to.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Envelope {
     /// The tenant whose value it is.

@@ -14,6 +14,7 @@ pub const MAX_TENANT_NAME_LEN: usize = 256;
 
 /// What an operator sends to create a tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateTenant {
     /// Tenant id (a subject token: `[A-Za-z0-9_-]`, 1–64 bytes).
@@ -54,6 +55,7 @@ impl CreateTenant {
 
 /// A tenant a gateway serves.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Tenant {
     /// Tenant id.
     pub id: TenantId,

@@ -41,6 +41,7 @@ pub fn consumer_name(tenant: &TenantId, id: &WebhookId) -> String {
 
 /// `POST /v1/webhooks`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateWebhook {
     /// Where events are POSTed (`http://` or `https://`).
@@ -59,6 +60,7 @@ pub struct CreateWebhook {
 
 /// Where a new subscription starts in the event stream.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum WebhookStart {
     /// Events published from now on.
@@ -74,6 +76,7 @@ pub enum WebhookStart {
 
 /// Delivery state of a subscription.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum WebhookStatus {
     /// Delivering.
@@ -85,6 +88,7 @@ pub enum WebhookStatus {
 
 /// A subscription as the API shows it (never with its secret).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Webhook {
     /// Id (a subject token).
     pub id: crate::ids::WebhookId,

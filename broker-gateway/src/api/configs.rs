@@ -19,6 +19,20 @@ use crate::service::Service;
 ///
 /// A stored config with a hidden default always answers 409: comparing bodies would let
 /// anyone confirm a guessed secret by the 200.
+#[utoipa::path(
+    post,
+    path = "/v1/configs",
+    tag = "configs",
+    summary = "Store an immutable software config (engine)",
+    request_body = flue_proto::ConfigSpec,
+    responses(
+        (status = 201, description = "The new config (hidden defaults redacted).", body = flue_proto::Config),
+        (status = 200, description = "The same body was already accepted under this id: the stored config.", body = flue_proto::Config),
+        (status = 409, description = "The id holds another config (or one with hidden defaults, which are never compared).", body = flue_proto::ErrorBody),
+        (status = 413, description = "The stored config would not fit in one broker message.", body = flue_proto::ErrorBody),
+        (status = 422, description = "The config is refused (the message names the field).", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn create(
     State(service): State<Service>,
     JsonBody(spec): JsonBody<ConfigSpec>,
@@ -64,6 +78,17 @@ fn has_hidden_default(config: &Config) -> bool {
 }
 
 /// `GET /v1/configs/{id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/configs/{id}",
+    tag = "configs",
+    summary = "Read a config",
+    params(("id" = flue_proto::ConfigId, Path, description = "The config's id.")),
+    responses(
+        (status = 200, description = "The config (hidden defaults redacted).", body = flue_proto::Config),
+        (status = 404, description = "No such config.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn get(
     State(service): State<Service>,
     PathId(id): PathId<ConfigId>,

@@ -21,6 +21,15 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
      frame-ancestors 'none'";
 
 /// `GET /`: the dashboard page, naming this gateway's tenant.
+#[utoipa::path(
+    get,
+    path = "/",
+    tag = "dashboard",
+    summary = "The web dashboard page",
+    responses(
+        (status = 200, description = "The page (it reads the API with the token the user gives).", content_type = "text/html", body = String),
+    )
+)]
 pub async fn page(State(tenants): State<Tenants>) -> Response {
     // Served before anyone signs in, so it names the default tenant; the token decides
     // which tenant's data it then reads. A tenant id is `[A-Za-z0-9_-]`, so it needs no
@@ -36,6 +45,17 @@ pub async fn page(State(tenants): State<Tenants>) -> Response {
 }
 
 /// `GET /assets/{name}`: `dashboard.js` or `dashboard.css`.
+#[utoipa::path(
+    get,
+    path = "/assets/{name}",
+    tag = "dashboard",
+    summary = "The dashboard's script or style",
+    params(("name" = String, Path, description = "`dashboard.js` or `dashboard.css`.")),
+    responses(
+        (status = 200, description = "`dashboard.js` or `dashboard.css`.", content((String = "text/javascript"), (String = "text/css"))),
+        (status = 404, description = "No such asset.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn asset(Path(name): Path<String>) -> Result<Response, ApiError> {
     let (content_type, body) = match name.as_str() {
         "dashboard.js" => ("text/javascript; charset=utf-8", SCRIPT),

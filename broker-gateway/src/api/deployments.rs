@@ -38,6 +38,21 @@ pub const MAX_WAIT_SECS: u64 = 60;
 /// deployment; 409 for an id taken by a different request; 413 `too_large` when the record
 /// or the request would not fit in one broker message; 503 `unavailable` when the record's
 /// write is not confirmed (retry with the same id).
+#[utoipa::path(
+    post,
+    path = "/v1/deployments",
+    tag = "deployments",
+    summary = "Deploy a config to a server (engine)",
+    request_body = flue_proto::CreateDeployment,
+    responses(
+        (status = 202, description = "Accepted: queued for the server's agent.", body = flue_proto::Deployment),
+        (status = 200, description = "Nothing changed since `skip_if_unchanged_from`: that deployment.", body = flue_proto::Deployment),
+        (status = 404, description = "A missing config, server or referenced deployment.", body = flue_proto::ErrorBody),
+        (status = 409, description = "The id is taken by a different request.", body = flue_proto::ErrorBody),
+        (status = 413, description = "The record or the request would not fit in one broker message.", body = flue_proto::ErrorBody),
+        (status = 422, description = "A field is refused (the message names it).", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn create(
     State(service): State<Service>,
     JsonBody(body): JsonBody<CreateDeployment>,
@@ -73,9 +88,11 @@ impl From<AcceptError> for ApiError {
 }
 
 /// Query of `GET /v1/deployments/{id}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct WaitQuery {
     /// Seconds to wait for a change (0..=60).
+    #[param(minimum = 0, maximum = 60)]
     pub wait_secs: Option<u64>,
     /// Wait until the status differs from this one (default: until it is terminal).
     pub after_status: Option<DeploymentStatus>,
@@ -88,6 +105,18 @@ pub struct WaitQuery {
 /// Waiting shares the gateway's one watch of the deployments bucket ([`Waiters`]): the
 /// waiter is registered before the first read, so no change is missed, and a long poll
 /// costs the broker nothing while it waits.
+#[utoipa::path(
+    get,
+    path = "/v1/deployments/{id}",
+    tag = "deployments",
+    summary = "Read a deployment, optionally waiting for a change",
+    params(("id" = flue_proto::DeploymentId, Path, description = "The deployment's id."), WaitQuery),
+    responses(
+        (status = 200, description = "The deployment (redacted) as it is, or as it became within `wait_secs`.", body = flue_proto::Deployment),
+        (status = 404, description = "No such deployment.", body = flue_proto::ErrorBody),
+        (status = 422, description = "`wait_secs` is out of bounds.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn get(
     State(service): State<Service>,
     Extension(waiters): Extension<Waiters>,
@@ -158,20 +187,26 @@ pub async fn get(
 const LIST_READS_IN_FLIGHT: usize = 16;
 
 /// Query of `GET /v1/deployments`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Only this server's deployments (empty: any server).
+    #[param(value_type = Option<flue_proto::ServerId>)]
     pub server: Option<String>,
     /// Only this stack's deployments (empty: any stack).
+    #[param(value_type = Option<flue_proto::StackId>)]
     pub stack: Option<String>,
     /// Only deployments in this status (`QUEUED`, `IN_PROGRESS`, `COMPLETE`, `FAILED`).
+    #[param(value_type = Option<flue_proto::DeploymentStatus>)]
     pub status: Option<String>,
     /// Index entries per page (1..=1000, default 100).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     pub limit: Option<String>,
     /// Where the page starts: the previous page's `flue-next-cursor` header.
     pub cursor: Option<String>,
     /// `output`: whole deployments, with outputs, stdout and stderr.
+    #[param(pattern = "^output$")]
     pub include: Option<String>,
 }
 
@@ -187,6 +222,16 @@ pub struct ListQuery {
 /// than `limit` items, even none, and still have a next one. A record that cannot be
 /// decoded is left out (logged), and the number left out is in the
 /// `flue-skipped-records` header.
+#[utoipa::path(
+    get,
+    path = "/v1/deployments",
+    tag = "deployments",
+    summary = "One page of deployments, in creation order",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "The page, redacted, as summaries unless `include=output`.", body = Vec<flue_proto::Deployment>, headers(("flue-next-cursor" = String, description = "The next page's cursor; absent on the last page."))),
+    )
+)]
 pub async fn list(
     State(service): State<Service>,
     query: Result<Query<ListQuery>, QueryRejection>,

@@ -56,6 +56,16 @@ pub struct EventsQuery {
 }
 
 /// `GET /v1/events`.
+#[utoipa::path(
+    get,
+    path = "/v1/events",
+    tag = "events",
+    summary = "Lifecycle events as Server-Sent Events",
+    params(("type" = Option<String>, Query, description = "Comma-separated event types, e.g. `deployment.completed,server.online`."), ("server" = Option<flue_proto::ServerId>, Query, description = "Only this server's events."), ("stack" = Option<flue_proto::StackId>, Query, description = "Only this stack's events."), ("deployment" = Option<flue_proto::DeploymentId>, Query, description = "Only this deployment's events."), ("after" = Option<u64>, Query, description = "Start after this event id (stream sequence)."), ("since" = Option<String>, Query, format = DateTime, description = "Start at this RFC 3339 time."), ("from" = Option<String>, Query, description = "`start`: replay from the first event kept."), ("follow" = Option<bool>, Query, description = "`false`: end after the replay (default `true`: follow live events)."), ("ticket" = Option<String>, Query, description = "A ticket from `POST /v1/events/tickets`, in place of the bearer token."), ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (what `EventSource` sends on reconnect).")),
+    responses(
+        (status = 200, description = "CloudEvents, one per SSE message, the event id being the stream sequence. With `follow=false` the stream ends after the replay.", content_type = "text/event-stream", body = String),
+    )
+)]
 pub async fn stream(
     State(service): State<Service>,
     headers: HeaderMap,

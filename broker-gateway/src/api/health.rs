@@ -10,13 +10,46 @@ use crate::tenants::Tenants;
 
 /// `GET /livez` (and its alias `/healthz`): 200 while the process serves HTTP, whatever
 /// the broker does; restarting the gateway would not bring the broker back.
+#[utoipa::path(
+    get,
+    path = "/livez",
+    tag = "health",
+    summary = "Liveness: 200 while the process serves HTTP",
+    responses(
+        (status = 200, description = "The gateway serves HTTP (whatever its broker link does).", body = flue_proto::Health),
+    )
+)]
 pub async fn livez(State(tenants): State<Tenants>) -> Json<Health> {
     let (connected, long_polls) = survey(&tenants);
     Json(health(HealthStatus::Ok, connected, long_polls))
 }
 
+/// `GET /healthz`: the same as [`livez`], under the name some probes expect.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    summary = "Liveness (alias of /livez)",
+    responses(
+        (status = 200, description = "The gateway serves HTTP (whatever its broker link does).", body = flue_proto::Health),
+    )
+)]
+pub async fn healthz(state: State<Tenants>) -> Json<Health> {
+    livez(state).await
+}
+
 /// `GET /readyz`: 200 while every tenant's broker connections are up, 503 while one is
 /// not (that tenant's calls that need the broker answer 503 then too).
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    summary = "Readiness: every tenant's broker link is up",
+    responses(
+        (status = 200, description = "Every tenant's broker connections are up.", body = flue_proto::Health),
+        (status = 503, description = "A tenant's broker connections are down.", body = flue_proto::Health),
+    )
+)]
 pub async fn readyz(State(tenants): State<Tenants>) -> (StatusCode, Json<Health>) {
     let (connected, long_polls) = survey(&tenants);
     if connected {

@@ -15,6 +15,16 @@ use crate::service::Service;
 /// tenant's events account ([`crate::natsauth::perms::listener`]). Each call mints
 /// another user; the gateway keeps none of them. 409 with `--insecure-dev-broker`, whose
 /// broker checks no user.
+#[utoipa::path(
+    post,
+    path = "/v1/listener-credentials",
+    tag = "events",
+    summary = "Broker credentials for an event listener (admin)",
+    responses(
+        (status = 201, description = "A new listener user of the tenant's events account, shown once.", body = flue_proto::creds::ListenerCredentials),
+        (status = 409, description = "The broker checks no user (`--insecure-dev-broker`).", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn create(
     State(service): State<Service>,
 ) -> Result<(StatusCode, Json<ListenerCredentials>), ApiError> {

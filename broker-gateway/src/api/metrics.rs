@@ -21,6 +21,15 @@ pub const PATH: &str = "/metrics";
 
 /// `GET /metrics`: every tenant for an operator (or without authentication), the
 /// caller's own tenant otherwise.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "metrics",
+    summary = "Metrics in the OpenMetrics text format",
+    responses(
+        (status = 200, description = "Every tenant's series for an operator, the caller's own tenant's otherwise (docs/metrics.md).", content_type = "application/openmetrics-text", body = String),
+    )
+)]
 pub async fn scrape(
     State(tenants): State<Tenants>,
     Extension(auth): Extension<Auth>,

@@ -11,6 +11,7 @@ pub mod health;
 pub mod listeners;
 pub mod listing;
 pub mod metrics;
+pub mod openapi;
 pub mod operations;
 pub mod poll;
 pub mod servers;
@@ -26,9 +27,10 @@ use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Extension};
 use axum::http::{Request, Uri};
 use axum::middleware;
-use axum::routing::{delete, get, post, put};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use error::ApiError;
 
@@ -53,16 +55,8 @@ pub fn router(tenants: Tenants, auth: Auth) -> Router {
         timeout: Duration::from_millis(config.body_timeout_ms),
     };
     let request_timeout = Duration::from_secs(config.request_timeout_secs);
-    Router::new()
-        .route("/livez", get(health::livez))
-        .route("/healthz", get(health::livez))
-        .route("/readyz", get(health::readyz))
-        // The same for every tenant, and loaded before anyone signs in.
-        .route("/", get(dashboard::page))
-        .route("/assets/{name}", get(dashboard::asset))
-        .route("/v1/tenants", post(tenants::create).get(tenants::list))
-        .route("/v1/tenants/{tenant}/tokens", post(auth::api::tenant_token))
-        .route(metrics::PATH, get(metrics::scrape))
+    let (shared, _) = shared_routes().split_for_parts();
+    shared
         .fallback(tenants::dispatch)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(body.max_bytes))
@@ -88,63 +82,60 @@ pub fn router(tenants: Tenants, auth: Auth) -> Router {
         .with_state(tenants)
 }
 
+/// The routes every tenant shares: health, the dashboard (the same for every tenant, and
+/// loaded before anyone signs in), this document, the tenant API and the metrics.
+pub(crate) fn shared_routes() -> OpenApiRouter<Tenants> {
+    OpenApiRouter::new()
+        .routes(routes!(health::livez))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(dashboard::page))
+        .routes(routes!(dashboard::asset))
+        .routes(routes!(openapi::serve))
+        .routes(routes!(tenants::create, tenants::list))
+        .routes(routes!(auth::api::tenant_token))
+        .routes(routes!(metrics::scrape))
+}
+
+/// One tenant's `/v1` routes (and its Heat polling servers' secret URLs), documented.
+pub(crate) fn tenant_routes() -> OpenApiRouter<Service> {
+    OpenApiRouter::new()
+        .routes(routes!(configs::create))
+        .routes(routes!(configs::get))
+        .routes(routes!(servers::register, servers::list))
+        .routes(routes!(servers::get, servers::deregister))
+        .routes(routes!(servers::deployments))
+        .routes(routes!(servers::rotate_credentials))
+        .routes(routes!(deployments::create, deployments::list))
+        .routes(routes!(deployments::get))
+        .routes(routes!(events::stream))
+        .routes(routes!(auth::api::create_ticket))
+        .routes(routes!(listeners::create))
+        .routes(routes!(auth::api::create_token))
+        .routes(routes!(auth::api::revoke_token))
+        .routes(routes!(webhooks::create, webhooks::list))
+        .routes(routes!(webhooks::get, webhooks::delete))
+        .routes(routes!(webhooks::resume))
+        .routes(routes!(stacks::list))
+        .routes(routes!(poll::metadata))
+        .routes(routes!(poll::signal))
+        .routes(routes!(stacks::get, stacks::put, stacks::delete))
+        .routes(routes!(operations::submit, operations::list))
+        .routes(routes!(operations::get))
+        .routes(routes!(stacks::units))
+        .routes(routes!(transfer::export))
+        .routes(routes!(transfer::abandon))
+        .routes(routes!(transfer::adopt))
+}
+
 /// One tenant's routes: its `/v1` API (the dashboard page and its assets are served by
 /// [`router`]).
 ///
 /// Every route under `/v1` needs the tenant's broker connections and answers 503 at once
 /// while they are away; the dashboard does not.
 pub fn tenant_router(service: Service, link: BrokerLink, waiters: Waiters) -> Router {
-    let v1 = Router::new()
-        .route("/v1/configs", post(configs::create))
-        .route("/v1/configs/{id}", get(configs::get))
-        .route("/v1/servers", post(servers::register).get(servers::list))
-        .route(
-            "/v1/servers/{id}",
-            get(servers::get).delete(servers::deregister),
-        )
-        .route("/v1/servers/{id}/deployments", get(servers::deployments))
-        .route(
-            "/v1/servers/{id}/credentials",
-            post(servers::rotate_credentials),
-        )
-        .route(
-            "/v1/deployments",
-            post(deployments::create).get(deployments::list),
-        )
-        .route("/v1/events", get(events::stream))
-        .route("/v1/events/tickets", post(auth::api::create_ticket))
-        .route("/v1/listener-credentials", post(listeners::create))
-        .route("/v1/tokens", post(auth::api::create_token))
-        .route("/v1/tokens/{id}", delete(auth::api::revoke_token))
-        .route("/v1/webhooks", post(webhooks::create).get(webhooks::list))
-        .route(
-            "/v1/webhooks/{id}",
-            get(webhooks::get).delete(webhooks::delete),
-        )
-        .route("/v1/webhooks/{id}/resume", post(webhooks::resume))
-        .route("/v1/deployments/{id}", get(deployments::get))
-        .route("/v1/stacks", get(stacks::list))
-        .route(
-            "/heat/{tenant}/servers/{id}/metadata/{secret}",
-            get(poll::metadata),
-        )
-        .route(
-            "/heat/{tenant}/deployments/{id}/signal/{secret}",
-            put(poll::signal).post(poll::signal),
-        )
-        .route(
-            "/v1/stacks/{id}",
-            get(stacks::get).put(stacks::put).delete(stacks::delete),
-        )
-        .route(
-            "/v1/stacks/{id}/operations",
-            post(operations::submit).get(operations::list),
-        )
-        .route("/v1/stacks/{id}/operations/{op}", get(operations::get))
-        .route("/v1/stacks/{id}/units", get(stacks::units))
-        .route("/v1/stacks/{id}/export", get(transfer::export))
-        .route("/v1/stacks/{id}/abandon", post(transfer::abandon))
-        .route("/v1/stacks/{id}/adopt", post(transfer::adopt))
+    let (v1, _) = tenant_routes().split_for_parts();
+    let v1 = v1
         .route_layer(middleware::from_fn_with_state(
             link.clone(),
             guard::require_broker,

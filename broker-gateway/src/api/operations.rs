@@ -22,6 +22,21 @@ use crate::service::Service;
 ///
 /// The work runs on its own task, so a client hanging up cannot leave a claim without
 /// its queued message.
+#[utoipa::path(
+    post,
+    path = "/v1/stacks/{id}/operations",
+    tag = "operations",
+    summary = "Queue a stack operation for the engine workers (engine, admin)",
+    params(("id" = flue_proto::StackId, Path, description = "The stack's id.")),
+    request_body = flue_proto::operation::SubmitOperation,
+    responses(
+        (status = 202, description = "Queued.", body = flue_proto::operation::StackOperation, headers(("Location" = String, description = "Where the operation can be read."))),
+        (status = 404, description = "No such stack (for an operation other than create).", body = flue_proto::ErrorBody),
+        (status = 409, description = "Another operation is queued or running on the stack, or the stack exists (create).", body = flue_proto::ErrorBody),
+        (status = 413, description = "The operation would not fit in one broker message.", body = flue_proto::ErrorBody),
+        (status = 422, description = "A field is refused (the message names it).", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn submit(
     State(service): State<Service>,
     Extension(operations): Extension<Operations>,
@@ -54,6 +69,17 @@ pub async fn submit(
 
 /// `GET /v1/stacks/{id}/operations/{op}`: where the operation stands (queued, running
 /// with its worker and lease expiry, succeeded, failed with the reason).
+#[utoipa::path(
+    get,
+    path = "/v1/stacks/{id}/operations/{op}",
+    tag = "operations",
+    summary = "Where an operation stands",
+    params(("id" = flue_proto::StackId, Path, description = "The stack's id."), ("op" = flue_proto::DeploymentId, Path, description = "The operation's id.")),
+    responses(
+        (status = 200, description = "Queued, running (worker, lease expiry), succeeded, or failed with the reason.", body = flue_proto::operation::StackOperation),
+        (status = 404, description = "No such operation of this stack.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn get(
     Extension(operations): Extension<Operations>,
     Path((id, op)): Path<(String, String)>,
@@ -87,9 +113,11 @@ pub async fn get(
 }
 
 /// The query of `GET /v1/stacks/{id}/operations` (text, so a bad value is a 400 naming it).
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Operations per page (1..=1000, default 100).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     pub limit: Option<String>,
     /// Where the page starts: the previous page's `flue-next-cursor` header.
     pub cursor: Option<String>,
@@ -99,6 +127,16 @@ pub struct ListQuery {
 /// operations, newest first (each as `GET …/operations/{op}` reads it); the cursor of
 /// the next page is in the `flue-next-cursor` header. A stack with no operation (or none
 /// at all) lists nothing: operations outlive the stacks they deleted.
+#[utoipa::path(
+    get,
+    path = "/v1/stacks/{id}/operations",
+    tag = "operations",
+    summary = "One page of a stack's operations, newest first",
+    params(("id" = flue_proto::StackId, Path, description = "The stack's id."), ListQuery),
+    responses(
+        (status = 200, description = "The page (empty for a stack with none).", body = Vec<flue_proto::operation::StackOperation>, headers(("flue-next-cursor" = String, description = "The next page's cursor; absent on the last page."))),
+    )
+)]
 pub async fn list(
     Extension(operations): Extension<Operations>,
     PathId(id): PathId<StackId>,

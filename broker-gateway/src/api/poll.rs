@@ -104,6 +104,17 @@ pub async fn rotate(
 /// `GET /heat/{tenant}/servers/{id}/metadata/{secret}`: the server's deployments that
 /// wait for it (published, not ended), oldest first, as Heat metadata; hidden values
 /// opened, for this URL only. The first read of a deployment reports it `delivered`.
+#[utoipa::path(
+    get,
+    path = "/heat/{tenant}/servers/{id}/metadata/{secret}",
+    tag = "heat",
+    summary = "A polling server's deployments, as Heat metadata",
+    params(("tenant" = flue_proto::TenantId, Path, description = "The tenant."), ("id" = flue_proto::ServerId, Path, description = "The server's id."), ("secret" = String, Path, description = "The URL's secret, from the registration.")),
+    responses(
+        (status = 200, description = "The deployments waiting for the server, oldest first, hidden values opened for this URL only.", body = flue_proto::poll::Metadata, headers(("Cache-Control" = String, description = "`no-store`."))),
+        (status = 404, description = "Not a valid metadata URL.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn metadata(
     State(service): State<Service>,
     Path((_tenant, id, secret)): Path<(String, String, String)>,
@@ -227,6 +238,19 @@ async fn delivered(service: &Service, server: &ServerId, record: &DeploymentReco
 /// polled deployment, applied through the agents' answer path, exactly once. 200 with
 /// the status; 409 when the deployment had already ended (nothing changes, no event);
 /// 404 for anything but a valid signal URL of a polled deployment.
+#[utoipa::path(
+    method(put, post),
+    path = "/heat/{tenant}/deployments/{id}/signal/{secret}",
+    tag = "heat",
+    summary = "A polled deployment's result (PUT or POST)",
+    params(("tenant" = flue_proto::TenantId, Path, description = "The tenant."), ("id" = flue_proto::DeploymentId, Path, description = "The deployment's id."), ("secret" = String, Path, description = "The URL's secret, from the metadata.")),
+    request_body = flue_proto::poll::SignalBody,
+    responses(
+        (status = 200, description = "Applied, exactly once.", body = flue_proto::poll::SignalAck),
+        (status = 404, description = "Not a valid signal URL of a polled deployment.", body = flue_proto::ErrorBody),
+        (status = 409, description = "The deployment had already ended (nothing changes).", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn signal(
     State(service): State<Service>,
     Path((_tenant, id, secret)): Path<(String, String, String)>,

@@ -36,6 +36,20 @@ impl From<ServerError> for ApiError {
 /// `POST /v1/servers`: 201 on first registration (with the agent's credentials, once),
 /// 200 with the same registration after; 409 when the server is registered with the
 /// other transport. See [`crate::servers::Servers::register`].
+#[utoipa::path(
+    post,
+    path = "/v1/servers",
+    tag = "servers",
+    summary = "Register a server (admin)",
+    request_body = flue_proto::RegisterServer,
+    responses(
+        (status = 201, description = "Registered: the agent's credentials (or, for `transport: poll`, its metadata URL), shown once.", body = flue_proto::Registration),
+        (status = 200, description = "Already registered: the registration without credentials.", body = flue_proto::Registration),
+        (status = 409, description = "The server is registered with the other transport.", body = flue_proto::ErrorBody),
+        (status = 422, description = "A field is refused (the message names it).", body = flue_proto::ErrorBody),
+        (status = 507, description = "The broker's consumer limit is reached (one request consumer per server).", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn register(
     State(service): State<Service>,
     headers: HeaderMap,
@@ -56,6 +70,17 @@ pub async fn register(
 /// their public halves in place of the old ones (compare-and-set) and returns the new
 /// credentials file, once, as `credentials` of a [`Registration`]. From then on answers
 /// signed with the old key are refused; the agent must be restarted with the new file.
+#[utoipa::path(
+    post,
+    path = "/v1/servers/{id}/credentials",
+    tag = "servers",
+    summary = "New credentials for a server (admin)",
+    params(("id" = flue_proto::ServerId, Path, description = "The server's id.")),
+    responses(
+        (status = 200, description = "The new credentials (or metadata URL), shown once; the old ones stop working.", body = flue_proto::Registration),
+        (status = 404, description = "No such server.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn rotate_credentials(
     State(service): State<Service>,
     headers: HeaderMap,
@@ -72,10 +97,12 @@ pub async fn rotate_credentials(
 const LIST_READS_IN_FLIGHT: usize = 16;
 
 /// Query of `GET /v1/servers`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Servers per page (1..=1000, default 100).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     pub limit: Option<String>,
     /// Where the page starts: the previous page's `flue-next-cursor` header.
     pub cursor: Option<String>,
@@ -88,6 +115,16 @@ pub struct ListQuery {
 /// A page reads `limit` entries of the `flue_server_order` index from the cursor on and
 /// their records: O(page), however many servers are registered. A server deregistered
 /// while its entry was read is left out.
+#[utoipa::path(
+    get,
+    path = "/v1/servers",
+    tag = "servers",
+    summary = "One page of servers, in registration order",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "The page, each server with its presence.", body = Vec<flue_proto::Server>, headers(("flue-next-cursor" = String, description = "The next page's cursor; absent on the last page."))),
+    )
+)]
 pub async fn list(
     State(service): State<Service>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -123,6 +160,17 @@ pub async fn list(
 }
 
 /// `GET /v1/servers/{id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/servers/{id}",
+    tag = "servers",
+    summary = "Read a server and its presence",
+    params(("id" = flue_proto::ServerId, Path, description = "The server's id.")),
+    responses(
+        (status = 200, description = "The server.", body = flue_proto::Server),
+        (status = 404, description = "No such server.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn get(
     State(service): State<Service>,
     PathId(id): PathId<ServerId>,
@@ -139,6 +187,17 @@ pub async fn get(
 ///
 /// A page reads `limit` entries of the server's part of the `flue_server_deployments`
 /// index from the cursor on and their records: O(page), whatever the server's history.
+#[utoipa::path(
+    get,
+    path = "/v1/servers/{id}/deployments",
+    tag = "servers",
+    summary = "One page of a server's deployments",
+    params(("id" = flue_proto::ServerId, Path, description = "The server's id."), ListQuery),
+    responses(
+        (status = 200, description = "The page, in creation order, as summaries.", body = Vec<flue_proto::Deployment>, headers(("flue-next-cursor" = String, description = "The next page's cursor; absent on the last page."))),
+        (status = 404, description = "No such server.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn deployments(
     State(service): State<Service>,
     PathId(id): PathId<ServerId>,
@@ -187,6 +246,17 @@ async fn known_server(service: &Service, id: &ServerId) -> Result<Server, ApiErr
 /// [`crate::servers::Servers::deregister`].
 ///
 /// The work runs on its own task, so a client hanging up cannot stop it half-way.
+#[utoipa::path(
+    delete,
+    path = "/v1/servers/{id}",
+    tag = "servers",
+    summary = "Deregister a server (admin)",
+    params(("id" = flue_proto::ServerId, Path, description = "The server's id.")),
+    responses(
+        (status = 204, description = "Deregistered: its request consumer and broker user are gone."),
+        (status = 404, description = "No such server.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn deregister(
     State(service): State<Service>,
     PathId(id): PathId<ServerId>,

@@ -22,9 +22,11 @@ use crate::stack_events::{deleted_stack_events, stack_events};
 use crate::store::{StackChange, StackWrite, UnitChanges, Written};
 
 /// Query of the paginated stack listings.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PageQuery {
     /// Page size (1–1000, default 100).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     pub limit: Option<String>,
     /// Where the page starts: the `flue-next-cursor` header of the previous page.
     pub cursor: Option<String>,
@@ -34,6 +36,16 @@ pub struct PageQuery {
 /// each its head (status, operation, parameters, outputs, …; `state.units` empty: see
 /// [`units`]); the cursor of the next page in the `flue-next-cursor` header, absent on
 /// the last. Undecodable records are left out and counted in `flue-skipped-records`.
+#[utoipa::path(
+    get,
+    path = "/v1/stacks",
+    tag = "stacks",
+    summary = "One page of stacks, by id",
+    params(PageQuery),
+    responses(
+        (status = 200, description = "Each stack's head (`state.units` empty: see `/v1/stacks/{id}/units`).", body = Vec<flue_proto::Stack>, headers(("flue-next-cursor" = String, description = "The next page's cursor; absent on the last page."))),
+    )
+)]
 pub async fn list(
     State(service): State<Service>,
     query: Result<Query<PageQuery>, QueryRejection>,
@@ -61,6 +73,17 @@ pub async fn list(
 }
 
 /// `GET /v1/stacks/{id}`: the whole stack, every unit included.
+#[utoipa::path(
+    get,
+    path = "/v1/stacks/{id}",
+    tag = "stacks",
+    summary = "Read a whole stack, every unit included",
+    params(("id" = flue_proto::StackId, Path, description = "The stack's id.")),
+    responses(
+        (status = 200, description = "The stack.", body = flue_proto::Stack),
+        (status = 404, description = "No such stack.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn get(
     State(service): State<Service>,
     PathId(id): PathId<StackId>,
@@ -76,6 +99,17 @@ pub async fn get(
 /// `GET /v1/stacks/{id}/units[?limit=N&cursor=C]`: one page of the stack's units
 /// sorted by key, each `{key, unit}`; the cursor of the next page in the
 /// `flue-next-cursor` header. 404 when there is no such stack.
+#[utoipa::path(
+    get,
+    path = "/v1/stacks/{id}/units",
+    tag = "stacks",
+    summary = "One page of a stack's units, by key",
+    params(("id" = flue_proto::StackId, Path, description = "The stack's id."), PageQuery),
+    responses(
+        (status = 200, description = "Each `{key, unit}`.", body = Vec<flue_proto::StackUnit>, headers(("flue-next-cursor" = String, description = "The next page's cursor; absent on the last page."))),
+        (status = 404, description = "No such stack.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn units(
     State(service): State<Service>,
     PathId(id): PathId<StackId>,
@@ -117,6 +151,21 @@ pub async fn units(
 ///
 /// The work runs on its own task, so a client hanging up cannot separate a write from
 /// its events.
+#[utoipa::path(
+    put,
+    path = "/v1/stacks/{id}",
+    tag = "stacks",
+    summary = "Store a stack's status and state (engine)",
+    params(("id" = flue_proto::StackId, Path, description = "The stack's id.")),
+    request_body = flue_proto::PutStack,
+    responses(
+        (status = 200, description = "The stack as stored (with `changed_units`, only those units).", body = flue_proto::Stack),
+        (status = 404, description = "`expected_revision` given and no such stack.", body = flue_proto::ErrorBody),
+        (status = 409, description = "The stack exists (create), or is no longer at `expected_revision`.", body = flue_proto::ErrorBody),
+        (status = 413, description = "The record would not fit in one broker message.", body = flue_proto::ErrorBody),
+        (status = 422, description = "A field is refused (the message names it).", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn put(
     State(service): State<Service>,
     PathId(id): PathId<StackId>,
@@ -212,7 +261,8 @@ async fn store_and_report(
 }
 
 /// Query of `DELETE /v1/stacks/{id}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct DeleteQuery {
     /// Delete only if the stack is still at this revision.
     pub expected_revision: Option<u64>,
@@ -226,6 +276,18 @@ pub struct DeleteQuery {
 /// The record goes first, then the data. A stack found missing still has its data
 /// purged, so that repeating a delete whose purge failed finishes it. The work runs
 /// on its own task, so a client hanging up cannot stop it half-way.
+#[utoipa::path(
+    delete,
+    path = "/v1/stacks/{id}",
+    tag = "stacks",
+    summary = "Remove a stack and its data space (engine)",
+    params(("id" = flue_proto::StackId, Path, description = "The stack's id."), DeleteQuery),
+    responses(
+        (status = 204, description = "Removed; its live group members are reported leaving."),
+        (status = 404, description = "No such stack.", body = flue_proto::ErrorBody),
+        (status = 409, description = "The stack is no longer at `expected_revision`.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn delete(
     State(service): State<Service>,
     PathId(id): PathId<StackId>,

@@ -28,6 +28,18 @@ impl<T: DeserializeOwned> FromRequest<Tenants> for JsonBody<T> {
 
 /// `POST /v1/tenants`: 201 when the tenant was created (provisioned on the broker and
 /// served from now on), 200 with the stored tenant when it exists.
+#[utoipa::path(
+    post,
+    path = "/v1/tenants",
+    tag = "tenants",
+    summary = "Create a tenant (operator)",
+    request_body = flue_proto::CreateTenant,
+    responses(
+        (status = 201, description = "The tenant was created: provisioned on the broker and served from now on.", body = flue_proto::Tenant),
+        (status = 200, description = "The tenant already exists: the stored one.", body = flue_proto::Tenant),
+        (status = 409, description = "The tenant exists with other settings.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn create(
     State(tenants): State<Tenants>,
     JsonBody(body): JsonBody<CreateTenant>,
@@ -40,6 +52,15 @@ pub async fn create(
 }
 
 /// `GET /v1/tenants`: every tenant this gateway serves, by id.
+#[utoipa::path(
+    get,
+    path = "/v1/tenants",
+    tag = "tenants",
+    summary = "Every tenant this gateway serves (operator)",
+    responses(
+        (status = 200, description = "The tenants, by id.", body = Vec<flue_proto::Tenant>),
+    )
+)]
 pub async fn list(State(tenants): State<Tenants>) -> Json<Vec<Tenant>> {
     Json(tenants.list())
 }

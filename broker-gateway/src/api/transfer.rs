@@ -47,6 +47,17 @@ const READS_IN_FLIGHT: usize = 16;
 /// `GET /v1/stacks/{id}/export` (engine, admin): the stack's whole record, the configs
 /// and deployments its units name, and its data space; hidden values in export
 /// envelopes. 404 when there is no such stack.
+#[utoipa::path(
+    get,
+    path = "/v1/stacks/{id}/export",
+    tag = "stacks",
+    summary = "A stack's whole record, hidden values sealed (engine, admin)",
+    params(("id" = flue_proto::StackId, Path, description = "The stack's id.")),
+    responses(
+        (status = 200, description = "The record (`flue.stack-export/1`).", body = flue_proto::stack_export::StackExport),
+        (status = 404, description = "No such stack.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn export(
     State(service): State<Service>,
     PathId(id): PathId<StackId>,
@@ -200,6 +211,19 @@ fn unwrap_envelope(
 /// `stack.abandoned`. 204; 404 when there is no such stack; 409 while an operation is
 /// queued or running on it, or the stack is `…_IN_PROGRESS`; 409 `revision_mismatch`
 /// when it is no longer at `expected_revision` (export it again).
+#[utoipa::path(
+    post,
+    path = "/v1/stacks/{id}/abandon",
+    tag = "stacks",
+    summary = "Forget a stack without running any hook (engine, admin)",
+    params(("id" = flue_proto::StackId, Path, description = "The stack's id.")),
+    request_body = flue_proto::stack_export::AbandonStack,
+    responses(
+        (status = 204, description = "Forgotten: record, units and data space gone; `stack.abandoned` reported."),
+        (status = 404, description = "No such stack.", body = flue_proto::ErrorBody),
+        (status = 409, description = "An operation is queued or running, the stack is `…_IN_PROGRESS`, or it is no longer at `expected_revision`.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn abandon(
     State(service): State<Service>,
     Extension(operations): Extension<Operations>,
@@ -275,6 +299,20 @@ async fn forget(
 /// differs; 422 naming the field when the record is not one this gateway can take (other
 /// stack, format, unregistered server, work in flight, a hidden value of another tenant
 /// or another gateway).
+#[utoipa::path(
+    post,
+    path = "/v1/stacks/{id}/adopt",
+    tag = "stacks",
+    summary = "Recreate a stack from an exported record, running nothing (engine, admin)",
+    params(("id" = flue_proto::StackId, Path, description = "The stack's id.")),
+    request_body = flue_proto::stack_export::StackExport,
+    responses(
+        (status = 201, description = "The adopted stack; `stack.adopted` reported.", body = flue_proto::Stack),
+        (status = 409, description = "The stack exists, or a config or deployment of the same id differs.", body = flue_proto::ErrorBody),
+        (status = 413, description = "The request is larger than the gateway's body limit.", body = flue_proto::ErrorBody),
+        (status = 422, description = "The record is not one this gateway can take (the message names the field).", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn adopt(
     State(service): State<Service>,
     PathId(id): PathId<StackId>,

@@ -35,6 +35,17 @@ fn not_found(id: &WebhookId) -> ApiError {
 
 /// `POST /v1/webhooks`: 201 with the new subscription; 422 naming the field when the
 /// url or the secret is refused.
+#[utoipa::path(
+    post,
+    path = "/v1/webhooks",
+    tag = "webhooks",
+    summary = "Subscribe a URL to events (listener)",
+    request_body = flue_proto::webhook::CreateWebhook,
+    responses(
+        (status = 201, description = "The new subscription.", body = flue_proto::webhook::Webhook),
+        (status = 422, description = "The url or the secret is refused (the message names the field).", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn create(
     State(service): State<Service>,
     JsonBody(body): JsonBody<CreateWebhook>,
@@ -44,12 +55,32 @@ pub async fn create(
 }
 
 /// `GET /v1/webhooks`: every subscription, oldest first.
+#[utoipa::path(
+    get,
+    path = "/v1/webhooks",
+    tag = "webhooks",
+    summary = "Every webhook subscription (listener)",
+    responses(
+        (status = 200, description = "Oldest first.", body = Vec<flue_proto::webhook::Webhook>),
+    )
+)]
 pub async fn list(State(service): State<Service>) -> Result<Json<Vec<Webhook>>, ApiError> {
     let subs = service.webhooks.list().await?;
     Ok(Json(subs.iter().map(|s| s.view()).collect()))
 }
 
 /// `GET /v1/webhooks/{id}`: status, counters and, when parked, why.
+#[utoipa::path(
+    get,
+    path = "/v1/webhooks/{id}",
+    tag = "webhooks",
+    summary = "Read a subscription: status, counters, why parked",
+    params(("id" = flue_proto::WebhookId, Path, description = "The subscription's id.")),
+    responses(
+        (status = 200, description = "The subscription.", body = flue_proto::webhook::Webhook),
+        (status = 404, description = "No such subscription.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn get(
     State(service): State<Service>,
     PathId(id): PathId<WebhookId>,
@@ -61,6 +92,17 @@ pub async fn get(
 }
 
 /// `DELETE /v1/webhooks/{id}`: 204; stops its delivery and removes its consumer.
+#[utoipa::path(
+    delete,
+    path = "/v1/webhooks/{id}",
+    tag = "webhooks",
+    summary = "Delete a subscription",
+    params(("id" = flue_proto::WebhookId, Path, description = "The subscription's id.")),
+    responses(
+        (status = 204, description = "Its delivery stopped and its consumer is gone."),
+        (status = 404, description = "No such subscription.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn delete(
     State(service): State<Service>,
     PathId(id): PathId<WebhookId>,
@@ -74,6 +116,17 @@ pub async fn delete(
 
 /// `POST /v1/webhooks/{id}/resume`: a parked subscription becomes active and delivery
 /// restarts at the event it could not deliver; an active one is left as it is.
+#[utoipa::path(
+    post,
+    path = "/v1/webhooks/{id}/resume",
+    tag = "webhooks",
+    summary = "Resume a parked subscription",
+    params(("id" = flue_proto::WebhookId, Path, description = "The subscription's id.")),
+    responses(
+        (status = 200, description = "Active again; delivery restarts at the event it could not deliver.", body = flue_proto::webhook::Webhook),
+        (status = 404, description = "No such subscription.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn resume(
     State(service): State<Service>,
     PathId(id): PathId<WebhookId>,

@@ -19,6 +19,17 @@ use crate::api::ApiError;
 use crate::api::extract::JsonBody;
 
 /// `POST /v1/tokens` (admin): a token of this tenant with any role but `operator`.
+#[utoipa::path(
+    post,
+    path = "/v1/tokens",
+    tag = "tokens",
+    summary = "A token of the caller's tenant (admin)",
+    request_body = flue_proto::auth::CreateToken,
+    responses(
+        (status = 201, description = "The token, shown once.", body = flue_proto::auth::TokenCreated),
+        (status = 422, description = "A field is refused (the message names it), e.g. the `operator` role.", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn create_token(
     Extension(auth): Extension<Auth>,
     Extension(principal): Extension<Principal>,
@@ -40,6 +51,19 @@ pub async fn create_token(
 }
 
 /// `POST /v1/tenants/{tenant}/tokens` (operator): an admin token of `tenant`.
+#[utoipa::path(
+    post,
+    path = "/v1/tenants/{tenant}/tokens",
+    tag = "tokens",
+    summary = "An admin token of a tenant (operator)",
+    params(("tenant" = flue_proto::TenantId, Path, description = "The tenant.")),
+    request_body = flue_proto::auth::CreateToken,
+    responses(
+        (status = 201, description = "The token, shown once.", body = flue_proto::auth::TokenCreated),
+        (status = 404, description = "No such tenant.", body = flue_proto::ErrorBody),
+        (status = 422, description = "A field is refused (the message names it).", body = flue_proto::ErrorBody),
+    )
+)]
 pub async fn tenant_token(
     Extension(auth): Extension<Auth>,
     Path(tenant): Path<String>,
@@ -69,6 +93,16 @@ pub async fn tenant_token(
 /// `DELETE /v1/tokens/{id}` (admin): every gateway on the broker refuses the token (and
 /// its tickets) from now on. Token ids are not listed, so an id nobody minted is
 /// revoked all the same: 204 either way.
+#[utoipa::path(
+    delete,
+    path = "/v1/tokens/{id}",
+    tag = "tokens",
+    summary = "Revoke a token (admin)",
+    params(("id" = String, Path, description = "The token's id (its `jti`).")),
+    responses(
+        (status = 204, description = "Every gateway on the broker refuses the token and its tickets from now on (also for an id nobody minted)."),
+    )
+)]
 pub async fn revoke_token(
     Extension(auth): Extension<Auth>,
     Extension(principal): Extension<Principal>,
@@ -100,6 +134,15 @@ pub async fn revoke_token(
 
 /// `POST /v1/events/tickets` (any event reader): a ticket for `GET /v1/events?ticket=…`,
 /// valid 60 s, carrying the caller's tenant, role and token id.
+#[utoipa::path(
+    post,
+    path = "/v1/events/tickets",
+    tag = "events",
+    summary = "A 60-second ticket for the event stream",
+    responses(
+        (status = 201, description = "A ticket for `GET /v1/events?ticket=…` (for clients such as `EventSource` that cannot send a header).", body = flue_proto::auth::EventTicket),
+    )
+)]
 pub async fn create_ticket(
     Extension(auth): Extension<Auth>,
     Extension(principal): Extension<Principal>,
