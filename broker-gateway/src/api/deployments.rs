@@ -192,13 +192,13 @@ const LIST_READS_IN_FLIGHT: usize = 16;
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Only this server's deployments (empty: any server).
-    #[param(value_type = Option<flue_proto::ServerId>)]
+    #[param(pattern = "^[A-Za-z0-9_-]{0,64}$")]
     pub server: Option<String>,
     /// Only this stack's deployments (empty: any stack).
-    #[param(value_type = Option<flue_proto::StackId>)]
+    #[param(pattern = "^[A-Za-z0-9_-]{0,64}$")]
     pub stack: Option<String>,
     /// Only deployments in this status (`QUEUED`, `IN_PROGRESS`, `COMPLETE`, `FAILED`).
-    #[param(value_type = Option<flue_proto::DeploymentStatus>)]
+    #[param(pattern = "^(QUEUED|IN_PROGRESS|COMPLETE|FAILED)?$")]
     pub status: Option<String>,
     /// Index entries per page (1..=1000, default 100).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
@@ -206,7 +206,7 @@ pub struct ListQuery {
     /// Where the page starts: the previous page's `flue-next-cursor` header.
     pub cursor: Option<String>,
     /// `output`: whole deployments, with outputs, stdout and stderr.
-    #[param(pattern = "^output$")]
+    #[param(pattern = "^(output)?$")]
     pub include: Option<String>,
 }
 

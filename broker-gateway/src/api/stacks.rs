@@ -286,6 +286,7 @@ pub struct DeleteQuery {
         (status = 204, description = "Removed; its live group members are reported leaving."),
         (status = 404, description = "No such stack.", body = flue_proto::ErrorBody),
         (status = 409, description = "The stack is no longer at `expected_revision`.", body = flue_proto::ErrorBody),
+        (status = 422, description = "`expected_revision` is not a whole number.", body = flue_proto::ErrorBody),
     )
 )]
 pub async fn delete(
