@@ -2,11 +2,12 @@
 //! `/openapi.json` and every answer must match the document (status, content type, body
 //! schema) with no 5xx. The gateway runs with auth on, seeded with real objects (a config,
 //! a server with its running agent, a finished deployment, a stack made by an operation, a
-//! webhook, a token) whose ids schemathesis is given for path parameters, so that reads and
-//! writes reach real code paths and not only 404s. Each operation gets a token of a role it
-//! allows (the operator's for `/v1/tenants…`). The run is bounded (examples per operation,
-//! fixed seed) and its NDJSON report read back: every operation of the document must have
-//! been exercised, none may have failed.
+//! webhook, a token, a polling server with a deployment waiting for it) whose ids and
+//! secrets schemathesis is given for path parameters, so that reads and writes reach real
+//! code paths and not only 404s. Each operation gets a token of a role it allows (the
+//! operator's for `/v1/tenants…`). The run is bounded (examples per operation, fixed seed)
+//! and its NDJSON report read back: every operation of the document must have been
+//! exercised, none may have failed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -15,6 +16,8 @@ use std::time::Duration;
 
 use flue_proto::auth::{Role, TokenCreated};
 use flue_proto::operation::OperationState;
+use flue_proto::poll::{Metadata, Transport};
+use flue_proto::{RegisterServer, ServerId};
 use flue_tests::{Agent, Flue, repo_root};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -77,6 +80,12 @@ struct Seeded {
     webhook: String,
     /// A token's id, for its `DELETE` (revoking it costs nothing else here).
     token: String,
+    /// A polling server, the secret of its metadata URL, a deployment waiting for it and
+    /// the secret of that deployment's signal URL.
+    polling: String,
+    metadata_secret: String,
+    polled: String,
+    signal_secret: String,
 }
 
 impl Seeded {
@@ -95,8 +104,11 @@ impl Seeded {
             (_, ["v1", "webhooks", ..], "id") => &self.webhook,
             (_, ["v1", "tokens", ..], "id") => &self.token,
             (_, ["v1", "tenants", ..] | ["heat", ..], "tenant") => "default",
-            (_, ["heat", _, "servers", ..], "id") => &self.server,
-            (_, ["heat", _, "deployments", ..], "id") => &self.deployment,
+            (_, ["heat", _, "servers", ..], "id") => &self.polling,
+            (_, ["heat", _, "servers", ..], "secret") => &self.metadata_secret,
+            (_, ["heat", _, "deployments", ..], "id") => &self.polled,
+            (_, ["heat", _, "deployments", ..], "secret") => &self.signal_secret,
+            (_, ["assets", _], "name") => "dashboard.js",
             _ => return None,
         };
         Some(value)
@@ -143,6 +155,34 @@ async fn seed(flue: &Flue) -> (Seeded, Agent) {
         .json()
         .await
         .expect("a token");
+    // A polling server with a deployment waiting for it: its Heat metadata and signal URLs.
+    let registration = flue
+        .admin_client()
+        .register_server(&RegisterServer {
+            transport: Transport::Poll,
+            id: ServerId::new("poller").expect("server id"),
+            name: String::new(),
+        })
+        .await
+        .expect("register a polling server");
+    let metadata_url = registration.poll.expect("a metadata URL").metadata_url;
+    let polled = flue
+        .deploy("contract-config", "poller", &[("x", "2")])
+        .await;
+    let metadata: Metadata = reqwest::get(&metadata_url)
+        .await
+        .expect("read the metadata")
+        .json()
+        .await
+        .expect("Heat metadata");
+    let signal_url = metadata.deployments[0]
+        .inputs
+        .iter()
+        .find(|i| i.name == "deploy_signal_id")
+        .and_then(|i| i.value.as_str())
+        .expect("a signal URL")
+        .to_owned();
+    let last_segment = |url: &str| url.rsplit('/').next().expect("a path").to_owned();
     let seeded = Seeded {
         config: "contract-config".to_owned(),
         server: "web1".to_owned(),
@@ -152,6 +192,10 @@ async fn seed(flue: &Flue) -> (Seeded, Agent) {
         operation: created.id.to_string(),
         webhook: webhook["id"].as_str().expect("a webhook id").to_owned(),
         token: token.id,
+        polling: "poller".to_owned(),
+        metadata_secret: last_segment(&metadata_url),
+        polled: polled.id.to_string(),
+        signal_secret: last_segment(&signal_url),
     };
     (seeded, agent)
 }
