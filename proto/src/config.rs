@@ -46,6 +46,7 @@ pub struct AdhocAction {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputDecl {
     /// Input name; for the `script` group it becomes an environment variable.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z_][A-Za-z0-9_]*$"))]
     pub name: String,
     /// Heat parameter type (`String`, `Number`, `Json`, …); informative.
     #[serde(rename = "type", default = "default_type")]
@@ -66,6 +67,7 @@ pub struct InputDecl {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OutputDecl {
     /// Output name; the `script` group reads it from `${heat_outputs_path}.<name>`.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z_][A-Za-z0-9_]*$"))]
     pub name: String,
     /// Heat type; informative.
     #[serde(rename = "type", default = "default_type")]
@@ -98,6 +100,7 @@ pub struct ConfigSpec {
     #[serde(default)]
     pub name: String,
     /// Hook group that applies the config (`script`, or an executable's name in a hook dir).
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9_.-]{1,64}$"))]
     pub group: String,
     /// The config body handed to the hook: a script for `script`, any JSON for others.
     #[serde(default)]
@@ -110,6 +113,7 @@ pub struct ConfigSpec {
     pub outputs: Vec<OutputDecl>,
     /// Hook options, passed through as the item's `options` (an object, never null).
     #[serde(default = "empty_object")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub options: serde_json::Value,
     /// Dedicated bodies for lifecycle actions (keys from [`LIFECYCLE_ACTIONS`]): a
     /// deployment with that action hands this body to the hook instead of `config`.

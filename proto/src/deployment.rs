@@ -400,6 +400,7 @@ pub struct CreateDeployment {
     pub name: Option<String>,
     /// Seconds to wait for the agent's answer before FAILED "timed out"; the gateway default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 604_800))]
     pub timeout_secs: Option<u64>,
     /// Stack the deployment belongs to.
     #[serde(default, skip_serializing_if = "Option::is_none")]

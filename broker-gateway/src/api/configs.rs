@@ -21,6 +21,7 @@ use crate::service::Service;
 /// anyone confirm a guessed secret by the 200.
 #[utoipa::path(
     post,
+    operation_id = "create_config",
     path = "/v1/configs",
     tag = "configs",
     summary = "Store an immutable software config (engine)",
@@ -80,6 +81,7 @@ fn has_hidden_default(config: &Config) -> bool {
 /// `GET /v1/configs/{id}`.
 #[utoipa::path(
     get,
+    operation_id = "get_config",
     path = "/v1/configs/{id}",
     tag = "configs",
     summary = "Read a config",

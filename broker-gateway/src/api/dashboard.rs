@@ -23,6 +23,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
 /// `GET /`: the dashboard page, naming this gateway's tenant.
 #[utoipa::path(
     get,
+    operation_id = "dashboard",
     path = "/",
     tag = "dashboard",
     summary = "The web dashboard page",
@@ -47,6 +48,7 @@ pub async fn page(State(tenants): State<Tenants>) -> Response {
 /// `GET /assets/{name}`: `dashboard.js` or `dashboard.css`.
 #[utoipa::path(
     get,
+    operation_id = "dashboard_asset",
     path = "/assets/{name}",
     tag = "dashboard",
     summary = "The dashboard's script or style",

@@ -40,6 +40,7 @@ pub const MAX_WAIT_SECS: u64 = 60;
 /// write is not confirmed (retry with the same id).
 #[utoipa::path(
     post,
+    operation_id = "create_deployment",
     path = "/v1/deployments",
     tag = "deployments",
     summary = "Deploy a config to a server (engine)",
@@ -107,6 +108,7 @@ pub struct WaitQuery {
 /// costs the broker nothing while it waits.
 #[utoipa::path(
     get,
+    operation_id = "get_deployment",
     path = "/v1/deployments/{id}",
     tag = "deployments",
     summary = "Read a deployment, optionally waiting for a change",
@@ -224,6 +226,7 @@ pub struct ListQuery {
 /// `flue-skipped-records` header.
 #[utoipa::path(
     get,
+    operation_id = "list_deployments",
     path = "/v1/deployments",
     tag = "deployments",
     summary = "One page of deployments, in creation order",

@@ -58,6 +58,7 @@ pub struct EventsQuery {
 /// `GET /v1/events`.
 #[utoipa::path(
     get,
+    operation_id = "stream_events",
     path = "/v1/events",
     tag = "events",
     summary = "Lifecycle events as Server-Sent Events",

@@ -12,6 +12,7 @@ use crate::tenants::Tenants;
 /// the broker does; restarting the gateway would not bring the broker back.
 #[utoipa::path(
     get,
+    operation_id = "livez",
     path = "/livez",
     tag = "health",
     summary = "Liveness: 200 while the process serves HTTP",
@@ -27,6 +28,7 @@ pub async fn livez(State(tenants): State<Tenants>) -> Json<Health> {
 /// `GET /healthz`: the same as [`livez`], under the name some probes expect.
 #[utoipa::path(
     get,
+    operation_id = "healthz",
     path = "/healthz",
     tag = "health",
     summary = "Liveness (alias of /livez)",
@@ -42,6 +44,7 @@ pub async fn healthz(state: State<Tenants>) -> Json<Health> {
 /// not (that tenant's calls that need the broker answer 503 then too).
 #[utoipa::path(
     get,
+    operation_id = "readyz",
     path = "/readyz",
     tag = "health",
     summary = "Readiness: every tenant's broker link is up",

@@ -17,6 +17,7 @@ use crate::service::Service;
 /// broker checks no user.
 #[utoipa::path(
     post,
+    operation_id = "create_listener_credentials",
     path = "/v1/listener-credentials",
     tag = "events",
     summary = "Broker credentials for an event listener (admin)",

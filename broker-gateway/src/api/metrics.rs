@@ -23,6 +23,7 @@ pub const PATH: &str = "/metrics";
 /// caller's own tenant otherwise.
 #[utoipa::path(
     get,
+    operation_id = "metrics",
     path = "/metrics",
     tag = "metrics",
     summary = "Metrics in the OpenMetrics text format",

@@ -18,6 +18,7 @@ use axum::http::{Method, header};
 use axum::response::{IntoResponse, Response};
 use flue_proto::ErrorBody;
 use utoipa::openapi::extensions::ExtensionsBuilder;
+use utoipa::openapi::link::LinkBuilder;
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{
@@ -46,6 +47,7 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
 /// `GET /openapi.json`.
 #[utoipa::path(
     get,
+    operation_id = "openapi",
     path = "/openapi.json",
     tag = "meta",
     summary = "This document (OpenAPI 3.1)",
@@ -92,9 +94,163 @@ pub fn document() -> OpenApi {
     doc
 }
 
+/// `(from operation, status, to operation, [(parameter, runtime expression)])`.
+type LinkEntry = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+/// The ids an answer holds, and the operations that take them: OpenAPI links, which
+/// clients (and schemathesis' stateful runs) follow from a create to its reads and
+/// removal. Each entry: the operation and status whose answer holds the id, the operation
+/// it leads to, and that operation's parameters as runtime expressions.
+const LINKS: &[LinkEntry] = &[
+    (
+        "create_config",
+        "201",
+        "get_config",
+        &[("id", "$response.body#/id")],
+    ),
+    (
+        "register_server",
+        "201",
+        "get_server",
+        &[("id", "$response.body#/server/id")],
+    ),
+    (
+        "register_server",
+        "201",
+        "list_server_deployments",
+        &[("id", "$response.body#/server/id")],
+    ),
+    (
+        "register_server",
+        "201",
+        "rotate_server_credentials",
+        &[("id", "$response.body#/server/id")],
+    ),
+    (
+        "register_server",
+        "201",
+        "deregister_server",
+        &[("id", "$response.body#/server/id")],
+    ),
+    (
+        "create_deployment",
+        "202",
+        "get_deployment",
+        &[("id", "$response.body#/id")],
+    ),
+    (
+        "create_webhook",
+        "201",
+        "get_webhook",
+        &[("id", "$response.body#/id")],
+    ),
+    (
+        "create_webhook",
+        "201",
+        "resume_webhook",
+        &[("id", "$response.body#/id")],
+    ),
+    (
+        "create_webhook",
+        "201",
+        "delete_webhook",
+        &[("id", "$response.body#/id")],
+    ),
+    (
+        "put_stack",
+        "200",
+        "get_stack",
+        &[("id", "$response.body#/id")],
+    ),
+    (
+        "put_stack",
+        "200",
+        "list_stack_units",
+        &[("id", "$response.body#/id")],
+    ),
+    (
+        "put_stack",
+        "200",
+        "export_stack",
+        &[("id", "$response.body#/id")],
+    ),
+    (
+        "put_stack",
+        "200",
+        "list_stack_operations",
+        &[("id", "$response.body#/id")],
+    ),
+    (
+        "put_stack",
+        "200",
+        "delete_stack",
+        &[("id", "$response.body#/id")],
+    ),
+    (
+        "submit_stack_operation",
+        "202",
+        "get_stack_operation",
+        &[
+            ("id", "$response.body#/stack"),
+            ("op", "$response.body#/id"),
+        ],
+    ),
+    (
+        "create_token",
+        "201",
+        "revoke_token",
+        &[("id", "$response.body#/id")],
+    ),
+];
+
+/// Adds [`LINKS`] to the answers they start from.
+fn link(doc: &mut OpenApi) {
+    for (from, status, to, parameters) in LINKS {
+        let operation = doc
+            .paths
+            .paths
+            .values_mut()
+            .flat_map(|item| {
+                [
+                    &mut item.get,
+                    &mut item.put,
+                    &mut item.post,
+                    &mut item.delete,
+                ]
+            })
+            .flatten()
+            .find(|op| op.operation_id.as_deref() == Some(from));
+        let Some(RefOr::T(response)) =
+            operation.and_then(|op| op.responses.responses.get_mut(*status))
+        else {
+            // The unit tests name every entry, so this is a mistake in the table.
+            tracing::error!(
+                from,
+                status,
+                "an OpenAPI link starts from no documented answer"
+            );
+            continue;
+        };
+        let mut link = LinkBuilder::new().operation_id(*to);
+        for (name, value) in *parameters {
+            link = link.parameter(*name, *value);
+        }
+        response
+            .links
+            .insert((*to).to_owned(), RefOr::T(link.build()));
+    }
+}
+
 /// Adds to every operation what it shares with the others (see the module docs).
 fn complete(doc: &mut OpenApi) {
+    link(doc);
     let mut tags = std::collections::BTreeSet::new();
+    let mut ids = std::collections::HashSet::new();
     for (path, item) in doc.paths.paths.iter_mut() {
         let methods = [
             (Method::GET, &mut item.get),
@@ -107,6 +263,14 @@ fn complete(doc: &mut OpenApi) {
                 continue;
             };
             tags.extend(operation.tags.iter().flatten().cloned());
+            // One handler under two methods (a Heat signal is a PUT or a POST) has one
+            // name: the second method's gets the method's name appended.
+            if let Some(id) = operation.operation_id.as_mut()
+                && !ids.insert(id.clone())
+            {
+                id.push('_');
+                id.push_str(&method.as_str().to_lowercase());
+            }
             shared_refusals(path, &method, operation);
         }
     }
@@ -297,6 +461,47 @@ mod tests {
             }
         }
         assert!(operations >= 45, "only {operations} operations");
+        let mut ids: Vec<&str> = paths
+            .values()
+            .flat_map(|item| item.as_object().expect("a path item").values())
+            .map(|op| {
+                op["operationId"]
+                    .as_str()
+                    .expect("every operation has an id")
+            })
+            .collect();
+        ids.sort_unstable();
+        let count = ids.len();
+        ids.dedup();
+        assert_eq!(ids.len(), count, "operation ids are unique");
+        let timeout =
+            &doc["components"]["schemas"]["CreateDeployment"]["properties"]["timeout_secs"];
+        assert_eq!(
+            timeout["maximum"],
+            crate::config::MAX_TIMEOUT_SECS,
+            "{timeout}"
+        );
+        let links: Vec<(&str, &Value)> = paths
+            .values()
+            .flat_map(|item| item.as_object().expect("a path item").values())
+            .flat_map(|op| op["responses"].as_object().expect("responses").values())
+            .filter_map(|r| r.get("links").and_then(Value::as_object))
+            .flat_map(|links| links.iter().map(|(name, link)| (name.as_str(), link)))
+            .collect();
+        assert_eq!(
+            links.len(),
+            super::LINKS.len(),
+            "every link is in the document"
+        );
+        for (name, link) in links {
+            let target = link["operationId"]
+                .as_str()
+                .expect("a link names its operation");
+            assert!(
+                ids.binary_search(&target).is_ok(),
+                "link {name}: no operation {target}"
+            );
+        }
         let roles = &doc["paths"]["/v1/configs"]["post"]["x-flue-roles"];
         assert_eq!(roles, &serde_json::json!(["engine"]));
     }

@@ -24,6 +24,7 @@ use crate::service::Service;
 /// its queued message.
 #[utoipa::path(
     post,
+    operation_id = "submit_stack_operation",
     path = "/v1/stacks/{id}/operations",
     tag = "operations",
     summary = "Queue a stack operation for the engine workers (engine, admin)",
@@ -71,6 +72,7 @@ pub async fn submit(
 /// with its worker and lease expiry, succeeded, failed with the reason).
 #[utoipa::path(
     get,
+    operation_id = "get_stack_operation",
     path = "/v1/stacks/{id}/operations/{op}",
     tag = "operations",
     summary = "Where an operation stands",
@@ -129,6 +131,7 @@ pub struct ListQuery {
 /// at all) lists nothing: operations outlive the stacks they deleted.
 #[utoipa::path(
     get,
+    operation_id = "list_stack_operations",
     path = "/v1/stacks/{id}/operations",
     tag = "operations",
     summary = "One page of a stack's operations, newest first",

@@ -106,6 +106,7 @@ pub async fn rotate(
 /// opened, for this URL only. The first read of a deployment reports it `delivered`.
 #[utoipa::path(
     get,
+    operation_id = "heat_metadata",
     path = "/heat/{tenant}/servers/{id}/metadata/{secret}",
     tag = "heat",
     summary = "A polling server's deployments, as Heat metadata",
@@ -240,6 +241,7 @@ async fn delivered(service: &Service, server: &ServerId, record: &DeploymentReco
 /// 404 for anything but a valid signal URL of a polled deployment.
 #[utoipa::path(
     method(put, post),
+    operation_id = "heat_signal",
     path = "/heat/{tenant}/deployments/{id}/signal/{secret}",
     tag = "heat",
     summary = "A polled deployment's result (PUT or POST)",

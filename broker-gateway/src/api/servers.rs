@@ -38,6 +38,7 @@ impl From<ServerError> for ApiError {
 /// other transport. See [`crate::servers::Servers::register`].
 #[utoipa::path(
     post,
+    operation_id = "register_server",
     path = "/v1/servers",
     tag = "servers",
     summary = "Register a server (admin)",
@@ -72,6 +73,7 @@ pub async fn register(
 /// signed with the old key are refused; the agent must be restarted with the new file.
 #[utoipa::path(
     post,
+    operation_id = "rotate_server_credentials",
     path = "/v1/servers/{id}/credentials",
     tag = "servers",
     summary = "New credentials for a server (admin)",
@@ -117,6 +119,7 @@ pub struct ListQuery {
 /// while its entry was read is left out.
 #[utoipa::path(
     get,
+    operation_id = "list_servers",
     path = "/v1/servers",
     tag = "servers",
     summary = "One page of servers, in registration order",
@@ -162,6 +165,7 @@ pub async fn list(
 /// `GET /v1/servers/{id}`.
 #[utoipa::path(
     get,
+    operation_id = "get_server",
     path = "/v1/servers/{id}",
     tag = "servers",
     summary = "Read a server and its presence",
@@ -189,6 +193,7 @@ pub async fn get(
 /// index from the cursor on and their records: O(page), whatever the server's history.
 #[utoipa::path(
     get,
+    operation_id = "list_server_deployments",
     path = "/v1/servers/{id}/deployments",
     tag = "servers",
     summary = "One page of a server's deployments",
@@ -248,6 +253,7 @@ async fn known_server(service: &Service, id: &ServerId) -> Result<Server, ApiErr
 /// The work runs on its own task, so a client hanging up cannot stop it half-way.
 #[utoipa::path(
     delete,
+    operation_id = "deregister_server",
     path = "/v1/servers/{id}",
     tag = "servers",
     summary = "Deregister a server (admin)",

@@ -38,6 +38,7 @@ pub struct PageQuery {
 /// the last. Undecodable records are left out and counted in `flue-skipped-records`.
 #[utoipa::path(
     get,
+    operation_id = "list_stacks",
     path = "/v1/stacks",
     tag = "stacks",
     summary = "One page of stacks, by id",
@@ -75,6 +76,7 @@ pub async fn list(
 /// `GET /v1/stacks/{id}`: the whole stack, every unit included.
 #[utoipa::path(
     get,
+    operation_id = "get_stack",
     path = "/v1/stacks/{id}",
     tag = "stacks",
     summary = "Read a whole stack, every unit included",
@@ -101,6 +103,7 @@ pub async fn get(
 /// `flue-next-cursor` header. 404 when there is no such stack.
 #[utoipa::path(
     get,
+    operation_id = "list_stack_units",
     path = "/v1/stacks/{id}/units",
     tag = "stacks",
     summary = "One page of a stack's units, by key",
@@ -153,6 +156,7 @@ pub async fn units(
 /// its events.
 #[utoipa::path(
     put,
+    operation_id = "put_stack",
     path = "/v1/stacks/{id}",
     tag = "stacks",
     summary = "Store a stack's status and state (engine)",
@@ -278,6 +282,7 @@ pub struct DeleteQuery {
 /// on its own task, so a client hanging up cannot stop it half-way.
 #[utoipa::path(
     delete,
+    operation_id = "delete_stack",
     path = "/v1/stacks/{id}",
     tag = "stacks",
     summary = "Remove a stack and its data space (engine)",

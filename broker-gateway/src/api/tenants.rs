@@ -30,6 +30,7 @@ impl<T: DeserializeOwned> FromRequest<Tenants> for JsonBody<T> {
 /// served from now on), 200 with the stored tenant when it exists.
 #[utoipa::path(
     post,
+    operation_id = "create_tenant",
     path = "/v1/tenants",
     tag = "tenants",
     summary = "Create a tenant (operator)",
@@ -54,6 +55,7 @@ pub async fn create(
 /// `GET /v1/tenants`: every tenant this gateway serves, by id.
 #[utoipa::path(
     get,
+    operation_id = "list_tenants",
     path = "/v1/tenants",
     tag = "tenants",
     summary = "Every tenant this gateway serves (operator)",

@@ -49,6 +49,7 @@ const READS_IN_FLIGHT: usize = 16;
 /// envelopes. 404 when there is no such stack.
 #[utoipa::path(
     get,
+    operation_id = "export_stack",
     path = "/v1/stacks/{id}/export",
     tag = "stacks",
     summary = "A stack's whole record, hidden values sealed (engine, admin)",
@@ -213,6 +214,7 @@ fn unwrap_envelope(
 /// when it is no longer at `expected_revision` (export it again).
 #[utoipa::path(
     post,
+    operation_id = "abandon_stack",
     path = "/v1/stacks/{id}/abandon",
     tag = "stacks",
     summary = "Forget a stack without running any hook (engine, admin)",
@@ -301,6 +303,7 @@ async fn forget(
 /// or another gateway).
 #[utoipa::path(
     post,
+    operation_id = "adopt_stack",
     path = "/v1/stacks/{id}/adopt",
     tag = "stacks",
     summary = "Recreate a stack from an exported record, running nothing (engine, admin)",

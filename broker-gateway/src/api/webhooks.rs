@@ -37,6 +37,7 @@ fn not_found(id: &WebhookId) -> ApiError {
 /// url or the secret is refused.
 #[utoipa::path(
     post,
+    operation_id = "create_webhook",
     path = "/v1/webhooks",
     tag = "webhooks",
     summary = "Subscribe a URL to events (listener)",
@@ -57,6 +58,7 @@ pub async fn create(
 /// `GET /v1/webhooks`: every subscription, oldest first.
 #[utoipa::path(
     get,
+    operation_id = "list_webhooks",
     path = "/v1/webhooks",
     tag = "webhooks",
     summary = "Every webhook subscription (listener)",
@@ -72,6 +74,7 @@ pub async fn list(State(service): State<Service>) -> Result<Json<Vec<Webhook>>, 
 /// `GET /v1/webhooks/{id}`: status, counters and, when parked, why.
 #[utoipa::path(
     get,
+    operation_id = "get_webhook",
     path = "/v1/webhooks/{id}",
     tag = "webhooks",
     summary = "Read a subscription: status, counters, why parked",
@@ -94,6 +97,7 @@ pub async fn get(
 /// `DELETE /v1/webhooks/{id}`: 204; stops its delivery and removes its consumer.
 #[utoipa::path(
     delete,
+    operation_id = "delete_webhook",
     path = "/v1/webhooks/{id}",
     tag = "webhooks",
     summary = "Delete a subscription",
@@ -118,6 +122,7 @@ pub async fn delete(
 /// restarts at the event it could not deliver; an active one is left as it is.
 #[utoipa::path(
     post,
+    operation_id = "resume_webhook",
     path = "/v1/webhooks/{id}/resume",
     tag = "webhooks",
     summary = "Resume a parked subscription",

@@ -21,6 +21,7 @@ use crate::api::extract::JsonBody;
 /// `POST /v1/tokens` (admin): a token of this tenant with any role but `operator`.
 #[utoipa::path(
     post,
+    operation_id = "create_token",
     path = "/v1/tokens",
     tag = "tokens",
     summary = "A token of the caller's tenant (admin)",
@@ -53,6 +54,7 @@ pub async fn create_token(
 /// `POST /v1/tenants/{tenant}/tokens` (operator): an admin token of `tenant`.
 #[utoipa::path(
     post,
+    operation_id = "create_tenant_token",
     path = "/v1/tenants/{tenant}/tokens",
     tag = "tokens",
     summary = "An admin token of a tenant (operator)",
@@ -95,6 +97,7 @@ pub async fn tenant_token(
 /// revoked all the same: 204 either way.
 #[utoipa::path(
     delete,
+    operation_id = "revoke_token",
     path = "/v1/tokens/{id}",
     tag = "tokens",
     summary = "Revoke a token (admin)",
@@ -136,6 +139,7 @@ pub async fn revoke_token(
 /// valid 60 s, carrying the caller's tenant, role and token id.
 #[utoipa::path(
     post,
+    operation_id = "create_event_ticket",
     path = "/v1/events/tickets",
     tag = "events",
     summary = "A 60-second ticket for the event stream",
