@@ -24,11 +24,12 @@ use serde_json::{Value, json};
 
 use crate::operations::{accepted, ended, group_body};
 
-/// The run's seed: the same cases every time, so a CI failure can be replayed.
+/// The run's seed: the same cases every time, so a CI failure can be replayed
+/// (`$FLUE_CONTRACT_SEED` explores others).
 const SEED: &str = "1313";
 /// Test cases per operation in the fuzzing phase (the coverage phase makes its own, from
 /// the schemas' bounds): few enough for the whole test to stay around a minute on 2 busy
-/// cores.
+/// cores (`$FLUE_CONTRACT_MAX_EXAMPLES` explores further).
 const MAX_EXAMPLES: &str = "6";
 /// Per request. A long poll is held to one second (below); the events stream ends by itself.
 const REQUEST_TIMEOUT: &str = "10";
@@ -51,6 +52,11 @@ ensure_resource_availability,ignored_auth";
 /// "Invalid OpenAPI Links Definition".
 const RUN_SETTINGS: &str =
     "[phases.stateful.inference]\nalgorithms = [\"dependency-analysis\"]\n\n";
+
+/// `$var` when set (a longer or other run, by hand), else the CI value `default`.
+fn setting(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_owned())
+}
 
 /// The pinned schemathesis: `$FLUE_SCHEMATHESIS`, else the one `scripts/test.sh` installs
 /// into `.venv/schemathesis`.
@@ -352,8 +358,11 @@ async fn run(
         .arg(&document_path)
         .args(["--url", flue.gateway.url()])
         .args(["--checks", CHECKS])
-        .args(["--max-examples", MAX_EXAMPLES])
-        .args(["--seed", SEED])
+        .args([
+            "--max-examples",
+            &setting("FLUE_CONTRACT_MAX_EXAMPLES", MAX_EXAMPLES),
+        ])
+        .args(["--seed", &setting("FLUE_CONTRACT_SEED", SEED)])
         .args(["--request-timeout", REQUEST_TIMEOUT])
         .args(["--workers", "1"])
         .args(["--report", "ndjson"])
