@@ -53,6 +53,17 @@ ensure_resource_availability,ignored_auth";
 const RUN_SETTINGS: &str =
     "[phases.stateful.inference]\nalgorithms = [\"dependency-analysis\"]\n\n";
 
+/// The gateway's flags: webhooks to the loopback target seeded; event streams of 16 MiB,
+/// since each tenant `POST /v1/tenants` makes reserves its streams' size of the broker's
+/// JetStream storage (1 GiB + 1.25 GiB by default) and the broker refuses a stream once its
+/// disk-derived limit is reserved: a fuzzer making tenants would fill it (then 503).
+const GATEWAY_FLAGS: &[&str] = &[
+    "--webhook-allow",
+    "127.0.0.1/32",
+    "--events-max-bytes",
+    "16777216",
+];
+
 /// `$var` when set (a longer or other run, by hand), else the CI value `default`.
 fn setting(var: &str, default: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| default.to_owned())
@@ -391,7 +402,7 @@ async fn run(
 
 #[tokio::test]
 async fn every_documented_operation_answers_as_the_document_says() {
-    let flue = Flue::start_with(&["--webhook-allow", "127.0.0.1/32"]).await;
+    let flue = Flue::start_with(GATEWAY_FLAGS).await;
     let (seeded, _agent) = seed(&flue).await;
     let document: Value = reqwest::get(format!("{}/openapi.json", flue.gateway.url()))
         .await
