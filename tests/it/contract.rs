@@ -7,7 +7,7 @@
 //! code paths and not only 404s. Each operation gets a token of a role it allows (the
 //! operator's for `/v1/tenants…`). The run is bounded (examples per operation, fixed seed)
 //! and its NDJSON report read back: every operation of the document must have been
-//! exercised, none may have failed.
+//! exercised and every check applied, none may have failed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -327,9 +327,17 @@ struct Tested {
     interactions: usize,
 }
 
-/// Reads the NDJSON report: per operation label, what its scenarios did.
-fn report_of(ndjson: &str) -> BTreeMap<String, Tested> {
-    let mut by_label: BTreeMap<String, Tested> = BTreeMap::new();
+/// What a run did: per operation label, what its scenarios did; per check, how many times it
+/// judged an answer.
+#[derive(Debug, Default)]
+struct Report {
+    operations: BTreeMap<String, Tested>,
+    checks: BTreeMap<String, usize>,
+}
+
+/// Reads the NDJSON report.
+fn report_of(ndjson: &str) -> Report {
+    let mut report = Report::default();
     for line in ndjson.lines().filter(|l| !l.trim().is_empty()) {
         let event: Value = serde_json::from_str(line).expect("an NDJSON line is JSON");
         let Some(finished) = event.get("ScenarioFinished") else {
@@ -340,22 +348,26 @@ fn report_of(ndjson: &str) -> BTreeMap<String, Tested> {
         else {
             continue;
         };
-        let tested = by_label.entry(label.to_owned()).or_default();
+        let tested = report.operations.entry(label.to_owned()).or_default();
         tested.statuses.insert(status.to_owned());
         tested.interactions += recorder["interactions"].as_object().map_or(0, |i| i.len());
+        let checks = recorder["checks"]
+            .as_object()
+            .into_iter()
+            .flat_map(|c| c.values());
+        for check in checks.filter_map(Value::as_array).flatten() {
+            if let Some(name) = check["name"].as_str() {
+                *report.checks.entry(name.to_owned()).or_default() += 1;
+            }
+        }
     }
-    by_label
+    report
 }
 
 /// Runs schemathesis on `document` (the one `flue`'s gateway served, as the run's file, so
 /// that the operations counted are the ones it tested) against that gateway; returns (its console output, the report's
 /// report per operation, whether it exited 0).
-async fn run(
-    flue: &Flue,
-    dir: &Path,
-    document: &Value,
-    config: &str,
-) -> (String, BTreeMap<String, Tested>, bool) {
+async fn run(flue: &Flue, dir: &Path, document: &Value, config: &str) -> (String, Report, bool) {
     let config_path = dir.join("schemathesis.toml");
     std::fs::write(&config_path, config).expect("write schemathesis.toml");
     let document_path = dir.join("openapi.json");
@@ -421,6 +433,12 @@ async fn every_documented_operation_answers_as_the_document_says() {
 
     // Shown for a failing test (and with --no-capture): warnings, failures with their curl lines.
     eprintln!("schemathesis says:\n{console}");
+    eprintln!("checks applied: {:?}", report.checks);
+    let unapplied: Vec<&str> = CHECKS
+        .split(',')
+        .filter(|c| !report.checks.contains_key(*c))
+        .collect();
+    let report = report.operations;
     for (label, tested) in &report {
         eprintln!(
             "{label}: {} requests, {:?}",
@@ -438,8 +456,9 @@ async fn every_documented_operation_answers_as_the_document_says() {
         .map(|(label, _)| label)
         .collect();
     assert!(
-        exited_ok && untested.is_empty() && failed.is_empty(),
+        exited_ok && untested.is_empty() && failed.is_empty() && unapplied.is_empty(),
         "the contract does not hold\nfailed: {failed:?}\nnot exercised: {untested:?}\n\
+         checks never applied: {unapplied:?}\n\
          {} operations in the document, {} in the report\n\
          (schemathesis' output, with each failure's request as a curl line, is above)\n\
          schemathesis.toml:\n{config}",
