@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # README command 2: runs every test against a real nats-server, gateway and agents.
-# Installs the pinned nats-server and nats-py into .venv/ if they are missing, and Debian's chromium
+# Installs the pinned nats-server and nats-py into .venv/ (schemathesis into its own
+# .venv/schemathesis) if they are missing, and Debian's chromium
 # (for the dashboard test), iproute2 (for the network-namespace tests) and cloud-init (for the
 # packaging tests) when they are missing and this runs as root with apt-get.
 set -euo pipefail
@@ -41,6 +42,14 @@ ANSIBLE_CORE_PIN=2.19.14
 if [ ! -x .venv/bin/ansible-playbook ]; then
   echo "installing ansible-core ${ANSIBLE_CORE_PIN} into .venv (for the Heat compatibility tests)" >&2
   .venv/bin/pip install --quiet --disable-pip-version-check "ansible-core==${ANSIBLE_CORE_PIN}" >&2
+fi
+# The API contract test (tests/it/contract.rs) runs schemathesis against a real gateway's
+# /openapi.json. It gets its own venv, so its dependencies cannot clash with the pins above.
+SCHEMATHESIS_PIN=4.32.5
+if ! compgen -G ".venv/schemathesis/lib/python3*/site-packages/schemathesis-${SCHEMATHESIS_PIN}.dist-info" >/dev/null; then
+  echo "installing schemathesis ${SCHEMATHESIS_PIN} into .venv/schemathesis (for the API contract test)" >&2
+  [ -x .venv/schemathesis/bin/pip ] || .venv/bin/python -m venv .venv/schemathesis >&2
+  .venv/schemathesis/bin/pip install --quiet --disable-pip-version-check "schemathesis==${SCHEMATHESIS_PIN}" >&2
 fi
 # apt_install PACKAGE WHY HINT: installs Debian's PACKAGE when this runs as root with
 # apt-get, else warns that the tests WHY names will fail (HINT: how to fix it).

@@ -4,6 +4,7 @@
 mod api_errors;
 mod cli;
 mod cluster;
+mod contract;
 mod data_space;
 mod delivery;
 mod deploy;
