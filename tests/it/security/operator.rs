@@ -5,6 +5,7 @@
 use std::process::Stdio;
 
 use super::flue_cli;
+use super::tenants::post_tenant;
 use flue_proto::DeploymentStatus;
 use flue_proto::creds::AgentCredentials;
 use flue_proto::{ServerId, subject};
@@ -487,23 +488,6 @@ async fn a_broker_that_lost_its_resolver_directory_learns_every_account_again_fr
         .expect("acme registers a server after the broker came back");
 }
 
-/// `POST /v1/tenants` over HTTP with the operator's token: the status and the JSON body.
-async fn post_tenant(flue: &Flue, id: &str) -> (u16, serde_json::Value) {
-    let resp = flue
-        .gateway
-        .http()
-        .request(
-            reqwest::Method::POST,
-            format!("{}/v1/tenants", flue.gateway.url()),
-        )
-        .json(&serde_json::json!({ "id": id }))
-        .send()
-        .await
-        .expect("the gateway answers");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.expect("a JSON body"))
-}
-
 /// Waits until `GET /readyz` answers 200 (every tenant runtime connected).
 async fn ready(flue: &Flue) {
     let poll = async {
@@ -568,7 +552,7 @@ async fn a_tenant_the_broker_has_no_storage_for_is_a_507_and_never_keeps_the_gat
     let mut flue = Flue::start_operator(&[]).await;
     limit_file_store(&mut flue, "3GB").await;
 
-    let (status, body) = post_tenant(&flue, "second").await;
+    let (status, body) = post_tenant(&flue.gateway, r#"{"id": "second"}"#).await;
     assert_eq!(status, 507, "{body}");
     assert_eq!(body["error"]["code"], "insufficient_storage", "{body}");
     let message = body["error"]["message"].as_str().expect("a message");
@@ -586,12 +570,12 @@ async fn a_tenant_the_broker_has_no_storage_for_is_a_507_and_never_keeps_the_gat
         .logs()
         .wait_for("a tenant whose creation failed still cannot start", WAIT)
         .await;
-    let (status, body) = post_tenant(&flue, "second").await;
+    let (status, body) = post_tenant(&flue.gateway, r#"{"id": "second"}"#).await;
     assert_eq!(status, 507, "{body}");
 
     // Given room, the same request creates it, and it is served after a restart too.
     limit_file_store(&mut flue, "8GB").await;
-    let (status, body) = post_tenant(&flue, "second").await;
+    let (status, body) = post_tenant(&flue.gateway, r#"{"id": "second"}"#).await;
     assert_eq!(status, 201, "{body}");
     flue.gateway.restart().await;
     ready(&flue).await;

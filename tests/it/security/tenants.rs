@@ -40,7 +40,7 @@ fn text(bytes: &[u8]) -> String {
 }
 
 /// `POST /v1/tenants` over HTTP: the status and the JSON body.
-async fn post_tenant(gateway: &Gateway, body: impl Into<reqwest::Body>) -> (u16, Value) {
+pub(super) async fn post_tenant(gateway: &Gateway, body: impl Into<reqwest::Body>) -> (u16, Value) {
     let resp = gateway
         .http()
         .request(
