@@ -559,21 +559,45 @@ impl Broker {
     }
 }
 
-/// Whether `e` says the JetStream cluster cannot place a stream yet: no peers known for
-/// its replicas, no cluster available, or the chosen peer failing to create its store
+/// Whether `error` says the JetStream cluster cannot place a stream yet: no peers known
+/// for its replicas, no cluster available, or the chosen peer failing to create its store
 /// (all seen from a cluster in its first second).
-pub fn cluster_forming(e: &BrokerError) -> bool {
-    let mut source = std::error::Error::source(e);
-    while let Some(err) = source {
-        if let Some(js) = err.downcast_ref::<async_nats::jetstream::Error>() {
+pub fn cluster_forming(error: &(dyn std::error::Error + 'static)) -> bool {
+    use async_nats::jetstream::ErrorCode;
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(js) = e.downcast_ref::<async_nats::jetstream::Error>() {
             let code = js.error_code();
-            return code == async_nats::jetstream::ErrorCode::CLUSTER_NO_PEERS
-                || code == async_nats::jetstream::ErrorCode::CLUSTER_NOT_AVAILABLE
-                || code == async_nats::jetstream::ErrorCode::STREAM_CREATE;
+            return code == ErrorCode::CLUSTER_NO_PEERS
+                || code == ErrorCode::CLUSTER_NOT_AVAILABLE
+                || code == ErrorCode::STREAM_CREATE;
         }
-        source = err.source();
+        next = e.source();
     }
     false
+}
+
+/// Whether a broker call somewhere in `error`'s chain ran out of time. async-nats gives
+/// each call its own error type (stream, consumer, KV, publish, request), with no kind
+/// they share; every one of them says "timed out" for this cause, so the text is what
+/// tells it apart.
+pub fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.to_string().contains("timed out") {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// Whether `error` may pass by itself, so that the same step, tried again, can succeed:
+/// a cluster still forming, or a broker call that ran out of time (a replicated stream
+/// created on a loaded cluster can take longer than `--broker-timeout-ms`; it may well
+/// exist by the next try, and every step of a tenant's start is idempotent).
+pub fn transient(error: &(dyn std::error::Error + 'static)) -> bool {
+    cluster_forming(error) || timed_out(error)
 }
 
 #[cfg(test)]
@@ -592,5 +616,29 @@ mod tests {
             BrokerError::ConsumerLimit { limit: Some(5) }.to_string(),
             "the broker's consumer limit of 5 is reached"
         );
+    }
+
+    #[test]
+    fn a_timed_out_stream_create_is_transient_and_a_storage_refusal_is_not() {
+        use async_nats::jetstream::context::{CreateStreamError, CreateStreamErrorKind};
+        let slow = BrokerError::Stream {
+            stream: "FLUE_REQ",
+            source: CreateStreamError::new(CreateStreamErrorKind::TimedOut).into(),
+        };
+        assert!(timed_out(&slow) && transient(&slow));
+        let full = BrokerError::Stream {
+            stream: "FLUE_REQ",
+            source: CreateStreamError::new(CreateStreamErrorKind::JetStream(
+                // The broker's own answer (JetStream error 10047), as it arrives.
+                serde_json::from_value(serde_json::json!({
+                    "code": 500,
+                    "err_code": 10047,
+                    "description": "insufficient storage resources available"
+                }))
+                .expect("a JetStream error"),
+            ))
+            .into(),
+        };
+        assert!(!transient(&full) && out_of_storage(&full));
     }
 }

@@ -47,6 +47,13 @@ pub fn tenant_of(request: &Request) -> Option<TenantId> {
         .and_then(|p| p.tenant.clone())
 }
 
+/// How long a gateway's start keeps trying a tenant whose start failed for a reason that
+/// passes by itself ([`crate::broker::transient`]). A gateway on a 3-node cluster took
+/// over 60 s to create its replicated streams at load 12 on 2 cores.
+const START_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+/// Pause between two tries of a tenant's start (the broker is busy: give it room).
+const START_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Why a tenant could not be created or started.
 #[derive(Debug, thiserror::Error)]
 pub enum TenantError {
@@ -141,11 +148,7 @@ impl Tenants {
     /// tenant's failure stops the start.
     pub async fn start_existing(&self) -> Result<(), TenantError> {
         for id in self.inner.connector.tenants()? {
-            let started = async {
-                let connections = self.inner.connector.connect(&id).await?;
-                self.start_runtime(&id, "", connections).await
-            };
-            match started.await {
+            match self.start_patiently(&id).await {
                 Ok(_) => self.created(&id),
                 Err(e) if self.inner.book.is_creating(&id) => error!(
                     tenant = %id,
@@ -156,6 +159,34 @@ impl Tenants {
             }
         }
         Ok(())
+    }
+
+    /// Connects to `id`'s accounts and starts its runtime. A start that fails for a
+    /// reason that passes by itself ([`crate::broker::transient`]: a replicated stream
+    /// whose creation outlasted `--broker-timeout-ms` on a loaded cluster, a cluster
+    /// still electing) is tried again on fresh connections, every step being idempotent,
+    /// until [`START_PATIENCE`] has passed; then its error stops the start as any other.
+    async fn start_patiently(&self, id: &TenantId) -> Result<Arc<TenantRuntime>, TenantError> {
+        let until = tokio::time::Instant::now() + START_PATIENCE;
+        let mut attempt = 1u32;
+        loop {
+            let connections = self.inner.connector.connect(id).await?;
+            match self.start_runtime(id, "", connections).await {
+                Err(e @ TenantError::Start { .. })
+                    if crate::broker::transient(&e) && tokio::time::Instant::now() < until =>
+                {
+                    warn!(
+                        tenant = %id,
+                        attempt,
+                        error = %crate::error::chain(&e),
+                        "the broker was too slow for the tenant's start; starting it again"
+                    );
+                    attempt += 1;
+                    tokio::time::sleep(START_RETRY_PAUSE).await;
+                }
+                done => return done,
+            }
+        }
     }
 
     /// Clears `id`'s creation mark now that it is served (a failure is logged: the mark

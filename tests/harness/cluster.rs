@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tempfile::TempDir;
 
-use crate::{Flue, Gateway, Nats, WAIT, free_ports};
+use crate::{Flue, Gateway, Nats, START_WAIT, free_ports};
 
 /// The nodes of a running cluster, the first one inside [`Flue`] (agents connect to it
 /// and learn the others from the cluster's INFO), and the gateway state directory.
@@ -65,7 +65,7 @@ impl Cluster {
         // "JetStream cluster new metadata leader: n1/flue").
         let mut waits = Vec::new();
         for node in &started {
-            waits.push(node.logs().wait_for("metadata leader", WAIT));
+            waits.push(node.logs().wait_for("metadata leader", START_WAIT));
         }
         futures_util::future::join_all(waits).await;
         let urls = ports
@@ -95,6 +95,18 @@ impl Cluster {
     /// Another gateway on the same state directory and cluster (both serve every tenant).
     pub async fn another_gateway(&self, gateway_flags: &[&str]) -> Gateway {
         Gateway::start_in(&self.urls, self.state.clone(), gateway_flags, None).await
+    }
+
+    /// Another gateway on the same state directory, connected to node `i` only, not
+    /// waited for: the test acts on the nodes while it starts, then calls
+    /// [`Gateway::listening`].
+    pub fn spawn_gateway_on_node(&self, i: usize, gateway_flags: &[&str]) -> Gateway {
+        let url = self
+            .urls
+            .split(',')
+            .nth(i)
+            .unwrap_or_else(|| panic!("no node {i}"));
+        Gateway::spawn_in(url, self.state.clone(), gateway_flags)
     }
 
     /// Node `i`'s route listener port (0-based).

@@ -35,6 +35,14 @@ pub use tls::{CertFiles, TestCa, install_crypto_provider};
 /// Upper bound for any single wait in a test; generous because CI machines are shared.
 pub const WAIT: Duration = Duration::from_secs(60);
 
+/// Upper bound for a process to start (a broker ready, a cluster's metadata leader, a
+/// gateway listening, an agent ready). Longer than [`WAIT`]: on a loaded 2-core machine
+/// (load 12) a 3-node cluster's gateway took over 60 s to create its replicated streams.
+/// A process that exits is noticed at once (its output ends), so only a slow start ever
+/// waits this long; nextest's `terminate-after` (`.config/nextest.toml`) still bounds a
+/// whole test.
+pub const START_WAIT: Duration = Duration::from_secs(180);
+
 /// Path of a workspace binary built next to the running test or bench executable.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");

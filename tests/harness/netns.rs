@@ -328,9 +328,12 @@ impl NsProcess {
         &self.logs
     }
 
-    /// Waits (bounded) for a line containing `needle`; returns it.
+    /// Waits for a line containing `needle`; returns it. Bounded by
+    /// [`crate::START_WAIT`], since most callers wait for a process to start (a broker
+    /// ready, a leaf node linked, a gateway listening, an agent ready); a process that
+    /// exits ends the wait at once.
     pub async fn wait_for(&self, needle: &str) -> String {
-        self.logs.wait_for(needle, crate::WAIT).await
+        self.logs.wait_for(needle, crate::START_WAIT).await
     }
 
     /// SIGKILL, and waits for it to be gone.

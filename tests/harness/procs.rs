@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 
 use crate::auth::{Http, Tokens};
 use crate::tls::{TestCa, install_crypto_provider};
-use crate::{Logs, WAIT, bin, nats_server_bin};
+use crate::{Logs, START_WAIT, WAIT, bin, nats_server_bin};
 
 fn dump_on_panic(name: &str, logs: &[&Logs]) {
     if std::thread::panicking() {
@@ -255,12 +255,12 @@ impl Nats {
         self.logs.capture(child.stderr.take().expect("stderr"));
         self.child = Some(child);
         self.logs
-            .wait_for_after(from, "Server is ready", WAIT)
+            .wait_for_after(from, "Server is ready", START_WAIT)
             .await;
         if self.port == 0 {
             let line = self
                 .logs
-                .wait_for_after(from, "Listening for client connections on ", WAIT)
+                .wait_for_after(from, "Listening for client connections on ", START_WAIT)
                 .await;
             self.port = line
                 .rsplit(':')
@@ -371,7 +371,13 @@ impl Nats {
 
 impl Drop for Nats {
     fn drop(&mut self) {
-        dump_on_panic("nats-server", &[&self.logs]);
+        // The port and configuration tell a cluster's nodes apart (`…/cluster/n2/…`).
+        let name = format!(
+            "nats-server on port {} ({})",
+            self.port,
+            self.config.display()
+        );
+        dump_on_panic(&name, &[&self.logs]);
     }
 }
 
@@ -387,6 +393,12 @@ pub struct Gateway {
     stderr: Logs,
     state: Arc<TempDir>,
     tokens: Arc<Tokens>,
+    /// Its output was printed already (by a failed start's panic): `Drop` does not
+    /// print it again.
+    dumped: bool,
+    /// Where the output of the process started last begins, in `stdout` and `stderr`.
+    stdout_from: usize,
+    stderr_from: usize,
 }
 
 impl Gateway {
@@ -427,7 +439,28 @@ impl Gateway {
         Gateway::start_sharing(nats_url, state, extra, ca_file).await
     }
 
+    /// [`Gateway::start_in`] without waiting: the process runs, [`Gateway::logs`] fills,
+    /// and [`Gateway::listening`] waits for it to serve (a test acts on the broker while
+    /// the gateway starts).
+    pub fn spawn_in(nats_url: &str, state: Arc<TempDir>, extra: &[&str]) -> Gateway {
+        let mut gw = Gateway::prepare(nats_url, state, extra, None);
+        gw.spawn_child();
+        gw
+    }
+
     async fn start_sharing(
+        nats_url: &str,
+        state: Arc<TempDir>,
+        extra: &[&str],
+        ca_file: Option<&Path>,
+    ) -> Gateway {
+        let mut gw = Gateway::prepare(nats_url, state, extra, ca_file);
+        gw.spawn().await;
+        gw
+    }
+
+    /// The gateway's arguments and tokens; no process yet.
+    fn prepare(
         nats_url: &str,
         state: Arc<TempDir>,
         extra: &[&str],
@@ -460,7 +493,7 @@ impl Gateway {
             args.push("--insecure-dev-broker".into());
         }
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut gw = Gateway {
+        Gateway {
             child: None,
             url: String::new(),
             ca_file: ca_file.map(Path::to_owned),
@@ -469,12 +502,19 @@ impl Gateway {
             stderr: Logs::default(),
             state,
             tokens,
-        };
-        gw.spawn().await;
-        gw
+            dumped: false,
+            stdout_from: 0,
+            stderr_from: 0,
+        }
     }
 
     async fn spawn(&mut self) {
+        self.spawn_child();
+        self.listening().await;
+    }
+
+    /// Starts the process; its output is captured from the next line on.
+    fn spawn_child(&mut self) {
         let mut child = Command::new(bin("flue-gateway"))
             .args(&self.args)
             .env("NO_COLOR", "1")
@@ -485,14 +525,33 @@ impl Gateway {
             .kill_on_drop(true)
             .spawn()
             .expect("spawn flue-gateway");
-        let from = self.stdout.len();
+        self.stdout_from = self.stdout.len();
+        self.stderr_from = self.stderr.len();
         self.stdout.capture(child.stdout.take().expect("stdout"));
         self.stderr.capture(child.stderr.take().expect("stderr"));
         self.child = Some(child);
-        let line = self
+    }
+
+    /// Waits (bounded by [`START_WAIT`], or until it exits) until the process started
+    /// last serves, and takes its URL; panics with what it logged otherwise.
+    pub async fn listening(&mut self) {
+        let (from, err_from) = (self.stdout_from, self.stderr_from);
+        let line = match self
             .stdout
-            .wait_for_after(from, "flue-gateway listening on ", WAIT)
-            .await;
+            .try_wait_for_after(from, "flue-gateway listening on ", START_WAIT)
+            .await
+        {
+            Ok(line) => line,
+            // What it logged says why (stdout holds only the listening line); the
+            // `Drop` of a cluster's nodes adds theirs.
+            Err(why) => {
+                self.dumped = true;
+                panic!(
+                    "flue-gateway: {why} waiting for \"flue-gateway listening on\"; its log:\n{}",
+                    self.stderr.lines()[err_from..].join("\n")
+                )
+            }
+        };
         let url = line
             .rsplit(' ')
             .next()
@@ -591,6 +650,9 @@ impl Gateway {
 
 impl Drop for Gateway {
     fn drop(&mut self) {
+        if self.dumped {
+            return;
+        }
         dump_on_panic("flue-gateway", &[&self.stdout, &self.stderr]);
     }
 }
@@ -661,7 +723,7 @@ impl Agent {
         hook_dirs: &[PathBuf],
     ) -> Agent {
         let agent = Agent::spawn(nats_url, server, state_dir, hook_dirs);
-        agent.logs.wait_for("agent ready", WAIT).await;
+        agent.logs.wait_for("agent ready", START_WAIT).await;
         agent
     }
 
@@ -685,7 +747,9 @@ impl Agent {
         assert!(self.child.is_none(), "agent still running");
         let from = self.logs.len();
         self.spawn_child();
-        self.logs.wait_for_after(from, "agent ready", WAIT).await;
+        self.logs
+            .wait_for_after(from, "agent ready", START_WAIT)
+            .await;
     }
 
     /// SIGKILL: the agent gets no chance to clean up.
@@ -717,7 +781,7 @@ impl Agent {
 
     /// Waits until it is ready (after [`Agent::spawn`]).
     pub async fn ready(&self) {
-        self.logs.wait_for("agent ready", WAIT).await;
+        self.logs.wait_for("agent ready", START_WAIT).await;
     }
 
     /// What it logged.

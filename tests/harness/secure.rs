@@ -11,7 +11,7 @@ use flue_proto::creds::UserCreds;
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
 
-use crate::{Logs, WAIT, bin, nats_server_bin};
+use crate::{Logs, START_WAIT, bin, nats_server_bin};
 
 /// How long a client connected with minted credentials waits for a JetStream answer: a
 /// call the broker refuses gets none (async-nats reports it as a timeout), so this is what
@@ -32,7 +32,7 @@ impl NatsProcess {
         let logs = Logs::default();
         let child = Self::spawn(config, "-1", &logs).await;
         let line = logs
-            .wait_for("Listening for client connections on ", WAIT)
+            .wait_for("Listening for client connections on ", START_WAIT)
             .await;
         let port = line
             .rsplit(':')
@@ -72,7 +72,8 @@ impl NatsProcess {
             .spawn()
             .expect("spawn nats-server");
         logs.capture(child.stderr.take().expect("stderr"));
-        logs.wait_for_after(from, "Server is ready", WAIT).await;
+        logs.wait_for_after(from, "Server is ready", START_WAIT)
+            .await;
         child
     }
 

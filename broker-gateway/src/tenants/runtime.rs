@@ -92,6 +92,8 @@ impl TenantRuntime {
             .await?
             .counting(metrics.clone());
         let shutdown = parent.child_token();
+        // A start that fails past here (and is tried again) leaves no task running.
+        let stop_if_failed = shutdown.clone().drop_guard();
         let tasks = TaskTracker::new();
         let webhooks = webhooks::Webhooks::open(
             &js,
@@ -216,6 +218,7 @@ impl TenantRuntime {
             shutdown.child_token(),
         ));
         info!(tenant = %tenant.id, "tenant runtime started");
+        stop_if_failed.disarm();
         Ok(Self {
             tenant,
             service,

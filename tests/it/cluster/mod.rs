@@ -20,6 +20,7 @@ mod answers;
 mod cas;
 mod faults;
 mod history;
+mod start;
 
 const REPLICAS: &[&str] = &["--replicas", "3"];
 
