@@ -93,8 +93,9 @@ pub async fn tenant_token(
 }
 
 /// `DELETE /v1/tokens/{id}` (admin): every gateway on the broker refuses the token (and
-/// its tickets) from now on. Token ids are not listed, so an id nobody minted is
-/// revoked all the same: 204 either way.
+/// its tickets) from now on. A token id names its tenant (a MAC, `token::id_belongs_to`),
+/// so another tenant's token, or an id no gateway minted, is a 404; an id minted before
+/// ids named their tenant (32 hex digits) is revoked without that check, 204.
 #[utoipa::path(
     delete,
     operation_id = "revoke_token",
@@ -103,7 +104,8 @@ pub async fn tenant_token(
     summary = "Revoke a token (admin)",
     params(("id" = String, Path, description = "The token's id (its `jti`).")),
     responses(
-        (status = 204, description = "Every gateway on the broker refuses the token and its tickets from now on (also for an id nobody minted)."),
+        (status = 204, description = "Every gateway on the broker refuses the token and its tickets from now on."),
+        (status = 404, description = "No token of the caller's tenant has that id.", body = flue_proto::ErrorBody),
     )
 )]
 pub async fn revoke_token(
@@ -124,6 +126,11 @@ pub async fn revoke_token(
         });
     }
     let tenant = principal.tenant.as_ref().unwrap_or(auth.tenant());
+    if token::id_belongs_to(auth.secret(), tenant, &id) == token::IdOwner::Other {
+        return Err(ApiError::NotFound(format!(
+            "no token of this tenant has id {id:?}"
+        )));
+    }
     let revoked = auth
         .revocations()
         .get(tenant)

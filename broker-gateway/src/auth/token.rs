@@ -107,10 +107,84 @@ pub fn mint(secret: &[u8], new: &NewToken, now: OffsetDateTime) -> Result<Minted
         role: new.role,
         iat,
         exp: iat.saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX)),
-        jti: uuid::Uuid::new_v4().simple().to_string(),
+        jti: token_id(secret, new.tenant.as_ref()),
         ticket: false,
     };
     sign(secret, claims)
+}
+
+/// How a token id starts: `f1`, then 16 hex digits of randomness, then 16 of a MAC that
+/// binds it to its tenant ([`token_id`]). Ids minted before are 32 hex digits.
+const TOKEN_ID_PREFIX: &str = "f1";
+
+/// A fresh token id for a token of `tenant` (`None`: an operator's): random, and bound
+/// to its tenant by a MAC under the gateway's token key, so that a revocation can tell a
+/// token of the caller's tenant from one of another tenant ([`id_belongs_to`]) without
+/// any record of the tokens minted (they are minted offline too, `flue-gateway token`).
+fn token_id(secret: &[u8], tenant: Option<&TenantId>) -> String {
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    let random = &random[..16];
+    format!(
+        "{TOKEN_ID_PREFIX}{random}{}",
+        id_mac(secret, tenant, random)
+    )
+}
+
+/// The MAC part of a token id: the first 8 bytes of HMAC-SHA256 over its tenant and its
+/// random part, in hex.
+fn id_mac(secret: &[u8], tenant: Option<&TenantId>, random: &str) -> String {
+    use std::fmt::Write as _;
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
+    let mut ctx = ring::hmac::Context::with_key(&key);
+    ctx.update(b"flue token id\0");
+    ctx.update(tenant.map_or("", TenantId::as_str).as_bytes());
+    ctx.update(b"\0");
+    ctx.update(random.as_bytes());
+    ctx.sign()
+        .as_ref()
+        .iter()
+        .take(8)
+        .fold(String::new(), |mut hex, b| {
+            let _ = write!(hex, "{b:02x}");
+            hex
+        })
+}
+
+/// Whose token id `id` is, as far as it can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdOwner {
+    /// Minted for this tenant.
+    Tenant,
+    /// Minted before ids named their tenant (32 hex digits): anyone's.
+    Unknown,
+    /// Not an id this gateway minted for this tenant: another tenant's, or no token's.
+    Other,
+}
+
+/// Whether `id` is the id of a token minted for `tenant` under `secret`.
+pub fn id_belongs_to(secret: &[u8], tenant: &TenantId, id: &str) -> IdOwner {
+    let is_hex = |s: &str| s.bytes().all(|b| b.is_ascii_hexdigit());
+    if id.len() == 32 && is_hex(id) {
+        return IdOwner::Unknown;
+    }
+    let Some(rest) = id.strip_prefix(TOKEN_ID_PREFIX) else {
+        return IdOwner::Other;
+    };
+    if rest.len() != 32 || !is_hex(rest) {
+        return IdOwner::Other;
+    }
+    let (random, mac) = rest.split_at(16);
+    // Compared without an early exit: the MAC is what a guesser would be timing.
+    let expected = id_mac(secret, Some(tenant), random);
+    let differ = expected
+        .bytes()
+        .zip(mac.to_ascii_lowercase().bytes())
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    if differ == 0 {
+        IdOwner::Tenant
+    } else {
+        IdOwner::Other
+    }
 }
 
 /// An event-stream ticket for the holder of `claims`: same tenant, role and id, valid
@@ -185,6 +259,35 @@ fn verify(secret: &[u8], token: &str) -> Result<TokenClaims, TokenError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_id_names_its_tenant_and_no_other() {
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let a: TenantId = "a".parse().expect("tenant");
+        let b: TenantId = "b".parse().expect("tenant");
+        let new = NewToken {
+            name: "ci".into(),
+            tenant: Some(a.clone()),
+            role: Role::Engine,
+            ttl: Duration::from_secs(60),
+        };
+        let id = mint(secret, &new, OffsetDateTime::now_utc())
+            .expect("minted")
+            .claims
+            .jti;
+        assert!(id.starts_with("f1") && id.len() == 34, "{id}");
+        assert_eq!(id_belongs_to(secret, &a, &id), IdOwner::Tenant);
+        assert_eq!(id_belongs_to(secret, &b, &id), IdOwner::Other);
+        assert_eq!(id_belongs_to(b"another key", &a, &id), IdOwner::Other);
+        let mut forged = id.clone();
+        forged.replace_range(33.., if id.ends_with('0') { "1" } else { "0" });
+        assert_eq!(id_belongs_to(secret, &a, &forged), IdOwner::Other);
+        let legacy = uuid::Uuid::new_v4().simple().to_string();
+        assert_eq!(id_belongs_to(secret, &b, &legacy), IdOwner::Unknown);
+        for other in ["", "f1", "nobody-minted-this", &id[..33]] {
+            assert_eq!(id_belongs_to(secret, &a, other), IdOwner::Other, "{other}");
+        }
+    }
 
     const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
 

@@ -95,6 +95,53 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
     ip
 }
 
+/// The IPv4 address a host written in one of the old numeric forms reaches, as URL
+/// parsers (WHATWG) and the system resolver (`inet_aton`) read it: one to four parts, each
+/// decimal, octal (a leading `0`) or hexadecimal (`0x`), the last filling the bytes left
+/// (`2130706433`, `0x7f000001`, `0177.0.0.1`, `127.1` are all 127.0.0.1); a trailing dot
+/// is allowed. `None` for anything else, which is then a name.
+///
+/// Without it such a host is taken for a name, accepted at creation and only refused
+/// once resolved: it must be refused at creation like `127.0.0.1`.
+pub fn numeric_ipv4(host: &str) -> Option<Ipv4Addr> {
+    let host = host.strip_suffix('.').unwrap_or(host);
+    let parts: Vec<u64> = host.split('.').map(numeric_part).collect::<Option<_>>()?;
+    let (last, first) = parts.split_last()?;
+    if parts.len() > 4 || first.iter().any(|p| *p > 255) {
+        return None;
+    }
+    let room = 8 * (5 - parts.len() as u32);
+    if *last >= 1u64 << room {
+        return None;
+    }
+    let high = first
+        .iter()
+        .enumerate()
+        .fold(0u64, |acc, (i, p)| acc | (p << (8 * (3 - i as u32))));
+    u32::try_from(high | last).ok().map(Ipv4Addr::from_bits)
+}
+
+/// One part of [`numeric_ipv4`]: `0x…` hexadecimal, `0…` octal, else decimal.
+fn numeric_part(part: &str) -> Option<u64> {
+    let (digits, radix) =
+        if let Some(hex) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+            (hex, 16)
+        } else if part.len() > 1 && part.starts_with('0') {
+            (&part[1..], 8)
+        } else {
+            (part, 10)
+        };
+    // `0x` alone is 0 for both readers; otherwise digits only (no sign, no space), and
+    // few enough that the value fits.
+    if digits.is_empty() {
+        return (radix == 16).then_some(0);
+    }
+    if digits.len() > 12 || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    u64::from_str_radix(digits, radix).ok()
+}
+
 /// What kind of non-public address `ip` is, or `None` for a public one.
 pub fn restricted_kind(ip: IpAddr) -> Option<&'static str> {
     match canonical(ip) {
@@ -184,6 +231,51 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("address")
+    }
+
+    #[test]
+    fn old_numeric_ipv4_forms_are_the_addresses_they_reach() {
+        let loopback = Some(Ipv4Addr::LOCALHOST);
+        for host in [
+            "2130706433",
+            "0x7f000001",
+            "0X7F000001",
+            "0177.0.0.1",
+            "127.1",
+            "127.0.1",
+            "0x7f.1",
+            "0x7f.0.0.0x1",
+            "017700000001",
+            "127.0.0.1.",
+        ] {
+            assert_eq!(numeric_ipv4(host), loopback, "{host}");
+        }
+        assert_eq!(
+            numeric_ipv4("169.254.43518"),
+            Some(Ipv4Addr::new(169, 254, 169, 254))
+        );
+        assert_eq!(numeric_ipv4("0"), Some(Ipv4Addr::UNSPECIFIED));
+        // WHATWG reads a bare `0x` as 0 (the system resolver refuses it): the stricter
+        // reading refuses more.
+        assert_eq!(numeric_ipv4("0x"), Some(Ipv4Addr::UNSPECIFIED));
+        assert_eq!(numeric_ipv4("8.8.8.8"), Some(Ipv4Addr::new(8, 8, 8, 8)));
+        for name in [
+            "example.com",
+            "1.2.3.4.5",
+            "256.0.0.1",
+            "127.0.0.256",
+            "4294967296",
+            "127..1",
+            "",
+            ".",
+            "08.0.0.1",
+            "1e3",
+            "+1",
+            " 1",
+            "127.0.0.1.example",
+        ] {
+            assert_eq!(numeric_ipv4(name), None, "{name:?}");
+        }
     }
 
     #[test]

@@ -33,9 +33,15 @@ pub enum AttemptError {
     /// The TCP connection could not be made.
     #[error("cannot connect to {0}")]
     Connect(String, #[source] std::io::Error),
-    /// Every address the host resolved to is refused; no connection was made.
+    /// The host is an address webhooks may not go to; no connection was made.
     #[error("not connecting to {0}")]
     Refused(String, #[source] Refused),
+    /// The host is a name that did not resolve, or only to addresses webhooks may not go
+    /// to; no connection was made. Which of the two, and to what, is not told: a
+    /// caller who may create webhooks must not learn how the gateway's resolver sees
+    /// names it could not otherwise look up (internal ones).
+    #[error("{0} has no address webhooks may reach (a public one, or one --webhook-allow names)")]
+    Unreachable(String),
     /// No trust roots for `https` targets.
     #[error("cannot verify TLS servers: {0}")]
     TlsSetup(String),
@@ -141,15 +147,26 @@ impl HttpClient {
 
     /// Resolves the target's host and connects to the first of its addresses that the
     /// policy lets through and that answers.
+    ///
+    /// An address in the URL is named in a refusal (the caller wrote it); for a name,
+    /// a failed lookup, no address and only refused addresses are one error
+    /// ([`AttemptError::Unreachable`]), which says nothing of what the name resolved to.
     async fn connect(&self, target: &Target, place: &str) -> Result<TcpStream, AttemptError> {
+        if let Some(ip) = target.literal_ip() {
+            self.policy
+                .check(ip)
+                .map_err(|r| AttemptError::Refused(place.to_owned(), r))?;
+            return TcpStream::connect((ip, target.port))
+                .await
+                .map_err(|e| AttemptError::Connect(place.to_owned(), e));
+        }
+        let unreachable = || AttemptError::Unreachable(place.to_owned());
         let addrs = tokio::net::lookup_host((target.host.as_str(), target.port))
             .await
-            .map_err(|e| AttemptError::Connect(place.to_owned(), e))?;
-        let mut refused = None;
+            .map_err(|_| unreachable())?;
         let mut failed = None;
         for addr in addrs {
-            if let Err(r) = self.policy.check(addr.ip()) {
-                refused.get_or_insert(r);
+            if self.policy.check(addr.ip()).is_err() {
                 continue;
             }
             match TcpStream::connect(addr).await {
@@ -157,13 +174,11 @@ impl HttpClient {
                 Err(e) => failed = Some(e),
             }
         }
-        Err(match (failed, refused) {
-            (Some(e), _) => AttemptError::Connect(place.to_owned(), e),
-            (None, Some(r)) => AttemptError::Refused(place.to_owned(), r),
-            (None, None) => AttemptError::Connect(
-                place.to_owned(),
-                std::io::Error::new(std::io::ErrorKind::NotFound, "no address"),
-            ),
+        Err(match failed {
+            // Only an address the policy lets through was tried: the caller may know it
+            // exists and did not answer.
+            Some(e) => AttemptError::Connect(place.to_owned(), e),
+            None => unreachable(),
         })
     }
 }
@@ -367,7 +382,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
         let port = listener.local_addr().expect("addr").port();
-        for host in ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]"] {
+        for host in ["127.0.0.1", "[::ffff:127.0.0.1]", "2130706433", "127.1"] {
             let target = Target::parse(&format!("http://{host}:{port}/")).expect("target");
             let e = HttpClient::default()
                 .post(&target, &[], Bytes::new(), Duration::from_secs(5))
@@ -377,6 +392,18 @@ mod tests {
             let text = crate::error::chain(&e);
             assert!(text.contains("is a loopback address"), "{text}");
         }
+        // A name: refused without saying what it resolved to.
+        let target = Target::parse(&format!("http://localhost:{port}/")).expect("target");
+        let e = HttpClient::default()
+            .post(&target, &[], Bytes::new(), Duration::from_secs(5))
+            .await
+            .expect_err("refused");
+        assert!(matches!(e, AttemptError::Unreachable(..)), "{e:?}");
+        let text = crate::error::chain(&e);
+        assert!(
+            !text.contains("127.") && !text.contains("::1") && !text.contains("loopback"),
+            "{text}"
+        );
         let accepted = listener.accept();
         assert!(
             matches!(&accepted, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),

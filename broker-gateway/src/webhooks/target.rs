@@ -109,10 +109,14 @@ impl Target {
         })
     }
 
-    /// The host when it is written as an IP address, which can be checked before any
-    /// delivery (a name is checked on each resolved address at delivery).
+    /// The host when it is written as an IP address (also in an old numeric IPv4 form,
+    /// `2130706433` or `127.1`, which resolvers read as one), which can be checked
+    /// before any delivery (a name is checked on each resolved address at delivery).
     pub fn literal_ip(&self) -> Option<IpAddr> {
-        self.host.parse().ok()
+        self.host
+            .parse()
+            .ok()
+            .or_else(|| super::address::numeric_ipv4(&self.host).map(IpAddr::V4))
     }
 }
 

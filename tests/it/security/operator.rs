@@ -581,3 +581,70 @@ async fn a_tenant_the_broker_has_no_storage_for_is_a_507_and_never_keeps_the_gat
     ready(&flue).await;
     assert_eq!(served(&flue).await, ["default", "second"]);
 }
+
+/// A token id names its tenant: an admin revoking another tenant's token (or an id no
+/// gateway minted) is told no such token exists, and the token keeps working; its own
+/// admin revokes it.
+#[tokio::test]
+async fn an_admin_cannot_revoke_another_tenants_token_and_is_told_none_has_that_id() {
+    use flue_proto::auth::Role;
+    use flue_proto::{CreateTenant, TenantId};
+    use flue_tests::Tokens;
+    use serde_json::{Value, json};
+
+    let flue = Flue::start_operator(&[]).await;
+    let acme = TenantId::new("acme").expect("id");
+    flue.gateway
+        .client_as(Role::Operator)
+        .create_tenant(&CreateTenant {
+            id: acme.clone(),
+            name: "Acme".to_owned(),
+        })
+        .await
+        .expect("the operator creates a tenant");
+    let acme_admin = Tokens::for_tenant(&flue.gateway.state_dir(), &acme)
+        .get(Role::Admin)
+        .to_owned();
+    let default_admin = flue.gateway.tokens().get(Role::Admin).to_owned();
+    let url = flue.gateway.url();
+    let http = reqwest::Client::new();
+    let minted: Value = http
+        .post(format!("{url}/v1/tokens"))
+        .bearer_auth(&acme_admin)
+        .json(&json!({"role": "viewer", "ttl_secs": 600, "name": "acme-dashboard"}))
+        .send()
+        .await
+        .expect("mint")
+        .json()
+        .await
+        .expect("minted token");
+    let (id, token) = (
+        minted["id"].as_str().expect("id"),
+        minted["token"].as_str().expect("token"),
+    );
+    let servers = |bearer: &str| {
+        http.get(format!("{url}/v1/servers"))
+            .bearer_auth(bearer.to_owned())
+            .send()
+    };
+    let revoke = |bearer: &str, id: &str| {
+        http.delete(format!("{url}/v1/tokens/{id}"))
+            .bearer_auth(bearer.to_owned())
+            .send()
+    };
+
+    for (bearer, id) in [
+        (&default_admin, id),
+        (&default_admin, "f10123456789abcdef0123456789abcdef"),
+        (&acme_admin, "nobody-minted-this"),
+    ] {
+        let answer = revoke(bearer, id).await.expect("revoke");
+        assert_eq!(answer.status(), 404, "{id}");
+        let body: Value = answer.json().await.expect("error body");
+        assert_eq!(body["error"]["code"], "not_found", "{body}");
+    }
+    assert_eq!(servers(token).await.expect("read").status(), 200);
+
+    assert_eq!(revoke(&acme_admin, id).await.expect("revoke").status(), 204);
+    assert_eq!(servers(token).await.expect("read").status(), 401);
+}
