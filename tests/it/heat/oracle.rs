@@ -11,6 +11,7 @@
 //! judges one ([`heat_judges`]). Every hook is behind a recorder that keeps its stdin.
 
 mod cases;
+mod verdict;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
