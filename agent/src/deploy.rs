@@ -7,6 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
+use flue_proto::heat;
 use flue_proto::nats_url::NatsUrls;
 use flue_proto::signing::{Refusal, RefusalCode};
 use flue_proto::{
@@ -337,12 +338,16 @@ async fn apply(
     let item = item::from_request(req);
     if item.group == item::COMPONENT_GROUP {
         info!(action = %req.action, "the component has no config for this action; nothing to run");
-        let now = OffsetDateTime::now_utc();
-        let done = Outcome::default().into_result(&[], Some(now), now);
-        return record(agent, key, digest, seq, done).await;
+        return record(agent, key, digest, seq, hook::nothing_run(None)).await;
     }
     let hook = match hook::find(&agent.config.hook_dirs, &item.group) {
         Ok(hook) => hook,
+        // As `55-heat-config`, which skips it; its config is data, not work for a hook.
+        Err(reason) if heat::group::is_data_group(&item.group) => {
+            info!(group = %item.group, "no hook for the group; skipped");
+            let note = format!("{reason}: skipped, as Heat's dispatcher skips it");
+            return record(agent, key, digest, seq, hook::nothing_run(Some(note))).await;
+        }
         Err(reason) => {
             warn!(group = %item.group, reason = %reason, "no hook");
             return record(agent, key, digest, seq, failed(&reason, None)).await;

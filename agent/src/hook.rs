@@ -7,8 +7,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use flue_proto::event::OutputStream;
-use flue_proto::limits;
 use flue_proto::{DeploymentResult, DeploymentStatus, OutputDecl};
+use flue_proto::{heat, limits};
 use serde_json::Value;
 use time::OffsetDateTime;
 use tokio::process::Command;
@@ -40,15 +40,18 @@ pub enum Hook {
     Script,
 }
 
-/// Finds the hook for `group`: the first executable `<dir>/<group>` in `dirs`, else the
-/// built-in one for `script`. The error is the `status_reason` to report.
+/// Finds the hook for `group`: the first executable `<dir>/<name>` in `dirs`, where the
+/// name is the group as `55-heat-config` makes it a file name (`Heat::Ungrouped` →
+/// `HeatUngrouped`, [`heat::group::hook_name`]), else the built-in one for `script`. The
+/// error is the `status_reason` to report.
 pub fn find(dirs: &[PathBuf], group: &str) -> Result<Hook, String> {
-    // The gateway validates groups; a path separator must still never reach a file name.
-    if group.is_empty() || group == "." || group == ".." || group.contains('/') {
+    // The sanitised name holds no path separator or dot, so it names a file in the dir.
+    let name = heat::group::hook_name(group);
+    if name.is_empty() {
         return Err(format!("invalid group {group:?}"));
     }
     for dir in dirs {
-        let path = dir.join(group);
+        let path = dir.join(&name);
         let executable = std::fs::metadata(&path)
             .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
         if executable {
@@ -60,6 +63,17 @@ pub fn find(dirs: &[PathBuf], group: &str) -> Result<Hook, String> {
     }
     let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     Err(format!("no hook for group {group:?} in {}", dirs.join(":")))
+}
+
+/// The result of a deployment that completes with no hook run: a component with no
+/// config for its action, or a config of a group that expects none
+/// ([`heat::group::DATA_GROUPS`]) with none installed; `note` is its `status_reason`.
+pub fn nothing_run(note: Option<String>) -> DeploymentResult {
+    let now = OffsetDateTime::now_utc();
+    DeploymentResult {
+        status_reason: note,
+        ..Outcome::default().into_result(&[], Some(now), now)
+    }
 }
 
 /// What a hook did, before it is judged.
@@ -285,8 +299,14 @@ async fn run_external(
         };
     }
     // As `55-heat-config`: a JSON object on stdout is the answer, whatever the exit
-    // status; anything else (nothing, text) is answered with the raw streams and the
-    // exit status, so a silent hook that exits 0 succeeds.
+    // status; text is answered with the raw streams and the exit status; nothing from a
+    // hook that exits 0 is an empty answer (no status code), so a silent hook succeeds.
+    if f.stdout.bytes.is_empty() && exited.is_none() {
+        return Outcome {
+            status_code: None,
+            ..raw
+        };
+    }
     match serde_json::from_slice::<Value>(&f.stdout.bytes) {
         Ok(Value::Object(response)) => {
             let mut answer = from_response(response, item);

@@ -6,7 +6,8 @@
 //! rather than null, `name` and `creation_time` are always present, and each input value
 //! has its declared type (`flue_proto::heat`): a `Number` is a JSON number, a `Boolean`
 //! a JSON boolean, a `Json` any JSON value, and a `String` text (a non-text value made
-//! text as the dispatcher makes it: `True`, `3`, JSON for maps and lists).
+//! text as the dispatcher makes it: `True`, `3`, `None` for no value, JSON for maps and
+//! lists). A declared input carries its `default` too, typed, as Heat's item does.
 //!
 //! After the declared and extra inputs come the derived inputs Heat adds (see
 //! [`from_request`]), all `String`, each with Heat's description.
@@ -52,6 +53,7 @@ const DERIVED: [(&str, &str); 5] = [
 struct Typed {
     name: String,
     kind: String,
+    default: Option<Value>,
     value: Value,
     description: Option<String>,
 }
@@ -71,6 +73,7 @@ pub fn from_request(req: &DeploymentRequest) -> HeatItem {
         .inputs
         .iter()
         .map(|decl| {
+            let kind = InputType::parse(&decl.kind);
             let value = req
                 .input_values
                 .get(&decl.name)
@@ -79,7 +82,8 @@ pub fn from_request(req: &DeploymentRequest) -> HeatItem {
             Typed {
                 name: decl.name.clone(),
                 kind: decl.kind.clone(),
-                value: heat::typed_or_as_is(InputType::parse(&decl.kind), value),
+                default: heat::item_default(kind, decl.default.as_ref()),
+                value: heat::typed_or_as_is(kind, value),
                 description: decl.description.clone(),
             }
         })
@@ -128,6 +132,7 @@ pub fn from_request(req: &DeploymentRequest) -> HeatItem {
             value: heat::dispatched(InputType::parse(&t.kind), t.value),
             name: t.name,
             kind: t.kind,
+            default: t.default,
             description: t.description,
         })
         .collect();
@@ -219,6 +224,7 @@ fn string_input(name: &str, value: Value, description: Option<&str>) -> Typed {
     Typed {
         name: name.to_owned(),
         kind: "String".to_owned(),
+        default: None,
         value,
         description: description.map(str::to_owned),
     }
@@ -284,10 +290,10 @@ pub(crate) mod tests {
                 "options": {},
                 "inputs": [
                     {"name": "count", "type": "Number", "value": 3},
-                    {"name": "flag", "type": "String", "value": "True"},
-                    {"name": "unset", "type": "String", "value": ""},
+                    {"name": "flag", "type": "String", "default": "True", "value": "True"},
+                    {"name": "unset", "type": "String", "value": "None"},
                     {"name": "list", "type": "String", "value": "[1, \"a\"]"},
-                    {"name": "nothing", "type": "String", "value": ""},
+                    {"name": "nothing", "type": "String", "value": "None"},
                     {"name": "extra", "type": "String", "value": "1.5"},
                     {"name": "deploy_server_id", "type": "String", "value": "web1",
                      "description": "ID of the server being deployed to"},

@@ -99,8 +99,12 @@ pub struct ConfigSpec {
     /// Human name.
     #[serde(default)]
     pub name: String,
-    /// Hook group that applies the config (`script`, or an executable's name in a hook dir).
-    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9_.-]{1,64}$"))]
+    /// Hook group that applies the config (`script`, or an executable's name in a hook dir),
+    /// or Heat's `Heat::Ungrouped` (no group: [`crate::heat::group`]).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^([A-Za-z0-9_.-]{1,64}|Heat::Ungrouped)$")
+    )]
     pub group: String,
     /// The config body handed to the hook: a script for `script`, any JSON for others.
     #[serde(default)]
@@ -215,7 +219,7 @@ impl Config {
 pub enum ConfigError {
     /// `group` was empty or not a plain file name.
     #[error(
-        "group {0:?} must be a non-empty name of letters, digits, '_', '-' or '.' (not '.' or '..')"
+        "group {0:?} must be Heat::Ungrouped or a non-empty name of letters, digits, '_', '-' or '.' (not '.' or '..')"
     )]
     BadGroup(String),
     /// An input or output name is empty or not usable as an environment variable / file suffix.
@@ -270,12 +274,14 @@ impl ConfigSpec {
     /// Checks everything that does not need the gateway's state.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let g = &self.group;
-        let group_ok = !g.is_empty()
-            && g.len() <= 64
-            && g != "."
-            && g != ".."
-            && g.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        // Heat's own name for "no group" is the one name with a ':' (Heat's default).
+        let group_ok = g == crate::heat::group::UNGROUPED
+            || (!g.is_empty()
+                && g.len() <= 64
+                && g != "."
+                && g != ".."
+                && g.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')));
         if !group_ok {
             return Err(ConfigError::BadGroup(g.clone()));
         }
@@ -419,6 +425,10 @@ mod tests {
         let mut s = spec();
         s.group = "../x".into();
         assert!(matches!(s.validate(), Err(ConfigError::BadGroup(_))));
+        s.group = "Heat::Other".into();
+        assert!(matches!(s.validate(), Err(ConfigError::BadGroup(_))));
+        s.group = "Heat::Ungrouped".into();
+        assert_eq!(s.validate(), Ok(()), "Heat's default group");
         let mut s = spec();
         s.inputs[0].name = "with space".into();
         assert!(matches!(

@@ -20,10 +20,16 @@
 //!
 //! Null (an input with no value and no default) and `""` stay as they are for every type.
 //! Then [`dispatched`] applies the dispatcher's rule to `String` inputs: a value that is
-//! not text becomes text (Python's `str()`: `True`, `3`, `1.5`), maps and lists as JSON
-//! where Python would print its own repr, and null as `""` where it would print `None`.
+//! not text becomes text (Python's `str()`: `True`, `3`, `1.5`, and `None` for null, as
+//! under Heat), maps and lists as JSON where Python would print its own repr.
 
 use serde_json::Value;
+
+pub mod group;
+
+/// The text a `String` input with no value reaches a hook as: Python's `str(None)`, which
+/// is what `55-heat-config` makes of Heat's null.
+pub const NO_VALUE: &str = "None";
 
 /// The input types Heat's software configs declare (`String` when none is given).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,19 +137,31 @@ pub fn typed_or_as_is(kind: InputType, value: &Value) -> Value {
 }
 
 /// The value as the dispatcher hands it to the hook: a `String` input's value that is not
-/// text becomes text ([`as_text`]); every other type's value is left as it is.
+/// text becomes text ([`as_text`]), null becoming [`NO_VALUE`] (Python's `str(None)`: a
+/// script running `echo $foo >> /tmp/$bar` with neither set writes `None` to `/tmp/None`,
+/// as under Heat); every other type's value is left as it is, null included.
 pub fn dispatched(kind: InputType, value: Value) -> Value {
     match (kind, value) {
         (InputType::String, Value::String(s)) => Value::String(s),
+        (InputType::String, Value::Null) => Value::String(NO_VALUE.to_owned()),
         (InputType::String, other) => Value::String(as_text(&other)),
         (_, other) => other,
     }
 }
 
-/// What `55-heat-config` makes of a `String` input's non-text value: Python's `str()` for
-/// scalars (`True`, `False`, `3`, `1.5`, `1e+16`); JSON (as Python's `json.dumps` writes
-/// it) for lists and maps, where Python would write its own repr (`{'a': 1}`), which only
-/// Python reads; `""` for null, where Python would write `None`.
+/// An input's declared `default` as Heat's item carries it: absent when there is none
+/// (or it is null), else typed as declared, a `String`'s made text as Heat's engine makes
+/// it (`true` → `True`).
+pub fn item_default(kind: InputType, default: Option<&Value>) -> Option<Value> {
+    let default = default.filter(|v| !v.is_null())?;
+    Some(dispatched(kind, typed_or_as_is(kind, default)))
+}
+
+/// A value made text as Heat (Python) makes it: Python's `str()` for scalars (`True`,
+/// `False`, `3`, `1.5`, `1e+16`); JSON (as Python's `json.dumps` writes it) for lists and
+/// maps, where Python would write its own repr (`{'a': 1}`), which only Python reads;
+/// `""` for null, as Heat's `str_replace` splices it. (The dispatcher's `String` input
+/// with no value is [`NO_VALUE`] instead: [`dispatched`].)
 pub fn as_text(value: &Value) -> String {
     match value {
         Value::Null => String::new(),
@@ -155,10 +173,11 @@ pub fn as_text(value: &Value) -> String {
 }
 
 /// The environment variable the built-in `script` group sets for an input, as
-/// heat-agents' `hook-script.py` sets it: text as it is, lists and maps as Python's
-/// `json.dumps` writes them. A number, boolean or null (which `hook-script.py` cannot
-/// put in the environment: it stops with a `TypeError`) is written as JSON too (`8080`,
-/// `true`), null as `""`.
+/// heat-agents' `hook-script.py` sets it: text as it is (a `String` input with no value
+/// is already [`NO_VALUE`]), lists and maps as Python's `json.dumps` writes them. A
+/// number, boolean or null of another type (which `hook-script.py` cannot put in the
+/// environment: it stops with a `TypeError`) is written as JSON too (`8080`, `true`),
+/// null as `""`.
 pub fn env_text(value: &Value) -> String {
     match value {
         Value::Null => String::new(),

@@ -183,8 +183,12 @@ pub struct HeatInput {
     /// Heat type (`String`, `Number`, `Json`, …).
     #[serde(rename = "type")]
     pub kind: String,
+    /// The declared default, typed as declared, as Heat's item carries it (absent when
+    /// none is declared, and on every undeclared or derived input).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
     /// Value, typed as declared (in a hook's item, a `String` input's value already as
-    /// the text the dispatcher makes of it).
+    /// the text the dispatcher makes of it); null when it has none, as in Heat's.
     pub value: Value,
     /// Description, as Heat gives its derived inputs one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -69,7 +69,17 @@ fn lookup_takes_the_first_executable_then_the_builtin_script() {
             b.display()
         )
     );
-    assert!(find(&dirs, "../puppet").is_err());
+    // The group as the dispatcher makes it a file name: never a path out of the dir.
+    assert_eq!(
+        find(&dirs, "../puppet"),
+        Ok(Hook::External(a.join("puppet")))
+    );
+    assert_eq!(find(&dirs, ".."), Err("invalid group \"..\"".to_owned()));
+    write_exec(&b.join("HeatUngrouped"), "#!/bin/sh\n");
+    assert_eq!(
+        find(&dirs, "Heat::Ungrouped"),
+        Ok(Hook::External(b.join("HeatUngrouped")))
+    );
 }
 
 #[tokio::test]
@@ -483,4 +493,18 @@ fn hidden_inputs_and_outputs_are_hidden_in_the_streams_even_where_one_was_cut() 
         json!("output-Secret"),
         "outputs stay"
     );
+}
+
+#[tokio::test]
+async fn a_silent_hook_that_exits_0_completes_with_no_status_code_as_under_heat() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let hook = tmp.path().join("quiet");
+    write_exec(&hook, "#!/bin/sh\ncat > /dev/null\necho note >&2\n");
+    let it = item(json!({"group": "quiet"}), json!({}));
+    let r = judge(&Hook::External(hook), &it, tmp.path()).await;
+    assert_eq!(r.status, DeploymentStatus::Complete);
+    // 55-heat-config signals `{}`: Heat's deploy_status_code is None.
+    assert_eq!(r.deploy_status_code, None);
+    assert_eq!(r.deploy_stdout, "");
+    assert_eq!(r.deploy_stderr, "note\n", "kept, where Heat drops it");
 }

@@ -24,19 +24,22 @@ pub fn item(
     let mut inputs: Vec<HeatInput> = config
         .inputs
         .iter()
-        .map(|decl| HeatInput {
-            name: decl.name.clone(),
-            kind: decl.kind.clone(),
-            // Declared types as the agent's item has them (`flue_proto::heat`): a Number
-            // given as text on the command line still reaches the hook as a number.
-            value: values
-                .get(&decl.name)
-                .or(decl.default.as_ref())
-                .map_or_else(
-                    || Value::String(String::new()),
-                    |v| heat::typed_or_as_is(InputType::parse(&decl.kind), v),
-                ),
-            description: decl.description.clone(),
+        .map(|decl| {
+            let kind = InputType::parse(&decl.kind);
+            HeatInput {
+                name: decl.name.clone(),
+                kind: decl.kind.clone(),
+                default: heat::item_default(kind, decl.default.as_ref()),
+                // Declared types as the agent's item has them (`flue_proto::heat`): a
+                // Number given as text on the command line still reaches the hook as a
+                // number. No value is null, as in Heat's metadata (the dispatcher hands a
+                // `String` hook `None`).
+                value: values
+                    .get(&decl.name)
+                    .or(decl.default.as_ref())
+                    .map_or(Value::Null, |v| heat::typed_or_as_is(kind, v)),
+                description: decl.description.clone(),
+            }
         })
         .collect();
     for (name, value) in values {
@@ -129,6 +132,7 @@ fn string_input(name: &str, value: Value, description: Option<&str>) -> HeatInpu
     HeatInput {
         name: name.to_owned(),
         kind: "String".to_owned(),
+        default: None,
         value,
         description: description.map(str::to_owned),
     }

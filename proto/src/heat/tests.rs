@@ -48,8 +48,8 @@ fn string_inputs_become_text_as_the_dispatcher_makes_them() {
     );
     assert_eq!(
         dispatched(s, json!(null)),
-        json!(""),
-        "Python would say None"
+        json!("None"),
+        "Python's str(None), as 55-heat-config hands it"
     );
     assert_eq!(dispatched(s, json!("as is")), json!("as is"));
     // Other types keep their JSON type.
@@ -128,4 +128,23 @@ fn script_environment_text_is_what_hook_script_writes() {
     assert_eq!(env_text(&json!(8080)), "8080");
     assert_eq!(env_text(&json!(true)), "true");
     assert_eq!(env_text(&json!(null)), "");
+}
+
+#[test]
+fn an_items_default_is_typed_as_heats_engine_keeps_it() {
+    use super::item_default;
+    assert_eq!(item_default(InputType::String, None), None);
+    assert_eq!(item_default(InputType::String, Some(&json!(null))), None);
+    assert_eq!(
+        item_default(InputType::String, Some(&json!(true))),
+        Some(json!("True"))
+    );
+    assert_eq!(
+        item_default(InputType::Number, Some(&json!("0.5"))),
+        Some(json!(0.5))
+    );
+    assert_eq!(
+        item_default(InputType::Boolean, Some(&json!("yes"))),
+        Some(json!(true))
+    );
 }

@@ -66,7 +66,8 @@ async fn the_stock_script_hook_and_the_builtin_script_give_a_script_the_same_env
             // Maps and lists as hook-script.py writes them: json.dumps.
             "settings": r#"{"a": [1, "x"], "b": "\u00e9"}"#,
             "names": r#"["a", "b"]"#,
-            "nothing": "",
+            // No value: Python's str(None), as 55-heat-config hands it.
+            "nothing": "None",
             "deploy_server_id": server,
             "deploy_action": "CREATE",
             "deploy_stack_id": "",

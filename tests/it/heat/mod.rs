@@ -8,9 +8,9 @@
 //! wrapper in the test's hook dir that points its work and data directories (settable by
 //! environment variables in every stock hook) into the test's scratch dir.
 
-mod dispatcher;
 mod hooks;
 mod inputs;
+mod oracle;
 mod result;
 
 use std::collections::BTreeMap;
@@ -53,9 +53,14 @@ fn python() -> PathBuf {
 /// Writes, into `<scratch>/stock-hooks`, a hook per group in `groups` that runs heat-agents'
 /// stock hook for it with its directories inside `<scratch>/heat`; returns the hook dir.
 fn stock_hooks(flue: &Flue, groups: &[&str]) -> PathBuf {
+    stock_hooks_in(flue, "stock-hooks", "heat", groups)
+}
+
+/// [`stock_hooks`] into `<scratch>/<dir>`, working inside `<scratch>/<work>`.
+fn stock_hooks_in(flue: &Flue, dir: &str, work: &str, groups: &[&str]) -> PathBuf {
     let agents = heat_agents();
-    let hooks = flue.path("stock-hooks");
-    let work = flue.path("heat");
+    let hooks = flue.path(dir);
+    let work = flue.path(work);
     std::fs::create_dir_all(&hooks).expect("hook dir");
     for group in groups {
         let script = agents.join(format!("heat-config-{group}/install.d/hook-{group}.py"));
