@@ -18,6 +18,7 @@ resources:
   cfg:
     type: My::Config
     properties:
+      group: script
       inputs: [{name: record}, {name: mode}, {name: stack}]
       config: |
         #!/bin/sh

@@ -27,6 +27,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: record}]
       config: |
         #!/bin/sh
