@@ -4,6 +4,7 @@
 //! failures, interruption and bad templates.
 
 mod check;
+mod corpus;
 mod examples;
 mod failure;
 mod heat;
