@@ -7,6 +7,7 @@ mod check;
 mod corpus;
 mod examples;
 mod failure;
+mod fidelity;
 mod heat;
 mod hot;
 mod lifecycle;
