@@ -13,7 +13,7 @@ use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use flue_proto::config::is_plain_name;
+use flue_proto::config::{is_input_name, is_plain_name};
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
@@ -83,8 +83,9 @@ async fn run_in(
     };
     cmd.current_dir(dir);
     for input in &item.inputs {
-        // An environment variable name cannot hold '=' or NUL; such an input stays out.
-        if !is_plain_name(&input.name) {
+        // As hook-script.py, any name goes (`pkg-redhat` too); an environment entry's
+        // name cannot hold '=' or NUL, so such an input stays out.
+        if !is_input_name(&input.name) {
             tracing::warn!(input = %input.name, "input name is not a valid variable name, not exported");
             continue;
         }

@@ -222,8 +222,9 @@ pub enum ConfigError {
         "group {0:?} must be Heat::Ungrouped or a non-empty name of letters, digits, '_', '-' or '.' (not '.' or '..')"
     )]
     BadGroup(String),
-    /// An input or output name is empty or not usable as an environment variable / file suffix.
-    #[error("{what} name {name:?} must match [A-Za-z_][A-Za-z0-9_]*")]
+    /// An input name that no environment entry can carry, or an output name that is no
+    /// shell variable name (outputs become file suffixes).
+    #[error("{what} name {name:?} {}", name_rule(what))]
     BadName {
         /// `input` or `output`.
         what: &'static str,
@@ -263,11 +264,28 @@ pub enum ConfigError {
     Type(#[from] crate::heat::TypeMismatch),
 }
 
-/// True for names usable as an environment variable and as an output file suffix.
+/// What a name of an input or of an output must be, for [`ConfigError::BadName`].
+fn name_rule(what: &str) -> &'static str {
+    if what == "input" {
+        "must be non-empty and hold no '=' or NUL"
+    } else {
+        "must match [A-Za-z_][A-Za-z0-9_]*"
+    }
+}
+
+/// True for names usable as a shell variable and as an output file suffix: what an
+/// output name must be (the `script` group reads `${heat_outputs_path}.<name>`).
 pub fn is_plain_name(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// True for names an input may have: any name an environment entry can carry (not
+/// empty, no `=`, no NUL), as Heat takes any string and `hook-script.py` exports each
+/// input as it is named (`pkg-redhat` included). Input names never reach a subject.
+pub fn is_input_name(s: &str) -> bool {
+    !s.is_empty() && !s.contains(['=', '\0'])
 }
 
 impl ConfigSpec {
@@ -288,8 +306,16 @@ impl ConfigSpec {
         if !self.options.is_object() {
             return Err(ConfigError::OptionsNotObject);
         }
-        check_names("input", self.inputs.iter().map(|i| i.name.as_str()))?;
-        check_names("output", self.outputs.iter().map(|o| o.name.as_str()))?;
+        check_names(
+            "input",
+            is_input_name,
+            self.inputs.iter().map(|i| i.name.as_str()),
+        )?;
+        check_names(
+            "output",
+            is_plain_name,
+            self.outputs.iter().map(|o| o.name.as_str()),
+        )?;
         if let Some(bad) = self.hooks.keys().find(|k| !is_hook_key(k)) {
             return Err(ConfigError::BadHookAction(bad.clone()));
         }
@@ -369,11 +395,12 @@ impl ConfigSpec {
 
 fn check_names<'a>(
     what: &'static str,
+    valid: fn(&str) -> bool,
     names: impl Iterator<Item = &'a str>,
 ) -> Result<(), ConfigError> {
     let mut seen = std::collections::HashSet::new();
     for name in names {
-        if !is_plain_name(name) {
+        if !valid(name) {
             return Err(ConfigError::BadName {
                 what,
                 name: name.to_owned(),
@@ -429,12 +456,18 @@ mod tests {
         assert!(matches!(s.validate(), Err(ConfigError::BadGroup(_))));
         s.group = "Heat::Ungrouped".into();
         assert_eq!(s.validate(), Ok(()), "Heat's default group");
+        // Heat takes any input name an environment entry can carry.
         let mut s = spec();
-        s.inputs[0].name = "with space".into();
-        assert!(matches!(
-            s.validate(),
-            Err(ConfigError::BadName { what: "input", .. })
-        ));
+        s.inputs[0].name = "pkg-redhat".into();
+        s.validate().expect("a Heat input name");
+        s.inputs[0].name = "a=b".into();
+        let e = s.validate().expect_err("no '=' in an input name");
+        assert!(matches!(e, ConfigError::BadName { what: "input", .. }));
+        assert!(e.to_string().contains("hold no '=' or NUL"), "{e}");
+        let mut s = spec();
+        s.outputs[0].name = "with-dash".into();
+        let e = s.validate().expect_err("outputs stay plain");
+        assert!(e.to_string().contains("must match [A-Za-z_]"), "{e}");
         let mut s = spec();
         s.outputs[1].name = "result".into();
         assert!(matches!(

@@ -155,8 +155,8 @@ pub fn check_depth_within(
 /// variable and all together within [`MAX_SCRIPT_ENV_BYTES`].
 ///
 /// `field` names where an input's value came from (`input_values.foo`,
-/// `input_refs.foo`, …). Inputs whose name is no variable name are skipped by the
-/// `script` group (and here), so they count for nothing. NUL in a value is fine for
+/// `input_refs.foo`, …). Inputs whose name no environment entry can carry are skipped by
+/// the `script` group (and here), so they count for nothing. NUL in a value is fine for
 /// every other group: hooks get values as JSON.
 pub fn check_input_values<'a>(
     group: &str,
@@ -166,7 +166,7 @@ pub fn check_input_values<'a>(
     let mut total = 0;
     for (name, value) in values {
         check_depth(|| field(name), value)?;
-        if group == SCRIPT_GROUP && crate::config::is_plain_name(name) {
+        if group == SCRIPT_GROUP && crate::config::is_input_name(name) {
             total += check_env_var(|| field(name), name, value)?;
         }
     }

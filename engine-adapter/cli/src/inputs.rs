@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 
-use flue_proto::config::is_plain_name;
+use flue_proto::config::is_input_name;
 use flue_proto::{ConfigSpec, InputDecl, OutputDecl};
 use serde_json::Value;
 
@@ -144,9 +144,9 @@ pub(crate) fn split_assignment<'a>(
             "{flag} {arg:?}: expected NAME=VALUE, found no '='"
         )));
     };
-    if !is_plain_name(name) {
+    if !is_input_name(name) {
         return Err(usage(format!(
-            "{flag} {arg:?}: input name {name:?} must match [A-Za-z_][A-Za-z0-9_]*"
+            "{flag} {arg:?}: input name {name:?} must be non-empty and hold no NUL"
         )));
     }
     Ok((name, value))

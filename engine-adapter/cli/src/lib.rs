@@ -5,6 +5,7 @@ mod args;
 mod check;
 mod cloud_init;
 mod creds;
+mod describe;
 mod events;
 mod inputs;
 mod mapping;

@@ -1,6 +1,7 @@
 //! `flue stack validate`: everything `flue stack create` checks before it contacts the
 //! gateway (the template, its environments, the parameters, the conditions, each
-//! deployment's server and the `--server` / `--attr` map), and a summary of what the stack would hold.
+//! deployment's server and the `--server` / `--attr` map), and a summary of what the stack would
+//! hold: per resource, what Flue will do with it (`describe`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -102,30 +103,8 @@ pub fn run(args: &StackValidateArgs, out: &mut impl Write) -> Result<Outcome, Cl
         }
     }
     text.push_str("resources:\n");
-    for (name, r) in &template.resources {
-        match decided.skipped_resources.get(name) {
-            Some(c) => {
-                let _ = writeln!(
-                    text,
-                    "  {name} ({}): not created, condition {c} is false",
-                    r.kind
-                );
-            }
-            None => {
-                let servers: Vec<&str> = plan
-                    .units
-                    .values()
-                    .filter(|u| u.resource == *name)
-                    .map(|u| u.server_id.as_str())
-                    .collect();
-                let on = if servers.is_empty() {
-                    String::new()
-                } else {
-                    format!(" on {}", servers.join(", "))
-                };
-                let _ = writeln!(text, "  {name} ({}){on}", r.kind);
-            }
-        }
+    for line in super::describe::resource_lines(&template, &decided, &plan) {
+        let _ = writeln!(text, "  {line}");
     }
     if !template.outputs.is_empty() {
         text.push_str("outputs:\n");

@@ -195,7 +195,11 @@ fn registry(map: &Map<String, Value>) -> Result<BTreeMap<String, String>, Templa
         if !to.contains("::") {
             return Err(TemplateError::new(
                 path,
-                format!("{to:?} is a template file: nested templates are not supported by Flue"),
+                format!(
+                    "{to:?} is a template file: nested templates are not supported by Flue; map \
+                     {from} to a resource type instead (an image that already has its agent: \
+                     OS::Heat::SoftwareConfig, as heat-templates' boot-config/none_env.yaml does)"
+                ),
             ));
         }
         out.insert(from.clone(), to.clone());

@@ -344,8 +344,8 @@ impl<'a> From<&'a Path> for Files<'a> {
 }
 
 /// Replaces every `{get_file: relative/path}` inside `value` by that file's content,
-/// read from `files`. Absolute paths, URLs and paths leaving the template's directory
-/// are refused.
+/// read from `files`. Absolute paths and URLs are refused; a relative path may leave
+/// the template's directory (`../scripts/x.sh`), as heatclient reads it.
 pub fn inline_files<'a>(
     value: &mut Value,
     files: impl Into<Files<'a>>,
@@ -406,6 +406,9 @@ fn given_file(args: &Value, given: &BTreeMap<String, String>) -> Result<String, 
         .ok_or_else(|| format!("{name:?} is not among the files sent with the template"))
 }
 
+/// Reads `get_file`'s path relative to `base_dir` (the template's directory), as
+/// heatclient joins it to the template's URL: `..` leads out of the directory, an
+/// absolute path or a URL is refused.
 fn read_file(args: &Value, base_dir: &Path) -> Result<String, String> {
     let Value::String(name) = args else {
         return Err(format!(
@@ -415,30 +418,37 @@ fn read_file(args: &Value, base_dir: &Path) -> Result<String, String> {
     };
     let rel = Path::new(name);
     if name.is_empty() || name.contains("://") {
-        return Err(format!("{name:?} is not a relative file path"));
+        return Err(format!(
+            "{name:?} is not a relative file path; give it relative to the template's directory"
+        ));
     }
     if rel
         .components()
-        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+        .any(|c| matches!(c, Component::RootDir | Component::Prefix(_)))
     {
         return Err(format!(
-            "{name:?} must stay inside the template's directory (no absolute paths, no '..')"
+            "{name:?} is absolute; give it relative to the template's directory"
         ));
     }
-    let full = base_dir.join(rel);
-    // A symlink could still point outside; compare the real paths.
-    let real = full
-        .canonicalize()
-        .map_err(|e| format!("cannot read {}: {e}", full.display()))?;
-    let base = base_dir
-        .canonicalize()
-        .map_err(|e| format!("cannot read {}: {e}", base_dir.display()))?;
-    if !real.starts_with(&base) {
-        return Err(format!(
-            "{name:?} resolves outside the template's directory"
-        ));
+    let full = lexical(&base_dir.join(rel));
+    std::fs::read_to_string(&full).map_err(|e| format!("cannot read {}: {e}", full.display()))
+}
+
+/// `path` made absolute with its `..` taken lexically, as heatclient joins URLs: a
+/// `..` after a symlinked directory leads back beside the link, not beside its target.
+fn lexical(path: &Path) -> std::path::PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    let mut out = std::path::PathBuf::new();
+    for part in absolute.components() {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
     }
-    std::fs::read_to_string(&real).map_err(|e| format!("cannot read {}: {e}", full.display()))
+    out
 }
 
 #[cfg(test)]

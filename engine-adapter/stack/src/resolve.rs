@@ -10,11 +10,14 @@ use serde_json::{Value, json};
 
 use super::functions::{self, Resolver};
 use super::infra;
-use super::template::{Parameters, ResourceKind, Template, TemplateError, substitute_index};
+use super::template::{
+    Parameters, ResourceKind, Template, TemplateError, component_body, substitute_index,
+};
 pub use super::template::{hidden_output_ref, is_hidden_output};
 use super::units::{DesiredUnit, Plan, config_resource, server_resource_id};
 
 mod heat;
+pub use heat::{UNGROUPED, hook_group};
 #[cfg(test)]
 mod tests;
 
@@ -252,18 +255,8 @@ pub fn unit_deployment(
     };
 
     let group = match resolve_config_prop("group")? {
-        // Heat's CloudConfig and MultipartMime are `Heat::Ungrouped`, which no hook
-        // runs; a hook group name has no ':', so Flue names it `ungrouped`.
-        None if matches!(
-            cres.kind,
-            ResourceKind::CloudConfig | ResourceKind::MultipartMime
-        ) =>
-        {
-            heat::UNGROUPED.to_owned()
-        }
-        None => "script".to_owned(),
-        Some(Value::String(g)) if g == "Heat::Ungrouped" => heat::UNGROUPED.to_owned(),
-        Some(Value::String(g)) => g,
+        None => heat::hook_group(cres.kind, None),
+        Some(Value::String(g)) => heat::hook_group(cres.kind, Some(&g)),
         Some(other) => {
             return Err(TemplateError {
                 path: cprop("group"),
@@ -279,6 +272,9 @@ pub fn unit_deployment(
     let config = match cres.kind {
         ResourceKind::CloudConfig | ResourceKind::MultipartMime => {
             Value::String(heat::config_text(r, config_name)?)
+        }
+        ResourceKind::SoftwareComponent => {
+            component_body(resolve_config_prop("configs")?.unwrap_or(Value::Null))
         }
         _ => resolve_config_prop("config")?.unwrap_or(Value::Null),
     };

@@ -18,10 +18,12 @@ use super::functions::versions::TemplateVersion;
 use super::{functions, graph};
 
 mod checks;
+mod component;
 pub use checks::{
     DEPLOYMENT_ATTRIBUTES, GROUP_ATTRIBUTES, NOVA_SERVER_ATTRIBUTES, RESOURCE_GROUP_ATTRIBUTES,
     SERVER_ATTRIBUTES, config_outputs,
 };
+pub use component::{COMPONENT_GROUP, component_actions, component_body};
 mod conditions;
 pub use conditions::Decided;
 mod constraints;
@@ -31,8 +33,10 @@ pub use hidden::{hidden_output_ref, is_hidden_output};
 #[cfg(test)]
 mod hot_tests;
 mod params;
+mod pattern;
 mod policy;
 mod resources;
+pub use resources::HEAT_UNGROUPED;
 mod utility;
 pub use utility::{INDEX_VAR, MAX_RANDOM_LENGTH, substitute_index};
 #[cfg(test)]
@@ -148,6 +152,8 @@ pub enum ResourceKind {
     SoftwareConfig,
     /// `OS::Heat::StructuredConfig` (a map body with `get_input` substitution).
     StructuredConfig,
+    /// `OS::Heat::SoftwareComponent`: one config per lifecycle action (group `component`).
+    SoftwareComponent,
     /// `OS::Heat::SoftwareDeployment` or `OS::Heat::StructuredDeployment`.
     SoftwareDeployment,
     /// `OS::Heat::SoftwareDeploymentGroup` or `OS::Heat::StructuredDeploymentGroup`.
@@ -209,6 +215,7 @@ impl ResourceKind {
         Some(match type_name {
             "OS::Heat::SoftwareConfig" => Self::SoftwareConfig,
             "OS::Heat::StructuredConfig" => Self::StructuredConfig,
+            "OS::Heat::SoftwareComponent" => Self::SoftwareComponent,
             "OS::Heat::SoftwareDeployment" | "OS::Heat::StructuredDeployment" => {
                 Self::SoftwareDeployment
             }
@@ -233,6 +240,7 @@ impl ResourceKind {
         match self {
             Self::SoftwareConfig => "OS::Heat::SoftwareConfig",
             Self::StructuredConfig => "OS::Heat::StructuredConfig",
+            Self::SoftwareComponent => "OS::Heat::SoftwareComponent",
             Self::SoftwareDeployment => "OS::Heat::SoftwareDeployment",
             Self::SoftwareDeploymentGroup => "OS::Heat::SoftwareDeploymentGroup",
             Self::Server => "OS::Flue::Server",
@@ -251,7 +259,11 @@ impl ResourceKind {
     pub fn is_config(self) -> bool {
         matches!(
             self,
-            Self::SoftwareConfig | Self::StructuredConfig | Self::CloudConfig | Self::MultipartMime
+            Self::SoftwareConfig
+                | Self::StructuredConfig
+                | Self::SoftwareComponent
+                | Self::CloudConfig
+                | Self::MultipartMime
         )
     }
 

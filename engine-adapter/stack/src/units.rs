@@ -13,7 +13,7 @@ use flue_proto::MappedResource;
 use super::functions::{self, Resolver};
 use super::graph;
 use super::infra::{self, MappedServer};
-use super::template::{Parameters, ResourceKind, Template, TemplateError};
+use super::template::{Parameters, ResourceKind, Template, TemplateError, component_actions};
 
 mod heat;
 pub use heat::keep_keepers_in_place;
@@ -316,6 +316,13 @@ fn actions(
 ) -> Result<Vec<String>, TemplateError> {
     let res = &template.resources[name];
     let path = format!("resources.{name}.properties.actions");
+    // Heat runs a component's deployment for the actions its configs list, whatever
+    // the deployment's own `actions` say.
+    if let Some(config) = config_resource(template, name)
+        && template.resources[config].kind == ResourceKind::SoftwareComponent
+    {
+        return Ok(component_actions(&template.resources[config]));
+    }
     let mut actions: Vec<String> = match res.properties.get("actions") {
         None => DEFAULT_ACTIONS.iter().map(|a| (*a).to_owned()).collect(),
         Some(v) => {

@@ -346,6 +346,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       config: |
         #!/bin/sh
         while [ ! -f {} ]; do sleep 0.05; done

@@ -163,6 +163,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       config: |
         #!/bin/sh
         echo "running $deploy_resource_name"
@@ -262,6 +263,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       config: |
         #!/bin/sh
         echo "disk full" >&2

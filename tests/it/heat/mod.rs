@@ -24,7 +24,7 @@ use serde_json::Value;
 const HEAT_AGENTS: &str = "heat_agents-13.0.0";
 
 /// The unpacked heat-agents source tree; fails saying how to get it.
-fn heat_agents() -> PathBuf {
+pub(crate) fn heat_agents() -> PathBuf {
     let dir = std::env::var_os("FLUE_HEAT_AGENTS").map_or_else(
         || repo_root().join(".venv/share").join(HEAT_AGENTS),
         PathBuf::from,

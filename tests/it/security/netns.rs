@@ -156,6 +156,7 @@ resources:
   wait_config:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       outputs: [{name: got}]
       config: |
         #!/bin/sh
@@ -164,6 +165,7 @@ resources:
   put_config:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: gate}]
       config: |
         #!/bin/sh

@@ -192,6 +192,7 @@ resources:
   gen_cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{{name: pw}}]
       outputs: [{{name: token, hidden: true}}]
       config: |
@@ -208,6 +209,7 @@ resources:
   use_cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{{name: tok}}]
       config: |
         #!/bin/sh

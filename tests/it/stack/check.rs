@@ -14,6 +14,7 @@ resources:
   checked:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: dir}, {name: sub}, {name: token}]
       config: |
         #!/bin/sh
@@ -31,6 +32,7 @@ resources:
   plain:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       config: |
         #!/bin/sh
         echo plain

@@ -52,6 +52,7 @@ resources:
   swap:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: mine}, {name: theirs}]
       outputs: [{name: got}]
       config: |
@@ -290,7 +291,7 @@ async fn hooks_can_reach_the_agent_binary_by_variable() {
     std::fs::write(
         &template,
         format!(
-            "heat_template_version: 2018-08-31\nresources:\n  c:\n    type: OS::Heat::SoftwareConfig\n    properties:\n      config: {{get_file: {}}}\n  d:\n    type: OS::Heat::SoftwareDeployment\n    properties: {{config: {{get_resource: c}}, server: solo}}\n",
+            "heat_template_version: 2018-08-31\nresources:\n  c:\n    type: OS::Heat::SoftwareConfig\n    properties:\n      group: script\n      config: {{get_file: {}}}\n  d:\n    type: OS::Heat::SoftwareDeployment\n    properties: {{config: {{get_resource: c}}, server: solo}}\n",
             "check.sh"
         ),
     )

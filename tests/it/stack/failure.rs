@@ -15,6 +15,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: record}, {name: broken}]
       outputs: [{name: out}]
       config: |
@@ -133,6 +134,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: record}]
       config: |
         #!/bin/sh
@@ -212,6 +214,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: record}]
       config: |
         #!/bin/sh
@@ -269,6 +272,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: record}]
       config: |
         #!/bin/sh
@@ -306,7 +310,7 @@ async fn a_deployment_the_gateway_refuses_fails_its_unit_only() {
         &t,
         r#"heat_template_version: 2018-08-31
 resources:
-  cfg: {type: OS::Heat::SoftwareConfig, properties: {config: "echo ok"}}
+  cfg: {type: OS::Heat::SoftwareConfig, properties: {group: script, config: "echo ok"}}
   slow: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: cfg}, server: s1, timeout: 99999999}}
   fine: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: cfg}, server: s1}}
 "#,
@@ -345,6 +349,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: record}]
       config: |
         #!/bin/sh

@@ -316,6 +316,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: record}, {name: secret}]
       config: |
         #!/bin/sh
@@ -398,6 +399,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: record}, {name: address}, {name: port_id}]
       config: |
         #!/bin/sh

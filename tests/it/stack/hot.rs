@@ -18,6 +18,7 @@ resources:
   cfg:
     type: My::Config
     properties:
+      group: script
       inputs: [{name: record}, {name: mode}, {name: stack}]
       config: |
         #!/bin/sh
@@ -95,7 +96,7 @@ async fn validate_checks_a_template_with_its_environment_without_a_gateway() {
     );
     assert!(
         run.stdout
-            .contains("base (OS::Heat::SoftwareDeployment) on s1"),
+            .contains("base (OS::Heat::SoftwareDeployment): deploys cfg on server s1 with hook group script for CREATE, UPDATE"),
         "{run}"
     );
     assert!(
@@ -110,7 +111,7 @@ async fn validate_checks_a_template_with_its_environment_without_a_gateway() {
     assert!(run.stdout.contains("  is_prod: true"), "{run}");
     assert!(
         run.stdout
-            .contains("monitor (OS::Heat::SoftwareDeployment) on s1"),
+            .contains("monitor (OS::Heat::SoftwareDeployment): deploys"),
         "{run}"
     );
 
@@ -166,12 +167,27 @@ async fn validate_maps_heat_servers_and_asks_for_infrastructure_values_it_cannot
     assert_eq!(run.code, 0, "{run}");
     assert!(
         run.stdout
-            .contains("db_deployment (OS::Heat::SoftwareDeployment) on db1"),
+            .contains("db_deployment (OS::Heat::SoftwareDeployment): deploys db_config on server db1 with hook group script"),
         "{run}"
     );
     assert!(
-        run.stdout
-            .contains("web_deployment (OS::Heat::SoftwareDeployment) on web1"),
+        run.stdout.contains(
+            "web_deployment (OS::Heat::SoftwareDeployment): deploys web_config on server web1"
+        ),
+        "{run}"
+    );
+    // Each resource says what Flue does with it: servers mapped, what is ignored,
+    // values made.
+    assert!(
+        run.stdout.contains(
+            "db_server (OS::Nova::Server): mapped to registered server db1; flavor/image"
+        ),
+        "{run}"
+    );
+    assert!(
+        run.stdout.contains(
+            "db_password (OS::Heat::RandomString): a hidden value made once, kept by a deployment on server db1"
+        ),
         "{run}"
     );
     // A map naming a resource the template does not have is refused, naming it.

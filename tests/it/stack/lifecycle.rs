@@ -99,6 +99,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{{name: record}}, {{name: version}}]
       config: {create}
       hooks:

@@ -4,8 +4,10 @@
 //! failures, interruption and bad templates.
 
 mod check;
+mod corpus;
 mod examples;
 mod failure;
+mod fidelity;
 mod heat;
 mod hot;
 mod lifecycle;
@@ -27,6 +29,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: record}]
       config: |
         #!/bin/sh

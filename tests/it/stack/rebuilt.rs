@@ -14,6 +14,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: dir}]
       config: |
         #!/bin/sh

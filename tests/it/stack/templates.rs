@@ -7,7 +7,7 @@ const HEAD: &str = "heat_template_version: 2018-08-31\n";
 const CFG: &str = "
   cfg:
     type: OS::Heat::SoftwareConfig
-    properties: {config: 'echo hi'}
+    properties: {group: script, config: 'echo hi'}
 ";
 
 #[tokio::test]

@@ -7,6 +7,7 @@ const CONFIG: &str = r#"
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: record}, {name: tag}, {name: upstream}]
       outputs: [{name: out}]
       config: |
@@ -133,6 +134,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: record}, {name: version}]
       config: |
         #!/bin/sh
@@ -224,6 +226,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{{name: record}}, {{name: names}}, {{name: colour}}]
       config: |
         #!/bin/sh
@@ -287,6 +290,7 @@ resources:
   cfg:
     type: OS::Heat::SoftwareConfig
     properties:
+      group: script
       inputs: [{name: record}, {name: password}]
       config: |
         #!/bin/sh

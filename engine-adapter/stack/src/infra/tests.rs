@@ -297,7 +297,7 @@ fn a_cloud_config_deployed_is_a_cloud_config_body() {
         hidden_outputs: HiddenOutputs::Refuse,
     };
     let cloud = unit_deployment(&r, &p.units["cloud"]).expect("resolves");
-    assert_eq!(cloud.spec.group, "ungrouped");
+    assert_eq!(cloud.spec.group, "Heat::Ungrouped");
     let body = cloud.spec.config.as_str().expect("text");
     assert!(body.starts_with("#cloud-config\n"), "{body}");
     let data: Value = serde_json::from_str(&body["#cloud-config\n".len()..]).expect("json");
@@ -428,7 +428,7 @@ fn a_multipart_mime_deployed_is_a_mime_message_of_its_parts_bodies() {
         hidden_outputs: HiddenOutputs::Refuse,
     };
     let mimed = unit_deployment(&r, &p.units["mimed"]).expect("resolves");
-    assert_eq!(mimed.spec.group, "ungrouped");
+    assert_eq!(mimed.spec.group, "Heat::Ungrouped");
     let body = mimed.spec.config.as_str().expect("text").to_owned();
     assert!(
         body.starts_with("Content-Type: multipart/mixed; boundary="),

@@ -11,7 +11,7 @@ use super::{Resolved, RuntimeResolver, deployment_attr};
 use crate::functions;
 use crate::functions::{GET_RESOURCE, as_call};
 use crate::random;
-use crate::template::{ResourceKind, TemplateError};
+use crate::template::{COMPONENT_GROUP, ResourceKind, TemplateError};
 use crate::units::DesiredUnit;
 
 impl RuntimeResolver<'_> {
@@ -138,8 +138,20 @@ pub(super) fn keeper_deployment(
     })
 }
 
-/// The hook group of Heat's `Heat::Ungrouped` configs (a group name has no `:`).
-pub const UNGROUPED: &str = "ungrouped";
+/// Heat's default group, `Heat::Ungrouped`: sent as it is, and the agent treats it as
+/// heat-agents' dispatcher does (no hook runs; the deployment completes).
+pub use flue_proto::heat::group::UNGROUPED;
+
+/// The hook group a config of `kind` is deployed with, given its `group` property.
+/// With none, Heat's default [`UNGROUPED`] (the only one of a `CloudConfig` or a
+/// `MultipartMime`). A component is group `component`.
+pub fn hook_group(kind: ResourceKind, given: Option<&str>) -> String {
+    match given {
+        None if kind == ResourceKind::SoftwareComponent => COMPONENT_GROUP.to_owned(),
+        None => UNGROUPED.to_owned(),
+        Some(g) => g.to_owned(),
+    }
+}
 
 /// The body of config resource `name` as text: a `SoftwareConfig`'s `config` (a
 /// `StructuredConfig`'s as JSON), a `CloudConfig`'s `#cloud-config` document, a

@@ -67,7 +67,11 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Self {
-        let template = Template::parse(STACK, Path::new(".")).expect("valid template");
+        Self::with(STACK)
+    }
+
+    fn with(text: &str) -> Self {
+        let template = Template::parse(text, Path::new(".")).expect("valid template");
         let given = [("password".to_owned(), "s3cret".to_owned())].into();
         let params = template.bind_parameters(&given).expect("parameters bind");
         let plan = units::expand(&template, &params, true).expect("expands");
@@ -276,4 +280,59 @@ resources:
     let err = Template::parse(text, Path::new(".")).expect_err("refused");
     assert_eq!(err.path, "resources.user.properties.input_values.tokens");
     assert!(err.message.contains("hidden outputs of a group"), "{err}");
+}
+
+const HEAT_DEFAULTS: &str = r##"
+heat_template_version: 2018-08-31
+parameters:
+  password: {type: string}
+resources:
+  component:
+    type: OS::Heat::SoftwareComponent
+    properties:
+      configs:
+        - {tool: script, config: "echo up"}
+        - {actions: [DELETE], tool: ansible, config: {get_param: password}}
+      outputs: [{name: last_action}]
+  plain: {type: OS::Heat::SoftwareConfig, properties: {config: "echo"}}
+  spelled: {type: OS::Heat::SoftwareConfig, properties: {group: "Heat::Ungrouped"}}
+  listed: {type: OS::Heat::StructuredConfig, properties: {group: os-apply-config, config: [a, {b: 1}]}}
+  c: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: component}, server: s1, actions: [CREATE]}}
+  p: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: plain}, server: s1}}
+  s: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: spelled}, server: s1}}
+  l: {type: OS::Heat::SoftwareDeployment, properties: {config: {get_resource: listed}, server: s1}}
+"##;
+
+#[test]
+fn a_component_runs_with_group_component_for_the_actions_its_configs_list() {
+    let f = Fixture::with(HEAT_DEFAULTS);
+    let c = f.resolve("c").expect("resolves");
+    assert_eq!(c.spec.group, "component");
+    // Heat's default actions made explicit for the agent; functions resolved.
+    assert_eq!(
+        c.spec.config,
+        json!({"configs": [
+            {"actions": ["CREATE", "UPDATE"], "tool": "script", "config": "echo up"},
+            {"actions": ["DELETE"], "tool": "ansible", "config": "s3cret"},
+        ]})
+    );
+    assert_eq!(c.spec.outputs[0].name, "last_action");
+    // The deployment's own `actions` give way to the configs', as in Heat.
+    assert_eq!(f.plan.units["c"].actions, ["CREATE", "UPDATE", "DELETE"]);
+}
+
+#[test]
+fn a_config_without_a_group_is_heat_ungrouped_and_a_structured_body_may_be_a_list() {
+    let f = Fixture::with(HEAT_DEFAULTS);
+    assert_eq!(
+        f.resolve("p").expect("resolves").spec.group,
+        "Heat::Ungrouped"
+    );
+    assert_eq!(
+        f.resolve("s").expect("resolves").spec.group,
+        "Heat::Ungrouped"
+    );
+    let l = f.resolve("l").expect("resolves");
+    assert_eq!(l.spec.config, json!(["a", {"b": 1}]));
+    assert!(l.spec.substitute_inputs);
 }

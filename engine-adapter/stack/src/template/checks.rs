@@ -280,7 +280,7 @@ fn check_call(t: &Template, name: &str, args: &Value, path: &str) -> Result<(), 
                 .resources
                 .get(target)
                 .ok_or_else(|| fail(format!("resource {target:?} does not exist")))?;
-            check_attr(t, resource, attr).map_err(fail)?;
+            check_attr(resource, attr).map_err(fail)?;
             walk_list(t, rest, &args_path, 2)
         }
         STR_REPLACE => {
@@ -369,28 +369,22 @@ fn declared(t: &Template) -> String {
     }
 }
 
-/// Whether `attr` is an attribute of `resource`.
-fn check_attr(t: &Template, resource: &Resource, attr: &str) -> Result<(), String> {
+/// Whether `attr` is an attribute of `resource`. A deployment's attributes, like a
+/// group's (passed through from its members as a map or a list), are any name: Heat
+/// validates them so (an output the config does not declare reads null), since a hook
+/// may answer outputs nobody declared.
+fn check_attr(resource: &Resource, attr: &str) -> Result<(), String> {
     let name = &resource.name;
     let builtin: &[&str] = match resource.kind {
         ResourceKind::Server => &SERVER_ATTRIBUTES,
-        ResourceKind::SoftwareDeployment => &DEPLOYMENT_ATTRIBUTES,
-        ResourceKind::SoftwareDeploymentGroup => &GROUP_ATTRIBUTES,
+        ResourceKind::SoftwareDeployment
+        | ResourceKind::SoftwareDeploymentGroup
+        | ResourceKind::ResourceGroup => return Ok(()),
         ResourceKind::NovaServer => &NOVA_SERVER_ATTRIBUTES,
         // An external resource's attributes are whatever the user gives (checked
         // before anything runs); OS::Heat::None answers every attribute with null.
         ResourceKind::External(_) | ResourceKind::HeatNone => return Ok(()),
         ResourceKind::RandomString | ResourceKind::HeatValue => &["value"],
-        ResourceKind::ResourceGroup => {
-            if RESOURCE_GROUP_ATTRIBUTES.contains(&attr)
-                || attr
-                    .strip_prefix("resource.")
-                    .is_some_and(|n| n.parse::<usize>().is_ok())
-            {
-                return Ok(());
-            }
-            &DEPLOYMENT_ATTRIBUTES
-        }
         kind => {
             return Err(format!(
                 "resource {name:?} is a {kind}; get_attr works on deployments, deployment \
@@ -401,26 +395,10 @@ fn check_attr(t: &Template, resource: &Resource, attr: &str) -> Result<(), Strin
     if builtin.contains(&attr) {
         return Ok(());
     }
-    let outputs = match resource.kind {
-        ResourceKind::Server
-        | ResourceKind::NovaServer
-        | ResourceKind::RandomString
-        | ResourceKind::HeatValue => Some(Vec::new()),
-        _ => config_outputs(t, resource),
-    };
-    // Outputs written with functions are only known at run time: accept any name.
-    let Some(outputs) = outputs else {
-        return Ok(());
-    };
-    if outputs.iter().any(|o| o == attr) {
-        return Ok(());
-    }
-    let mut known: Vec<String> = builtin.iter().map(|s| (*s).to_owned()).collect();
-    known.extend(outputs);
     Err(format!(
         "resource {name:?} ({}) has no attribute {attr:?}; it has {}",
         resource.kind,
-        known.join(", ")
+        builtin.join(", ")
     ))
 }
 

@@ -189,7 +189,7 @@ fn parse_one(
                     "must be a regular expression (a string)",
                 ));
             };
-            regex::Regex::new(p).map_err(|e| {
+            super::pattern::Pattern::new(p).map_err(|e| {
                 TemplateError::new(&at, format!("not a valid regular expression: {e}"))
             })?;
             Rule::AllowedPattern(p.clone())
@@ -293,10 +293,9 @@ fn valid(rule: &Rule, value: &Value) -> bool {
             }
         }
         Rule::AllowedPattern(p) => {
-            // Heat's `re.match` must consume the whole value.
-            let anchored = format!(r"\A(?:{p})\z");
-            match (regex::Regex::new(&anchored), value) {
-                (Ok(re), Value::String(s)) => re.is_match(s),
+            // Heat: `re.match(pattern, value)` must end at the end of the value.
+            match (super::pattern::Pattern::new(p), value) {
+                (Ok(re), Value::String(s)) => re.matches_whole(s),
                 _ => false,
             }
         }

@@ -3,7 +3,7 @@
 //! live in `checks`.
 
 use flue_proto::LIFECYCLE_ACTIONS;
-use flue_proto::config::is_plain_name;
+use flue_proto::config::{is_input_name, is_plain_name};
 use serde_json::{Map, Value};
 
 use super::{
@@ -40,6 +40,7 @@ const GROUP_PROPS: [&str; 8] = [
     "timeout",
     "members_input",
 ];
+const COMPONENT_PROPS: [&str; 4] = ["configs", "inputs", "outputs", "options"];
 const SERVER_PROPS: [&str; 1] = ["server_id"];
 const INPUT_KEYS: [&str; 5] = ["name", "type", "description", "default", "hidden"];
 const OUTPUT_KEYS: [&str; 5] = ["name", "type", "description", "error_output", "hidden"];
@@ -73,7 +74,8 @@ pub(super) fn parse(name: &str, def: &Value, files: Files<'_>) -> Result<Resourc
                 format!("{path}.type"),
                 format!(
                     "unsupported resource type {t:?}; supported: OS::Heat::SoftwareConfig, \
-                     OS::Heat::StructuredConfig, OS::Heat::CloudConfig, \
+                     OS::Heat::StructuredConfig, OS::Heat::SoftwareComponent, \
+                     OS::Heat::CloudConfig, \
                      OS::Heat::MultipartMime, OS::Heat::SoftwareDeployment, \
                      OS::Heat::StructuredDeployment, OS::Heat::SoftwareDeploymentGroup, \
                      OS::Heat::StructuredDeploymentGroup, OS::Heat::ResourceGroup (of \
@@ -160,6 +162,11 @@ fn check_properties(
             check_keys(props, path, &CONFIG_PROPS)?;
             check_config_props(kind, props, path)
         }
+        ResourceKind::SoftwareComponent => {
+            check_keys(props, path, &COMPONENT_PROPS)?;
+            super::component::check_configs(props, path)?;
+            check_config_props(kind, props, path)
+        }
         ResourceKind::SoftwareDeployment => {
             check_keys(props, path, &DEPLOYMENT_PROPS)?;
             require(props, path, &["config", "server"])?;
@@ -229,14 +236,10 @@ fn check_config_props(
     if let Some(group) = props.get("group")
         && !is_call(group)
     {
-        let ok = group.as_str().is_some_and(|g| {
-            !g.is_empty()
-                && g.len() <= 64
-                && g != "."
-                && g != ".."
-                && g.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-        });
+        // Heat's own default spelled out is accepted too.
+        let ok = group
+            .as_str()
+            .is_some_and(|g| is_group_name(g) || g == HEAT_UNGROUPED);
         if !ok {
             return Err(TemplateError::new(
                 at("group"),
@@ -248,7 +251,8 @@ fn check_config_props(
         (_, None) => {}
         (_, Some(v)) if is_call(v) => {}
         (ResourceKind::SoftwareConfig, Some(Value::String(_))) => {}
-        (ResourceKind::StructuredConfig, Some(Value::Object(_))) => {}
+        // Heat serialises a structured body whatever its shape; a list is a body too.
+        (ResourceKind::StructuredConfig, Some(Value::Object(_) | Value::Array(_))) => {}
         (ResourceKind::SoftwareConfig, Some(v)) => {
             return Err(TemplateError::new(
                 at("config"),
@@ -261,12 +265,22 @@ fn check_config_props(
         (_, Some(v)) => {
             return Err(TemplateError::new(
                 at("config"),
-                format!("must be a map, got {}", kind_of(v)),
+                format!("must be a map or a list, got {}", kind_of(v)),
             ));
         }
     }
-    check_decls(props.get("inputs"), &at("inputs"), &INPUT_KEYS)?;
-    check_decls(props.get("outputs"), &at("outputs"), &OUTPUT_KEYS)?;
+    check_decls(
+        props.get("inputs"),
+        &at("inputs"),
+        &INPUT_KEYS,
+        &INPUT_NAMES,
+    )?;
+    check_decls(
+        props.get("outputs"),
+        &at("outputs"),
+        &OUTPUT_KEYS,
+        &OUTPUT_NAMES,
+    )?;
     if let Some(options) = props.get("options")
         && !options.is_object()
     {
@@ -298,8 +312,44 @@ fn check_config_props(
     Ok(())
 }
 
-/// `inputs` / `outputs`: a list of maps with a unique plain `name` and known keys.
-fn check_decls(list: Option<&Value>, path: &str, keys: &[&str]) -> Result<(), TemplateError> {
+/// How the names of `inputs` or `outputs` are checked, and what the rule says.
+struct NameRule {
+    valid: fn(&str) -> bool,
+    rule: &'static str,
+}
+
+/// Heat takes any input name; `hook-script.py` exports it as it is.
+const INPUT_NAMES: NameRule = NameRule {
+    valid: is_input_name,
+    rule: "must be non-empty and hold no '=' or NUL (it becomes an environment entry)",
+};
+/// Output names become the `script` group's file suffixes.
+const OUTPUT_NAMES: NameRule = NameRule {
+    valid: is_plain_name,
+    rule: "must match [A-Za-z_][A-Za-z0-9_]*",
+};
+
+/// Heat's default group of a config that names none.
+pub use flue_proto::heat::group::UNGROUPED as HEAT_UNGROUPED;
+
+/// True for a hook group name as the gateway takes it: a file name of letters, digits,
+/// `_`, `-` and `.` (not `.` or `..`), at most 64 bytes.
+pub(super) fn is_group_name(g: &str) -> bool {
+    !g.is_empty()
+        && g.len() <= 64
+        && g != "."
+        && g != ".."
+        && g.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// `inputs` / `outputs`: a list of maps with a unique valid `name` and known keys.
+fn check_decls(
+    list: Option<&Value>,
+    path: &str,
+    keys: &[&str],
+    names: &NameRule,
+) -> Result<(), TemplateError> {
     let items = match list {
         None | Some(Value::Null) => return Ok(()),
         Some(Value::Array(items)) => items,
@@ -318,12 +368,9 @@ fn check_decls(list: Option<&Value>, path: &str, keys: &[&str]) -> Result<(), Te
         };
         check_keys(item, &item_path, keys)?;
         let name = match item.get("name") {
-            Some(Value::String(n)) if is_plain_name(n) => n,
+            Some(Value::String(n)) if (names.valid)(n) => n,
             Some(_) => {
-                return Err(TemplateError::new(
-                    format!("{item_path}.name"),
-                    "must match [A-Za-z_][A-Za-z0-9_]*",
-                ));
+                return Err(TemplateError::new(format!("{item_path}.name"), names.rule));
             }
             None => return Err(TemplateError::new(format!("{item_path}.name"), "required")),
         };
