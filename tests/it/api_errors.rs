@@ -111,7 +111,18 @@ async fn bad_requests_get_clear_json_errors_and_lose_nothing() {
     )
     .await;
 
-    let r = post("/v1/configs").json(&json!({"group": "script", "inputs": [{"name": "bad name"}]}));
+    // An input name is anything an environment entry can carry, as in Heat; an output
+    // name becomes a file suffix.
+    let r = post("/v1/configs").json(&json!({"group": "script", "inputs": [{"name": "a=b"}]}));
+    expect_error(
+        r.send().await.expect("send"),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_config",
+        "a=b",
+    )
+    .await;
+    let r =
+        post("/v1/configs").json(&json!({"group": "script", "outputs": [{"name": "bad name"}]}));
     expect_error(
         r.send().await.expect("send"),
         StatusCode::UNPROCESSABLE_ENTITY,
