@@ -187,6 +187,22 @@ impl Flue {
         self.gateway.http()
     }
 
+    /// Creates tenant `id` as the operator does (`POST /v1/tenants`: served at once) and
+    /// returns a token per role of it, minted from the gateway's state dir.
+    pub async fn create_tenant(&self, id: &str) -> crate::Tokens {
+        use flue_proto::auth::Role;
+        let tenant = flue_proto::TenantId::new(id).expect("a tenant id");
+        self.gateway
+            .client_as(Role::Operator)
+            .create_tenant(&flue_proto::CreateTenant {
+                id: tenant.clone(),
+                name: id.to_owned(),
+            })
+            .await
+            .expect("the operator creates a tenant");
+        crate::Tokens::for_tenant(&self.gateway.state_dir(), &tenant)
+    }
+
     /// Registers a server, keeping the credentials the registration minted in
     /// [`Flue::creds_path`]; when it was registered before (no credentials handed out)
     /// and the kept file does not hold its current key, new ones are minted by rotation.

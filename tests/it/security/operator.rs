@@ -588,23 +588,10 @@ async fn a_tenant_the_broker_has_no_storage_for_is_a_507_and_never_keeps_the_gat
 #[tokio::test]
 async fn an_admin_cannot_revoke_another_tenants_token_and_is_told_none_has_that_id() {
     use flue_proto::auth::Role;
-    use flue_proto::{CreateTenant, TenantId};
-    use flue_tests::Tokens;
     use serde_json::{Value, json};
 
     let flue = Flue::start_operator(&[]).await;
-    let acme = TenantId::new("acme").expect("id");
-    flue.gateway
-        .client_as(Role::Operator)
-        .create_tenant(&CreateTenant {
-            id: acme.clone(),
-            name: "Acme".to_owned(),
-        })
-        .await
-        .expect("the operator creates a tenant");
-    let acme_admin = Tokens::for_tenant(&flue.gateway.state_dir(), &acme)
-        .get(Role::Admin)
-        .to_owned();
+    let acme_admin = flue.create_tenant("acme").await.get(Role::Admin).to_owned();
     let default_admin = flue.gateway.tokens().get(Role::Admin).to_owned();
     let url = flue.gateway.url();
     let http = reqwest::Client::new();
