@@ -52,7 +52,7 @@ fn python() -> PathBuf {
 
 /// Writes, into `<scratch>/stock-hooks`, a hook per group in `groups` that runs heat-agents'
 /// stock hook for it with its directories inside `<scratch>/heat`; returns the hook dir.
-fn stock_hooks(flue: &Flue, groups: &[&str]) -> PathBuf {
+pub(crate) fn stock_hooks(flue: &Flue, groups: &[&str]) -> PathBuf {
     stock_hooks_in(flue, "stock-hooks", "heat", groups)
 }
 

@@ -23,10 +23,24 @@ const OUT_OF_SCOPE: &str = "openshift-origin/";
 const MIN_VALID_IN_SCOPE: usize = 31;
 
 /// One row of the table.
-struct Row {
-    path: String,
+pub(super) struct Row {
+    /// The template, relative to the corpus.
+    pub(super) path: String,
     args: Vec<String>,
     expected: Expected,
+}
+
+impl Row {
+    /// The arguments after `-t PATH`, with `corpus:REL` made a path inside `corpus`.
+    pub(super) fn args(&self, corpus: &Path) -> Vec<String> {
+        self.args
+            .iter()
+            .map(|a| match a.strip_prefix("corpus:") {
+                Some(rel) => corpus.join(rel).display().to_string(),
+                None => a.clone(),
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, PartialEq)]
@@ -36,7 +50,7 @@ enum Expected {
     Refused(String),
 }
 
-fn rows() -> Vec<Row> {
+pub(super) fn rows() -> Vec<Row> {
     TABLE
         .lines()
         .map(str::trim)
@@ -104,17 +118,26 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The pinned corpus beside the repository, or `None` after saying on stderr why the
+/// caller skips.
+pub(super) fn locate() -> Option<PathBuf> {
+    let corpus = flue_tests::repo_root().join("../shared/heat-templates");
+    if corpus.join("hot").is_dir() {
+        return Some(corpus);
+    }
+    eprintln!(
+        "skipping: the Heat template corpus is not at {} (a pinned copy of \
+         openstack/heat-templates' hot/ and openshift-origin/)",
+        corpus.display()
+    );
+    None
+}
+
 #[tokio::test]
 async fn the_heat_template_corpus_validates_as_its_table_expects() {
-    let corpus = flue_tests::repo_root().join("../shared/heat-templates");
-    if !corpus.join("hot").is_dir() {
-        eprintln!(
-            "skipping: the Heat template corpus is not at {} (a pinned copy of \
-             openstack/heat-templates' hot/ and openshift-origin/)",
-            corpus.display()
-        );
+    let Some(corpus) = locate() else {
         return;
-    }
+    };
     // heat-templates and heat-agents side by side, as the boot-config templates' paths
     // (`../../../../../heat-agents/…`) expect; `get_file` takes `..` lexically.
     let layout = tempfile::tempdir().expect("temp dir");
@@ -146,10 +169,7 @@ async fn the_heat_template_corpus_validates_as_its_table_expects() {
         let mut args: Vec<String> = ["stack", "validate", "-t"].map(str::to_owned).to_vec();
         args.push(corpus.join(&row.path).display().to_string());
         // Environment files and other paths in the table are relative to the corpus.
-        args.extend(row.args.iter().map(|a| match a.strip_prefix("corpus:") {
-            Some(rel) => corpus.join(rel).display().to_string(),
-            None => a.clone(),
-        }));
+        args.extend(row.args(&corpus));
         let run = run_flue(nowhere.clone(), None, args).await;
         let outcome = match run.code {
             0 => Expected::Valid,

@@ -5,6 +5,7 @@
 
 mod check;
 mod corpus;
+mod corpus_create;
 mod examples;
 mod failure;
 mod fidelity;
