@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README command 2: runs every test against a real nats-server, gateway and agents.
-# Installs the pinned nats-server and nats-py into .venv/ (schemathesis into its own
+# Installs the pinned nats-server, nats-py, standardwebhooks and prometheus-client into .venv/ (schemathesis into its own
 # .venv/schemathesis) if they are missing, and Debian's chromium
 # (for the dashboard test), iproute2 (for the network-namespace tests) and cloud-init (for the
 # packaging tests) when they are missing and this runs as root with apt-get.
@@ -14,6 +14,18 @@ NATS_PY_PIN=2.16.0
 if ! .venv/bin/python -c "import nats, nkeys" 2>/dev/null; then
   echo "installing nats-py[nkeys] ${NATS_PY_PIN} into .venv (for the Python listener tests)" >&2
   .venv/bin/pip install --quiet --disable-pip-version-check "nats-py[nkeys]==${NATS_PY_PIN}" >&2
+fi
+# Webhook receivers verify deliveries with the official Standard Webhooks package
+# (tests/it/events/webhooks/standard.rs), and /metrics' classic text format is checked with
+# the Prometheus Python client's parser (tests/it/metrics.rs).
+STANDARDWEBHOOKS_PIN=1.1.0
+PROMETHEUS_CLIENT_PIN=0.26.0
+if ! .venv/bin/python -c "import standardwebhooks, prometheus_client" 2>/dev/null \
+  || [ "$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("standardwebhooks"), m.version("prometheus-client"))' 2>/dev/null)" \
+    != "${STANDARDWEBHOOKS_PIN} ${PROMETHEUS_CLIENT_PIN}" ]; then
+  echo "installing standardwebhooks ${STANDARDWEBHOOKS_PIN} and prometheus-client ${PROMETHEUS_CLIENT_PIN} into .venv (for the webhook and metrics tests)" >&2
+  .venv/bin/pip install --quiet --disable-pip-version-check \
+    "standardwebhooks==${STANDARDWEBHOOKS_PIN}" "prometheus-client==${PROMETHEUS_CLIENT_PIN}" >&2
 fi
 # Heat compatibility: tests/it/heat runs heat-agents' stock hooks unmodified through the agent,
 # tests/it/poll runs a server with the stock tools of a Heat image (os-collect-config,

@@ -14,6 +14,7 @@
 //! retry or by two gateways, counts once across all gateways.
 
 pub mod agents;
+pub mod classic;
 pub mod http;
 pub mod pending;
 mod scrape;
@@ -28,6 +29,35 @@ use prometheus_client::metrics::histogram::Histogram;
 
 pub use agents::AgentTotals;
 pub use scrape::{CONTENT_TYPE, Sample, exposition};
+
+/// The text formats `/metrics` answers in (`docs/metrics.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0 text, the default (what Prometheus prefers).
+    OpenMetrics,
+    /// The classic Prometheus text format 0.0.4, for scrapers and tools that ask for
+    /// `text/plain`.
+    Classic,
+}
+
+impl Format {
+    /// The `Content-Type` of an exposition in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::OpenMetrics => CONTENT_TYPE,
+            Self::Classic => classic::CONTENT_TYPE,
+        }
+    }
+
+    /// The exposition of `samples` in this format.
+    pub fn exposition(self, samples: Vec<Sample>) -> String {
+        let openmetrics = exposition(samples);
+        match self {
+            Self::OpenMetrics => openmetrics,
+            Self::Classic => classic::classic(&openmetrics),
+        }
+    }
+}
 
 /// Action label values: the standard actions, `CHECK` (a convergence check), then every
 /// ad-hoc action as one.

@@ -1,7 +1,9 @@
 //! Webhook subscriptions: the bodies of `/v1/webhooks`.
 //!
 //! The gateway POSTs each matching event (the CloudEvent JSON, one per request, in stream
-//! order) to the subscription's URL, signed with HMAC-SHA256 under its secret; see
+//! order) to the subscription's URL, signed with HMAC-SHA256 under its secret: by default
+//! as Standard Webhooks (<https://www.standardwebhooks.com/>) sign, or Flue's older
+//! `flue-v1` scheme when the subscription asks for it ([`WebhookSignature`]); see
 //! `docs/events.md` for the headers and how a receiver verifies them.
 
 use serde::{Deserialize, Serialize};
@@ -10,9 +12,22 @@ use time::OffsetDateTime;
 use crate::event::EventFilter;
 use crate::ids::{TenantId, WebhookId};
 
-/// Header carrying the signature: `v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`.
+/// Standard Webhooks: the message id, the event's id (the same on every attempt).
+pub const STANDARD_ID_HEADER: &str = "webhook-id";
+/// Standard Webhooks: the signing time, Unix seconds.
+pub const STANDARD_TIMESTAMP_HEADER: &str = "webhook-timestamp";
+/// Standard Webhooks: `v1,<base64 HMAC-SHA256(key, "<id>.<timestamp>.<body>")>`.
+pub const STANDARD_SIGNATURE_HEADER: &str = "webhook-signature";
+/// Standard Webhooks: what a secret starts with; the base64 of the key follows.
+pub const STANDARD_SECRET_PREFIX: &str = "whsec_";
+/// Standard Webhooks: shortest key, in bytes (after base64 decoding), as the standard asks.
+pub const STANDARD_MIN_KEY_BYTES: usize = 24;
+/// Standard Webhooks: longest key, in bytes (after base64 decoding), as the standard asks.
+pub const STANDARD_MAX_KEY_BYTES: usize = 64;
+/// `flue-v1`: header carrying the signature,
+/// `v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`.
 pub const SIGNATURE_HEADER: &str = "flue-signature";
-/// Header carrying the signing time, Unix seconds.
+/// `flue-v1`: header carrying the signing time, Unix seconds.
 pub const TIMESTAMP_HEADER: &str = "flue-timestamp";
 /// Header carrying the event id (the same on every attempt).
 pub const EVENT_ID_HEADER: &str = "flue-event-id";
@@ -22,7 +37,7 @@ pub const ATTEMPT_HEADER: &str = "flue-attempt";
 pub const WEBHOOK_ID_HEADER: &str = "flue-webhook-id";
 /// `Content-Type` of every delivery: one CloudEvent in structured mode.
 pub const CONTENT_TYPE: &str = "application/cloudevents+json";
-/// Version prefix of the signature: `v1=<hex>`.
+/// `flue-v1`: version prefix of the signature, `v1=<hex>`.
 pub const SIGNATURE_VERSION: &str = "v1";
 /// Shortest secret accepted, in bytes.
 pub const MIN_SECRET_BYTES: usize = 16;
@@ -46,8 +61,14 @@ pub fn consumer_name(tenant: &TenantId, id: &WebhookId) -> String {
 pub struct CreateWebhook {
     /// Where events are POSTed (`http://` or `https://`).
     pub url: String,
-    /// Signing secret, at least 16 bytes; never shown again.
+    /// Signing secret, 16 to 1024 bytes; never shown again. For `standard` signatures it
+    /// is a Standard Webhooks secret, `whsec_` and the base64 of a 24- to 64-byte random
+    /// key (what the official libraries' `Webhook(secret)` reads); for `flue-v1` any text.
     pub secret: String,
+    /// How deliveries are signed: `standard` (Standard Webhooks, the default) or
+    /// `flue-v1` (Flue's older `flue-signature` header).
+    #[serde(default)]
+    pub signature: WebhookSignature,
     /// Which events; all of the tenant's when empty.
     #[serde(default)]
     pub filter: EventFilter,
@@ -74,6 +95,31 @@ pub enum WebhookStart {
     Seq(u64),
 }
 
+/// How a subscription's deliveries are signed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum WebhookSignature {
+    /// Standard Webhooks: `webhook-id`, `webhook-timestamp` and
+    /// `webhook-signature: v1,<base64 HMAC-SHA256(key, "<id>.<timestamp>.<body>")>`, the
+    /// key being the base64-decoded part of the `whsec_` secret.
+    #[default]
+    #[serde(rename = "standard")]
+    Standard,
+    /// Flue's older scheme: `flue-timestamp` and
+    /// `flue-signature: v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`, the key
+    /// being the secret's bytes.
+    #[serde(rename = "flue-v1")]
+    FlueV1,
+}
+
+impl WebhookSignature {
+    /// The scheme of subscriptions stored (or shown by gateways) from before the choice
+    /// existed: they all signed with `flue-v1`.
+    pub fn legacy() -> Self {
+        Self::FlueV1
+    }
+}
+
 /// Delivery state of a subscription.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -94,6 +140,9 @@ pub struct Webhook {
     pub id: crate::ids::WebhookId,
     /// Target URL.
     pub url: String,
+    /// How its deliveries are signed.
+    #[serde(default = "WebhookSignature::legacy")]
+    pub signature: WebhookSignature,
     /// Which events.
     pub filter: EventFilter,
     /// Created at.
@@ -136,6 +185,12 @@ mod tests {
             serde_json::from_str(r#"{"url":"http://h/x","secret":"0123456789abcdef"}"#)
                 .expect("minimal body");
         assert_eq!(body.start, WebhookStart::New);
+        assert_eq!(body.signature, WebhookSignature::Standard);
+        let legacy: CreateWebhook = serde_json::from_str(
+            r#"{"url":"http://h/x","secret":"0123456789abcdef","signature":"flue-v1"}"#,
+        )
+        .expect("the flue-v1 option");
+        assert_eq!(legacy.signature, WebhookSignature::FlueV1);
         let from_seq: CreateWebhook = serde_json::from_str(
             r#"{"url":"http://h/x","secret":"0123456789abcdef","start":{"seq":12}}"#,
         )

@@ -156,7 +156,7 @@ async fn seed(flue: &Flue) -> (Seeded, Agent) {
 
     let webhook: Value = http
         .post(format!("{base}/v1/webhooks"))
-        .json(&json!({"url": "http://127.0.0.1:9/hook", "secret": "contract-secret-0123456789"}))
+        .json(&json!({"url": "http://127.0.0.1:9/hook", "secret": "whsec_Zmx1ZS13ZWJob29rLXRlc3Qta2V5LTAxMjM0NTY3ODk="}))
         .send()
         .await
         .expect("create a webhook")

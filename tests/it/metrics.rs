@@ -409,7 +409,7 @@ async fn webhook_failures_parking_and_deliveries_are_counted() {
         .post(format!("{}/v1/webhooks", flue.gateway.url()))
         .json(&serde_json::json!({
             "url": receiver.url,
-            "secret": "webhook-test-secret-0123456789",
+            "secret": "whsec_Zmx1ZS13ZWJob29rLXRlc3Qta2V5LTAxMjM0NTY3ODk=",
             "filter": {"types": ["deployment.queued", "deployment.completed"], "server": "w1"},
         }))
         .send()
@@ -564,4 +564,94 @@ async fn pending_requests_per_server_are_a_histogram_of_queue_lengths() {
             .all(|k| !k.contains("busy") && !k.contains("quiet")),
         "a series names a server"
     );
+}
+
+/// `GET /metrics` as the operator with `Accept: accept`.
+async fn get_accepting(flue: &Flue, accept: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .get(format!("{}/metrics", flue.gateway.url()))
+        .bearer_auth(flue.gateway.tokens().get(Role::Operator))
+        .header(reqwest::header::ACCEPT, accept)
+        .send()
+        .await
+        .expect("GET /metrics")
+}
+
+/// Runs `tests/it/metrics_classic_check.py` (the Prometheus Python client's parser, made
+/// strict) on `text`; its report of the families, or its complaint.
+fn classic_check(text: &str) -> Result<String, String> {
+    use std::io::Write as _;
+    let python = flue_tests::repo_root().join(".venv/bin/python");
+    let script = flue_tests::repo_root().join("tests/it/metrics_classic_check.py");
+    let mut child = std::process::Command::new(&python)
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{} does not start: {e}", python.display()));
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("text to the checker");
+    let out = child.wait_with_output().expect("the checker ends");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[tokio::test]
+async fn asked_for_text_plain_metrics_answer_the_classic_format_a_strict_parser_accepts() {
+    let flue = Flue::start().await;
+    flue.register("m1").await;
+    let _agent = flue.agent("m1", &[]).await;
+    flue.script_config("ok", "#!/bin/sh\necho fine\n", &[], &[])
+        .await;
+    let d = flue.deploy("ok", "m1", &[]).await;
+    assert_eq!(
+        flue.finished(&d.id).await.status,
+        DeploymentStatus::Complete
+    );
+    // The latency histogram has a series once the deployment's end was counted.
+    scrape_until(&flue, "the deployment's latency", |s| {
+        s.get(
+            "flue_deployment_duration_seconds_count",
+            &refs(&deployments("CREATE", "COMPLETE")),
+        ) == 1.0
+    })
+    .await;
+
+    // What the default answer (OpenMetrics) is, the classic check refuses.
+    let openmetrics = get_accepting(&flue, "application/openmetrics-text").await;
+    let openmetrics = openmetrics.text().await.expect("body");
+    let refused = classic_check(&openmetrics).expect_err("OpenMetrics is not classic text");
+    assert!(refused.contains("flue_deployments_total"), "{refused}");
+
+    for accept in ["text/plain;version=0.0.4", "text/plain"] {
+        let response = get_accepting(&flue, accept).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            response.headers()[reqwest::header::CONTENT_TYPE],
+            "text/plain; version=0.0.4; charset=utf-8",
+            "{accept}"
+        );
+        let text = response.text().await.expect("body");
+        let families = classic_check(&text).unwrap_or_else(|e| panic!("{accept}: {e}\n{text}"));
+        for family in [
+            "flue_deployments counter",
+            "flue_deployment_duration_seconds histogram",
+            "flue_servers gauge",
+        ] {
+            assert!(families.contains(family), "{family} missing in\n{families}");
+        }
+        assert!(
+            text.lines().any(|l| l
+                == "flue_deployments_total{tenant=\"default\",action=\"CREATE\",status=\"COMPLETE\"} 1"),
+            "{text}"
+        );
+    }
 }

@@ -20,9 +20,9 @@ impl PathIdKind for WebhookId {
 impl From<WebhookError> for ApiError {
     fn from(e: WebhookError) -> Self {
         match e {
-            e @ (WebhookError::Url(_) | WebhookError::Secret(_)) => {
-                ApiError::InvalidInput(e.to_string())
-            }
+            e @ (WebhookError::Url(_)
+            | WebhookError::Secret(_)
+            | WebhookError::StandardSecret(_)) => ApiError::InvalidInput(e.to_string()),
             WebhookError::Store(e) => ApiError::Store(e),
             WebhookError::Broker(e) => ApiError::Broker(e),
         }

@@ -17,8 +17,9 @@ use async_nats::jetstream::{AckKind, Message};
 use bytes::Bytes;
 use flue_proto::CloudEvent;
 use flue_proto::webhook::{
-    ATTEMPT_HEADER, EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, WEBHOOK_ID_HEADER,
-    WebhookStatus,
+    ATTEMPT_HEADER, EVENT_ID_HEADER, SIGNATURE_HEADER, STANDARD_ID_HEADER,
+    STANDARD_SIGNATURE_HEADER, STANDARD_TIMESTAMP_HEADER, TIMESTAMP_HEADER, WEBHOOK_ID_HEADER,
+    WebhookSignature, WebhookStatus,
 };
 use futures_util::StreamExt;
 use time::OffsetDateTime;
@@ -264,16 +265,33 @@ impl Task {
         body: Bytes,
     ) -> Result<(), AttemptError> {
         let timestamp = OffsetDateTime::now_utc().unix_timestamp();
-        let headers = [
+        let mut headers = vec![
             (WEBHOOK_ID_HEADER, self.sub.id.to_string()),
             (EVENT_ID_HEADER, event.id.clone()),
             (ATTEMPT_HEADER, attempt.to_string()),
-            (TIMESTAMP_HEADER, timestamp.to_string()),
-            (
-                SIGNATURE_HEADER,
-                sign::signature(self.sub.secret.expose(), timestamp, &body),
-            ),
         ];
+        match self.sub.signature {
+            WebhookSignature::Standard => {
+                // Checked at creation: only a record changed behind the API fails here.
+                let key = sign::StandardKey::from_secret(self.sub.secret.expose_text())
+                    .map_err(AttemptError::Secret)?;
+                // The event's id is the message id: the same on every attempt, so a
+                // receiver can drop a redelivery it already handled.
+                let signature = sign::standard(&key, &event.id, timestamp, &body);
+                headers.extend([
+                    (STANDARD_ID_HEADER, event.id.clone()),
+                    (STANDARD_TIMESTAMP_HEADER, timestamp.to_string()),
+                    (STANDARD_SIGNATURE_HEADER, signature),
+                ]);
+            }
+            WebhookSignature::FlueV1 => {
+                let signature = sign::flue_v1(self.sub.secret.expose(), timestamp, &body);
+                headers.extend([
+                    (TIMESTAMP_HEADER, timestamp.to_string()),
+                    (SIGNATURE_HEADER, signature),
+                ]);
+            }
+        }
         let status = self
             .webhooks
             .http

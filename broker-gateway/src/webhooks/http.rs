@@ -30,6 +30,9 @@ const EXCERPT_BYTES: usize = 200;
 /// Why an attempt failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AttemptError {
+    /// The stored secret cannot sign (a record changed behind the API); nothing was sent.
+    #[error("cannot sign: the webhook's secret {0}")]
+    Secret(#[source] super::sign::StandardSecretError),
     /// The TCP connection could not be made.
     #[error("cannot connect to {0}")]
     Connect(String, #[source] std::io::Error),

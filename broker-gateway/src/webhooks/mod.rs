@@ -35,7 +35,8 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer, kv, stream};
 use flue_proto::event::GATEWAY_EVENT_STREAM;
 use flue_proto::webhook::{
-    CreateWebhook, MAX_SECRET_BYTES, MIN_SECRET_BYTES, WebhookStatus, consumer_name,
+    CreateWebhook, MAX_SECRET_BYTES, MIN_SECRET_BYTES, WebhookSignature, WebhookStatus,
+    consumer_name,
 };
 use flue_proto::{TenantId, WebhookId};
 use futures_util::StreamExt;
@@ -69,6 +70,11 @@ pub enum WebhookError {
     /// The secret is too short or too long.
     #[error("secret is {0} bytes long; it must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes")]
     Secret(usize),
+    /// The secret of a `standard` subscription is no Standard Webhooks secret.
+    #[error(
+        "secret {0}: standard signatures need a Standard Webhooks secret, whsec_ and the base64 of a 24- to 64-byte random key (or \"signature\": \"flue-v1\")"
+    )]
+    StandardSecret(#[from] sign::StandardSecretError),
     /// The state store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -176,11 +182,15 @@ impl Webhooks {
         if !(MIN_SECRET_BYTES..=MAX_SECRET_BYTES).contains(&len) {
             return Err(WebhookError::Secret(len));
         }
+        if body.signature == WebhookSignature::Standard {
+            sign::StandardKey::from_secret(&body.secret)?;
+        }
         let sub = Subscription {
             tenant: self.scope.tenant.clone(),
             id: WebhookId::random(),
             url: body.url,
             secret: Secret::new(body.secret),
+            signature: body.signature,
             filter: body.filter,
             start: body.start,
             created_at: OffsetDateTime::now_utc(),

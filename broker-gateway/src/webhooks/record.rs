@@ -8,7 +8,7 @@ use std::fmt;
 
 use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
-use flue_proto::webhook::{Webhook, WebhookStart, WebhookStatus};
+use flue_proto::webhook::{Webhook, WebhookSignature, WebhookStart, WebhookStatus};
 use flue_proto::{EventFilter, TenantId, WebhookId};
 use futures_util::TryStreamExt;
 use serde::{Deserialize, Serialize};
@@ -33,9 +33,14 @@ impl Secret {
         Self(secret)
     }
 
-    /// The bytes to sign with.
+    /// The bytes to sign with (`flue-v1`).
     pub fn expose(&self) -> &[u8] {
         self.0.as_bytes()
+    }
+
+    /// The text as given, to read a Standard Webhooks key from.
+    pub fn expose_text(&self) -> &str {
+        &self.0
     }
 }
 
@@ -60,6 +65,10 @@ pub struct Subscription {
     pub url: String,
     /// Signing secret.
     pub secret: Secret,
+    /// How deliveries are signed; records from before the choice existed signed with
+    /// `flue-v1`, and keep doing so after an upgrade.
+    #[serde(default = "WebhookSignature::legacy")]
+    pub signature: WebhookSignature,
     /// Which events.
     pub filter: EventFilter,
     /// Where the subscription started in the event stream.
@@ -99,6 +108,7 @@ impl Subscription {
         Webhook {
             id: self.id.clone(),
             url: self.url.clone(),
+            signature: self.signature,
             filter: self.filter.clone(),
             created_at: self.created_at,
             status: self.status,
@@ -268,6 +278,7 @@ mod tests {
             id: WebhookId::new("w").expect("id"),
             url: "http://h/".into(),
             secret: Secret::new("s3cret-s3cret-s3cret".into()),
+            signature: WebhookSignature::Standard,
             filter: EventFilter::default(),
             start: WebhookStart::New,
             created_at: OffsetDateTime::UNIX_EPOCH,
@@ -283,5 +294,14 @@ mod tests {
         assert!(!view.contains("s3cret"), "{view}");
         let stored = encode(&sub);
         assert_eq!(decode("t.w", &stored).expect("round trip"), sub);
+    }
+
+    #[test]
+    fn records_stored_before_the_signature_option_keep_signing_with_flue_v1() {
+        let old = br#"{"tenant":"t","id":"w","url":"http://h/","secret":"s3cret-s3cret-s3cret",
+            "filter":{},"start":"new","created_at":"2026-01-01T00:00:00Z","status":"active"}"#;
+        let sub = decode("t.w", old).expect("an old record");
+        assert_eq!(sub.signature, WebhookSignature::FlueV1);
+        assert_eq!(sub.view().signature, WebhookSignature::FlueV1);
     }
 }

@@ -6,6 +6,7 @@
 mod delete;
 pub(crate) mod receiver;
 mod sequences;
+mod standard;
 
 use std::time::Duration;
 
@@ -15,7 +16,8 @@ use flue_tests::{EventTap, Flue, WAIT};
 use receiver::{Mode, Receiver, assert_signed};
 use serde_json::{Value, json};
 
-const SECRET: &str = "webhook-test-secret-0123456789";
+/// A Standard Webhooks secret: `whsec_` and the base64 of a 32-byte key.
+pub(crate) const SECRET: &str = "whsec_Zmx1ZS13ZWJob29rLXRlc3Qta2V5LTAxMjM0NTY3ODk=";
 /// Small retry settings so that parking takes well under a second.
 const FAST: &[&str] = &["--webhook-max-attempts", "3", "--webhook-backoff-ms", "50"];
 
@@ -311,6 +313,24 @@ async fn bad_bodies_are_refused_and_secrets_never_shown() {
             "secret",
         ),
         (json!({"url": url}), 422, "invalid_body", "secret"),
+        (
+            json!({"url": url, "secret": "webhook-test-secret-0123456789"}),
+            422,
+            "invalid_input",
+            "whsec_",
+        ),
+        (
+            json!({"url": url, "secret": "whsec_c2hvcnQta2V5"}),
+            422,
+            "invalid_input",
+            "9-byte key",
+        ),
+        (
+            json!({"url": url, "secret": SECRET, "signature": "flue-v2"}),
+            422,
+            "invalid_body",
+            "signature",
+        ),
         (
             json!({"url": url, "secret": SECRET, "filter": {"types": ["deployment.nope"]}}),
             422,

@@ -60,7 +60,7 @@ async fn a_listener_can_neither_pull_nor_ack_nor_list_the_webhook_consumers_and_
         .http()
         .post(format!("{}/v1/webhooks", flue.gateway.url()))
         .json(
-            &json!({"url": receiver.url, "secret": "webhook-test-secret-0123456789",
+            &json!({"url": receiver.url, "secret": "whsec_Zmx1ZS13ZWJob29rLXRlc3Qta2V5LTAxMjM0NTY3ODk=",
                       "filter": {"types": ["server.registered"]}, "start": "all"}),
         )
         .send()
@@ -200,7 +200,7 @@ async fn a_listener_cannot_make_more_consumers_than_the_event_stream_allows_and_
         .http()
         .post(format!("{}/v1/webhooks", flue.gateway.url()))
         .json(
-            &json!({"url": receiver.url, "secret": "webhook-test-secret-0123456789",
+            &json!({"url": receiver.url, "secret": "whsec_Zmx1ZS13ZWJob29rLXRlc3Qta2V5LTAxMjM0NTY3ODk=",
                       "filter": {"types": ["server.registered"]}}),
         )
         .send()

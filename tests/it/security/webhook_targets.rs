@@ -11,7 +11,7 @@ use flue_proto::webhook::{Webhook, WebhookStatus};
 use flue_tests::{Flue, WAIT};
 use serde_json::{Value, json};
 
-const SECRET: &str = "webhook-test-secret-0123456789";
+const SECRET: &str = "whsec_Zmx1ZS13ZWJob29rLXRlc3Qta2V5LTAxMjM0NTY3ODk=";
 /// Small retry settings so that parking comes quickly.
 const FAST: &[&str] = &["--webhook-max-attempts", "2", "--webhook-backoff-ms", "50"];
 

@@ -8,7 +8,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use flue_proto::CloudEvent;
 use flue_proto::webhook::{
-    ATTEMPT_HEADER, EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, WEBHOOK_ID_HEADER,
+    ATTEMPT_HEADER, EVENT_ID_HEADER, SIGNATURE_HEADER, STANDARD_ID_HEADER,
+    STANDARD_SIGNATURE_HEADER, STANDARD_TIMESTAMP_HEADER, TIMESTAMP_HEADER, WEBHOOK_ID_HEADER,
 };
 use flue_tests::WAIT;
 use tokio::sync::Notify;
@@ -35,10 +36,14 @@ pub struct Received {
     pub event_id: String,
     /// `flue-attempt`.
     pub attempt: u32,
-    /// `flue-timestamp`.
+    /// `webhook-id` (Standard Webhooks' message id), empty when absent.
+    pub message_id: String,
+    /// `webhook-timestamp`, or `flue-timestamp` when that is absent.
     pub timestamp: String,
-    /// `flue-signature`.
+    /// `webhook-signature`, or `flue-signature` when that is absent.
     pub signature: String,
+    /// Whether it carried `flue-signature` or `flue-timestamp`.
+    pub flue_v1_headers: bool,
     /// `content-type`.
     pub content_type: String,
     /// The body as received.
@@ -143,12 +148,20 @@ async fn receive(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Byte
             .to_owned()
     };
     let mode = inner.mode.lock().expect("lock").expect("mode set");
+    let either = |standard: &str, flue_v1: &str| {
+        Some(header(standard))
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| header(flue_v1))
+    };
     let mut request = Received {
         webhook_id: header(WEBHOOK_ID_HEADER),
         event_id: header(EVENT_ID_HEADER),
         attempt: header(ATTEMPT_HEADER).parse().unwrap_or(0),
-        timestamp: header(TIMESTAMP_HEADER),
-        signature: header(SIGNATURE_HEADER),
+        message_id: header(STANDARD_ID_HEADER),
+        timestamp: either(STANDARD_TIMESTAMP_HEADER, TIMESTAMP_HEADER),
+        signature: either(STANDARD_SIGNATURE_HEADER, SIGNATURE_HEADER),
+        flue_v1_headers: headers.contains_key(SIGNATURE_HEADER)
+            || headers.contains_key(TIMESTAMP_HEADER),
         content_type: header("content-type"),
         body,
         status: None,
@@ -181,9 +194,34 @@ async fn receive(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Byte
     status
 }
 
-/// Checks a request's signature the way a receiver would: HMAC-SHA256 under the
-/// secret of `"<timestamp>.<body>"`, hex, after `v1=`.
+/// Checks a request's Standard Webhooks signature the way a receiver would:
+/// HMAC-SHA256, under the key `secret` (`whsec_<base64>`) holds, of
+/// `"<webhook-id>.<webhook-timestamp>.<body>"`, base64, after `v1,`; the message id is
+/// the event's id. (The official verifier checks them too, in `standard.rs`.)
 pub fn assert_signed(r: &Received, secret: &str) {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    assert!(!r.flue_v1_headers, "flue-v1 headers on a standard delivery");
+    assert_eq!(r.message_id, r.event_id, "webhook-id is the event id");
+    let tag = r
+        .signature
+        .strip_prefix("v1,")
+        .unwrap_or_else(|| panic!("signature {:?} has no v1, prefix", r.signature));
+    let tag = b64.decode(tag).expect("base64 signature");
+    let key = secret.strip_prefix("whsec_").expect("a whsec_ secret");
+    let key = b64.decode(key).expect("base64 key");
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key);
+    let mut signed = format!("{}.{}.", r.message_id, r.timestamp).into_bytes();
+    signed.extend_from_slice(&r.body);
+    ring::hmac::verify(&key, &signed, &tag)
+        .unwrap_or_else(|_| panic!("bad signature on {} attempt {}", r.event_id, r.attempt));
+    assert_fresh_cloudevent(r);
+}
+
+/// Checks a request's `flue-v1` signature the way a receiver would: HMAC-SHA256 under
+/// the secret of `"<timestamp>.<body>"`, hex, after `v1=`.
+pub fn assert_flue_v1_signed(r: &Received, secret: &str) {
+    assert!(r.message_id.is_empty(), "webhook-id on a flue-v1 delivery");
     let hex = r
         .signature
         .strip_prefix("v1=")
@@ -197,6 +235,11 @@ pub fn assert_signed(r: &Received, secret: &str) {
     signed.extend_from_slice(&r.body);
     ring::hmac::verify(&key, &signed, &tag)
         .unwrap_or_else(|_| panic!("bad signature on {} attempt {}", r.event_id, r.attempt));
+    assert_fresh_cloudevent(r);
+}
+
+/// The timestamp is now and the body is the CloudEvent the headers name.
+fn assert_fresh_cloudevent(r: &Received) {
     let ts: i64 = r.timestamp.parse().expect("unix seconds");
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
     assert!((now - ts).abs() < 600, "timestamp {ts} is not now ({now})");
