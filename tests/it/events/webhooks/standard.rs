@@ -5,7 +5,7 @@
 use std::process::Stdio;
 
 use flue_proto::webhook::{Webhook, WebhookSignature};
-use flue_tests::{Flue, WAIT, repo_root};
+use flue_tests::{WAIT, repo_root};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
