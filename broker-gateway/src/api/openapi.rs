@@ -430,6 +430,30 @@ mod tests {
     }
 
     #[test]
+    fn the_webhook_signature_schemes_and_both_metrics_formats_are_documented() {
+        let doc = json();
+        let schemas = &doc["components"]["schemas"];
+        let signature = schemas["WebhookSignature"].to_string();
+        for scheme in ["\"standard\"", "\"flue-v1\""] {
+            assert!(signature.contains(scheme), "{scheme} missing: {signature}");
+        }
+        for body in ["CreateWebhook", "Webhook"] {
+            assert!(
+                schemas[body]["properties"]["signature"].is_object(),
+                "{body}: {}",
+                schemas[body]
+            );
+        }
+        let content = &doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"];
+        for media in [
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            "text/plain; version=0.0.4; charset=utf-8",
+        ] {
+            assert!(content[media].is_object(), "{media} missing: {content}");
+        }
+    }
+
+    #[test]
     fn every_api_operation_names_its_roles_and_its_refusals() {
         let doc = json();
         let paths = doc["paths"].as_object().expect("paths");
