@@ -130,18 +130,22 @@ pub async fn run(
     Ok(Outcome::Success)
 }
 
-/// The stack's unfinished operation, if it is of the kind `body` asks for: running the
-/// command again while it runs follows it rather than failing.
+/// After a 409 (the stack had an operation queued or running): the stack's newest
+/// operation, if it is of the kind `body` asks for, so running the command again while it
+/// runs follows it rather than failing. It may have ended between the refusal and this
+/// read (the test that kills the CLI saw it under load): it is followed all the same.
 async fn running(
     client: &Client,
     name: &StackId,
     body: &SubmitOperation,
 ) -> Result<Option<StackOperation>, CliError> {
     let newest = client.list_operations_up_to(name, 1).await?;
+    // The refusal said an operation was queued or running, so the newest of the same
+    // kind is that one, even if it has ended since (then following it prints its end).
     Ok(newest
         .into_iter()
         .next()
-        .filter(|op| !op.state.is_terminal() && op.operation == body.operation))
+        .filter(|op| op.operation == body.operation))
 }
 
 /// `flue stack operations NAME`: one line per operation, newest first.
