@@ -133,21 +133,13 @@ fn token_id(secret: &[u8], tenant: Option<&TenantId>) -> String {
 /// The MAC part of a token id: the first 8 bytes of HMAC-SHA256 over its tenant and its
 /// random part, in hex.
 fn id_mac(secret: &[u8], tenant: Option<&TenantId>, random: &str) -> String {
-    use std::fmt::Write as _;
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
     let mut ctx = ring::hmac::Context::with_key(&key);
     ctx.update(b"flue token id\0");
     ctx.update(tenant.map_or("", TenantId::as_str).as_bytes());
     ctx.update(b"\0");
     ctx.update(random.as_bytes());
-    ctx.sign()
-        .as_ref()
-        .iter()
-        .take(8)
-        .fold(String::new(), |mut hex, b| {
-            let _ = write!(hex, "{b:02x}");
-            hex
-        })
+    data_encoding::HEXLOWER.encode(&ctx.sign().as_ref()[..8])
 }
 
 /// Whose token id `id` is, as far as it can tell.
