@@ -7,14 +7,18 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
-use flue_proto::signing::{self, RequestClaims};
+use flue_proto::signing::{self, PublishWindow, RequestClaims};
 use flue_proto::{DeploymentRequest, RequestDigest, ServerId, TenantId, subject};
+use time::OffsetDateTime;
 use tracing::{info, warn};
 
 use crate::request_consumers::RequestConsumers;
 
-/// How long JetStream remembers a message id to drop a duplicate publish.
+/// How long JetStream remembers a message id to drop a duplicate publish. On the request
+/// stream it must outlast a request's publish window (`signing::PUBLISH_WINDOW`): a copy
+/// of a signed request is then either a duplicate or too late to run.
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+const _: () = assert!(DUPLICATE_WINDOW.as_secs() >= 2 * signing::PUBLISH_WINDOW.as_secs());
 
 /// How long a delivered message may stay unacknowledged before it is redelivered.
 ///
@@ -292,9 +296,11 @@ impl Broker {
                 .map_err(|e| err(e.into()))?;
             let found = &stream.cached_info().config;
             let limit_changed = max_consumers > 0 && found.max_consumers != max_consumers;
-            if found.max_age != max_age || limit_changed {
+            let window_short = found.duplicate_window < DUPLICATE_WINDOW;
+            if found.max_age != max_age || limit_changed || window_short {
                 let mut changed = found.clone();
                 changed.max_age = max_age;
+                changed.duplicate_window = changed.duplicate_window.max(DUPLICATE_WINDOW);
                 if limit_changed {
                     changed.max_consumers = max_consumers;
                 }
@@ -540,17 +546,23 @@ impl Broker {
                 deployment: request.deployment_id.to_string(),
                 source,
             })?;
-        let claims = RequestClaims::of(request, RequestDigest::of(&payload));
+        let digest = RequestDigest::of(&payload);
+        let msg_id = request.msg_id();
+        let window = PublishWindow::of(digest.clone(), msg_id.clone(), OffsetDateTime::now_utc());
+        let claims = RequestClaims::of(request, digest);
         let signed = signing::sign(&claims, key).map_err(|e| err(e.into()))?;
+        let window = signing::sign(&window, key).map_err(|e| err(e.into()))?;
         let ack = self
             .js
             .send_publish(
                 subject::request(&request.tenant, &request.server),
                 jetstream::message::PublishMessage::build()
                     .payload(payload.into())
-                    .message_id(request.msg_id())
+                    .message_id(msg_id)
                     .header(signing::REQUEST_CLAIMS_HEADER, signed.claims.as_str())
-                    .header(signing::SIGNATURE_HEADER, signed.signature.as_str()),
+                    .header(signing::SIGNATURE_HEADER, signed.signature.as_str())
+                    .header(signing::PUBLISH_WINDOW_HEADER, window.claims.as_str())
+                    .header(signing::WINDOW_SIGNATURE_HEADER, window.signature.as_str()),
             )
             .await
             .map_err(|e| err(e.into()))?;

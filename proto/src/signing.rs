@@ -74,6 +74,91 @@ impl RequestClaims {
     }
 }
 
+/// Header holding a request's [`PublishWindow`] (compact JSON).
+pub const PUBLISH_WINDOW_HEADER: &str = "flue-publish-window";
+/// Header holding the gateway's signature over the [`PUBLISH_WINDOW_HEADER`] value.
+pub const WINDOW_SIGNATURE_HEADER: &str = "flue-window-signature";
+/// How long after the gateway signs a request the broker may store it. The request stream
+/// remembers message ids for twice as long (the gateway's `DUPLICATE_WINDOW`, 120 s), so
+/// a copy of a signed request is either dropped by the broker as a duplicate (its message
+/// id) or stored too late for any agent to run it, whatever the agent remembers. The
+/// difference absorbs 60 s of clock skew between gateway and broker either way.
+pub const PUBLISH_WINDOW: Duration = Duration::from_secs(60);
+
+/// What the gateway vouches for about a request's publication: the message id the broker
+/// deduplicates it by, and by when the broker must have stored it. Signed on its own (an
+/// agent of the previous release reads only [`RequestClaims`], which it refuses to
+/// extend), and tied to the claims by the body's digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PublishWindow {
+    /// [`CLAIMS_VERSION`].
+    pub v: u32,
+    /// SHA-256 of the body (the same as the claims').
+    pub digest: RequestDigest,
+    /// The message's `Nats-Msg-Id`.
+    pub msg_id: String,
+    /// The broker must have stored the message by then.
+    #[serde(with = "time::serde::rfc3339")]
+    pub by: OffsetDateTime,
+}
+
+impl PublishWindow {
+    /// The window of a request with `digest` published under `msg_id`, signed at `now`.
+    pub fn of(digest: RequestDigest, msg_id: String, now: OffsetDateTime) -> Self {
+        Self {
+            v: CLAIMS_VERSION,
+            digest,
+            msg_id,
+            by: now + PUBLISH_WINDOW,
+        }
+    }
+}
+
+/// What a stored request message carries beside its body, as the agent received it.
+#[derive(Debug, Clone, Copy)]
+pub struct Stored<'a> {
+    /// The [`PUBLISH_WINDOW_HEADER`] value.
+    pub window: Option<&'a str>,
+    /// The [`WINDOW_SIGNATURE_HEADER`] value.
+    pub signature: Option<&'a str>,
+    /// The message's `Nats-Msg-Id` header.
+    pub msg_id: Option<&'a str>,
+    /// When the broker stored it (the stream's own timestamp, not the publisher's).
+    pub stored: OffsetDateTime,
+}
+
+/// Checks that a request message is the one the gateway published, not a copy published
+/// again: its signed window verifies with `gateway_key` for this `body`, its message id is
+/// the signed one (so the broker drops a copy within its duplicate window), and the broker
+/// stored it before the window closed (so a copy after that runs nowhere, even on an agent
+/// that lost its ledger).
+pub fn verify_window(stored: Stored<'_>, gateway_key: &str, body: &[u8]) -> Result<(), Refusal> {
+    let window: PublishWindow = verified(
+        stored.window,
+        stored.signature,
+        gateway_key,
+        body,
+        |w: &PublishWindow| &w.digest,
+    )?;
+    let replayed = |why: String| Refusal::new(RefusalCode::Replayed, why);
+    if stored.msg_id != Some(window.msg_id.as_str()) {
+        return Err(replayed(format!(
+            "published under message id {:?}, signed for {:?}: a copy published again",
+            stored.msg_id.unwrap_or(""),
+            window.msg_id
+        )));
+    }
+    if stored.stored > window.by {
+        return Err(replayed(format!(
+            "stored at {}, after its publish window closed at {}: a copy published again",
+            stored.stored, window.by
+        )));
+    }
+    Ok(())
+}
+
 /// What an agent vouches for in an answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -1,6 +1,8 @@
 //! What the agent checks of a pulled message before anything else: the gateway's
-//! signature (pinned key, this server and tenant, the body's digest, the expiry) and that
-//! it is not a replayed copy of a request the ledger already holds.
+//! signature (pinned key, this server and tenant, the body's digest, the expiry), that the
+//! broker stored it under its signed message id within its signed publish window (so a
+//! copy published again is refused even by an agent that lost its ledger), and that it is
+//! not a replayed copy of a request the ledger already holds.
 
 use async_nats::jetstream;
 use flue_proto::signing::{self, Refusal, RefusalCode};
@@ -18,7 +20,7 @@ pub(super) fn stream_seq(msg: &jetstream::Message) -> u64 {
 
 /// Checks the gateway's signature on the message (its claims header against the pinned
 /// `gateway_key`, the body against the signed digest, this server and tenant, the
-/// expiry). An agent started with `--insecure-unsigned-requests` (no credentials) checks
+/// expiry) and its publish window (`signing::verify_window`). An agent started with `--insecure-unsigned-requests` (no credentials) checks
 /// nothing.
 pub(super) fn verify(agent: &Agent, msg: &jetstream::Message) -> Result<(), Refusal> {
     let Some(credentials) = &agent.credentials else {
@@ -31,15 +33,32 @@ pub(super) fn verify(agent: &Agent, msg: &jetstream::Message) -> Result<(), Refu
             .map(|v| v.as_str())
     };
     let cfg = &agent.config;
+    let gateway_key = &credentials.settings.gateway_key;
     signing::verify_request(
         header(signing::REQUEST_CLAIMS_HEADER),
         header(signing::SIGNATURE_HEADER),
-        &credentials.settings.gateway_key,
+        gateway_key,
         &msg.payload,
         (&cfg.tenant, &cfg.server_id),
         OffsetDateTime::now_utc(),
-    )
-    .map(|_| ())
+    )?;
+    let Ok(info) = msg.info() else {
+        return Err(Refusal::new(
+            RefusalCode::Undecodable,
+            "no stream metadata on the message",
+        ));
+    };
+    let stored = signing::Stored {
+        window: header(signing::PUBLISH_WINDOW_HEADER),
+        signature: header(signing::WINDOW_SIGNATURE_HEADER),
+        msg_id: msg
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+            .map(|v| v.as_str()),
+        stored: info.published,
+    };
+    signing::verify_window(stored, gateway_key, &msg.payload)
 }
 
 /// The signed claims name this very request (its deployment, server and tenant): the

@@ -198,3 +198,79 @@ fn refusal_codes_are_spelled_as_on_the_wire() {
         );
     }
 }
+
+/// A window signed at `at(0)` for `body` under message id `m1`, with `key`.
+fn window(key: &KeyPair, body: &[u8]) -> Signed {
+    let w = PublishWindow::of(RequestDigest::of(body), "m1".into(), at(0));
+    sign(&w, key).expect("signs")
+}
+
+fn stored<'a>(w: &'a Signed, msg_id: Option<&'a str>, secs: i64) -> Stored<'a> {
+    Stored {
+        window: Some(&w.claims),
+        signature: Some(&w.signature),
+        msg_id,
+        stored: at(secs),
+    }
+}
+
+#[test]
+fn a_request_stored_in_its_window_under_its_message_id_passes() {
+    let key = KeyPair::new_server();
+    let w = window(&key, b"body");
+    let pinned = key.public_key();
+    assert_eq!(
+        verify_window(stored(&w, Some("m1"), 1), &pinned, b"body"),
+        Ok(())
+    );
+    let last = i64::try_from(PUBLISH_WINDOW.as_secs()).expect("secs");
+    assert_eq!(
+        verify_window(stored(&w, Some("m1"), last), &pinned, b"body"),
+        Ok(())
+    );
+}
+
+#[test]
+fn a_copy_stored_after_the_window_or_under_another_message_id_is_a_replay() {
+    let key = KeyPair::new_server();
+    let w = window(&key, b"body");
+    let pinned = key.public_key();
+    let late = i64::try_from(PUBLISH_WINDOW.as_secs()).expect("secs") + 1;
+    let r = verify_window(stored(&w, Some("m1"), late), &pinned, b"body");
+    let refusal = r.expect_err("late");
+    assert_eq!(refusal.code, RefusalCode::Replayed);
+    assert!(
+        refusal.detail.contains("publish window closed"),
+        "{refusal}"
+    );
+    for other in [Some("m2"), Some(""), None] {
+        let r = verify_window(stored(&w, other, 1), &pinned, b"body");
+        assert_eq!(
+            r.expect_err("other id").code,
+            RefusalCode::Replayed,
+            "{other:?}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_forged_or_moved_window_is_refused() {
+    let key = KeyPair::new_server();
+    let pinned = key.public_key();
+    let w = window(&key, b"body");
+    let none = Stored {
+        window: None,
+        signature: None,
+        msg_id: Some("m1"),
+        stored: at(1),
+    };
+    let r = verify_window(none, &pinned, b"body");
+    assert_eq!(r.expect_err("none").code, RefusalCode::Unsigned);
+    // Signed by someone else.
+    let forged = window(&KeyPair::new_server(), b"body");
+    let r = verify_window(stored(&forged, Some("m1"), 1), &pinned, b"body");
+    assert_eq!(r.expect_err("forged").code, RefusalCode::BadSignature);
+    // Another request's window on this body.
+    let r = verify_window(stored(&w, Some("m1"), 1), &pinned, b"other body");
+    assert_eq!(r.expect_err("moved").code, RefusalCode::BadSignature);
+}

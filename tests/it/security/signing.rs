@@ -9,7 +9,7 @@
 
 use async_nats::HeaderMap;
 use async_nats::jetstream;
-use flue_proto::signing::{self, AnswerClaims, RequestClaims};
+use flue_proto::signing::{self, AnswerClaims, PublishWindow, RequestClaims};
 use flue_proto::{
     Action, AgentMessage, CloudEvent, DeploymentId, DeploymentRequest, DeploymentResult,
     DeploymentStatus, EventType, PROTOCOL_VERSION, RequestDigest, ServerId, TenantId, subject,
@@ -183,7 +183,15 @@ async fn signed_bytes_that_are_no_request_are_reported_undecodable() {
         created: now,
         expires: now + time::Duration::hours(1),
     };
-    let seq = publish_request(&flue, payload, signed_headers(&claims, &gateway_key(&flue))).await;
+    // Signed as the gateway signs, publish window and message id included.
+    let key = gateway_key(&flue);
+    let mut headers = signed_headers(&claims, &key);
+    let window = PublishWindow::of(RequestDigest::of(&payload), "x-1".into(), now);
+    let window = signing::sign(&window, &key).expect("signs");
+    headers.insert(signing::PUBLISH_WINDOW_HEADER, window.claims.as_str());
+    headers.insert(signing::WINDOW_SIGNATURE_HEADER, window.signature.as_str());
+    headers.insert(async_nats::header::NATS_MESSAGE_ID, "x-1");
+    let seq = publish_request(&flue, payload, headers).await;
     let _agent = flue.agent("s", &[]).await;
     let rejected = tap
         .wait_for("the bytes rejected", WAIT, |e| {
@@ -233,9 +241,16 @@ async fn a_replayed_copy_of_a_real_signed_request_is_never_run_again() {
         .await
         .expect("the real request");
     // The signed headers only: the message id would make the broker drop the copy as a
-    // duplicate within its window (an attacker changes it, or waits the window out).
+    // duplicate within its window (an attacker changes it, or waits the window out). The
+    // signed publish window names that id, so the agent refuses the copy before its
+    // ledger is even asked.
     let mut headers = HeaderMap::new();
-    for name in [signing::REQUEST_CLAIMS_HEADER, signing::SIGNATURE_HEADER] {
+    for name in [
+        signing::REQUEST_CLAIMS_HEADER,
+        signing::SIGNATURE_HEADER,
+        signing::PUBLISH_WINDOW_HEADER,
+        signing::WINDOW_SIGNATURE_HEADER,
+    ] {
         let value = original.headers.get(name).expect("signed header");
         headers.insert(name, value.as_str());
     }
@@ -251,6 +266,69 @@ async fn a_replayed_copy_of_a_real_signed_request_is_never_run_again() {
     let after = flue.client().get_deployment(&real.id).await.expect("read");
     assert_eq!(after.status, DeploymentStatus::Complete, "{after:?}");
     assert_eq!(after.finished_at, flue.finished(&real.id).await.finished_at);
+}
+
+#[tokio::test]
+async fn a_copy_of_a_signed_request_never_runs_on_an_agent_that_lost_its_state_dir() {
+    let flue = Flue::start().await;
+    flue.register("s").await;
+    let runs = flue.path("runs");
+    let script = format!("#!/bin/sh\necho run >> '{}'\n", runs.display());
+    flue.script_config("count", &script, &[], &[]).await;
+    let mut tap = EventTap::from_start(&flue.nats.events_client().await).await;
+    let mut agent = flue.agent("s", &[]).await;
+    let real = flue.deploy("count", "s", &[]).await;
+    assert_eq!(
+        flue.finished(&real.id).await.status,
+        DeploymentStatus::Complete
+    );
+    agent.terminate().await;
+    // The server lost its state dir: the same credentials, a new empty ledger.
+    let _agent = flue.agent_in("s", "agent-s-wiped", &[], &[]).await;
+    let js = jetstream::new(flue.nats.client().await);
+    let original = js
+        .get_stream(subject::REQUEST_STREAM)
+        .await
+        .expect("stream")
+        .get_last_raw_message_by_subject(&subject::request(&tenant(), &server("s")))
+        .await
+        .expect("the real request");
+    // The copy as it is, message id and all: within the broker's duplicate window it is
+    // dropped, so no agent ever sees it.
+    let ack = js
+        .publish_with_headers(
+            subject::request(&tenant(), &server("s")),
+            original.headers.clone(),
+            original.payload.clone(),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("acknowledged");
+    assert!(ack.duplicate, "{ack:?}");
+    assert_eq!(ack.sequence, original.sequence);
+    // Under another message id it is stored, and the agent, with nothing in its ledger,
+    // refuses it: the signed publish window names the real message id.
+    let mut headers = original.headers.clone();
+    headers.insert(async_nats::header::NATS_MESSAGE_ID, "the-attackers-own-id");
+    let seq = publish_request(&flue, original.payload.to_vec(), headers).await;
+    assert!(seq > original.sequence);
+    let rejected = tap
+        .wait_for("the copy rejected", WAIT, |e| {
+            e.ty == EventType::ServerRequestRejected && e.data["stream_seq"] == seq
+        })
+        .await;
+    assert_eq!(rejected.data["code"], "replayed", "{}", rejected.data);
+    assert!(
+        rejected.data["reason"]
+            .as_str()
+            .is_some_and(|d| d.contains("the-attackers-own-id")),
+        "{}",
+        rejected.data
+    );
+    assert_eq!(std::fs::read_to_string(&runs).expect("runs"), "run\n");
+    let after = flue.client().get_deployment(&real.id).await.expect("read");
+    assert_eq!(after.status, DeploymentStatus::Complete, "{after:?}");
 }
 
 /// A `finished` COMPLETE answer for deployment `id`, naming the digest of its real request.
