@@ -125,7 +125,10 @@ impl Announcement {
             return true;
         }
         let what = self.what;
-        warn!(what, "announcement not acknowledged by the broker; publishing it again");
+        warn!(
+            what,
+            "announcement not acknowledged by the broker; publishing it again"
+        );
         agent
             .responder
             .publish_finished(&self.message, &agent.shutdown)

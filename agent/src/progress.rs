@@ -64,8 +64,8 @@ use std::time::Duration;
 use flue_proto::event::{OutputStream, ProgressEventData};
 use flue_proto::{AgentMessage, DeploymentId, PROTOCOL_VERSION, RequestDigest, ServerId};
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::answer::Responder;
@@ -354,11 +354,7 @@ impl Publisher {
             // A dropped sender means no `started` will come: nothing to wait for.
             let _ = after_started.await;
         }
-        if self
-            .responder
-            .publish_finished(&msg, &self.shutdown)
-            .await
-        {
+        if self.responder.publish_finished(&msg, &self.shutdown).await {
             self.sent += 1;
         } else {
             self.failures += 1;

@@ -132,10 +132,7 @@ impl Client {
     /// tenants, tokens, stacks and operations), which [`Client::gateways`] hands out: for
     /// a caller that follows an operation through whichever gateway answers.
     pub fn with_other_gateways(mut self, others: Vec<Client>) -> Client {
-        self.others = others
-            .into_iter()
-            .flat_map(|c| c.gateways())
-            .collect();
+        self.others = others.into_iter().flat_map(|c| c.gateways()).collect();
         self
     }
 

@@ -457,8 +457,8 @@ async fn apply(
         });
         return Ok(prev.clone());
     }
-    let creating = action == StackAction::Create
-        && previous.as_ref().is_none_or(|p| never_created(&p.state));
+    let creating =
+        action == StackAction::Create && previous.as_ref().is_none_or(|p| never_created(&p.state));
     let mut plan = units::expand_mapped(template, &params, &mapped, creating)?;
     if let Some(prev) = &previous {
         units::keep_keepers_in_place(template, &mut plan, &prev.state);
