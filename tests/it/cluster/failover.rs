@@ -191,8 +191,8 @@ async fn a_create_taken_over_mid_way_keeps_its_groups_batches_and_their_order() 
             .map(|m| seq_of(&ids[m], flue_proto::event::EventType::DeploymentCompleted))
             .max()
             .expect("two members");
-        for m in 2 * b..2 * b + 2 {
-            let queued = seq_of(&ids[m], flue_proto::event::EventType::DeploymentQueued);
+        for (m, id) in ids.iter().enumerate().skip(2 * b).take(2) {
+            let queued = seq_of(id, flue_proto::event::EventType::DeploymentQueued);
             assert!(
                 queued > last_end,
                 "member {m} queued (seq {queued}) before batch {b} ended (seq {last_end})"
