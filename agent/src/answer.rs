@@ -121,7 +121,7 @@ impl Responder {
             .map_err(|e| e.to_string())
     }
 
-    /// Publishes the final answer, retrying with backoff until the broker acknowledges
+    /// Publishes an answer, retrying with backoff until the broker acknowledges
     /// it; false if shutdown came first (plus [`PUBLISH_WINDOW_AFTER_SHUTDOWN`]).
     pub async fn publish_finished(&self, msg: &AgentMessage, shutdown: &CancellationToken) -> bool {
         let give_up = async {
@@ -135,7 +135,7 @@ impl Responder {
                 _ = &mut give_up => return false,
                 published = self.publish(msg) => match published {
                     Ok(()) => return true,
-                    Err(e) => warn!(error = %e, "publishing the result failed, retrying"),
+                    Err(e) => warn!(error = %e, "publishing an answer failed, retrying"),
                 },
             }
             tokio::select! {

@@ -93,76 +93,94 @@ pub async fn handle(agent: &Agent, msg: jetstream::Message) -> Result<(), Error>
             at: OffsetDateTime::now_utc(),
             request_digest: Some(digest.clone()),
         };
-        announce(agent, &delivered, "delivered").await;
-        handle_request(agent, &msg, &req, &key, &digest).await
+        let delivered = announce(agent, delivered, "delivered").await;
+        handle_request(agent, &msg, &req, &key, &digest, delivered).await
     }
     .instrument(span)
     .await
 }
 
-/// Publishes `message` (`delivered` for every request pulled, redeliveries included;
-/// `started` once the ledger holds it), whose loss changes nothing else: the gateway
-/// learns the same from the answers that follow. Same message id on every copy: the
-/// broker drops a duplicate within its window, the gateway ignores a later one.
-///
-/// It costs the deployment no round trip: the message is only queued on the connection,
-/// ahead of anything published later for the request (so `started` still comes before
-/// the result), and its acknowledgement is awaited by a task of its own. A failure is
-/// logged and changes nothing else.
-async fn announce(agent: &Agent, message: &AgentMessage, what: &'static str) {
-    let ack =
-        match tokio::time::timeout(DELIVERED_QUEUE_TIMEOUT, agent.responder.send(message)).await {
-            Ok(Ok(ack)) => ack,
-            Ok(Err(e)) => {
-                warn!(error = %e, what, "publishing an announcement failed; carrying on");
-                return;
-            }
-            Err(_) => {
-                warn!(what, "publishing an announcement timed out; carrying on");
-                return;
-            }
-        };
-    tokio::spawn(
-        async move {
-            if let Err(e) = ack.await {
-                warn!(error = %e, what, "announcement not acknowledged by the broker");
-            }
-        }
-        .in_current_span(),
-    );
+/// An announcement (`delivered`, `started`) queued on the connection, whose PubAck a
+/// task of its own awaits: see [`Announcement::confirmed`].
+struct Announcement {
+    message: AgentMessage,
+    what: &'static str,
+    /// Whether the broker acknowledged the first copy; `None` when it could not even be
+    /// queued.
+    ack: Option<tokio::task::JoinHandle<bool>>,
 }
 
-/// Queues `started` (encoded and signed beforehand, [`answer::Responder::prepare`]) and
-/// returns a task telling whether the broker confirmed it, or `None` when it could not
-/// even be queued (both logged).
-async fn send_confirmed_later(
+impl Announcement {
+    /// Returns once the broker holds the announcement: its first copy acknowledged, or
+    /// else published again with backoff until a copy is (the same message id on every
+    /// copy, so the stream keeps one). False only when shutdown came first.
+    ///
+    /// Awaited before the next message of the request is sent, so the response stream
+    /// holds a deployment's messages in their order and none is missing: the gateway
+    /// reports a `delivered` only before `started`, and `started` only before the result.
+    async fn confirmed(self, agent: &Agent) -> bool {
+        if let Some(ack) = self.ack
+            && ack.await.unwrap_or(false)
+        {
+            return true;
+        }
+        let what = self.what;
+        warn!(
+            what,
+            "announcement not acknowledged by the broker; publishing it again"
+        );
+        agent
+            .responder
+            .publish_finished(&self.message, &agent.shutdown)
+            .await
+    }
+}
+
+/// Queues `message` (`delivered` for every request pulled, redeliveries included;
+/// `started` once the ledger holds it) and has a task await its PubAck. Same message id
+/// on every copy: the broker drops a duplicate within its window, the gateway ignores a
+/// later one.
+///
+/// It costs the deployment no round trip: the message is only queued on the connection,
+/// ahead of anything published later for the request, and the next message waits for
+/// its confirmation ([`Announcement::confirmed`]), which has normally come by then.
+async fn announce(agent: &Agent, message: AgentMessage, what: &'static str) -> Announcement {
+    let prepared = agent.responder.prepare(&message);
+    queue_announcement(agent, message, prepared, what).await
+}
+
+/// [`announce`] for a message [`answer::Responder::prepare`] encoded and signed
+/// beforehand.
+async fn queue_announcement(
     agent: &Agent,
-    started: Result<Prepared, String>,
-) -> Option<tokio::task::JoinHandle<bool>> {
-    let send = async { agent.responder.send_prepared(started?).await };
+    message: AgentMessage,
+    prepared: Result<Prepared, String>,
+    what: &'static str,
+) -> Announcement {
+    let send = async { agent.responder.send_prepared(prepared?).await };
     let ack = match tokio::time::timeout(DELIVERED_QUEUE_TIMEOUT, send).await {
-        Ok(Ok(ack)) => ack,
-        Ok(Err(e)) => {
-            warn!(error = %e, "publishing started failed; publishing it again before the result");
-            return None;
-        }
-        Err(_) => {
-            warn!("publishing started timed out; publishing it again before the result");
-            return None;
-        }
-    };
-    Some(tokio::spawn(
-        async move {
-            match ack.await {
-                Ok(_) => true,
-                Err(e) => {
-                    warn!(error = %e, "started not acknowledged; publishing it again before the result");
-                    false
+        Ok(Ok(ack)) => Some(tokio::spawn(
+            async move {
+                match ack.await {
+                    Ok(_) => true,
+                    Err(e) => {
+                        warn!(error = %e, what, "announcement not acknowledged by the broker");
+                        false
+                    }
                 }
             }
+            .in_current_span(),
+        )),
+        Ok(Err(e)) => {
+            warn!(error = %e, what, "publishing an announcement failed");
+            None
         }
-        .in_current_span(),
-    ))
+        Err(_) => {
+            warn!(what, "publishing an announcement timed out");
+            None
+        }
+    };
+    Announcement { message, what, ack }
 }
 
 /// A message this agent does not run (unreadable, unsigned, badly signed, for another
@@ -202,9 +220,11 @@ async fn handle_request(
     req: &DeploymentRequest,
     key: &LedgerKey,
     digest: &RequestDigest,
+    delivered: Announcement,
 ) -> Result<(), Error> {
     let key = key.clone();
     let seq = Some(stream_seq(msg));
+    let mut delivered = Some(delivered);
     let result = match agent.ledger.get(&key)? {
         // An entry without a digest was written by an older agent for this key: it is
         // taken as this request's, as that agent would have.
@@ -226,7 +246,7 @@ async fn handle_request(
                 record(agent, &key, digest, seq, failed(&reason, None)).await?
             }
             None => match sealing::open_request(agent.credentials.as_deref(), req) {
-                Ok(opened) => apply(agent, msg, &opened, &key, digest).await?,
+                Ok(opened) => apply(agent, msg, &opened, &key, digest, &mut delivered).await?,
                 Err(refused) => {
                     warn!(reason = %refused, "refusing the request");
                     agent.counters.rejected();
@@ -235,6 +255,14 @@ async fn handle_request(
             },
         },
     };
+    // `delivered` is in the stream before the result (when no hook ran, nothing waited
+    // for it yet).
+    if let Some(delivered) = delivered
+        && !delivered.confirmed(agent).await
+    {
+        warn!("delivered not published before shutdown; the redelivery will announce it again");
+        return Ok(());
+    }
     answer_and_ack(agent, msg, &req.deployment_id, digest, result).await;
     Ok(())
 }
@@ -333,6 +361,7 @@ async fn apply(
     req: &DeploymentRequest,
     key: &LedgerKey,
     digest: &RequestDigest,
+    delivered: &mut Option<Announcement>,
 ) -> Result<DeploymentResult, Error> {
     let seq = Some(stream_seq(msg));
     let item = item::from_request(req);
@@ -368,11 +397,17 @@ async fn apply(
     let env = HookEnv::for_request(req, &socket);
     let broker_credentials = NatsUrls::parse(&agent.config.nats_url).secrets();
     let redactor = Redactor::for_request(req).and(broker_credentials);
+    // Progress goes out only once `started` is in the stream, ahead of it.
+    let (started_in_stream, after_started) = oneshot::channel();
     let (lines, progress) = progress::start(
         agent.responder.clone(),
-        req.deployment_id.clone(),
-        digest.clone(),
-        agent.config.server_id.clone(),
+        progress::For {
+            deployment_id: req.deployment_id.clone(),
+            request_digest: digest.clone(),
+            server_id: agent.config.server_id.clone(),
+        },
+        after_started,
+        agent.shutdown.clone(),
         redactor.clone(),
     );
     let (launch, spawned) = launch();
@@ -388,6 +423,7 @@ async fn apply(
         let Ok(spawned) = spawned.await else {
             return (Ok(None), None);
         };
+        let delivered = delivered.take();
         let write = async {
             match spawned.group {
                 Some(group) => {
@@ -407,41 +443,42 @@ async fn apply(
         // While the flush is on its way to the disk (on sled's thread), this thread gets
         // ready what the hook needs before its go: its data socket, served from here on,
         // and `started` encoded and signed. Polled after the write has been handed over.
+        // So is `delivered` confirmed (normally it is by now), or published again until
+        // the broker takes it: it must be in the stream before `started`.
         let ready = async {
             let space = DataSpace::new(&agent.broker, req.tenant.clone(), req.stack_id.clone());
             let data = DataServer::start(&socket, space);
-            (data, agent.responder.prepare(&started))
+            let in_stream = match delivered {
+                Some(delivered) => delivered.confirmed(agent).await,
+                None => true,
+            };
+            (data, agent.responder.prepare(&started), in_stream)
         };
-        let (written, (data, prepared)) = tokio::join!(write, ready);
+        let (written, (data, prepared, delivered_in_stream)) = tokio::join!(write, ready);
         if let Err(e) = written {
             // No go: the guard ends without running the hook.
             return (Err(Error::from(e)), data);
         }
+        if !delivered_in_stream {
+            warn!("delivered not published before shutdown; carrying on without it");
+        }
         // Durable in the ledger already, which is what exactly-once rests on: the hook
-        // does not wait for the broker to confirm `started`. Queued before the go, so
-        // ahead of any progress line; the confirmation is awaited before the result, and
-        // `started` published again then if the broker did not take it (a stream leader
-        // being elected), so that the gateway still reports it, in its place.
-        let confirmed = send_confirmed_later(agent, prepared).await;
+        // does not wait for the broker to confirm `started`. Queued before the go; the
+        // progress lines wait for its confirmation (or its copy published again until the
+        // broker takes it: a stream leader being elected), so it is in its place.
+        let started = queue_announcement(agent, started.clone(), prepared, "started").await;
         // A guard that went away meanwhile ends the run on its own.
         let _ = spawned.go.send(());
-        (Ok::<_, Error>(Some(confirmed)), data)
+        let in_stream = started.confirmed(agent).await;
+        let _ = started_in_stream.send(());
+        (Ok::<_, Error>(Some(in_stream)), data)
     };
-    let (outcome, (mut recorded, data)) = tokio::join!(touching(msg, run), record_started);
-    // Every progress message goes out before the result (bounded: best effort).
-    progress.finish().await;
-    if let Ok(Some(confirmed)) = &mut recorded {
-        let published = match confirmed.take() {
-            Some(confirmed) => confirmed.await.unwrap_or(false),
-            None => false,
-        };
-        if !published {
-            agent
-                .responder
-                .publish_finished(&started, &agent.shutdown)
-                .await;
-        }
+    let (outcome, (recorded, data)) = tokio::join!(touching(msg, run), record_started);
+    // `started`, then every progress message, go out before the result.
+    if let Ok(Some(false)) = &recorded {
+        warn!("started not published before shutdown");
     }
+    progress.finish().await;
     if let Some(data) = data {
         data.stop().await;
     }

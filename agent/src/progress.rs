@@ -43,12 +43,15 @@
 //!
 //! One task per deployment publishes the batches in order (`seq` 1, 2, …), each with a
 //! JetStream message id (`<tenant>.<server>.<deployment>.<request digest>.progress-<seq>`) and waiting
-//! for its acknowledgement, so the response stream holds them in `seq` order. Progress is
-//! best effort: a batch the broker does not acknowledge within [`PUBLISH_TIMEOUT`] is
-//! dropped (its `seq` is then missing) and the hook is never slowed down. When the hook
-//! ends, what is left is sent within [`FINAL_FLUSH`] (2 s) before the final result is
-//! published, so every progress message of a deployment precedes its result. The result's
-//! `deploy_stdout` / `deploy_stderr` are the authoritative output.
+//! for its acknowledgement, so the response stream holds them in `seq` order. The first
+//! one waits until the deployment's `started` is in the stream. A batch the broker does
+//! not acknowledge (a stream leader being elected, a node down) is published again with
+//! backoff until it is, under the same message id, so no `seq` is missing and none is
+//! there twice; the hook is never slowed down meanwhile (its lines wait in the queue, and
+//! what does not fit is dropped and counted). When the hook ends, what is left is sent
+//! before the final result is published (only shutdown cuts it short), so every progress
+//! message of a deployment precedes its result. The result's `deploy_stdout` /
+//! `deploy_stderr` are the authoritative output.
 
 mod batch;
 mod lines;
@@ -60,8 +63,9 @@ use std::time::Duration;
 
 use flue_proto::event::{OutputStream, ProgressEventData};
 use flue_proto::{AgentMessage, DeploymentId, PROTOCOL_VERSION, RequestDigest, ServerId};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::answer::Responder;
@@ -92,10 +96,6 @@ pub const QUEUE_LINES: usize = 16 * 1024;
 pub const HIDDEN: &str = "<hidden>";
 /// Hidden values shorter than this are not replaced.
 pub const MIN_HIDDEN_BYTES: usize = 4;
-/// Longest wait for the broker to acknowledge one progress message.
-pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest wait, once the hook has ended, for the last progress messages to go out.
-pub const FINAL_FLUSH: Duration = Duration::from_secs(2);
 
 /// Where a hook's output lines go: handed to the hook runner, which makes one
 /// [`LineTee`] per stream it reports. The sender stops when every copy is dropped.
@@ -234,37 +234,46 @@ pub struct Sender {
 }
 
 impl Sender {
-    /// Waits (at most [`FINAL_FLUSH`]) for the last batches to be sent once every
-    /// [`Sink`] is dropped; what is not sent by then is dropped.
+    /// Waits for the last batches to be sent once every [`Sink`] is dropped (only
+    /// shutdown cuts that short, see [`Responder::publish_finished`]).
     pub async fn finish(self) {
-        let mut task = self.task;
-        if tokio::time::timeout(FINAL_FLUSH, &mut task).await.is_err() {
-            warn!(
-                limit_ms = FINAL_FLUSH.as_millis() as u64,
-                "progress not sent in time, dropping the rest"
-            );
-            task.abort();
+        if let Err(e) = self.task.await {
+            warn!(error = %e, "the progress task failed");
         }
     }
 }
 
-/// Starts sending the progress of `deployment_id` (on `server_id`, answering the request
-/// message of `request_digest`) through `responder`; feed it through the returned
-/// [`Sink`], then drop every sink and call [`Sender::finish`].
+/// Whose progress it is: a deployment on a server, answering the request message of
+/// `request_digest`.
+#[derive(Debug, Clone)]
+pub struct For {
+    /// The deployment.
+    pub deployment_id: DeploymentId,
+    /// The digest of the request message it answers.
+    pub request_digest: RequestDigest,
+    /// This agent's server.
+    pub server_id: ServerId,
+}
+
+/// Starts sending the progress of `of` through `responder`, its first batch once
+/// `after_started` resolves (or is dropped); feed it through the returned [`Sink`], then
+/// drop every sink and call [`Sender::finish`].
 pub fn start(
     responder: Responder,
-    deployment_id: DeploymentId,
-    request_digest: RequestDigest,
-    server_id: ServerId,
+    of: For,
+    after_started: oneshot::Receiver<()>,
+    shutdown: CancellationToken,
     redactor: Redactor,
 ) -> (Sink, Sender) {
     let (sink, rx) = Sink::queue(QUEUE_LINES, QUEUE_BYTES, redactor.keep());
     let queue = sink.queue.clone();
     let publisher = Publisher {
         responder,
-        deployment_id,
-        request_digest,
-        server_id,
+        deployment_id: of.deployment_id,
+        request_digest: of.request_digest,
+        server_id: of.server_id,
+        after_started: Some(after_started),
+        shutdown,
         failures: 0,
         sent: 0,
     };
@@ -278,6 +287,9 @@ struct Publisher {
     deployment_id: DeploymentId,
     request_digest: RequestDigest,
     server_id: ServerId,
+    /// Resolves once `started` is in the stream; taken before the first batch.
+    after_started: Option<oneshot::Receiver<()>>,
+    shutdown: CancellationToken,
     failures: u64,
     sent: u64,
 }
@@ -338,20 +350,15 @@ impl Publisher {
             },
             request_digest: Some(self.request_digest.clone()),
         };
-        let error = match tokio::time::timeout(PUBLISH_TIMEOUT, self.responder.publish(&msg)).await
-        {
-            Ok(Ok(())) => {
-                self.sent += 1;
-                return;
-            }
-            Ok(Err(e)) => e,
-            Err(_) => "not acknowledged in time".to_owned(),
-        };
-        self.failures += 1;
-        if self.failures == 1 {
-            warn!(seq, error = %error, "publishing progress failed, dropping it");
+        if let Some(after_started) = self.after_started.take() {
+            // A dropped sender means no `started` will come: nothing to wait for.
+            let _ = after_started.await;
+        }
+        if self.responder.publish_finished(&msg, &self.shutdown).await {
+            self.sent += 1;
         } else {
-            debug!(seq, error = %error, "publishing progress failed, dropping it");
+            self.failures += 1;
+            warn!(seq, "progress not published before shutdown, dropping it");
         }
     }
 }

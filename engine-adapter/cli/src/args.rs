@@ -14,7 +14,9 @@ pub const DEFAULT_GATEWAY: &str = "http://127.0.0.1:8470";
 #[derive(Debug, Parser)]
 #[command(name = "flue", version, propagate_version = true)]
 pub struct Cli {
-    /// Base URL of the flue-gateway HTTP API.
+    /// Base URL of the flue-gateway HTTP API. Several, comma-separated, are gateways of
+    /// one cluster: requests go to the first, and `flue stack …` moves on to the next
+    /// when one stops answering while it submits or follows an operation.
     #[arg(
         long,
         global = true,

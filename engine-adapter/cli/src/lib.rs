@@ -170,10 +170,21 @@ fn list_or_none(names: &[String]) -> String {
 
 /// Runs one parsed command line against the gateway, writing results to `out`.
 pub async fn run(cli: Cli, out: &mut impl Write) -> Result<Outcome, CliError> {
-    let mut client = Client::with_ca(&cli.gateway, cli.ca.as_deref())?;
-    if let Some(token) = &cli.token {
-        client = client.with_token(token);
+    // Several URLs are gateways of one cluster: requests go to the first, and
+    // `flue stack …` follows its operation through the others when one stops answering.
+    let mut gateways = Vec::new();
+    for url in cli.gateway.split(',').map(str::trim) {
+        let mut client = Client::with_ca(url, cli.ca.as_deref())?;
+        if let Some(token) = &cli.token {
+            client = client.with_token(token);
+        }
+        gateways.push(client);
     }
+    let others = gateways.split_off(1);
+    let client = gateways
+        .pop()
+        .expect("split always gives one piece")
+        .with_other_gateways(others);
     match cli.command {
         Command::Config(ConfigCommand::Create(args)) => {
             let spec = inputs::config_spec(&args, |p| std::fs::read_to_string(p))?;

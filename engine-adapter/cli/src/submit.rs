@@ -7,6 +7,12 @@
 //! SSE: the record carries the engine's own progress lines (the very text `--local`
 //! prints), which the events do not, and one small read per quarter second costs the
 //! gateway less than an SSE consumer per follower.
+//!
+//! Given several gateways of one cluster (`--gateway A,B`), it submits to the first that
+//! can be reached and follows through whichever answers: a gateway that stops answering
+//! (killed, restarting) is left for the next, so the CLI sees the operation to its end
+//! (another gateway's worker takes it over once its lease runs out) and exits with its
+//! real result.
 
 use std::io::Write;
 use std::time::Duration;
@@ -22,8 +28,9 @@ use super::{CliError, Outcome, render};
 const FOLLOW_EVERY: Duration = Duration::from_millis(250);
 /// How long an operation may stay queued before the CLI says that no worker took it.
 const QUEUED_NOTE: Duration = Duration::from_secs(5);
-/// Reads of the operation that may fail in a row (gateway restarting, 503) before the
-/// CLI gives up following; the operation itself goes on.
+/// Rounds of reads of the operation (one read per gateway given) that may fail in a row
+/// (gateways restarting, 503) before the CLI gives up following; the operation itself
+/// goes on.
 const MAX_READ_RETRIES: u32 = 8;
 /// The longest pause between two retried reads.
 const MAX_BACKOFF: Duration = Duration::from_secs(4);
@@ -47,10 +54,11 @@ pub async fn run(
     ending: Ending,
     out: &mut impl Write,
 ) -> Result<Outcome, CliError> {
-    // Not retried: a second submission would be refused (409) while the first runs.
-    let op = match client.submit_operation(name, body).await {
+    let gateways = client.gateways();
+    let (mut at, submitted) = submit(&gateways, name, body).await;
+    let op = match submitted {
         Ok(op) => op,
-        Err(e) if e.status() == Some(409) => match running(client, name, body).await? {
+        Err(e) if e.status() == Some(409) => match running(&gateways[at], name, body).await? {
             Some(op) => {
                 writeln!(
                     out,
@@ -68,7 +76,7 @@ pub async fn run(
     let since = std::time::Instant::now();
     let mut told_queued = false;
     let done = loop {
-        let record = read_retrying(client, name, &op.id).await?;
+        let record = read_retrying(&gateways, &mut at, name, &op.id).await?;
         for line in record.progress_after(seen) {
             out.write_all(line.as_bytes())?;
         }
@@ -103,6 +111,7 @@ pub async fn run(
     if status.status != OpStatus::Complete {
         return Ok(Outcome::Failed);
     }
+    let client = &gateways[at];
     match ending {
         Ending::Outputs => {
             let stack = client.get_stack(name).await?;
@@ -190,26 +199,56 @@ fn refusal(e: ClientError) -> CliError {
     e.into()
 }
 
-/// Reads the operation, retrying (with backoff, bounded) what another attempt may not
-/// meet: no connection, 502/503/504.
+/// Submits `body` to the first of `gateways` that can be reached: the index of the one
+/// that answered (or of the last tried) and its answer. Only a gateway never reached is
+/// left for the next: a second submission would be refused (409) while the first runs.
+async fn submit(
+    gateways: &[Client],
+    name: &StackId,
+    body: &SubmitOperation,
+) -> (usize, Result<StackOperation, ClientError>) {
+    let mut at = 0;
+    loop {
+        let result = gateways[at].submit_operation(name, body).await;
+        match result {
+            Err(e) if unreached(&e) && at + 1 < gateways.len() => at += 1,
+            result => return (at, result),
+        }
+    }
+}
+
+/// Reads the operation through `gateways[*at]`, moving on to the next gateway (round
+/// the list) on what another attempt may not meet: no connection, 502/503/504; with
+/// backoff after each round, bounded ([`MAX_READ_RETRIES`] rounds).
 async fn read_retrying(
-    client: &Client,
+    gateways: &[Client],
+    at: &mut usize,
     name: &StackId,
     op: &str,
 ) -> Result<StackOperation, CliError> {
     let mut pause = FOLLOW_EVERY;
     let mut failures = 0;
+    let mut rounds = 0;
     loop {
-        match client.get_operation(name, op).await {
+        match gateways[*at].get_operation(name, op).await {
             Ok(record) => return Ok(record),
-            Err(e) if failures < MAX_READ_RETRIES && transient(&e) => {
+            Err(e) if rounds < MAX_READ_RETRIES && transient(&e) => {
+                *at = (*at + 1) % gateways.len();
                 failures += 1;
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(MAX_BACKOFF);
+                if failures % gateways.len() == 0 {
+                    rounds += 1;
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MAX_BACKOFF);
+                }
             }
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// True when the request never reached a gateway (no connection made).
+fn unreached(e: &ClientError) -> bool {
+    matches!(e, ClientError::Unreachable { .. })
 }
 
 fn transient(e: &ClientError) -> bool {

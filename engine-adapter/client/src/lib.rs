@@ -52,6 +52,8 @@ pub struct Client {
     base: Url,
     /// Sent as `Authorization: Bearer` on every request; never printed.
     token: Option<Bearer>,
+    /// Other gateways of the same cluster ([`Client::with_other_gateways`]).
+    others: Vec<Client>,
 }
 
 /// Gives the bearer token to send with the next request: for a holder that renews a
@@ -122,7 +124,24 @@ impl Client {
             http,
             base,
             token: None,
+            others: Vec::new(),
         })
+    }
+
+    /// The same client knowing `others`, gateways of the same cluster (the same
+    /// tenants, tokens, stacks and operations), which [`Client::gateways`] hands out: for
+    /// a caller that follows an operation through whichever gateway answers.
+    pub fn with_other_gateways(mut self, others: Vec<Client>) -> Client {
+        self.others = others.into_iter().flat_map(|c| c.gateways()).collect();
+        self
+    }
+
+    /// This gateway, then the others given to [`Client::with_other_gateways`], each a
+    /// client of one gateway.
+    pub fn gateways(&self) -> Vec<Client> {
+        let mut first = self.clone();
+        let others = std::mem::take(&mut first.others);
+        std::iter::once(first).chain(others).collect()
     }
 
     /// The same client sending `token` (from `flue-gateway token` or `POST /v1/tokens`)

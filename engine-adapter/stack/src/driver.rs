@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use flue_proto::{
     Action, ActionRun, DeploymentId, DeploymentStatus, MappedResource, OpStatus, ServerId, Stack,
-    StackAction, StackId, StackStatus,
+    StackAction, StackId, StackState, StackStatus,
 };
 
 use super::template::{Parameters, Template, TemplateError};
@@ -457,10 +457,8 @@ async fn apply(
         });
         return Ok(prev.clone());
     }
-    let creating = action == StackAction::Create
-        && previous
-            .as_ref()
-            .is_none_or(|p| p.state.units.values().all(|u| u.baseline.is_none()));
+    let creating =
+        action == StackAction::Create && previous.as_ref().is_none_or(|p| never_created(&p.state));
     let mut plan = units::expand_mapped(template, &params, &mapped, creating)?;
     if let Some(prev) = &previous {
         units::keep_keepers_in_place(template, &mut plan, &prev.state);
@@ -503,6 +501,21 @@ async fn apply(
             .await?;
     }
     d.finish(failures).await
+}
+
+/// True when no unit of `state` completed a deployment, but for the units the create
+/// being resumed completed itself: a resumed create keeps its groups' `batch_create`
+/// (size and order), as the run it takes over had them.
+fn never_created(state: &StackState) -> bool {
+    let resumed = state
+        .operation
+        .as_ref()
+        .filter(|o| o.action == StackAction::Create && o.finished_at.is_none())
+        .map(|o| o.id.as_str());
+    state
+        .units
+        .values()
+        .all(|u| u.baseline.is_none() || (resumed.is_some() && u.op_id.as_deref() == resumed))
 }
 
 /// What a create or update runs with, as a short digest: the template as parsed and

@@ -18,6 +18,7 @@ use crate::stack::{create_stack, example};
 
 mod answers;
 mod cas;
+mod failover;
 mod faults;
 mod history;
 mod start;

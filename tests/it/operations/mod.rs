@@ -11,7 +11,7 @@ mod leases;
 mod queue_rights;
 mod refusals;
 mod secrets;
-mod takeover;
+pub mod takeover;
 mod waves;
 
 use std::path::Path;
