@@ -208,7 +208,7 @@ async fn an_announcement_the_broker_did_not_acknowledge_is_sent_again_and_the_hi
     let _other = cluster.another_gateway(REPLICAS).await;
     let flue = &cluster.flue;
     flue.register("web1").await;
-    let _web1 = flue.agent("web1", &[]).await;
+    let web1 = flue.agent("web1", &[]).await;
     let log = flue.path("hooks.log");
     flue.script_config(
         "say",
@@ -265,6 +265,13 @@ async fn an_announcement_the_broker_did_not_acknowledge_is_sent_again_and_the_hi
     tokio::time::timeout(WAIT, refused)
         .await
         .expect("the agent holds the request");
+    // It publishes the refused `delivered` again (an agent that gave up on it would
+    // carry on to the hook and leave the history without it), and runs nothing meanwhile.
+    let retrying = web1.logs().wait_for("publishing it again", WAIT).await;
+    assert!(retrying.contains("delivered"), "{retrying}");
+    web1.logs()
+        .wait_for("publishing an answer failed, retrying", WAIT)
+        .await;
     assert!(
         file_lines(&log).len() == 1,
         "no hook runs before its delivered is in the stream"
