@@ -199,7 +199,7 @@ async fn a_thousand_deployments_through_two_gateways_survive_a_nats_node_and_a_g
     // Every history complete, once, in order; no event id twice.
     history::answers_settled(&second_nats(&cluster).await).await;
     let events = history::all_events(&cluster.others[0].events_client().await).await;
-    let problems = history::problems(&events, &ids, false);
+    let problems = history::problems(&events, &ids, true);
     assert!(
         problems.is_empty(),
         "{} problems in the event stream:\n{}",
