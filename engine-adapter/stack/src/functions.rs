@@ -17,7 +17,6 @@ use super::template::TemplateError;
 mod check;
 pub mod conditions;
 pub mod data;
-mod md5;
 mod text;
 pub use text::{str_replace, str_replace_counting, to_text};
 pub mod versions;

@@ -3,6 +3,7 @@
 //! `map_replace`, `repeat`, `list_concat(_unique)`, `contains`, `equals`, `filter`,
 //! `digest` and the strict `str_replace` variants.
 
+use data_encoding::HEXLOWER;
 use serde_json::{Map, Value};
 
 use super::{kind_of, str_replace_counting, to_text};
@@ -323,9 +324,12 @@ pub fn digest(args: &Value) -> Result<Value, String> {
     else {
         return Err("expected [\"<algorithm>\", \"<value>\"], both strings".to_owned());
     };
-    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
+    let hex = |bytes: &[u8]| HEXLOWER.encode(bytes);
     let algorithm_ref = match algorithm.to_ascii_lowercase().as_str() {
-        "md5" => return Ok(Value::String(hex(&super::md5::md5(value.as_bytes())))),
+        "md5" => {
+            use md5::Digest as _;
+            return Ok(Value::String(hex(&md5::Md5::digest(value.as_bytes()))));
+        }
         "sha1" => &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
         "sha256" => &ring::digest::SHA256,
         "sha384" => &ring::digest::SHA384,
