@@ -213,36 +213,18 @@ impl UserJwtClaims {
     /// after checking its header, that it is a user's, and its ed25519 signature by the
     /// account it names as issuer. Who that account may be is the caller's question.
     pub fn verified(jwt: &str) -> Result<Self, CredsError> {
-        use data_encoding::BASE64URL_NOPAD;
-        let jwt = jwt.trim();
-        let bad = CredsError::Jwt;
-        let mut parts = jwt.split('.');
-        let (Some(header), Some(body), Some(signature), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(bad("it does not have three parts"));
-        };
-        let b64 = |part: &str| {
-            BASE64URL_NOPAD
-                .decode(part.as_bytes())
-                .map_err(|_| bad("a part is not base64url"))
-        };
-        let header: serde_json::Value =
-            serde_json::from_slice(&b64(header)?).map_err(|_| bad("the header is not JSON"))?;
-        if header["alg"] != "ed25519-nkey" || header["typ"] != "JWT" {
-            return Err(bad("the header is not a NATS v2 one"));
-        }
-        let claims: RawUserClaims = serde_json::from_slice(&b64(body)?)
-            .map_err(|_| bad("the claims are not a NATS JWT's"))?;
+        use crate::nats_jwt::{NatsJwtError, verified_claims};
+        let claims: RawUserClaims = verified_claims(jwt).map_err(|e| {
+            CredsError::Jwt(match e {
+                NatsJwtError::Malformed(why) => why,
+                NatsJwtError::Claims(_) => "the claims are not a NATS JWT's",
+                NatsJwtError::Issuer => "bad issuer key",
+                NatsJwtError::BadSignature => "the signature is not its issuer's",
+            })
+        })?;
         if claims.nats.kind != "user" {
-            return Err(bad("it is not a user JWT"));
+            return Err(CredsError::Jwt("it is not a user JWT"));
         }
-        let issuer =
-            nkeys::KeyPair::from_public_key(&claims.iss).map_err(|_| bad("bad issuer key"))?;
-        let signed = &jwt[..jwt.len() - signature.len() - 1];
-        issuer
-            .verify(signed.as_bytes(), &b64(signature)?)
-            .map_err(|_| bad("the signature is not its issuer's"))?;
         Ok(Self {
             issuer: claims.iss,
             subject: claims.sub,

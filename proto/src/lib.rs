@@ -28,6 +28,7 @@ pub mod heat;
 pub mod ids;
 pub mod jsapi;
 pub mod limits;
+pub mod nats_jwt;
 pub mod nats_tls;
 pub mod nats_url;
 #[cfg(feature = "openapi")]

@@ -332,29 +332,13 @@ pub fn encode<N: Serialize>(
 /// Reads a JWT's claims after checking its header and its signature by the issuer it
 /// names (who that issuer may be is the caller's question).
 pub fn decode<N: DeserializeOwned>(jwt: &str) -> Result<Claims<N>, JwtError> {
-    let mut parts = jwt.trim().split('.');
-    let (Some(header), Some(body), Some(signature), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(JwtError::Malformed("it does not have three parts"));
-    };
-    let b64 = |part: &str| {
-        BASE64URL_NOPAD
-            .decode(part.as_bytes())
-            .map_err(|_| JwtError::Malformed("a part is not base64url"))
-    };
-    let header: serde_json::Value =
-        serde_json::from_slice(&b64(header)?).map_err(JwtError::Claims)?;
-    if header["alg"] != "ed25519-nkey" || header["typ"] != "JWT" {
-        return Err(JwtError::Malformed("the header is not a NATS v2 one"));
-    }
-    let claims: Claims<N> = serde_json::from_slice(&b64(body)?).map_err(JwtError::Claims)?;
-    let issuer = KeyPair::from_public_key(&claims.iss).map_err(JwtError::Key)?;
-    let signed_len = jwt.trim().len() - signature.len() - 1;
-    issuer
-        .verify(&jwt.trim().as_bytes()[..signed_len], &b64(signature)?)
-        .map_err(|_| JwtError::BadSignature)?;
-    Ok(claims)
+    use flue_proto::nats_jwt::{NatsJwtError, verified_claims};
+    verified_claims(jwt).map_err(|e| match e {
+        NatsJwtError::Malformed(why) => JwtError::Malformed(why),
+        NatsJwtError::Claims(e) => JwtError::Claims(e),
+        NatsJwtError::Issuer => JwtError::Malformed("the issuer is not a public nkey"),
+        NatsJwtError::BadSignature => JwtError::BadSignature,
+    })
 }
 
 #[cfg(test)]
