@@ -171,12 +171,9 @@ fn error_reason(decl: &OutputDecl, value: Option<&Value>) -> String {
     if text.is_empty() {
         return format!("error output {:?} present (empty)", decl.name);
     }
-    let mut end = text.len().min(MAX_REASON_VALUE_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let more = if end < text.len() { "…" } else { "" };
-    format!("error output {:?}: {}{more}", decl.name, &text[..end])
+    let shown = flue_proto::text::head(&text, MAX_REASON_VALUE_BYTES);
+    let more = if shown.len() < text.len() { "…" } else { "" };
+    format!("error output {:?}: {shown}{more}", decl.name)
 }
 
 /// Cuts `s` to [`MAX_STREAM_BYTES`] (on a character boundary) and marks it when it was
@@ -184,11 +181,7 @@ fn error_reason(decl: &OutputDecl, value: Option<&Value>) -> String {
 pub fn bound(mut s: String, already_truncated: bool) -> String {
     let cut = s.len() > MAX_STREAM_BYTES;
     if cut {
-        let mut end = MAX_STREAM_BYTES;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
+        s.truncate(flue_proto::text::head(&s, MAX_STREAM_BYTES).len());
     }
     if cut || already_truncated {
         s.push_str(TRUNCATED_MARKER);

@@ -43,6 +43,7 @@ pub mod stack;
 pub mod stack_export;
 pub mod subject;
 pub mod tenant;
+pub mod text;
 pub mod webhook;
 
 pub use config::{

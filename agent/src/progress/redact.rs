@@ -108,7 +108,7 @@ impl Redactor {
         let (mut out, mut cut) = self.replace(&raw.text, MAX_LINE_BYTES);
         // Replacements may have made it longer; what is left holds no hidden value.
         if out.len() > MAX_LINE_BYTES {
-            out.truncate(floor_char_boundary(&out, MAX_LINE_BYTES));
+            out.truncate(flue_proto::text::head(&out, MAX_LINE_BYTES).len());
             cut = true;
         }
         if cut || raw.cut {
@@ -155,7 +155,7 @@ impl Redactor {
             out.push_str(HIDDEN);
             at = span.end;
         }
-        let end = floor_char_boundary(text, limit).max(at);
+        let end = text.floor_char_boundary(limit).max(at);
         out.push_str(&text[at..end]);
         (out, end < text.len())
     }
@@ -198,18 +198,6 @@ pub fn as_text(value: &Value) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
-}
-
-/// The largest char boundary of `s` at or below `at`.
-fn floor_char_boundary(s: &str, at: usize) -> usize {
-    if at >= s.len() {
-        return s.len();
-    }
-    let mut end = at;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    end
 }
 
 #[cfg(test)]

@@ -206,12 +206,9 @@ fn drift_detail(d: &flue_proto::Deployment) -> String {
     let printed = format!("{}{}", d.deploy_stdout, d.deploy_stderr);
     let printed = printed.trim();
     if !printed.is_empty() {
-        let mut start = printed.len().saturating_sub(OUTPUT_TAIL_BYTES);
-        while !printed.is_char_boundary(start) {
-            start += 1;
-        }
         detail.push_str(": ");
-        detail.push_str(&printed[start..].replace('\n', " | "));
+        let end = flue_proto::text::tail(printed, OUTPUT_TAIL_BYTES);
+        detail.push_str(&end.replace('\n', " | "));
     }
     detail
 }

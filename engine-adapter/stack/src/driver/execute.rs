@@ -263,15 +263,12 @@ pub(super) fn failure_reason(key: &str, d: &Deployment) -> String {
     );
     let stderr = d.deploy_stderr.trim_end();
     if !stderr.is_empty() {
-        let start = stderr.len().saturating_sub(STDERR_TAIL_BYTES);
-        let start = (start..stderr.len())
-            .find(|i| stderr.is_char_boundary(*i))
-            .unwrap_or(stderr.len());
+        let end = flue_proto::text::tail(stderr, STDERR_TAIL_BYTES);
         reason.push_str("\nstderr:\n");
-        if start > 0 {
+        if end.len() < stderr.len() {
             reason.push_str("[…]");
         }
-        reason.push_str(&stderr[start..]);
+        reason.push_str(end);
     }
     reason
 }

@@ -316,11 +316,7 @@ pub(super) fn unit_reason(reason: &str) -> String {
     if first.len() <= MAX_UNIT_REASON {
         return first.to_owned();
     }
-    let mut end = MAX_UNIT_REASON;
-    while !first.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &first[..end])
+    format!("{}…", flue_proto::text::head(first, MAX_UNIT_REASON))
 }
 
 /// An operation status from how deployment `d` ended.
