@@ -92,6 +92,7 @@ impl Fixture {
             state: &self.state,
             deployments: &self.deployments,
             hidden_outputs: HiddenOutputs::Refuse,
+            reads: Default::default(),
         };
         unit_deployment(&r, &self.plan.units[key])
     }
@@ -246,6 +247,7 @@ resources:
         state: &state,
         deployments: &deployments,
         hidden_outputs: HiddenOutputs::Refuse,
+        reads: Default::default(),
     };
     let web = unit_deployment(&r, &plan.units["web"]).expect("web resolves");
     assert_eq!(
