@@ -12,7 +12,9 @@
 //! Before any hook, a unit whose inputs read outputs of other units that changed since
 //! it ran (`flue_stack::follow`) is reported `inputs_changed`, without running anything
 //! on its server: its server may be as it was applied, but what it was applied with is
-//! stale. A converge re-runs it with the new values.
+//! stale. A converge re-runs it with the new values. A unit whose only stale inputs were
+//! made by an expression of the template is `needs_update`: no converge can make them
+//! again without the template, `flue stack update` does.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -38,7 +40,8 @@ const OUTPUT_TAIL_BYTES: usize = 300;
 struct UnitCheck {
     unit: String,
     server_id: String,
-    /// `in_place`, `drifted`, `missing`, `inputs_changed`, `not_checked`, `offline`.
+    /// `in_place`, `drifted`, `missing`, `inputs_changed`, `needs_update`, `not_checked`,
+    /// `offline`.
     result: &'static str,
     detail: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -64,7 +67,8 @@ pub async fn run(
     };
     out.write_all(text.as_bytes())?;
     let unknown = results.iter().any(|r| r.result == "offline");
-    Ok(if to_converge(&results).is_empty() && !unknown {
+    let stale = results.iter().any(|r| r.result == NEEDS_UPDATE);
+    Ok(if to_converge(&results).is_empty() && !unknown && !stale {
         Outcome::Success
     } else {
         Outcome::Failed
@@ -113,6 +117,8 @@ pub async fn converge(
 
 /// The results a converge acts on.
 const TO_CONVERGE: [&str; 3] = ["drifted", "missing", "inputs_changed"];
+/// A unit whose stale inputs only `flue stack update` makes again.
+const NEEDS_UPDATE: &str = "needs_update";
 
 /// The units a converge re-applies: drifted, missing and stale ones.
 fn to_converge(results: &[UnitCheck]) -> Vec<String> {
@@ -158,7 +164,7 @@ async fn check_units(
             continue;
         };
         let now = follow::inputs_now(client, &stack.state, key, &mut fetched).await?;
-        if !now.is_current() {
+        if !now.changed.is_empty() {
             let mut inputs = now.changed;
             inputs.extend(now.stuck);
             results.push(UnitCheck {
@@ -166,6 +172,17 @@ async fn check_units(
                 detail: format!(
                     "read outputs that changed since it ran: {}",
                     inputs.join(", ")
+                ),
+                ..base
+            });
+            continue;
+        }
+        if !now.stuck.is_empty() {
+            results.push(UnitCheck {
+                result: NEEDS_UPDATE,
+                detail: format!(
+                    "made by an expression of outputs that changed since it ran: {}; `flue stack update` makes them again",
+                    now.stuck.join(", ")
                 ),
                 ..base
             });
@@ -284,7 +301,7 @@ fn table(name: &StackId, results: &[UnitCheck]) -> String {
     }
     let drifted = results
         .iter()
-        .filter(|r| TO_CONVERGE.contains(&r.result))
+        .filter(|r| TO_CONVERGE.contains(&r.result) || r.result == NEEDS_UPDATE)
         .count();
     t.push_str(&match drifted {
         0 => "nothing drifted".to_owned(),

@@ -217,20 +217,22 @@ impl Driver<'_> {
             return Ok(None);
         };
         let now = self.inputs_now(key).await?;
-        if !now.stuck.is_empty() {
-            (self.opts.report)(&Event::NotRun {
-                unit: key.to_owned(),
-                reason: format!(
-                    "{} made by an expression of outputs that changed: `flue stack update` makes {} again",
-                    now.stuck.join(", "),
-                    if now.stuck.len() == 1 { "it" } else { "them" }
-                ),
-            });
-        }
+        // Inputs an expression of the template made: only an update makes them again.
+        let stuck: Vec<String> = now
+            .stuck
+            .iter()
+            .map(|s| format!("{s}: only `flue stack update` makes it again"))
+            .collect();
         if !drifted {
-            if now.changed.is_empty() || !now.stuck.is_empty() {
+            if now.changed.is_empty() {
+                if !stuck.is_empty() {
+                    (self.opts.report)(&Event::NotRun {
+                        unit: key.to_owned(),
+                        reason: format!("inputs changed: {}", stuck.join(", ")),
+                    });
+                }
                 // The outputs it read moved on with the same values: nothing to run.
-                if now.stuck.is_empty() && now.reads != unit.inputs_read {
+                if now.reads != unit.inputs_read {
                     let reads = now.reads.clone();
                     self.save_units(&[key], |s, _| {
                         if let Some(u) = s.units.get_mut(key) {
@@ -252,10 +254,12 @@ impl Driver<'_> {
                 return Ok(None);
             }
         }
-        if !now.changed.is_empty() {
+        if !now.changed.is_empty() || !stuck.is_empty() {
+            let mut inputs = now.changed.clone();
+            inputs.extend(stuck);
             (self.opts.report)(&Event::InputsChanged {
                 unit: key.to_owned(),
-                inputs: now.changed.clone(),
+                inputs,
             });
         }
         // A drifted unit runs its last action again; one only following data updates.
