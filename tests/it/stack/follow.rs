@@ -208,3 +208,141 @@ async fn converging_a_unit_whose_hidden_output_changes_reruns_its_readers_with_t
         );
     }
 }
+
+const VISIBLE: &str = r#"heat_template_version: 2018-08-31
+parameters:
+  dir: {type: string}
+resources:
+  db_config:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      inputs: [{name: dir}]
+      outputs: [{name: port}, {name: flavor}]
+      config: |
+        #!/bin/sh
+        set -eu
+        n=$(( $(cat "$dir/db.runs" 2>/dev/null || echo 0) + 1 ))
+        echo "$n" > "$dir/db.runs"
+        echo "$((8000 + n))" > "$dir/db.port"
+        echo "db_deploy $deploy_action" >> "$dir/order.log"
+        printf '%s' "$((8000 + n))" > "$heat_outputs_path.port"
+        printf small > "$heat_outputs_path.flavor"
+      hooks:
+        CHECK: |
+          #!/bin/sh
+          test -s "$dir/db.port" || { echo "the database is not listening" >&2; exit 3; }
+  reader_config:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      inputs: [{name: dir}, {name: value}]
+      config: |
+        #!/bin/sh
+        set -eu
+        printf '%s' "$value" > "$dir/$deploy_resource_name.value"
+        echo "$deploy_resource_name $deploy_action" >> "$dir/order.log"
+  db_deploy:
+    type: OS::Heat::SoftwareDeployment
+    properties: {config: {get_resource: db_config}, server: s1, input_values: {dir: {get_param: dir}}}
+  web:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: reader_config}
+      server: s2
+      input_values: {dir: {get_param: dir}, value: {get_attr: [db_deploy, port]}}
+  sizer:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: reader_config}
+      server: s2
+      input_values: {dir: {get_param: dir}, value: {get_attr: [db_deploy, flavor]}}
+  linker:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: reader_config}
+      server: s2
+      input_values:
+        dir: {get_param: dir}
+        value: {list_join: ['', ['http://db:', {get_attr: [db_deploy, port]}]]}
+"#;
+
+#[tokio::test]
+async fn a_converge_follows_only_outputs_that_changed_and_leaves_inputs_made_by_expressions_to_an_update()
+ {
+    let (env, _agents) = cluster(&["s1", "s2"]).await;
+    let dir = env.path("visible");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let t = env.path("t.yaml");
+    std::fs::write(&t, VISIBLE).expect("template");
+    let t = t.display().to_string();
+    let dir_param = format!("dir={}", dir.display());
+    let run = create_stack(&env, "vis", &t, &[&dir_param]).await;
+    assert_eq!(run.code, 0, "{run}");
+    let value = |unit: &str| {
+        std::fs::read_to_string(dir.join(format!("{unit}.value"))).expect("value file")
+    };
+    assert_eq!(value("web"), "8001");
+    assert_eq!(value("sizer"), "small");
+    assert_eq!(value("linker"), "http://db:8001");
+
+    // The database drifts; its converge gives it a new port and the same flavor. web
+    // reads the port: re-run with it. sizer reads the flavor, which did not change: not
+    // run. linker's input is an expression of the port: reported, left to an update.
+    std::fs::remove_file(dir.join("db.port")).expect("drift");
+    std::fs::write(dir.join("order.log"), "").expect("clear the log");
+    let run = flue(&env, &["stack", "converge", "vis"]).await;
+    assert_eq!(run.code, 0, "{run}");
+    assert!(run.stdout.contains("converging db_deploy\n"), "{run}");
+    assert!(
+        run.stdout
+            .contains("inputs changed: value (db_deploy.port)\n"),
+        "{run}"
+    );
+    assert!(
+        run.stdout.contains(
+            "inputs changed: value (db_deploy.port): only `flue stack update` makes it again"
+        ),
+        "{run}"
+    );
+    assert_eq!(
+        lines(&dir.join("order.log")),
+        ["db_deploy CREATE", "web UPDATE"]
+    );
+    assert_eq!(value("web"), "8002");
+    assert_eq!(value("linker"), "http://db:8001", "not made again");
+
+    // The check says which unit only an update brings up to date; a converge cannot.
+    let run = flue(&env, &["stack", "check", "vis", "--json"]).await;
+    assert_eq!(run.code, 1, "{run}");
+    let report: Value = serde_json::from_str(&run.stdout).expect("json");
+    let result = |unit: &str| {
+        report
+            .as_array()
+            .expect("array")
+            .iter()
+            .find(|r| r["unit"] == unit)
+            .unwrap_or_else(|| panic!("{unit} in {report}"))["result"]
+            .clone()
+    };
+    assert_eq!(result("db_deploy"), "in_place");
+    assert_eq!(result("web"), "not_checked", "{report}");
+    assert_eq!(result("sizer"), "not_checked", "{report}");
+    assert_eq!(result("linker"), "needs_update", "{report}");
+    let run = flue(&env, &["stack", "converge", "vis"]).await;
+    assert!(run.stdout.contains("nothing to converge"), "{run}");
+
+    // An update with the same template makes linker's input again, and runs only it.
+    std::fs::write(dir.join("order.log"), "").expect("clear the log");
+    let run = flue(
+        &env,
+        &["stack", "update", "vis", "-t", &t, "-P", &dir_param],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run}");
+    assert_eq!(lines(&dir.join("order.log")), ["linker UPDATE"]);
+    assert_eq!(value("linker"), "http://db:8002");
+    let run = flue(&env, &["stack", "check", "vis"]).await;
+    assert_eq!(run.code, 0, "{run}");
+    assert!(run.stdout.contains("nothing drifted"), "{run}");
+}
