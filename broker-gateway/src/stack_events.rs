@@ -327,6 +327,7 @@ mod tests {
                     seen_at: None,
                     fingerprint: None,
                     units: Vec::new(),
+                    no_follow: false,
                 }),
                 units: units
                     .iter()
@@ -359,6 +360,7 @@ mod tests {
             action: action.to_owned(),
             status,
             status_reason: None,
+            inputs_read: std::collections::BTreeMap::new(),
         }
     }
 

@@ -67,8 +67,9 @@ pub use server::{
     RegisterServer, Registration, Server, ServerKeys,
 };
 pub use stack::{
-    ActionResult, ActionRun, ConvergePolicy, MappedResource, OpStatus, Operation, Pending,
-    PutStack, PutStackError, Stack, StackAction, StackState, StackStatus, StackUnit, Unit,
+    ActionResult, ActionRun, ConvergePolicy, InputMade, InputSource, MappedResource, OpStatus,
+    Operation, OutputRead, Pending, PutStack, PutStackError, Stack, StackAction, StackState,
+    StackStatus, StackUnit, Unit,
 };
 pub use tenant::{CreateTenant, Tenant};
 

@@ -132,6 +132,10 @@ pub struct SubmitOperation {
     /// without it keeps the one it had).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub converge: Option<crate::stack::ConvergePolicy>,
+    /// For `converge`: only report the units whose inputs read outputs the converge
+    /// changed (by default they are re-run with the new values, dependencies first).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_follow: bool,
 }
 
 impl fmt::Debug for SubmitOperation {
@@ -149,6 +153,7 @@ impl fmt::Debug for SubmitOperation {
             .field("force", &self.force)
             .field("units", &self.units)
             .field("converge", &self.converge)
+            .field("no_follow", &self.no_follow)
             .finish()
     }
 }
@@ -169,6 +174,7 @@ impl SubmitOperation {
             force: false,
             units: Vec::new(),
             converge: None,
+            no_follow: false,
         }
     }
 

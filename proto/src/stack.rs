@@ -349,6 +349,10 @@ pub struct Operation {
     /// For a converge: the units it re-applies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub units: Vec<String>,
+    /// For a converge: report the units whose inputs read outputs that changed instead
+    /// of re-running them (`--no-follow`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_follow: bool,
 }
 
 /// One deployment unit: what runs one config on one server across the stack's life.
@@ -399,6 +403,53 @@ pub struct Unit {
     /// Why it failed, or why it was not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_reason: Option<String>,
+    /// The inputs of `baseline` that came from other units' outputs (`get_attr`), by
+    /// input name: which outputs of which deployments they read. What a converge follows
+    /// and a check compares; never a value (hidden outputs are read by the gateway).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs_read: BTreeMap<String, InputSource>,
+}
+
+/// Where one input of a unit came from: outputs of other units of the stack.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct InputSource {
+    /// The outputs read, in the order they were read.
+    pub reads: Vec<OutputRead>,
+    /// How the value was made of them.
+    pub made: InputMade,
+}
+
+/// How an input's value was made of the outputs it read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum InputMade {
+    /// The value is its one read's output, at `path` within it (`get_attr: [unit,
+    /// output, path…]`): a converge can take the new value as it is.
+    Output {
+        /// Keys and indexes into the output.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        path: Vec<serde_json::Value>,
+    },
+    /// A hidden output handed on by reference (`input_refs`): only the gateway reads it.
+    Hidden,
+    /// An expression of the template made it: only an update can make it again.
+    Expression,
+}
+
+/// One output of one unit's deployment, as an input read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OutputRead {
+    /// The unit.
+    pub unit: String,
+    /// Its output (or `deploy_stdout`, …); absent: every output (a group member's
+    /// whole view).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// The unit's deployment that was read (its baseline then).
+    pub deployment_id: DeploymentId,
 }
 
 /// A deployment planned by an operation.

@@ -2,6 +2,8 @@
 //! (its agent back on a new, empty ledger: `server.rebuilt`), each of its stacks with that
 //! policy gets a converge operation re-applying its units on that server, dependencies
 //! first, run by the engine workers like any other (with its `stack.operation_*` events).
+//! It follows data as any converge does: units on other servers whose inputs read outputs
+//! it changes are re-run after them.
 //!
 //! A stack busy with another operation is tried again every [`RETRY_EVERY`], for at most
 //! [`MAX_TRIES`]; a stack with the `manual` policy (the default) is left alone: the

@@ -225,7 +225,8 @@ pub enum StackCommand {
     },
     /// Ask each unit's server whether what it last applied is still in place: runs the
     /// `CHECK` hook of each unit whose config declares one (exit 0: in place; non-zero:
-    /// drifted, with its output) and reports per unit, changing nothing. Exit 0 when
+    /// drifted, with its output) and reports per unit, changing nothing; a unit whose
+    /// inputs read outputs that changed since it ran is `inputs_changed`. Exit 0 when
     /// nothing drifted, 1 otherwise.
     Check {
         /// Stack name.
@@ -238,7 +239,8 @@ pub enum StackCommand {
         timeout_secs: u64,
     },
     /// Check the stack (as `flue stack check`), then re-apply the drifted and missing
-    /// units, each with the config and inputs it last applied, dependencies first:
+    /// units, each with the config and inputs it last applied, dependencies first, then
+    /// every unit whose inputs read outputs that changed, re-run with the new values:
     /// submitted to the gateway's engine workers and followed. Exit 0 when nothing needed
     /// it or the converge completed.
     Converge {
@@ -250,6 +252,10 @@ pub enum StackCommand {
         /// Take over from another operation still marked in progress.
         #[arg(long)]
         force: bool,
+        /// Only report the units whose inputs read outputs the converge changed, instead
+        /// of re-running them (`flue stack check` then finds them `inputs_changed`).
+        #[arg(long)]
+        no_follow: bool,
     },
     /// Take a stack out of Flue without running any hook: write its whole record
     /// (units, their deployments and configs, outputs, data space; hidden values stay

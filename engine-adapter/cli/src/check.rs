@@ -8,6 +8,13 @@
 //! hook is not checked (the gateway refuses the action for it, so a check never runs a
 //! config's main body); a unit that never completed a deployment is reported missing.
 //! Each check is a recorded deployment of the stack, with its lifecycle events.
+//!
+//! Before any hook, a unit whose inputs read outputs of other units that changed since
+//! it ran (`flue_stack::follow`) is reported `inputs_changed`, without running anything
+//! on its server: its server may be as it was applied, but what it was applied with is
+//! stale. A converge re-runs it with the new values. A unit whose only stale inputs were
+//! made by an expression of the template is `needs_update`: no converge can make them
+//! again without the template, `flue stack update` does.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -19,6 +26,8 @@ use flue_proto::{
     Action, CHECK_ACTION, Config, ConfigId, CreateDeployment, DeploymentStatus, OpStatus, Presence,
     PresenceStatus, ServerId, StackId,
 };
+use flue_stack::driver::Dependents;
+use flue_stack::follow;
 use serde::Serialize;
 
 use super::{CliError, Outcome};
@@ -31,7 +40,8 @@ const OUTPUT_TAIL_BYTES: usize = 300;
 struct UnitCheck {
     unit: String,
     server_id: String,
-    /// `in_place`, `drifted`, `missing`, `not_checked`, `offline`.
+    /// `in_place`, `drifted`, `missing`, `inputs_changed`, `needs_update`, `not_checked`,
+    /// `offline`.
     result: &'static str,
     detail: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -57,22 +67,39 @@ pub async fn run(
     };
     out.write_all(text.as_bytes())?;
     let unknown = results.iter().any(|r| r.result == "offline");
-    Ok(if to_converge(&results).is_empty() && !unknown {
+    let stale = results.iter().any(|r| r.result == NEEDS_UPDATE);
+    Ok(if to_converge(&results).is_empty() && !unknown && !stale {
         Outcome::Success
     } else {
         Outcome::Failed
     })
 }
 
-/// `flue stack converge NAME`: the check, then the drifted and missing units re-applied
-/// by the gateway's engine workers (dependencies first), followed.
+/// How `flue stack converge` runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Converge {
+    /// How long to wait for every check, in seconds.
+    pub timeout_secs: u64,
+    /// Take over from another operation still marked in progress.
+    pub force: bool,
+    /// What becomes of the units whose inputs read outputs the converge changes.
+    pub dependents: Dependents,
+}
+
+/// `flue stack converge NAME`: the check, then the drifted, missing and stale units
+/// re-applied by the gateway's engine workers (dependencies first, the units reading
+/// outputs that changed followed or reported), followed.
 pub async fn converge(
     client: &Client,
     name: &StackId,
-    timeout_secs: u64,
-    force: bool,
+    how: Converge,
     out: &mut impl Write,
 ) -> Result<Outcome, CliError> {
+    let Converge {
+        timeout_secs,
+        force,
+        dependents,
+    } = how;
     let results = check_units(client, name, timeout_secs).await?;
     out.write_all(table(name, &results).as_bytes())?;
     let units = to_converge(&results);
@@ -84,14 +111,20 @@ pub async fn converge(
     let mut body = SubmitOperation::new(OperationKind::Converge);
     body.units = units;
     body.force = force;
+    body.no_follow = dependents == Dependents::Report;
     super::submit::run(client, name, &body, super::submit::Ending::Nothing, out).await
 }
 
-/// The units a converge re-applies: drifted and missing ones.
+/// The results a converge acts on.
+const TO_CONVERGE: [&str; 3] = ["drifted", "missing", "inputs_changed"];
+/// A unit whose stale inputs only `flue stack update` makes again.
+const NEEDS_UPDATE: &str = "needs_update";
+
+/// The units a converge re-applies: drifted, missing and stale ones.
 fn to_converge(results: &[UnitCheck]) -> Vec<String> {
     results
         .iter()
-        .filter(|r| matches!(r.result, "drifted" | "missing"))
+        .filter(|r| TO_CONVERGE.contains(&r.result))
         .map(|r| r.unit.clone())
         .collect()
 }
@@ -113,6 +146,7 @@ async fn check_units(
     let mut online: BTreeMap<ServerId, Option<Presence>> = BTreeMap::new();
     let mut checks = Vec::new();
     let mut results = Vec::new();
+    let mut fetched = follow::Fetched::new();
     let check = Action::new(CHECK_ACTION).map_err(|e| CliError::Usage(e.to_string()))?;
     for (key, unit) in &stack.state.units {
         let base = UnitCheck {
@@ -129,6 +163,31 @@ async fn check_units(
             });
             continue;
         };
+        let now = follow::inputs_now(client, &stack.state, key, &mut fetched).await?;
+        if !now.changed.is_empty() {
+            let mut inputs = now.changed;
+            inputs.extend(now.stuck);
+            results.push(UnitCheck {
+                result: "inputs_changed",
+                detail: format!(
+                    "read outputs that changed since it ran: {}",
+                    inputs.join(", ")
+                ),
+                ..base
+            });
+            continue;
+        }
+        if !now.stuck.is_empty() {
+            results.push(UnitCheck {
+                result: NEEDS_UPDATE,
+                detail: format!(
+                    "made by an expression of outputs that changed since it ran: {}; `flue stack update` makes them again",
+                    now.stuck.join(", ")
+                ),
+                ..base
+            });
+            continue;
+        }
         if !configs.contains_key(config_id) {
             configs.insert(config_id.clone(), client.get_config(config_id).await?);
         }
@@ -228,18 +287,18 @@ fn table(name: &StackId, results: &[UnitCheck]) -> String {
         .max(6);
     let mut t = format!("stack {name}: checked {} units\n", results.len());
     t.push_str(&format!(
-        "{:width$}  {:server$}  {:11}  DETAIL\n",
+        "{:width$}  {:server$}  {:14}  DETAIL\n",
         "UNIT", "SERVER", "RESULT"
     ));
     for r in results {
         t.push_str(&format!(
-            "{:width$}  {:server$}  {:11}  {}\n",
+            "{:width$}  {:server$}  {:14}  {}\n",
             r.unit, r.server_id, r.result, r.detail
         ));
     }
     let drifted = results
         .iter()
-        .filter(|r| matches!(r.result, "drifted" | "missing"))
+        .filter(|r| TO_CONVERGE.contains(&r.result) || r.result == NEEDS_UPDATE)
         .count();
     t.push_str(&match drifted {
         0 => "nothing drifted".to_owned(),

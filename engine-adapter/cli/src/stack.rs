@@ -127,7 +127,20 @@ pub async fn run(
             name,
             timeout_secs,
             force,
-        } => super::check::converge(client, &name, timeout_secs, force, out).await,
+            no_follow,
+        } => {
+            let dependents = if no_follow {
+                flue_stack::driver::Dependents::Report
+            } else {
+                flue_stack::driver::Dependents::Follow
+            };
+            let converge = super::check::Converge {
+                timeout_secs,
+                force,
+                dependents,
+            };
+            super::check::converge(client, &name, converge, out).await
+        }
         StackCommand::Adopt { name, from } => {
             super::transfer::adopt(client, &name, &from, out).await
         }

@@ -113,6 +113,14 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// A unit's inputs read outputs that changed: a converge re-runs it with the new
+    /// values.
+    InputsChanged {
+        /// Unit key.
+        unit: String,
+        /// Each input, with the outputs it read (`password (db.password)`).
+        inputs: Vec<String>,
+    },
     /// A unit left the stack.
     Removed {
         /// Unit key.
@@ -320,13 +328,26 @@ pub async fn action(
     d.finish(failures).await
 }
 
+/// How a converge treats the units whose inputs read outputs it changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dependents {
+    /// Re-run each whose inputs changed, with the new values, after the units it reads.
+    #[default]
+    Follow,
+    /// Report them (`Event::NotRun`); `flue stack check` then finds them drifted.
+    Report,
+}
+
 /// `flue stack converge`: re-applies `units` (those a check found drifted or missing),
-/// each with the config and inputs it last applied, dependencies first; the other units
-/// are left alone. Resumed like any other operation.
+/// each with the config and inputs it last applied (an input read from an output that
+/// has changed since taken again), dependencies first; then the units whose inputs
+/// read outputs that changed, followed as `dependents` says; the other units are left
+/// alone. Resumed like any other operation.
 pub async fn converge(
     client: &Client,
     id: &StackId,
     units: &[String],
+    dependents: Dependents,
     opts: &Options,
 ) -> Result<Stack, EngineError> {
     let stack = client.get_stack(id).await.map_err(|e| not_found(e, id))?;
@@ -338,11 +359,13 @@ pub async fn converge(
             "stack {id} has no unit {unknown:?}"
         )));
     }
+    let no_follow = dependents == Dependents::Report;
     let kind = OpKind::Converge {
         units: units.to_vec(),
+        no_follow,
     };
     let mut d = Driver::begin(client, id, kind, None, opts).await?;
-    let steps = plan::converge_steps(&d.stack.state, units);
+    let steps = plan::converge_steps(&d.stack.state, units, no_follow);
     let failures = d.run(steps, None).await?;
     d.finish(failures).await
 }

@@ -4,6 +4,7 @@
 
 pub mod driver;
 pub mod environment;
+pub mod follow;
 pub mod functions;
 pub mod graph;
 pub mod infra;

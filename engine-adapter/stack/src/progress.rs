@@ -42,6 +42,9 @@ pub fn line(stack: &StackId, e: &Event) -> String {
             format!("  {unit:<24} already {status} before the interruption\n")
         }
         Event::NotRun { unit, reason } => format!("  {unit:<24} {reason}\n"),
+        Event::InputsChanged { unit, inputs } => {
+            format!("  {unit:<24} inputs changed: {}\n", inputs.join(", "))
+        }
         Event::Removed { unit } => format!("  {unit:<24} removed from the stack\n"),
         Event::WaitingForDriver { driver, up_to } => format!(
             "  the operation is marked as driven by {driver}; waiting up to {}s for it to stop\n",

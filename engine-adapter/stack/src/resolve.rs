@@ -1,10 +1,12 @@
 //! Resolving a template at run time: `get_attr` reads the outputs of deployments that
 //! have completed, `get_resource` names servers, configs and deployments.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
 use flue_proto::{
-    ConfigSpec, Deployment, DeploymentId, InputDecl, OutputDecl, OutputRef, StackState,
+    ConfigSpec, Deployment, DeploymentId, InputDecl, InputMade, InputSource, OutputDecl,
+    OutputRead, OutputRef, StackState,
 };
 use serde_json::{Value, json};
 
@@ -36,6 +38,9 @@ pub struct RuntimeResolver<'a> {
     /// How `get_attr` of a hidden output resolves: refused (inside a unit, where it
     /// may only be passed whole as an input value), or `"<hidden>"` (stack outputs).
     pub hidden_outputs: HiddenOutputs,
+    /// The deployment outputs read so far, in order: what a unit's inputs were made of
+    /// ([`Resolved::inputs_read`]).
+    pub reads: RefCell<Vec<OutputRead>>,
 }
 
 /// See [`RuntimeResolver::hidden_outputs`].
@@ -48,16 +53,25 @@ pub enum HiddenOutputs {
 }
 
 impl RuntimeResolver<'_> {
-    pub(super) fn completed(&self, key: &str) -> Result<&Deployment, String> {
+    /// The completed deployment of unit `key`, whose `output` (`None`: every output) is
+    /// about to be read; the read is noted in [`RuntimeResolver::reads`].
+    pub(super) fn completed(&self, key: &str, output: Option<&str>) -> Result<&Deployment, String> {
         let id = self
             .state
             .units
             .get(key)
             .and_then(|u| u.baseline.as_ref())
             .ok_or_else(|| format!("{key} has not completed"))?;
-        self.deployments
+        let d = self
+            .deployments
             .get(id)
-            .ok_or_else(|| format!("deployment {id} of {key} was not fetched"))
+            .ok_or_else(|| format!("deployment {id} of {key} was not fetched"))?;
+        self.reads.borrow_mut().push(OutputRead {
+            unit: key.to_owned(),
+            output: output.map(str::to_owned),
+            deployment_id: id.clone(),
+        });
+        Ok(d)
     }
 }
 
@@ -149,7 +163,9 @@ impl Resolver for RuntimeResolver<'_> {
                 "server_id" => self.get_resource(resource)?,
                 other => return Err(format!("a server has no attribute {other:?}")),
             },
-            ResourceKind::SoftwareDeployment => deployment_attr(self.completed(resource)?, attr),
+            ResourceKind::SoftwareDeployment => {
+                deployment_attr(self.completed(resource, Some(attr))?, attr)
+            }
             ResourceKind::SoftwareDeploymentGroup => {
                 let single = match attr {
                     "deploy_stdouts" => "deploy_stdout",
@@ -162,7 +178,7 @@ impl Resolver for RuntimeResolver<'_> {
                     let key = super::units::member_key(resource, member);
                     map.insert(
                         member.clone(),
-                        deployment_attr(self.completed(&key)?, single),
+                        deployment_attr(self.completed(&key, Some(single))?, single),
                     );
                 }
                 Value::Object(map)
@@ -177,7 +193,8 @@ impl Resolver for RuntimeResolver<'_> {
                 let mut map = serde_json::Map::new();
                 for (m, _) in self.plan.members.get(resource).into_iter().flatten() {
                     let key = super::units::member_key(resource, m);
-                    map.insert(m.clone(), deployment_attr(self.completed(&key)?, output));
+                    let d = self.completed(&key, Some(output))?;
+                    map.insert(m.clone(), deployment_attr(d, output));
                 }
                 return Ok(follow(Value::Object(map), rest));
             }
@@ -203,6 +220,8 @@ pub struct Resolved {
     pub input_values: BTreeMap<String, Value>,
     /// Inputs the gateway fills from other deployments' hidden outputs.
     pub input_refs: BTreeMap<String, OutputRef>,
+    /// The inputs made of other units' outputs, and which (see [`flue_proto::Unit::inputs_read`]).
+    pub inputs_read: BTreeMap<String, InputSource>,
     /// Seconds the gateway waits for the agent, if the template says.
     pub timeout_secs: Option<u64>,
     /// Name handed to the hook.
@@ -281,6 +300,7 @@ pub fn unit_deployment(
 
     let mut input_values = BTreeMap::new();
     let mut input_refs = BTreeMap::new();
+    let mut inputs_read = BTreeMap::new();
     if let Some(v) = properties.get("input_values") {
         let Value::Object(map) = v else {
             return Err(TemplateError {
@@ -300,6 +320,18 @@ pub fn unit_deployment(
                         message: format!("{resource} has not completed"),
                     })?;
                 declare(&mut inputs, name, "String").hidden = true;
+                let read = OutputRead {
+                    unit: resource.to_owned(),
+                    output: Some(attr.to_owned()),
+                    deployment_id: deployment_id.clone(),
+                };
+                inputs_read.insert(
+                    name.clone(),
+                    InputSource {
+                        reads: vec![read],
+                        made: InputMade::Hidden,
+                    },
+                );
                 input_refs.insert(
                     name.clone(),
                     OutputRef {
@@ -309,7 +341,16 @@ pub fn unit_deployment(
                 );
                 continue;
             }
+            r.reads.borrow_mut().clear();
             let out = functions::resolve(v, r, &format!("{}.{name}", props("input_values")))?;
+            let reads = r.reads.take();
+            if !reads.is_empty() {
+                let made = match output_path(t, v) {
+                    Some(path) if reads.len() == 1 => InputMade::Output { path },
+                    _ => InputMade::Expression,
+                };
+                inputs_read.insert(name.clone(), InputSource { reads, made });
+            }
             if out.hidden {
                 declare(&mut inputs, name, "String").hidden = true;
             }
@@ -370,9 +411,26 @@ pub fn unit_deployment(
         spec,
         input_values,
         input_refs,
+        inputs_read,
         timeout_secs,
         name,
     })
+}
+
+/// The path of `v` into one deployment's output when `v` is exactly
+/// `get_attr: [deployment, output, path…]` with a literal path: a value a converge can
+/// take again from the deployment's new output without the template.
+fn output_path(t: &Template, v: &Value) -> Option<Vec<Value>> {
+    let (name, args) = functions::as_call(v)?;
+    let args = args.as_array().filter(|_| name == "get_attr")?;
+    let resource = args.first()?.as_str()?;
+    args.get(1)?.as_str()?;
+    let deployment = t
+        .resources
+        .get(resource)
+        .is_some_and(|r| r.kind == ResourceKind::SoftwareDeployment);
+    let literal = |p: &Value| p.is_string() || p.is_u64();
+    (deployment && args[2..].iter().all(literal)).then(|| args[2..].to_vec())
 }
 
 /// The input declaration `name`, added (with `kind`) when the config has none.

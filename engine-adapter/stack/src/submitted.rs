@@ -30,6 +30,8 @@ pub struct Prepared {
     pub force: bool,
     /// For a converge: the units to re-apply.
     pub units: Vec<String>,
+    /// For a converge: what becomes of the units whose inputs read outputs it changes.
+    pub dependents: driver::Dependents,
     /// For create and update: the converge policy to keep.
     pub converge: Option<flue_proto::ConvergePolicy>,
     /// Things Flue read but does not act on (ignored environment sections, …).
@@ -112,6 +114,7 @@ pub fn prepare(
     let converging = body.operation == OperationKind::Converge;
     if !converging {
         refuse_unless(!body.units.is_empty(), "units")?;
+        refuse_unless(body.no_follow, "no_follow")?;
     } else if body.units.is_empty() {
         return Err(TemplateError::new(
             "units",
@@ -145,6 +148,11 @@ pub fn prepare(
         action,
         force: body.force,
         units: body.units.clone(),
+        dependents: if body.no_follow {
+            driver::Dependents::Report
+        } else {
+            driver::Dependents::Follow
+        },
         converge: body.converge,
         notes,
     })
@@ -319,9 +327,11 @@ pub async fn run(
         (OperationKind::Delete, _, _) => driver::delete(client, stack, &opts).await,
         (OperationKind::Suspend, _, _) => driver::suspend(client, stack, &opts).await.map(Some),
         (OperationKind::Resume, _, _) => driver::resume(client, stack, &opts).await.map(Some),
-        (OperationKind::Converge, _, _) => driver::converge(client, stack, &prepared.units, &opts)
-            .await
-            .map(Some),
+        (OperationKind::Converge, _, _) => {
+            driver::converge(client, stack, &prepared.units, prepared.dependents, &opts)
+                .await
+                .map(Some)
+        }
         (OperationKind::Action, _, Some((resource, name))) => {
             driver::action(client, stack, resource, name, &opts)
                 .await

@@ -72,6 +72,16 @@ async fn bad_operation_bodies_are_refused_naming_the_field_and_nothing_is_queued
         422,
         "template",
     ));
+    cases.push((
+        json!({"operation": "delete", "no_follow": true}),
+        422,
+        "no_follow",
+    ));
+    cases.push((
+        json!({"operation": "converge", "units": ["a"], "no_follow": "yes"}),
+        422,
+        "no_follow",
+    ));
     cases.push((json!({"operation": "delete"}), 404, "bad"));
     for (body, status, names) in cases {
         let (got, _, answer) = submit(gw, "bad", &body).await;

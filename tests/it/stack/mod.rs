@@ -9,6 +9,7 @@ mod corpus_create;
 mod examples;
 mod failure;
 mod fidelity;
+mod follow;
 mod heat;
 mod hot;
 mod lifecycle;

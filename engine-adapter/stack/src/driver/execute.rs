@@ -13,14 +13,23 @@ use super::plan::{Step, StepKind};
 use super::record::{BUSY_BACKOFF, BUSY_RETRIES};
 use super::state::{ApplyContext, Driver};
 use super::{EngineError, Event, STDERR_TAIL_BYTES};
-use crate::random;
 use crate::resolve::{self, HiddenOutputs};
 use crate::template::ResourceKind;
+use crate::{follow, random};
 use flue_client::{Client, ClientError};
 
 /// Added to a deployment's own timeout when waiting for it: the gateway fails it at
 /// its timeout, so this is only a bound against a gateway that never answers.
 const WAIT_SLACK: Duration = Duration::from_secs(120);
+
+/// What a step starts: its action, the config to create (if any), the deployment, and
+/// the deployment the gateway compares it with.
+type Started = (
+    String,
+    Option<ConfigSpec>,
+    CreateDeployment,
+    Option<DeploymentId>,
+);
 
 /// How a step's deployment ended.
 #[derive(Debug)]
@@ -98,6 +107,7 @@ impl Driver<'_> {
                 let pending = self
                     .plan_pending(&key, action, Some(ConfigId::random()))
                     .await?;
+                self.reads.insert(key.clone(), resolved.inputs_read);
                 let mut spec = resolved.spec;
                 spec.id = pending.config_id.clone();
                 let body = CreateDeployment {
@@ -118,6 +128,25 @@ impl Driver<'_> {
                 };
                 ((*action).to_owned(), Some(spec), body, compare_with.clone())
             }
+            StepKind::ReportInputs => {
+                let now = self.inputs_now(&key).await?;
+                if !now.is_current() {
+                    let mut inputs = now.changed;
+                    inputs.extend(now.stuck);
+                    (self.opts.report)(&Event::NotRun {
+                        unit: key,
+                        reason: format!(
+                            "inputs changed: {}; not followed (--no-follow): `flue stack converge` re-runs it",
+                            inputs.join(", ")
+                        ),
+                    });
+                }
+                return Ok(false);
+            }
+            StepKind::Follow { drifted } => match self.follow(&key, *drifted).await? {
+                Some(follow) => follow,
+                None => return Ok(false),
+            },
             StepKind::Reuse {
                 action,
                 config,
@@ -166,6 +195,98 @@ impl Driver<'_> {
             (key, result)
         });
         Ok(true)
+    }
+}
+
+impl Driver<'_> {
+    /// Unit `key`'s inputs against the outputs they read as those units stand now.
+    async fn inputs_now(&mut self, key: &str) -> Result<follow::Inputs, StartError> {
+        follow::inputs_now(self.client, &self.stack.state, key, &mut self.fetched)
+            .await
+            .map_err(|e| StartError::Engine(e.into()))
+    }
+
+    /// A converge's step for unit `key` (`drifted`, or reading outputs that may have
+    /// changed): its completed config re-run with the inputs that changed taken again
+    /// (action, config, body, and what the gateway compares with when it is not
+    /// drifted); `None` when nothing is to run.
+    async fn follow(&mut self, key: &str, drifted: bool) -> Result<Option<Started>, StartError> {
+        let unit = self.stack.state.units[key].clone();
+        let (Some(baseline), Some(config)) = (unit.baseline.clone(), unit.baseline_config.clone())
+        else {
+            return Ok(None);
+        };
+        let now = self.inputs_now(key).await?;
+        // Inputs an expression of the template made: only an update makes them again.
+        let stuck: Vec<String> = now
+            .stuck
+            .iter()
+            .map(|s| format!("{s}: only `flue stack update` makes it again"))
+            .collect();
+        if !drifted {
+            if now.changed.is_empty() {
+                if !stuck.is_empty() {
+                    (self.opts.report)(&Event::NotRun {
+                        unit: key.to_owned(),
+                        reason: format!("inputs changed: {}", stuck.join(", ")),
+                    });
+                }
+                // The outputs it read moved on with the same values: nothing to run.
+                if now.reads != unit.inputs_read {
+                    let reads = now.reads.clone();
+                    self.save_units(&[key], |s, _| {
+                        if let Some(u) = s.units.get_mut(key) {
+                            u.inputs_read = reads.clone();
+                        }
+                    })
+                    .await?;
+                }
+                return Ok(None);
+            }
+            if !unit.actions.iter().any(|a| a == Action::UPDATE) {
+                (self.opts.report)(&Event::NotRun {
+                    unit: key.to_owned(),
+                    reason: format!(
+                        "inputs changed: {}; not run: it does not run for UPDATE",
+                        now.changed.join(", ")
+                    ),
+                });
+                return Ok(None);
+            }
+        }
+        if !now.changed.is_empty() || !stuck.is_empty() {
+            let mut inputs = now.changed.clone();
+            inputs.extend(stuck);
+            (self.opts.report)(&Event::InputsChanged {
+                unit: key.to_owned(),
+                inputs,
+            });
+        }
+        // A drifted unit runs its last action again; one only following data updates.
+        let action = if !drifted || unit.action == Action::UPDATE {
+            Action::UPDATE
+        } else {
+            Action::CREATE
+        };
+        let pending = self.plan_pending(key, action, None).await?;
+        self.reads.insert(key.to_owned(), now.reads);
+        let compare_with = (!drifted).then(|| baseline.clone());
+        let body = CreateDeployment {
+            id: Some(pending.deployment_id.clone()),
+            input_values: now.values,
+            name: Some(match &unit.member {
+                Some(m) => format!("{}-{m}", unit.resource),
+                None => unit.resource.clone(),
+            }),
+            stack_id: Some(self.id.clone()),
+            resource_name: Some(unit.member.clone().unwrap_or(unit.resource.clone())),
+            inputs_from: Some(baseline),
+            input_refs: now.refs,
+            skip_if_unchanged_from: compare_with.clone(),
+            action: Action::new(action).expect("lifecycle action"),
+            ..CreateDeployment::new(config, unit.server_id.clone())
+        };
+        Ok(Some((action.to_owned(), None, body, compare_with)))
     }
 }
 

@@ -32,10 +32,14 @@ pub(super) enum OpKind {
         /// The deployment resource it runs on.
         resource: String,
     },
-    /// `flue stack converge`: `units` re-applied with what each last applied.
+    /// `flue stack converge`: `units` re-applied with what each last applied, and the
+    /// units whose inputs read outputs that changed re-run with the new values (only
+    /// reported with `no_follow`).
     Converge {
         /// The unit keys.
         units: Vec<String>,
+        /// Report the units whose inputs changed instead of re-running them.
+        no_follow: bool,
     },
 }
 
@@ -54,6 +58,7 @@ impl OpKind {
             },
             StackAction::Converge if !op.units.is_empty() => OpKind::Converge {
                 units: op.units.clone(),
+                no_follow: op.no_follow,
             },
             StackAction::Converge => return None,
         })
@@ -101,7 +106,9 @@ impl OpKind {
                 Self::Action { name, resource } => {
                     op.name.as_deref() == Some(name) && op.resource.as_deref() == Some(resource)
                 }
-                Self::Converge { units } => &op.units == units,
+                Self::Converge { units, no_follow } => {
+                    &op.units == units && op.no_follow == *no_follow
+                }
                 _ => true,
             }
     }
@@ -128,6 +135,17 @@ pub(super) enum StepKind {
         /// The unit leaves the stack once this succeeds.
         removal: bool,
     },
+    /// Re-run the unit's completed config with its inputs taken again from the outputs
+    /// they read, where those changed (`crate::follow`); decided when the step starts,
+    /// after the units it reads.
+    Follow {
+        /// A drifted unit: it runs even when no input changed. Otherwise the gateway
+        /// runs nothing when the values it would get are the ones it has.
+        drifted: bool,
+    },
+    /// Report whether the unit's inputs read outputs that changed; run nothing
+    /// (`flue stack converge --no-follow`).
+    ReportInputs,
     /// Leave the stack without running anything.
     Drop,
     /// Nothing to do.
@@ -282,28 +300,71 @@ pub(super) fn action_steps(state: &StackState, keys: &[String], name: &str) -> V
         .collect()
 }
 
-/// The steps of a converge: each of `units` re-applied with what it last applied,
-/// dependencies first; the other units are left alone.
-pub(super) fn converge_steps(state: &StackState, units: &[String]) -> Vec<Step> {
+/// The steps of a converge: each of `units` re-applied with what it last applied (its
+/// inputs read from outputs that changed taken again), dependencies first; then every
+/// unit whose inputs read, directly or through others, a unit that runs, followed
+/// (re-run where its inputs changed) after the units it reads, or with `no_follow` only
+/// reported. The other units are left alone.
+pub(super) fn converge_steps(state: &StackState, units: &[String], no_follow: bool) -> Vec<Step> {
+    let readers = readers(state);
+    // Everything downstream of a converged unit through the inputs that read it.
+    let mut downstream: BTreeSet<&str> = BTreeSet::new();
+    let mut todo: Vec<&str> = units.iter().map(String::as_str).collect();
+    while let Some(key) = todo.pop() {
+        for reader in readers.get(key).into_iter().flatten() {
+            if downstream.insert(reader) {
+                todo.push(reader);
+            }
+        }
+    }
     state
         .units
         .iter()
-        .map(|(key, unit)| Step {
-            key: key.clone(),
-            after: unit
-                .depends_on
-                .iter()
-                .filter(|k| state.units.contains_key(*k))
-                .cloned()
-                .collect(),
-            batch: None,
-            kind: if units.contains(key) {
-                converge_step(unit)
-            } else {
-                StepKind::Skip
-            },
+        .map(|(key, unit)| {
+            let converged = units.contains(key);
+            let reads_data = !unit.inputs_read.is_empty() && unit.baseline_config.is_some();
+            let kind = match (converged, downstream.contains(key.as_str())) {
+                (true, _) if reads_data && !no_follow && unit.baseline.is_some() => {
+                    StepKind::Follow { drifted: true }
+                }
+                (true, _) => converge_step(unit),
+                (false, true) if no_follow => StepKind::ReportInputs,
+                (false, true) if unit.baseline.is_some() && reads_data => {
+                    StepKind::Follow { drifted: false }
+                }
+                _ => StepKind::Skip,
+            };
+            let mut after: BTreeSet<String> = unit.depends_on.iter().cloned().collect();
+            after.extend(read_units(unit).map(str::to_owned));
+            after.retain(|k| k != key && state.units.contains_key(k));
+            Step {
+                key: key.clone(),
+                after,
+                batch: None,
+                kind,
+            }
         })
         .collect()
+}
+
+/// The units whose outputs `unit`'s inputs read.
+fn read_units(unit: &Unit) -> impl Iterator<Item = &str> {
+    unit.inputs_read
+        .values()
+        .flat_map(|s| s.reads.iter().map(|r| r.unit.as_str()))
+}
+
+/// For each unit, the units whose inputs read its outputs.
+fn readers(state: &StackState) -> BTreeMap<&str, BTreeSet<&str>> {
+    let mut out: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (key, unit) in &state.units {
+        for read in read_units(unit) {
+            if read != key {
+                out.entry(read).or_default().insert(key.as_str());
+            }
+        }
+    }
+    out
 }
 
 /// A drifted or missing unit re-applied: its completed config and inputs with the action
@@ -425,6 +486,7 @@ fn new_unit(want: &DesiredUnit) -> Unit {
         action: INIT.to_owned(),
         status: OpStatus::Complete,
         status_reason: None,
+        inputs_read: BTreeMap::new(),
     }
 }
 

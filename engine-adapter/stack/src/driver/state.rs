@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use flue_proto::{
-    Deployment, DeploymentId, DeploymentStatus, OpStatus, Operation, PutStack, Stack, StackAction,
-    StackId, StackState, StackStatus,
+    Deployment, DeploymentId, DeploymentStatus, InputSource, OpStatus, Operation, PutStack, Stack,
+    StackAction, StackId, StackState, StackStatus,
 };
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -52,6 +52,10 @@ pub(super) struct Driver<'c> {
     pub(super) opts: Options,
     /// Completed deployments fetched so far (for `get_attr`), by id.
     pub(super) deployments: HashMap<DeploymentId, Deployment>,
+    /// What each started step's inputs read, by unit: recorded with the step's end.
+    pub(super) reads: HashMap<String, BTreeMap<String, InputSource>>,
+    /// Deployments read to compare outputs (`crate::follow`).
+    pub(super) fetched: crate::follow::Fetched,
 }
 
 impl<'c> Driver<'c> {
@@ -84,9 +88,16 @@ impl<'c> Driver<'c> {
             seen_at: Some(OffsetDateTime::now_utc()),
             fingerprint: fingerprint.clone(),
             units: match &kind {
-                OpKind::Converge { units } => units.clone(),
+                OpKind::Converge { units, .. } => units.clone(),
                 _ => Vec::new(),
             },
+            no_follow: matches!(
+                kind,
+                OpKind::Converge {
+                    no_follow: true,
+                    ..
+                }
+            ),
         };
         let in_progress = StackStatus {
             action,
@@ -232,6 +243,8 @@ impl<'c> Driver<'c> {
             stack,
             opts: opts.clone(),
             deployments: HashMap::new(),
+            reads: HashMap::new(),
+            fetched: HashMap::new(),
         }
     }
 
@@ -390,6 +403,7 @@ impl<'c> Driver<'c> {
             state: &self.stack.state,
             deployments: &self.deployments,
             hidden_outputs,
+            reads: Default::default(),
         }
     }
 

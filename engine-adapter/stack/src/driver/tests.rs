@@ -1,6 +1,10 @@
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use flue_proto::{Action, ConfigId, Deployment, DeploymentId, OpStatus, ServerId, Unit};
+use flue_proto::{
+    Action, ConfigId, Deployment, DeploymentId, InputMade, InputSource, OpStatus, OutputRead,
+    ServerId, StackState, Unit,
+};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -171,6 +175,7 @@ fn unit(actions: &[&str]) -> Unit {
         action: INIT.to_owned(),
         status: OpStatus::Complete,
         status_reason: None,
+        inputs_read: BTreeMap::new(),
     }
 }
 
@@ -234,4 +239,83 @@ fn unit_reasons_keep_one_bounded_line() {
         cut.len()
     );
     assert!(cut.ends_with('…'));
+}
+
+/// A completed unit whose inputs read `reads` (input name → unit), each as a value.
+fn reading(reads: &[(&str, &str)]) -> Unit {
+    let mut u = unit(&["CREATE", "UPDATE"]);
+    u.baseline = Some(id("d1"));
+    u.baseline_config = Some(config("c1"));
+    u.action = Action::CREATE.to_owned();
+    for (input, from) in reads {
+        let read = OutputRead {
+            unit: (*from).to_owned(),
+            output: Some("out".to_owned()),
+            deployment_id: id("d0"),
+        };
+        let made = InputMade::Output { path: Vec::new() };
+        u.inputs_read.insert(
+            (*input).to_owned(),
+            InputSource {
+                reads: vec![read],
+                made,
+            },
+        );
+    }
+    u
+}
+
+#[test]
+fn a_converge_follows_every_unit_reading_what_it_reruns_after_what_it_reads() {
+    use super::plan::converge_steps;
+    let mut state = StackState::default();
+    state.units.insert("db".into(), reading(&[]));
+    // web reads db, app reads web (and so db, through it); other reads nothing;
+    // cache reads other only, so nothing of this converge reaches it.
+    state
+        .units
+        .insert("web".into(), reading(&[("password", "db")]));
+    state.units.insert("app".into(), reading(&[("url", "web")]));
+    state.units.insert("other".into(), reading(&[]));
+    state
+        .units
+        .insert("cache".into(), reading(&[("x", "other")]));
+    let by_key = |steps: Vec<Step>| -> BTreeMap<String, Step> {
+        steps.into_iter().map(|s| (s.key.clone(), s)).collect()
+    };
+    let after = |keys: &[&str]| keys.iter().map(|k| (*k).to_owned()).collect();
+
+    let steps = by_key(converge_steps(&state, &["db".to_owned()], false));
+    assert_eq!(steps["db"].kind, rerun_step(&state.units["db"], "CREATE"));
+    assert_eq!(steps["web"].kind, StepKind::Follow { drifted: false });
+    assert_eq!(steps["web"].after, after(&["db"]), "after what it reads");
+    assert_eq!(steps["app"].kind, StepKind::Follow { drifted: false });
+    assert_eq!(steps["app"].after, after(&["web"]));
+    assert_eq!(steps["other"].kind, StepKind::Skip);
+    assert_eq!(
+        steps["cache"].kind,
+        StepKind::Skip,
+        "reads nothing that runs"
+    );
+
+    // A drifted unit that reads others runs with its inputs taken again, drifted.
+    let steps = by_key(converge_steps(&state, &["web".to_owned()], false));
+    assert_eq!(steps["db"].kind, StepKind::Skip);
+    assert_eq!(steps["web"].kind, StepKind::Follow { drifted: true });
+    assert_eq!(steps["app"].kind, StepKind::Follow { drifted: false });
+
+    // --no-follow: the readers are only reported; the drifted units run as before.
+    let steps = by_key(converge_steps(
+        &state,
+        &["db".to_owned(), "web".to_owned()],
+        true,
+    ));
+    assert_eq!(steps["web"].kind, rerun_step(&state.units["web"], "CREATE"));
+    assert_eq!(steps["app"].kind, StepKind::ReportInputs);
+    assert_eq!(steps["cache"].kind, StepKind::Skip);
+
+    // A reader that never completed has nothing to re-run.
+    state.units.get_mut("app").expect("app").baseline = None;
+    let steps = by_key(converge_steps(&state, &["db".to_owned()], false));
+    assert_eq!(steps["app"].kind, StepKind::Skip);
 }

@@ -7,7 +7,8 @@
 use std::collections::BTreeMap;
 
 use flue_proto::{
-    ConfigId, Deployment, DeploymentId, DeploymentStatus, OpStatus, Pending, StackState,
+    ConfigId, Deployment, DeploymentId, DeploymentStatus, InputSource, OpStatus, Pending,
+    StackState,
 };
 
 use super::execute::{self, Outcome};
@@ -18,10 +19,17 @@ use super::{EngineError, Event};
 
 /// How one finished step is recorded in its unit.
 enum Ending {
-    /// Nothing ran: the unit is complete as it was.
-    Unchanged,
+    /// Nothing ran: the unit is complete as it was (its inputs now read `reads`, when
+    /// the step resolved them).
+    Unchanged {
+        /// What its inputs read.
+        reads: Option<BTreeMap<String, InputSource>>,
+    },
     /// Its deployment ran to this end.
     Ran {
+        /// What its inputs read, when the step resolved them: the unit's once the
+        /// deployment is its baseline.
+        reads: Option<BTreeMap<String, InputSource>>,
         /// The deployment as it ended.
         deployment: Box<Deployment>,
         /// The unit's one-line reason when it failed.
@@ -48,7 +56,11 @@ impl Driver<'_> {
                         ((*action).to_owned(), Some(ConfigId::random()))
                     }
                     StepKind::Reuse { action, .. } => (action.clone(), None),
-                    StepKind::Drop | StepKind::Skip => return None,
+                    // Decided when it starts: it may need no deployment.
+                    StepKind::Follow { .. }
+                    | StepKind::ReportInputs
+                    | StepKind::Drop
+                    | StepKind::Skip => return None,
                 };
                 let unit = self.stack.state.units.get(&step.key)?;
                 if planned_by(unit, &op, &action).is_some() {
@@ -91,10 +103,11 @@ impl Driver<'_> {
         let mut results = Vec::with_capacity(ends.len());
         for (step, outcome) in ends {
             let key = step.key.clone();
+            let reads = self.reads.remove(&key);
             let deployment = match outcome {
                 Outcome::Unchanged => {
                     (self.opts.report)(&Event::Unchanged { unit: key.clone() });
-                    endings.insert(key, Ending::Unchanged);
+                    endings.insert(key, Ending::Unchanged { reads });
                     results.push((step, None));
                     continue;
                 }
@@ -107,6 +120,7 @@ impl Driver<'_> {
                     .insert(deployment.id.clone(), (*deployment).clone());
             }
             let ending = Ending::Ran {
+                reads,
                 // The unit keeps one line; the stack's reason and the deployment keep
                 // the rest.
                 reason: reason.as_deref().map(unit_reason),
@@ -144,13 +158,17 @@ impl Driver<'_> {
 /// Records how one step ended in the stack (its unit and, for an ad-hoc action, the
 /// action run's results); a unit not in `s` is left alone.
 fn record_ending(s: &mut StackState, key: &str, ending: &Ending, op: &str, action_run: bool) {
-    let (d, reason, removal) = match ending {
-        Ending::Unchanged => {
+    let (d, reason, removal, reads) = match ending {
+        Ending::Unchanged { reads } => {
             if let Some(u) = s.units.get_mut(key) {
                 u.pending = None;
                 u.op_id = Some(op.to_owned());
                 u.status = OpStatus::Complete;
                 u.status_reason = None;
+                // The gateway found the values the same: what they were read from now.
+                if let Some(reads) = reads {
+                    u.inputs_read = reads.clone();
+                }
             }
             return;
         }
@@ -158,7 +176,8 @@ fn record_ending(s: &mut StackState, key: &str, ending: &Ending, op: &str, actio
             deployment,
             reason,
             removal,
-        } => (deployment, reason, *removal),
+            reads,
+        } => (deployment, reason, *removal, reads),
     };
     if action_run {
         if let Some(run) = s.actions.iter_mut().find(|a| a.op_id == op) {
@@ -180,6 +199,11 @@ fn record_ending(s: &mut StackState, key: &str, ending: &Ending, op: &str, actio
         return;
     };
     record_deployment(u, d);
+    if let Some(reads) = reads
+        && u.baseline.as_ref() == Some(&d.id)
+    {
+        u.inputs_read = reads.clone();
+    }
     u.op_id = Some(op.to_owned());
     u.status_reason = reason.clone();
 }

@@ -272,6 +272,7 @@ fn values_servers_externals_and_none_resolve_at_run_time() {
         state: &state,
         deployments: &deployments,
         hidden_outputs: HiddenOutputs::Refuse,
+        reads: Default::default(),
     };
     let web = unit_deployment(&r, &p.units["web_deploy"]).expect("resolves");
     assert_eq!(web.input_values["db_host"], json!("db-ok"));
@@ -295,6 +296,7 @@ fn a_cloud_config_deployed_is_a_cloud_config_body() {
         state: &state,
         deployments: &deployments,
         hidden_outputs: HiddenOutputs::Refuse,
+        reads: Default::default(),
     };
     let cloud = unit_deployment(&r, &p.units["cloud"]).expect("resolves");
     assert_eq!(cloud.spec.group, "Heat::Ungrouped");
@@ -335,6 +337,7 @@ fn a_resource_group_of_deployments_has_one_unit_per_index() {
         state: &state,
         deployments: &deployments,
         hidden_outputs: HiddenOutputs::Placeholder,
+        reads: Default::default(),
     };
     let w1 = unit_deployment(&r, &p.units["workers/1"]).expect("resolves");
     assert_eq!(w1.input_values["db_host"], json!("db-for-1"));
@@ -426,6 +429,7 @@ fn a_multipart_mime_deployed_is_a_mime_message_of_its_parts_bodies() {
         state: &state,
         deployments: &deployments,
         hidden_outputs: HiddenOutputs::Refuse,
+        reads: Default::default(),
     };
     let mimed = unit_deployment(&r, &p.units["mimed"]).expect("resolves");
     assert_eq!(mimed.spec.group, "Heat::Ungrouped");

@@ -80,7 +80,8 @@ impl RuntimeResolver<'_> {
             other => match other.strip_prefix("resource.") {
                 Some(n) => {
                     let (index, rest) = n.split_once('.').unwrap_or((n, ""));
-                    let d = self.completed(&key(index))?;
+                    let read = Some(rest).filter(|r| !r.is_empty());
+                    let d = self.completed(&key(index), read)?;
                     if rest.is_empty() {
                         deployment_view(d)
                     } else {
@@ -90,7 +91,12 @@ impl RuntimeResolver<'_> {
                 None => Value::Array(
                     members
                         .iter()
-                        .map(|(m, _)| Ok(deployment_attr(self.completed(&key(m))?, other)))
+                        .map(|(m, _)| {
+                            Ok(deployment_attr(
+                                self.completed(&key(m), Some(other))?,
+                                other,
+                            ))
+                        })
                         .collect::<Result<_, String>>()?,
                 ),
             },
@@ -133,6 +139,7 @@ pub(super) fn keeper_deployment(
         spec: random::keeper_config(&unit.resource),
         input_values,
         input_refs: BTreeMap::new(),
+        inputs_read: BTreeMap::new(),
         timeout_secs: None,
         name: unit.resource.clone(),
     })

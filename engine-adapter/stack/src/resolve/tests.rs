@@ -92,6 +92,7 @@ impl Fixture {
             state: &self.state,
             deployments: &self.deployments,
             hidden_outputs: HiddenOutputs::Refuse,
+            reads: Default::default(),
         };
         unit_deployment(&r, &self.plan.units[key])
     }
@@ -203,6 +204,8 @@ resources:
       input_values:
         pw: {get_attr: [db, password]}
         addr: {get_attr: [db, address]}
+        url: {list_join: ['', ['pg://', {get_attr: [db, address]}]]}
+        plain: 5
 "#;
     // Anything but a whole input value is refused when the template loads.
     let leaky = format!(
@@ -246,6 +249,7 @@ resources:
         state: &state,
         deployments: &deployments,
         hidden_outputs: HiddenOutputs::Refuse,
+        reads: Default::default(),
     };
     let web = unit_deployment(&r, &plan.units["web"]).expect("web resolves");
     assert_eq!(
@@ -258,6 +262,27 @@ resources:
     assert!(!web.input_values.contains_key("pw"));
     assert_eq!(web.input_values["addr"], json!("10.0.0.1:5432"));
     assert!(web.spec.inputs.iter().any(|i| i.name == "pw" && i.hidden));
+
+    // What each input read is recorded, and how it was made; never a value.
+    let read = |output: &str| OutputRead {
+        unit: "db".into(),
+        output: Some(output.into()),
+        deployment_id: DeploymentId::new("d-db").expect("id"),
+    };
+    let source = |output: &str, made: InputMade| InputSource {
+        reads: vec![read(output)],
+        made,
+    };
+    assert_eq!(web.inputs_read["pw"], source("password", InputMade::Hidden));
+    let whole = InputMade::Output { path: Vec::new() };
+    assert_eq!(web.inputs_read["addr"], source("address", whole));
+    assert_eq!(
+        web.inputs_read["url"],
+        source("address", InputMade::Expression)
+    );
+    assert!(!web.inputs_read.contains_key("plain"), "reads no output");
+    let recorded = serde_json::to_string(&web.inputs_read).expect("json");
+    assert!(!recorded.contains("10.0.0.1"), "{recorded}");
 }
 
 #[test]
