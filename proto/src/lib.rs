@@ -42,6 +42,7 @@ pub mod stack;
 pub mod stack_export;
 pub mod subject;
 pub mod tenant;
+pub mod upgrade;
 pub mod webhook;
 
 pub use config::{

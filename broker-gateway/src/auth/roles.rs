@@ -32,6 +32,8 @@ pub fn allowed(method: &Method, path: &str) -> &'static [Role] {
         // Credentials (server rotation, listener credentials) are the admin's.
         ("POST", ["v1", "servers", _, "credentials"]) => ADMIN,
         (_, ["v1", "listener-credentials"]) => ADMIN,
+        // Agent builds are signed offline; uploading one changes nothing by itself.
+        ("PUT", ["v1", "agent-builds", _, "chunks", _]) => ENGINE_OR_ADMIN,
         ("POST", ["v1", "configs"]) | ("POST", ["v1", "deployments"]) => ENGINE,
         ("PUT" | "DELETE", ["v1", "stacks", _]) => ENGINE,
         // A PaaS layer may run stacks with an admin token, as an engine may.
