@@ -14,21 +14,27 @@ use flue_tests::{Agent, Flue, WAIT, bin, write_executable};
 const OLD: &str = "0.1.0+dev";
 const NEXT: &str = "0.1.0+next";
 
-/// The second build `scripts/test.sh` makes; its absence fails the test, saying how to
-/// make it.
-fn next_build() -> PathBuf {
+/// An agent build `scripts/test.sh` makes besides the workspace's (`flue-agent-next`, this
+/// tree with build id `next`; `flue-agent-previous`, the previous release's); its absence
+/// fails the test, saying how to make it.
+fn extra_build(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let path = exe
         .parent()
         .and_then(Path::parent)
         .expect("target/<profile>/deps")
-        .join("flue-upgrade/flue-agent-next");
+        .join("flue-upgrade")
+        .join(name);
     assert!(
         path.exists(),
-        "{} is missing: `bash scripts/test.sh` builds it (FLUE_BUILD_ID=next cargo build --workspace --bins, copied there)",
+        "{} is missing: `bash scripts/test.sh` builds it before the tests",
         path.display()
     );
     path
+}
+
+fn next_build() -> PathBuf {
+    extra_build("flue-agent-next")
 }
 
 /// Runs `flue ARGS…` against the gateway with the token the command needs.
@@ -380,4 +386,59 @@ async fn a_new_build_that_crashes_at_start_is_rolled_back_and_the_upgrade_answer
     setup.nothing_staged();
     setup.shows_version(OLD).await;
     setup.still_deploys("after-rollback").await;
+}
+
+#[tokio::test]
+async fn the_previous_release_s_agent_runs_deployments_on_this_gateway() {
+    let flue = Flue::start().await;
+    let previous = extra_build("flue-agent-previous");
+    let version = std::process::Command::new(&previous)
+        .arg("version")
+        .output()
+        .expect("run the previous agent");
+    assert!(
+        !version.status.success(),
+        "the previous release has no `version` command: is it really the previous release?"
+    );
+    let agent = flue
+        .spawn_agent_program(previous, "old1", "agent-old1", &[], &[])
+        .await;
+    agent.ready().await;
+    flue.script_config("skew", "echo \"hello $name\"", &["name"], &[])
+        .await;
+    let d = flue.deploy("skew", "old1", &[("name", "skew")]).await;
+    let d = flue.finished(&d.id).await;
+    assert_eq!(d.status, DeploymentStatus::Complete, "{d:?}");
+    assert!(d.deploy_stdout.contains("hello skew"), "{d:?}");
+    // Online, with no version (its heartbeats carry none).
+    let client = flue.client();
+    let id = ServerId::new("old1").expect("id");
+    let server = client.get_server(&id).await.expect("read server");
+    let presence = server.presence.expect("presence");
+    assert_eq!(presence.status, flue_proto::PresenceStatus::Online);
+    assert_eq!(presence.agent_version, None);
+    // An upgrade reaches it as a deployment of a group it has no hook for: it fails,
+    // saying so, and the agent goes on.
+    let (_, seed) = flue_proto::upgrade::new_release_key();
+    let build = AgentBuild::sign(NEXT, b"x", &seed).expect("sign");
+    let spec: ConfigSpec = serde_json::from_value(serde_json::json!({
+        "id": "upgrade-old",
+        "group": UPGRADE_GROUP,
+        "config": build,
+    }))
+    .expect("spec");
+    client.create_config(&spec).await.expect("config");
+    let d = flue.deploy("upgrade-old", "old1", &[]).await;
+    let d = flue.finished(&d.id).await;
+    assert_eq!(d.status, DeploymentStatus::Failed);
+    let reason = d.status_reason.unwrap_or_default();
+    assert!(
+        reason.starts_with("no hook for group \"flue-agent-upgrade\""),
+        "{reason}"
+    );
+    let d = flue.deploy("skew", "old1", &[("name", "again")]).await;
+    assert_eq!(
+        flue.finished(&d.id).await.status,
+        DeploymentStatus::Complete
+    );
 }
