@@ -83,6 +83,25 @@ async fn upgrade(flue: &Flue, build: &Path, manifest: &Path) -> Output {
     .await
 }
 
+/// A copy of the workspace's agent at `<scratch>/<dir>/flue-agent`.
+fn copy_agent(flue: &Flue, dir: &str) -> PathBuf {
+    let bin_dir = flue.path(dir);
+    std::fs::create_dir_all(&bin_dir).expect("bin dir");
+    let exe = bin_dir.join("flue-agent");
+    std::fs::copy(bin("flue-agent"), &exe).expect("copy the agent");
+    exe
+}
+
+/// `flue release keygen` writing `seed`: the public key.
+async fn keygen(flue: &Flue, seed: &Path) -> String {
+    let seed_arg = seed.display().to_string();
+    let out = flue_cli(flue, &["release", "keygen", "--seed-file", &seed_arg]).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let public = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(public.starts_with('C'), "a release public key: {public}");
+    public
+}
+
 /// A Flue with one server, `web1`, whose agent runs from `<scratch>/bin/flue-agent` (a
 /// copy of the workspace's build) with the release key made here.
 struct Setup {
@@ -95,16 +114,9 @@ struct Setup {
 impl Setup {
     async fn start() -> Setup {
         let flue = Flue::start().await;
-        let bin_dir = flue.path("bin");
-        std::fs::create_dir_all(&bin_dir).expect("bin dir");
-        let exe = bin_dir.join("flue-agent");
-        std::fs::copy(bin("flue-agent"), &exe).expect("copy the agent");
+        let exe = copy_agent(&flue, "bin");
         let seed = flue.path("release.seed");
-        let seed_arg = seed.display().to_string();
-        let out = flue_cli(&flue, &["release", "keygen", "--seed-file", &seed_arg]).await;
-        assert!(out.status.success(), "{}", text(&out));
-        let public = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        assert!(public.starts_with('C'), "a release public key: {public}");
+        let public = keygen(&flue, &seed).await;
         let agent = flue
             .spawn_agent_program(
                 exe.clone(),
@@ -441,4 +453,108 @@ async fn the_previous_release_s_agent_runs_deployments_on_this_gateway() {
         flue.finished(&d.id).await.status,
         DeploymentStatus::Complete
     );
+}
+
+#[tokio::test]
+async fn a_rolling_upgrade_halts_at_max_failures_naming_the_servers_and_why_then_resumes() {
+    let flue = Flue::start().await;
+    let next = next_build();
+    let seed = flue.path("release.seed");
+    let public = keygen(&flue, &seed).await;
+    // a2's agent was given no release key: its upgrade is refused.
+    let mut agents = Vec::new();
+    let mut exes = Vec::new();
+    for server in ["a1", "a2", "a3"] {
+        let exe = copy_agent(&flue, &format!("bin-{server}"));
+        let key: &[&str] = match server {
+            "a2" => &[],
+            _ => &["--release-key", &public],
+        };
+        let agent = flue
+            .spawn_agent_program(exe.clone(), server, &format!("agent-{server}"), &[], key)
+            .await;
+        agent.ready().await;
+        agents.push(agent);
+        exes.push(exe);
+    }
+    let manifest = flue.path("next.json");
+    let out = flue_cli(
+        &flue,
+        &[
+            "release",
+            "sign",
+            "--seed-file",
+            &seed.display().to_string(),
+            "--agent-version",
+            NEXT,
+            &next.display().to_string(),
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::write(&manifest, &out.stdout).expect("manifest");
+    let rollout = |max_failures: &'static str| {
+        let (next, manifest) = (next.display().to_string(), manifest.display().to_string());
+        let flue = &flue;
+        async move {
+            flue_cli(
+                flue,
+                &[
+                    "server",
+                    "upgrade",
+                    "a1",
+                    "a2",
+                    "a3",
+                    "--build",
+                    &next,
+                    "--manifest",
+                    &manifest,
+                    "--batch-size",
+                    "1",
+                    "--max-failures",
+                    max_failures,
+                ],
+            )
+            .await
+        }
+    };
+    let old_sha = sha_of(&exes[2]);
+
+    let out = rollout("1").await;
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!("a1: upgraded: upgraded from {OLD} to {NEXT}")),
+        "{said}"
+    );
+    let refused = "upgrade refused, nothing changed: this agent has no release key (start it with --release-key)";
+    assert!(said.contains(&format!("a2: FAILED: {refused}")), "{said}");
+    assert!(
+        said.contains("1 failed, 1 upgraded; halted at --max-failures 1, not started: a3"),
+        "{said}"
+    );
+    assert!(said.contains(&format!("  a2: {refused}")), "{said}");
+    assert!(!said.contains("a3: "), "a3 was not started: {said}");
+    assert_eq!(sha_of(&exes[0]), sha_of(&next));
+    assert_eq!(sha_of(&exes[2]), old_sha, "a3 untouched");
+
+    // Resumed with room for one more failure: a1's and a2's upgrades are adopted as they
+    // ended, a3's runs.
+    let out = rollout("2").await;
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("a3: upgraded: upgraded from"), "{said}");
+    assert!(said.contains("1 failed, 2 upgraded"), "{said}");
+    assert_eq!(sha_of(&exes[2]), sha_of(&next));
+    let commits: usize = agents
+        .iter()
+        .map(|a| {
+            a.logs()
+                .lines()
+                .iter()
+                .filter(|l| l.contains("agent upgrade committed"))
+                .count()
+        })
+        .sum();
+    assert_eq!(commits, 2, "a1 and a3 upgraded once each");
 }

@@ -67,6 +67,11 @@ mod tests {
             (Method::POST, "/v1/servers", &[Role::Admin]),
             (Method::DELETE, "/v1/servers/web1", &[Role::Admin]),
             (Method::POST, "/v1/configs", &[Role::Engine]),
+            (
+                Method::PUT,
+                "/v1/agent-builds/abc/chunks/0",
+                &[Role::Engine, Role::Admin],
+            ),
             (Method::POST, "/v1/deployments", &[Role::Engine]),
             (Method::PUT, "/v1/stacks/s", &[Role::Engine]),
             (Method::DELETE, "/v1/stacks/s", &[Role::Engine]),

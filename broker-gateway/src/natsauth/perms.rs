@@ -115,6 +115,18 @@ mod tests {
         assert!(publish.contains(&"$JS.ACK.FLUE_REQ.req-4-acme-web1.>".into()));
         assert!(publish.contains(&"flue.acme.resp.web1".into()));
         assert!(publish.contains(&"$KV.flue_data.acme.st.>".into()));
+        // Its tenant's agent builds, by direct get only (no put, no other tenant's).
+        assert!(
+            publish
+                .contains(&"$JS.flue.API.DIRECT.GET.KV_flue_builds.$KV.flue_builds.acme.>".into())
+        );
+        assert!(
+            publish
+                .iter()
+                .filter(|s| s.contains("flue_builds"))
+                .all(|s| s.contains("DIRECT.GET") || s.contains("STREAM.INFO")),
+            "{publish:?}"
+        );
         assert!(
             publish
                 .iter()
