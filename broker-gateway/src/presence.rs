@@ -385,7 +385,8 @@ impl PresenceTracker {
         }
         if beat.state == HeartbeatState::Alive && !rival {
             let limit = state::silence_limit(self.inner.timeout, beat.interval_ms);
-            let version = beat.agent_version.clone();
+            // A version is a short token (`0.1.0+<build id>`); anything longer is not kept.
+            let version = beat.agent_version.clone().filter(|v| v.len() <= 64);
             self.with(&server, |t| {
                 t.last_beat = Some(now.0);
                 t.last_seen = Some(now.1);
