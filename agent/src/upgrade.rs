@@ -198,7 +198,13 @@ pub fn commit(config: &Config) -> Result<(), Error> {
     if marker.state != MarkerState::Trial || config.version != marker.to {
         return Ok(());
     }
+    // Killed between the rename and the marker's write: the switch is done already.
+    let running = std::env::current_exe().ok();
+    let done = !marker.staged.exists() && running.as_ref() == Some(&marker.exe);
     let switched = (|| -> std::io::Result<()> {
+        if done {
+            return Ok(());
+        }
         let previous = previous_path(&marker.exe);
         match std::fs::remove_file(&previous) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
