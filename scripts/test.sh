@@ -102,7 +102,10 @@ fi
 # before the normal build overwrites them (deps reused; measured: ~6 s for the second build,
 # ~2 min the first time for the previous release, then seconds):
 # - the previous release's agent (the version-skew policy, docs/agent.md), built from git
-#   history; no history, no build: the script fails rather than skip the test;
+#   history; no history, no build: the script fails rather than skip the test. Cargo names
+#   a workspace crate's artifacts without its path, so the previous release's flue-agent
+#   shares them with this tree's `cargo build -p flue-agent`; a binary that has this tree's
+#   `version` command is not the previous release, and the script stops saying so;
 # - this tree's agent built with another build id (version 0.1.0+next).
 PREVIOUS_RELEASE=46f44ea
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
@@ -113,6 +116,10 @@ if [ ! -x "$extra_bins/flue-agent-previous" ] || [ "$(cat "$extra_bins/previous.
   previous_src="$(mktemp -d)"
   git archive "$PREVIOUS_RELEASE" | tar -x -C "$previous_src"
   (cd "$previous_src" && cargo build --locked -p flue-agent --bin flue-agent --target-dir "$target_dir")
+  if "$target_dir/debug/flue-agent" version >/dev/null 2>&1; then
+    echo "error: the agent built from $PREVIOUS_RELEASE is this tree's (cargo found this tree's artifacts fresh): run \`cargo clean -p flue-agent\` and this script again" >&2
+    exit 1
+  fi
   cp "$target_dir/debug/flue-agent" "$extra_bins/flue-agent-previous"
   echo "$PREVIOUS_RELEASE" > "$extra_bins/previous.commit"
   rm -rf "$previous_src"

@@ -28,7 +28,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
-use flue_proto::upgrade::{AgentBuild, BUILDS_BUCKET, CHUNK_SIZE, Sha256, chunk_key};
 use flue_proto::{
     AgentMessage, DeploymentRequest, DeploymentResult, PROTOCOL_VERSION, RequestDigest,
 };
@@ -42,6 +41,10 @@ use crate::error::Error;
 use crate::hook;
 use crate::ledger::LedgerKey;
 use crate::worker::Agent;
+
+mod stage;
+
+use stage::Staged;
 
 pub use flue_proto::upgrade::UPGRADE_GROUP;
 
@@ -291,7 +294,7 @@ pub async fn apply(
     digest: &RequestDigest,
 ) -> Result<DeploymentResult, Error> {
     let seq = Some(deploy::stream_seq(msg));
-    let (build, exe, staged) = match stage(agent, req).await {
+    let (build, exe, staged) = match stage::stage(agent, req).await {
         Ok(Staged::Already(version)) => {
             let note = format!("already running {version}; nothing changed");
             return deploy::record(agent, key, digest, seq, hook::nothing_run(Some(note))).await;
@@ -339,125 +342,4 @@ pub async fn apply(
     }
     info!(from = %marker.from, to = %marker.to, staged = %staged.display(), "restarting as the new build");
     Err(Error::Restart { exe: staged })
-}
-
-enum Staged {
-    Already(String),
-    Ready {
-        build: AgentBuild,
-        exe: PathBuf,
-        staged: PathBuf,
-    },
-}
-
-/// Checks the build and stages it at `<exe>.new`; why not, otherwise (nothing left).
-async fn stage(agent: &Agent, req: &DeploymentRequest) -> Result<Staged, String> {
-    let build: AgentBuild = serde_json::from_value(req.config.config.clone())
-        .map_err(|e| format!("the config body is not an agent build: {e}"))?;
-    let key = agent
-        .config
-        .release_key
-        .as_deref()
-        .ok_or("this agent has no release key (start it with --release-key)")?;
-    build.verify(key).map_err(|e| e.to_string())?;
-    if build.version == agent.config.version {
-        return Ok(Staged::Already(build.version));
-    }
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot tell the agent's executable: {e}"))?;
-    let staged = staged_path(&exe);
-    let fetched = async {
-        fetch(agent, &build, &staged).await?;
-        check(&staged, &build.version).await
-    };
-    if let Err(reason) = fetched.await {
-        if let Err(e) = std::fs::remove_file(&staged)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            warn!(path = %staged.display(), error = %e, "cannot remove the staged build");
-        }
-        return Err(reason);
-    }
-    Ok(Staged::Ready { build, exe, staged })
-}
-
-/// Reads the build's chunks into `to` (mode 0700), checking each chunk's length and the
-/// whole SHA-256.
-async fn fetch(agent: &Agent, build: &AgentBuild, to: &Path) -> Result<(), String> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let store = agent
-        .broker
-        .js
-        .get_key_value(BUILDS_BUCKET)
-        .await
-        .map_err(|e| format!("cannot open the builds bucket: {e}"))?;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o700)
-        .open(to)
-        .map_err(|e| format!("cannot write {}: {e}", to.display()))?;
-    let mut sha = Sha256::default();
-    let total = build.chunks();
-    for n in 0..total {
-        let chunk = store
-            .get(chunk_key(&agent.config.tenant, &build.sha256, n))
-            .await
-            .map_err(|e| format!("cannot read chunk {n} of {total}: {e}"))?
-            .ok_or_else(|| format!("chunk {n} of {total} is missing (upload the build first)"))?;
-        let expected = CHUNK_SIZE.min(build.size - n * CHUNK_SIZE);
-        if chunk.len() as u64 != expected {
-            return Err(format!(
-                "size: chunk {n} of {total} holds {} bytes, the signed size {} needs {expected}",
-                chunk.len(),
-                build.size
-            ));
-        }
-        sha.update(&chunk);
-        file.write_all(&chunk)
-            .map_err(|e| format!("cannot write {}: {e}", to.display()))?;
-    }
-    file.sync_all()
-        .map_err(|e| format!("cannot write {}: {e}", to.display()))?;
-    let got = sha.finish_hex();
-    if got != build.sha256 {
-        return Err(format!(
-            "sha256: the bytes read hash to {got}, the signed build is {}",
-            build.sha256
-        ));
-    }
-    Ok(())
-}
-
-/// Runs `<staged> version`: it must print `version` within [`CHECK_TIMEOUT`].
-async fn check(staged: &Path, version: &str) -> Result<(), String> {
-    let run = tokio::process::Command::new(staged)
-        .arg("version")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(CHECK_TIMEOUT, run)
-        .await
-        .map_err(|_| {
-            format!(
-                "the new build's `version` did not end within {} s",
-                CHECK_TIMEOUT.as_secs()
-            )
-        })?
-        .map_err(|e| format!("the new build does not start: {e}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "the new build's `version` failed ({})",
-            output.status
-        ));
-    }
-    let got = String::from_utf8_lossy(&output.stdout);
-    if got.trim() != version {
-        return Err(format!(
-            "the new build reports version {:?}, not the signed {version:?}",
-            got.trim()
-        ));
-    }
-    Ok(())
 }
