@@ -97,7 +97,35 @@ if [ "$(id -u)" != 0 ]; then
   echo "warning: not root, so the network-namespace tests (security::netns) will fail;" \
     "CI runs the suite as root" >&2
 fi
-# The end-to-end tests start the real binaries, so build them first.
+# The end-to-end tests start the real binaries, so build them first. The agent-upgrade
+# tests (tests/it/upgrade.rs) also need two other agents, copied out of the same target dir
+# before the normal build overwrites them (deps reused; measured: ~6 s for the second build,
+# ~2 min the first time for the previous release, then seconds):
+# - the previous release's agent (the version-skew policy, docs/agent.md), built from git
+#   history; no history, no build: the script fails rather than skip the test. Cargo names
+#   a workspace crate's artifacts without its path, so the previous release's flue-agent
+#   shares them with this tree's `cargo build -p flue-agent`; a binary that has this tree's
+#   `version` command is not the previous release, and the script stops saying so;
+# - this tree's agent built with another build id (version 0.1.0+next).
+PREVIOUS_RELEASE=46f44ea
+target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+extra_bins="$target_dir/debug/flue-upgrade"
+mkdir -p "$extra_bins"
+if [ ! -x "$extra_bins/flue-agent-previous" ] || [ "$(cat "$extra_bins/previous.commit" 2>/dev/null)" != "$PREVIOUS_RELEASE" ]; then
+  echo "building the agent of the previous release ($PREVIOUS_RELEASE) for the version-skew test" >&2
+  previous_src="$(mktemp -d)"
+  git archive "$PREVIOUS_RELEASE" | tar -x -C "$previous_src"
+  (cd "$previous_src" && cargo build --locked -p flue-agent --bin flue-agent --target-dir "$target_dir")
+  if "$target_dir/debug/flue-agent" version >/dev/null 2>&1; then
+    echo "error: the agent built from $PREVIOUS_RELEASE is this tree's (cargo found this tree's artifacts fresh): run \`cargo clean -p flue-agent\` and this script again" >&2
+    exit 1
+  fi
+  cp "$target_dir/debug/flue-agent" "$extra_bins/flue-agent-previous"
+  echo "$PREVIOUS_RELEASE" > "$extra_bins/previous.commit"
+  rm -rf "$previous_src"
+fi
+FLUE_BUILD_ID=next cargo build --workspace --bins
+cp "$target_dir/debug/flue-agent" "$extra_bins/flue-agent-next"
 cargo build --workspace --bins
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"

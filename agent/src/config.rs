@@ -67,6 +67,21 @@ pub struct Config {
     /// gateway run with `--insecure-dev-broker`) and connect anonymously
     /// (`--insecure-dev-broker`). Without it, such a file means no start.
     pub insecure_dev_broker: bool,
+    /// This build's version (`flue-agent version`), carried by heartbeats.
+    pub version: String,
+    /// The release public key (`C…`) an agent build must be signed by to be installed
+    /// (`--release-key`); none: upgrades are refused.
+    pub release_key: Option<String>,
+}
+
+/// The version of a build: the crate's version, `+`, the build id `FLUE_BUILD_ID` had when
+/// it was compiled (`dev` without one).
+pub fn build_version(build_id: Option<&str>) -> String {
+    format!(
+        "{}+{}",
+        env!("CARGO_PKG_VERSION"),
+        build_id.filter(|id| !id.is_empty()).unwrap_or("dev")
+    )
 }
 
 impl Config {
@@ -86,6 +101,8 @@ impl Config {
             creds_file: None,
             insecure_unsigned_requests: false,
             insecure_dev_broker: false,
+            version: build_version(None),
+            release_key: None,
         }
     }
 
@@ -186,6 +203,10 @@ pub struct RunArgs {
     /// anonymously. Without it such a file is refused.
     #[arg(long, env = "FLUE_INSECURE_DEV_BROKER")]
     pub insecure_dev_broker: bool,
+    /// The release public key (`C…`, from `flue release keygen`): an agent upgrade is
+    /// installed only when this key signed the build. Without it upgrades are refused.
+    #[arg(long, env = "FLUE_RELEASE_KEY")]
+    pub release_key: Option<String>,
 }
 
 /// `days` as a duration, saturating rather than overflowing for absurd values.
@@ -217,6 +238,8 @@ impl From<RunArgs> for Config {
             creds_file: a.creds,
             insecure_unsigned_requests: a.insecure_unsigned_requests,
             insecure_dev_broker: a.insecure_dev_broker,
+            version: build_version(None),
+            release_key: a.release_key.filter(|k| !k.is_empty()),
         }
     }
 }

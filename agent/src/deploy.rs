@@ -34,7 +34,8 @@ use crate::worker::Agent;
 
 mod verify;
 
-use verify::{replayed, signed_for, stream_seq, verify};
+pub(crate) use verify::stream_seq;
+use verify::{replayed, signed_for, verify};
 
 /// How often a running hook's request is touched (`+WPI`) so the broker, whose ack wait
 /// the gateway sets to 10 s, does not redeliver it.
@@ -233,6 +234,15 @@ async fn handle_request(
             agent.counters.from_ledger();
             result
         }
+        // An upgrade request the agent restarted for: answered from the upgrade's marker.
+        Some(Entry::Started { .. })
+            if let Some(result) = crate::upgrade::outcome(&agent.config, digest) =>
+        {
+            info!(status = %result.status, "answering the agent upgrade");
+            let result = record(agent, &key, digest, seq, result).await?;
+            crate::upgrade::answered(&agent.config);
+            result
+        }
         Some(Entry::Started { at, .. }) => {
             warn!(
                 "found started but never finished (agent stopped mid-hook), reporting it interrupted"
@@ -331,13 +341,13 @@ fn refusal(agent: &Agent, req: &DeploymentRequest) -> Option<String> {
     None
 }
 
-fn failed(reason: &str, started_at: Option<OffsetDateTime>) -> DeploymentResult {
+pub(crate) fn failed(reason: &str, started_at: Option<OffsetDateTime>) -> DeploymentResult {
     Outcome::failed(reason).into_result(&[], started_at, OffsetDateTime::now_utc())
 }
 
 /// Makes `result` fit in one message, then records it durably for the request `key`
 /// (whose message has `digest`); returns what was recorded.
-async fn record(
+pub(crate) async fn record(
     agent: &Agent,
     key: &LedgerKey,
     digest: &RequestDigest,
@@ -365,6 +375,9 @@ async fn apply(
 ) -> Result<DeploymentResult, Error> {
     let seq = Some(stream_seq(msg));
     let item = item::from_request(req);
+    if item.group == crate::upgrade::UPGRADE_GROUP {
+        return crate::upgrade::apply(agent, msg, req, key, digest).await;
+    }
     if item.group == item::COMPONENT_GROUP {
         info!(action = %req.action, "the component has no config for this action; nothing to run");
         return record(agent, key, digest, seq, hook::nothing_run(None)).await;

@@ -43,4 +43,14 @@ pub enum Error {
     /// The TLS files of the broker connection cannot be used.
     #[error("cannot set up TLS for the broker connection")]
     NatsTls(#[from] flue_proto::nats_tls::NatsTlsError),
+    /// `--release-key` is not a release public key.
+    #[error("--release-key: {0}")]
+    ReleaseKey(String),
+    /// Not a failure: the agent stopped to run `exe` in its place (an upgrade or its
+    /// rollback); `main` replaces the process with it.
+    #[error("restarting as {}", exe.display())]
+    Restart {
+        /// The executable to run with the same arguments.
+        exe: PathBuf,
+    },
 }

@@ -40,6 +40,7 @@ pub struct Heartbeats {
     seq: AtomicU64,
     counters: Option<Arc<Counters>>,
     ledger_created_at: Option<time::OffsetDateTime>,
+    version: Option<String>,
 }
 
 impl Heartbeats {
@@ -61,7 +62,14 @@ impl Heartbeats {
             seq: AtomicU64::new(0),
             counters: None,
             ledger_created_at: None,
+            version: None,
         }
+    }
+
+    /// The same, each heartbeat naming the agent build's version.
+    pub fn with_version(mut self, version: &str) -> Self {
+        self.version = Some(version.to_owned());
+        self
     }
 
     /// The same, each heartbeat naming when the agent's ledger was created.
@@ -96,6 +104,7 @@ impl Heartbeats {
                 c.snapshot(connects.saturating_sub(1))
             }),
             ledger_created_at: self.ledger_created_at,
+            agent_version: self.version.clone(),
         }
     }
 

@@ -109,6 +109,7 @@ pub mod rights;
 pub mod script;
 pub mod sealing;
 mod sys;
+pub mod upgrade;
 pub mod worker;
 
 use std::time::Duration;
@@ -152,10 +153,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
         )),
         None => None,
     };
+    if let Some(key) = &config.release_key {
+        flue_proto::upgrade::release_public_key(key)
+            .map_err(|e| Error::ReleaseKey(e.to_string()))?;
+    }
     std::fs::create_dir_all(&config.state_dir).map_err(|source| Error::StateDir {
         path: config.state_dir.clone(),
         source,
     })?;
+    // An upgrade under way: roll back, or give the new build its time to come up.
+    upgrade::on_start(&config);
     let ledger = ledger::Ledger::open(&config.ledger_path())?;
     // Before anything is pulled: a request found `started` is reported interrupted only
     // once nothing of its hook runs any more.
@@ -170,6 +177,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
         tenant = %config.tenant,
         server = %config.server_id,
         nats_url = %flue_proto::nats_url::redact(&config.nats_url),
+        version = %config.version,
         "agent starting"
     );
     // Heartbeats go on while a hook finishes during the shutdown grace period, so they have
@@ -183,6 +191,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
             config.heartbeat_interval,
         )
         .with_counters(counters.clone())
+        .with_version(&config.version)
         .with_ledger_created_at(ledger.created_at()?),
     );
     let stop_heartbeats = CancellationToken::new();

@@ -37,6 +37,15 @@ enum Command {
     /// credentials) and this server's request consumer. One `ok`/`FAIL` line each; exits 0
     /// when all pass, 1 otherwise. Prints no secret.
     Doctor(Box<flue_agent::doctor::DoctorArgs>),
+    /// Print this build's version (`0.1.0+<build id>`) and exit: also the check an
+    /// upgrade runs on a new build before starting it.
+    Version,
+}
+
+/// This build's version: `FLUE_BUILD_ID` is read when this file is compiled, so a second
+/// build with another id recompiles only this crate's binary.
+fn version() -> String {
+    flue_agent::config::build_version(option_env!("FLUE_BUILD_ID"))
 }
 
 fn main() -> ExitCode {
@@ -69,6 +78,10 @@ async fn agent_main() -> ExitCode {
         Command::Data(args) => return flue_agent::data::cli::run(args).await,
         // A report on stdout, no logs.
         Command::Doctor(args) => return flue_agent::doctor::main(*args).await,
+        Command::Version => {
+            println!("{}", version());
+            return ExitCode::SUCCESS;
+        }
         Command::Run(args) => args,
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
@@ -79,7 +92,9 @@ async fn agent_main() -> ExitCode {
         .with_ansi(ansi)
         .init();
 
-    match run((*args).into()).await {
+    let mut config: flue_agent::Config = (*args).into();
+    config.version = version();
+    match run(config).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             error!(error = format!("{e:#}"), "agent failed");
@@ -91,8 +106,15 @@ async fn agent_main() -> ExitCode {
 async fn run(config: flue_agent::Config) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     watch_signals(shutdown.clone()).context("cannot install signal handlers")?;
-    flue_agent::run(config, shutdown).await?;
-    Ok(())
+    match flue_agent::run(config, shutdown).await {
+        // An upgrade (or its rollback): the same process goes on as `exe`.
+        Err(flue_agent::Error::Restart { exe }) => {
+            info!(exe = %exe.display(), "restarting");
+            let err = flue_agent::upgrade::exec(&exe);
+            Err(err).with_context(|| format!("cannot run {}", exe.display()))
+        }
+        outcome => Ok(outcome?),
+    }
 }
 
 /// Cancels `shutdown` on the first SIGTERM or SIGINT; later ones are only logged, so a

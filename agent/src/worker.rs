@@ -73,6 +73,8 @@ pub async fn run(agent: &Agent) -> Result<(), Error> {
             consumer = %consumer.cached_info().name,
             "agent ready"
         );
+        // A new build on trial has come up: it replaces the old one.
+        crate::upgrade::commit(&agent.config)?;
         // Shutdown is checked first everywhere: once it is requested, no new request starts.
         while !shutdown.is_cancelled() {
             if Instant::now() >= next_prune {

@@ -135,6 +135,8 @@ struct Tracked {
     rival_logged: Option<Instant>,
     /// The counters of its agent's last heartbeat, with that agent's instance.
     agent_counts: Option<(String, AgentMetrics)>,
+    /// The version its agent's last heartbeat named, with that agent's instance.
+    agent_version: Option<(String, String)>,
 }
 
 impl Tracked {
@@ -149,6 +151,7 @@ impl Tracked {
             pending_stop: false,
             rival_logged: None,
             agent_counts: None,
+            agent_version: None,
         }
     }
 }
@@ -168,6 +171,7 @@ pub fn unknown() -> Presence {
         status: PresenceStatus::Unknown,
         since: None,
         agent_instance: None,
+        agent_version: None,
         reason: None,
     }
 }
@@ -236,9 +240,16 @@ impl PresenceTracker {
         if tenant != &self.inner.tenant {
             return None;
         }
-        self.lock()
-            .get(server)
-            .and_then(|t| t.record.as_ref().map(Record::view))
+        self.lock().get(server).and_then(|t| {
+            let mut view = t.record.as_ref().map(Record::view)?;
+            // The version of the instance the record names, as its heartbeats said.
+            view.agent_version = t
+                .agent_version
+                .as_ref()
+                .filter(|(instance, _)| view.agent_instance.as_ref() == Some(instance))
+                .map(|(_, version)| version.clone());
+            Some(view)
+        })
     }
 
     /// Forgets a deregistered server: it is recorded offline (`server deregistered`, with
@@ -374,10 +385,13 @@ impl PresenceTracker {
         }
         if beat.state == HeartbeatState::Alive && !rival {
             let limit = state::silence_limit(self.inner.timeout, beat.interval_ms);
+            // A version is a short token (`0.1.0+<build id>`); anything longer is not kept.
+            let version = beat.agent_version.clone().filter(|v| v.len() <= 64);
             self.with(&server, |t| {
                 t.last_beat = Some(now.0);
                 t.last_seen = Some(now.1);
                 t.limit = limit;
+                t.agent_version = version.map(|v| (beat.instance.clone(), v));
             });
         }
     }

@@ -661,6 +661,10 @@ pub struct Heartbeat {
         skip_serializing_if = "Option::is_none"
     )]
     pub ledger_created_at: Option<OffsetDateTime>,
+    /// The agent build's version (`flue-agent version`, e.g. `0.1.0+42`); absent from
+    /// agents older than agent upgrades.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
 }
 
 /// What an agent counted since its process started, carried by its heartbeats: the
@@ -725,6 +729,9 @@ pub struct Presence {
     /// The agent instance last seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_instance: Option<String>,
+    /// The version its last heartbeat to this gateway named (absent from older agents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
     /// Why it is offline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,

@@ -44,6 +44,7 @@ pub mod stack_export;
 pub mod subject;
 pub mod tenant;
 pub mod text;
+pub mod upgrade;
 pub mod webhook;
 
 pub use config::{

@@ -334,6 +334,29 @@ impl Flue {
         self.spawn_agent_as_is(server, state, hook_dirs, extra)
     }
 
+    /// [`Flue::spawn_agent_with`] running `program` instead of the workspace's agent.
+    pub async fn spawn_agent_program(
+        &self,
+        program: PathBuf,
+        server: &str,
+        state: &str,
+        hook_dirs: &[PathBuf],
+        extra: &[&str],
+    ) -> Agent {
+        let creds = self.creds(server).await.display().to_string();
+        let mut flags = vec!["--creds", creds.as_str()];
+        flags.extend(self.agent_flags.iter().map(String::as_str));
+        flags.extend_from_slice(extra);
+        Agent::spawn_program(
+            program,
+            &self.nats.url(),
+            server,
+            &self.path(state),
+            hook_dirs,
+            &flags,
+        )
+    }
+
     /// Spawns an agent with the kept credentials file as it is (registering nothing):
     /// for tests of an agent whose server is not (or no longer) registered.
     pub fn spawn_agent_as_is(

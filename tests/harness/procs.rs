@@ -660,6 +660,8 @@ impl Drop for Gateway {
 /// The real `flue-agent` binary for one server.
 pub struct Agent {
     child: Option<Child>,
+    /// The executable run (and run again by [`Agent::restart`]).
+    program: PathBuf,
     /// Server id it serves.
     pub server: String,
     args: Vec<String>,
@@ -674,6 +676,26 @@ impl Agent {
 
     /// Spawns an agent with extra flags, without waiting for it to be ready.
     pub fn spawn_with(
+        nats_url: &str,
+        server: &str,
+        state_dir: &Path,
+        hook_dirs: &[PathBuf],
+        extra: &[&str],
+    ) -> Agent {
+        Agent::spawn_program(
+            bin("flue-agent"),
+            nats_url,
+            server,
+            state_dir,
+            hook_dirs,
+            extra,
+        )
+    }
+
+    /// [`Agent::spawn_with`], running `program` (a copy of the agent somewhere else, as
+    /// an upgrade test needs) instead of the workspace's `flue-agent`.
+    pub fn spawn_program(
+        program: PathBuf,
         nats_url: &str,
         server: &str,
         state_dir: &Path,
@@ -707,6 +729,7 @@ impl Agent {
         }
         let mut agent = Agent {
             child: None,
+            program,
             server: server.into(),
             args,
             logs: Logs::default(),
@@ -728,7 +751,7 @@ impl Agent {
     }
 
     fn spawn_child(&mut self) {
-        let mut child = Command::new(bin("flue-agent"))
+        let mut child = Command::new(&self.program)
             .args(&self.args)
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info")

@@ -24,3 +24,4 @@ mod resilience;
 mod security;
 mod sim_agents;
 mod stack;
+mod upgrade;

@@ -14,7 +14,7 @@ use crate::ledger::LedgerKey;
 use crate::worker::Agent;
 
 /// The message's sequence in the request stream (0 when the broker did not say).
-pub(super) fn stream_seq(msg: &jetstream::Message) -> u64 {
+pub(crate) fn stream_seq(msg: &jetstream::Message) -> u64 {
     msg.info().map_or(0, |info| info.stream_sequence)
 }
 

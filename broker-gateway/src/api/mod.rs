@@ -1,5 +1,6 @@
 //! The HTTP API: routes, and the JSON answers for unknown routes and methods.
 
+pub mod builds;
 pub mod configs;
 pub mod dashboard;
 pub mod deployments;
@@ -106,6 +107,7 @@ pub(crate) fn tenant_routes() -> OpenApiRouter<Service> {
         .routes(routes!(servers::get, servers::deregister))
         .routes(routes!(servers::deployments))
         .routes(routes!(servers::rotate_credentials))
+        .routes(routes!(builds::put_chunk))
         .routes(routes!(deployments::create, deployments::list))
         .routes(routes!(deployments::get))
         .routes(routes!(events::stream))

@@ -32,6 +32,8 @@ pub fn allowed(method: &Method, path: &str) -> &'static [Role] {
         // Credentials (server rotation, listener credentials) are the admin's.
         ("POST", ["v1", "servers", _, "credentials"]) => ADMIN,
         (_, ["v1", "listener-credentials"]) => ADMIN,
+        // Agent builds are signed offline; uploading one changes nothing by itself.
+        ("PUT", ["v1", "agent-builds", _, "chunks", _]) => ENGINE_OR_ADMIN,
         ("POST", ["v1", "configs"]) | ("POST", ["v1", "deployments"]) => ENGINE,
         ("PUT" | "DELETE", ["v1", "stacks", _]) => ENGINE,
         // A PaaS layer may run stacks with an admin token, as an engine may.
@@ -65,6 +67,11 @@ mod tests {
             (Method::POST, "/v1/servers", &[Role::Admin]),
             (Method::DELETE, "/v1/servers/web1", &[Role::Admin]),
             (Method::POST, "/v1/configs", &[Role::Engine]),
+            (
+                Method::PUT,
+                "/v1/agent-builds/abc/chunks/0",
+                &[Role::Engine, Role::Admin],
+            ),
             (Method::POST, "/v1/deployments", &[Role::Engine]),
             (Method::PUT, "/v1/stacks/s", &[Role::Engine]),
             (Method::DELETE, "/v1/stacks/s", &[Role::Engine]),

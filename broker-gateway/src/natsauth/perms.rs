@@ -31,7 +31,8 @@ pub fn leaf_system(account: &str) -> Permissions {
 
 /// An agent's rights (server `server` of `tenant`, taking part in `stacks`): info, next
 /// and ack on its own request consumer; publishing its own response and heartbeat
-/// subjects; its own inbox prefix; and the data-space keys of its stacks (put, direct get,
+/// subjects; its own inbox prefix; reading its tenant's agent builds (stream info, direct
+/// get); and the data-space keys of its stacks (put, direct get,
 /// the bucket's stream info, watching a key's subject). No consumer creation, no
 /// wildcard beyond these.
 pub fn agent(tenant: &TenantId, server: &ServerId, stacks: &[StackId]) -> Permissions {
@@ -45,6 +46,13 @@ pub fn agent(tenant: &TenantId, server: &ServerId, stacks: &[StackId]) -> Permis
     publish.push(subject::heartbeat(tenant, server));
     let subscribe = &mut perms.subscribe.allow;
     subscribe.push(format!("{}.>", subject::agent_inbox_prefix(tenant, server)));
+    // Agent builds of its tenant (signed binaries, no secret): read by direct get only.
+    let builds = flue_proto::upgrade::BUILDS_BUCKET;
+    publish.extend(jsapi::stream_info(&jsapi::kv_stream(builds)));
+    publish.extend(jsapi::kv_get(
+        builds,
+        &flue_proto::upgrade::tenant_builds_filter(tenant),
+    ));
     if !stacks.is_empty() {
         publish.extend(jsapi::stream_info(&jsapi::kv_stream(DATA_BUCKET)));
     }
@@ -107,6 +115,18 @@ mod tests {
         assert!(publish.contains(&"$JS.ACK.FLUE_REQ.req-4-acme-web1.>".into()));
         assert!(publish.contains(&"flue.acme.resp.web1".into()));
         assert!(publish.contains(&"$KV.flue_data.acme.st.>".into()));
+        // Its tenant's agent builds, by direct get only (no put, no other tenant's).
+        assert!(
+            publish
+                .contains(&"$JS.flue.API.DIRECT.GET.KV_flue_builds.$KV.flue_builds.acme.>".into())
+        );
+        assert!(
+            publish
+                .iter()
+                .filter(|s| s.contains("flue_builds"))
+                .all(|s| s.contains("DIRECT.GET") || s.contains("STREAM.INFO")),
+            "{publish:?}"
+        );
         assert!(
             publish
                 .iter()

@@ -61,6 +61,7 @@ impl Record {
             status: self.status,
             since: Some(self.since),
             agent_instance: self.agent_instance.clone(),
+            agent_version: None,
             reason: self.reason.clone(),
         }
     }
@@ -254,6 +255,7 @@ mod tests {
             state,
             metrics: None,
             ledger_created_at: None,
+            agent_version: None,
         }
     }
 

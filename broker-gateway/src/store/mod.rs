@@ -82,6 +82,7 @@ pub struct Store {
     data: kv::Store,
     pending: kv::Store,
     server_order: kv::Store,
+    builds: kv::Store,
     /// Whether the buckets are replicated (`--replicas` above 1): a read missing a key
     /// then asks the stream's leader again ([`bucket::get`]).
     replicated: bool,
@@ -109,6 +110,8 @@ impl Store {
             data: bucket(js, subject::DATA_BUCKET, replicas).await?,
             pending: bucket(js, PENDING_BUCKET, replicas).await?,
             server_order: bucket(js, SERVER_ORDER_BUCKET, replicas).await?,
+            // Agents read builds but never create anything: it must exist first.
+            builds: bucket(js, flue_proto::upgrade::BUILDS_BUCKET, replicas).await?,
             replicated: replicas > 1,
             recent: recent::Recent::default(),
         })
@@ -155,6 +158,26 @@ impl Store {
             .read(&self.configs, CONFIGS_BUCKET, key)
             .await?
             .map(|(c, _)| c))
+    }
+
+    /// Stores chunk `n` of the agent build `sha256` of `tenant` (a put: uploading a
+    /// chunk again replaces it).
+    pub async fn put_build_chunk(
+        &self,
+        tenant: &TenantId,
+        sha256: &str,
+        n: u64,
+        bytes: bytes::Bytes,
+    ) -> Result<(), StoreError> {
+        let key = flue_proto::upgrade::chunk_key(tenant, sha256, n);
+        match self.builds.put(&key, bytes).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(StoreError::Write {
+                bucket: flue_proto::upgrade::BUILDS_BUCKET,
+                key,
+                source: e.into(),
+            }),
+        }
     }
 
     /// The server `id` of `tenant`, if registered.

@@ -69,6 +69,9 @@ pub enum Command {
     /// Create and list the tenants a gateway serves (an operator's commands).
     #[command(subcommand)]
     Tenant(TenantCommand),
+    /// Release keys and signed agent builds (offline; `flue server upgrade` installs them).
+    #[command(subcommand)]
+    Release(crate::upgrade::ReleaseCommand),
 }
 
 /// `flue tenant …`
@@ -533,6 +536,10 @@ pub enum ServerCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Upgrade the agents of servers to a signed build, a batch at a time, halting after
+    /// --max-failures failures (which servers failed and why are printed). Interrupted,
+    /// the upgrades under way go on; the same command run again resumes the rollout.
+    Upgrade(crate::upgrade::UpgradeArgs),
     /// Remove a server: its queue and consumer go, its deployment records stay
     /// (refused while it has queued or running deployments).
     Deregister {

@@ -13,6 +13,7 @@ mod render;
 mod stack;
 mod submit;
 mod transfer;
+mod upgrade;
 mod validate;
 mod watch;
 
@@ -195,6 +196,10 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<Outcome, CliError> {
             let config = client.get_config(&id).await?;
             out.write_all(render::pretty_json(&config).as_bytes())?;
         }
+        Command::Server(ServerCommand::Upgrade(args)) => {
+            return upgrade::run(&client, args, out).await;
+        }
+        Command::Release(command) => return upgrade::release(command, out),
         Command::Server(command) => server(&client, command, out).await?,
         Command::Tenant(command) => tenant(&client, command, out).await?,
         Command::Deploy(args) => return deploy(&client, args, out).await,
@@ -372,6 +377,8 @@ async fn server(
                 render::deployments_table(&deployments)
             }
         }
+        // Handled by `run`.
+        ServerCommand::Upgrade(_) => return Ok(()),
         ServerCommand::Deregister { id } => {
             client.delete_server(&id).await?;
             format!("server {id} deregistered\n")

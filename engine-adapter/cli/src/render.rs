@@ -84,9 +84,9 @@ pub(crate) fn deployments_table(deployments: &[Deployment]) -> String {
     table(["ID", "ACTION", "STATUS", "CREATED_AT"], &rows)
 }
 
-/// `id name created_at` table of servers.
+/// `id name presence agent-version created_at` table of servers.
 pub(crate) fn servers_table(servers: &[Server]) -> String {
-    let rows: Vec<[String; 4]> = servers
+    let rows: Vec<[String; 5]> = servers
         .iter()
         .map(|s| {
             let presence = s.presence.as_ref().map_or("unknown".to_owned(), |p| {
@@ -95,15 +95,21 @@ pub(crate) fn servers_table(servers: &[Server]) -> String {
                     .and_then(|v| v.as_str().map(str::to_owned))
                     .unwrap_or_default()
             });
+            let version = s
+                .presence
+                .as_ref()
+                .and_then(|p| p.agent_version.clone())
+                .unwrap_or_else(|| "-".to_owned());
             [
                 s.id.to_string(),
                 s.name.clone(),
                 presence,
+                version,
                 timestamp(s.created_at),
             ]
         })
         .collect();
-    table(["ID", "NAME", "PRESENCE", "CREATED_AT"], &rows)
+    table(["ID", "NAME", "PRESENCE", "AGENT", "CREATED_AT"], &rows)
 }
 
 pub(crate) fn tenants_table(tenants: &[Tenant]) -> String {

@@ -371,6 +371,24 @@ impl Client {
             .await
     }
 
+    /// `PUT /v1/agent-builds/{sha256}/chunks/{n}`: uploads chunk `n` of the agent build
+    /// whose SHA-256 is `sha256` ([`flue_proto::upgrade::CHUNK_SIZE`] bytes, the last
+    /// one fewer).
+    pub async fn put_build_chunk(
+        &self,
+        sha256: &str,
+        n: u64,
+        chunk: Vec<u8>,
+    ) -> Result<(), ClientError> {
+        let url = self.url(&format!("v1/agent-builds/{sha256}/chunks/{n}"))?;
+        let request = self
+            .request(Method::PUT, url.clone())
+            .timeout(REQUEST_TIMEOUT)
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(chunk);
+        self.send_bytes(request, &url).await.map(drop)
+    }
+
     /// `GET /v1/deployments/{id}`.
     pub async fn get_deployment(&self, id: &DeploymentId) -> Result<Deployment, ClientError> {
         self.get(&format!("v1/deployments/{id}")).await
