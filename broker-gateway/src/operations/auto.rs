@@ -6,7 +6,8 @@
 //! A stack busy with another operation is tried again every [`RETRY_EVERY`], for at most
 //! [`MAX_TRIES`]; a stack with the `manual` policy (the default) is left alone: the
 //! event says what happened, and `flue stack converge` re-applies by hand. With several
-//! gateways, only the one whose presence write reported the rebuild submits.
+//! gateways, only the one whose presence write reported the rebuild submits. The
+//! operation's record says why it runs (`StackOperation.cause`).
 
 use std::time::Duration;
 
@@ -101,6 +102,7 @@ async fn converge_stack(
             stack,
             Some(&current),
             body,
+            Some(cause(server, &units)),
         )
         .await
         {
@@ -120,4 +122,13 @@ async fn converge_stack(
         }
     }
     warn!(stack.id = %stack, server.id = %server, "rebuilt server: the stack stayed busy; converge it by hand (flue stack converge)");
+}
+
+/// Why the converge runs, as its operation record says: the rebuilt server and the units
+/// it re-applies there.
+fn cause(server: &ServerId, units: &[String]) -> String {
+    format!(
+        "automatic (converge: auto): server {server} was rebuilt (its agent came back with a new, empty ledger); re-applying its units {}",
+        units.join(", ")
+    )
 }
