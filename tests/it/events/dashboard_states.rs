@@ -42,8 +42,9 @@ async fn the_dashboard_shows_a_unit_never_run_as_not_run_a_drifted_check_as_no_f
     let env = Flue::start().await;
     env.register("s1").await;
     let _agent = env.agent("s1", &[]).await;
-    // A reason with no space in 300 characters: a path, as errors quote them.
-    let long = format!("cannot-write-/var/lib/app/{}", "segment-".repeat(36));
+    // A reason with a word of 300 characters and no break in it (a digest, as errors quote
+    // them; a browser breaks a line after a `-` or a `/` by itself).
+    let long = format!("cannot-verify-{}", "0123456789abcdef".repeat(19));
     let t = env.path("t.yaml");
     std::fs::write(&t, TEMPLATE.replace("$LONG", &long)).expect("template");
     let run = create_stack(&env, "small", &t.display().to_string(), &[]).await;
@@ -102,6 +103,22 @@ async fn the_dashboard_shows_a_unit_never_run_as_not_run_a_drifted_check_as_no_f
         (&Value::from("1"), &Value::from("1")),
         "{overview}"
     );
+    // The failure's reason in the event feed wraps there too (three lines at most).
+    let feed = page
+        .eval(
+            "(() => { const feed = document.getElementById('feed').getBoundingClientRect(); \
+               const e = [...document.querySelectorAll('#feed .event[data-type=\"deployment.failed\"] .summary')] \
+                 .find(e => e.textContent.includes('0123456789abcdef0123456789abcdef')); \
+               if (!e) return 'missing'; \
+               const r = e.getBoundingClientRect(); \
+               const line = parseFloat(getComputedStyle(e).lineHeight) || 16; \
+               return e.scrollWidth > e.clientWidth + 1 ? 'overflows its box' \
+                 : r.right > feed.right + 1 ? 'runs past the feed' \
+                 : r.height < 2 * line ? 'one line' : r.height > 3.5 * line ? 'more than three lines' \
+                 : e.title.length > e.textContent.length - 1 ? 'wraps' : 'no title'; })()",
+        )
+        .await;
+    assert_eq!(feed, Value::from("wraps"));
     // The feed says a unit was planned, not that it completed anything.
     let planned = page
         .eval(
@@ -166,7 +183,7 @@ async fn the_dashboard_shows_a_unit_never_run_as_not_run_a_drifted_check_as_no_f
                  if (!e) {{ out[k] = 'missing'; continue; }} \
                  const r = e.getBoundingClientRect(); \
                  const line = parseFloat(getComputedStyle(e).lineHeight) || 16; \
-                 out[k] = !e.textContent.includes('segment-segment') ? 'no long reason: ' + e.textContent \
+                 out[k] = !e.textContent.includes('0123456789abcdef0123456789abcdef') ? 'no long reason: ' + e.textContent \
                    : e.scrollWidth > e.clientWidth + 1 ? 'overflows its box' \
                    : r.right > panel.right + 1 ? 'runs past the panel' \
                    : r.height < 2 * line ? 'one line' : 'wraps'; \
