@@ -105,11 +105,13 @@ async fn the_dashboard_shows_a_unit_never_run_as_not_run_a_drifted_check_as_no_f
     );
     // The failure's reason in the event feed wraps there too (three lines at most).
     let feed = page
-        .eval(
+        .wait_for(
+            "the failure in the event feed",
+            WAIT,
             "(() => { const feed = document.getElementById('feed').getBoundingClientRect(); \
                const e = [...document.querySelectorAll('#feed .event[data-type=\"deployment.failed\"] .summary')] \
                  .find(e => e.textContent.includes('0123456789abcdef0123456789abcdef')); \
-               if (!e) return 'missing'; \
+               if (!e) return null; \
                const r = e.getBoundingClientRect(); \
                const line = parseFloat(getComputedStyle(e).lineHeight) || 16; \
                return e.scrollWidth > e.clientWidth + 1 ? 'overflows its box' \
