@@ -14,7 +14,7 @@ use std::fmt;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
-use flue_proto::creds::AgentCredentials;
+use flue_proto::creds::{AgentCredentials, UserJwtClaims};
 use flue_proto::subject;
 
 use crate::config::Config;
@@ -166,13 +166,35 @@ async fn broker(
             )];
         }
     };
-    let user = if credentials.is_some_and(|c| !c.user.jwt.is_empty()) {
-        "as this server's broker user"
-    } else {
-        "anonymously (development broker)"
+    let jwt = credentials
+        .map(|c| c.user.jwt.as_str())
+        .filter(|jwt| !jwt.is_empty());
+    let owner = match jwt.map(UserJwtClaims::verified) {
+        None => Ok("anonymously (development broker)"),
+        Some(Ok(claims)) => match files::not_this_servers_user(config, &claims) {
+            None => Ok("as this server's broker user"),
+            Some(whose) => Err(whose),
+        },
+        Some(Err(e)) => Err(format!("its user JWT: {e}")),
     };
-    let mut checks = vec![Check::pass("broker", format!("connected to {url} {user}"))];
-    checks.push(request_consumer(config, client.clone(), timeout).await);
+    let checks = match owner {
+        Ok(user) => vec![
+            Check::pass("broker", format!("connected to {url} {user}")),
+            request_consumer(config, client.clone(), timeout).await,
+        ],
+        // The broker took the user, but it is not this server's: saying "ok" here would
+        // hide the one thing wrong.
+        Err(whose) => vec![
+            Check::fail(
+                "broker",
+                format!("connected to {url}, but not as this server's broker user: {whose}"),
+            ),
+            Check::fail(
+                "request consumer",
+                "not tried: the credentials are not this server's (see above)",
+            ),
+        ],
+    };
     if tokio::time::timeout(timeout, client.drain()).await.is_err() {
         tracing::debug!("draining the doctor's connection timed out");
     }

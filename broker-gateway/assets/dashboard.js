@@ -49,6 +49,8 @@
   const STACK_OPERATIONS = 20;
   /** The value the API shows in place of a hidden one. */
   const HIDDEN = '<hidden>';
+  /** The action of a convergence check: its FAILED means drift found. */
+  const CHECK = 'CHECK';
 
   const servers = new Map(); // server id → entry
   const deployments = new Map(); // deployment id → entry
@@ -428,8 +430,10 @@
     }
     entry.rank = rank;
     entry.data.status = status;
-    entry.cells.state.replaceChildren(el('span', { class: 'badge', 'data-state': status, text: status }));
-    const text = detail !== undefined ? detail : recordDetail(d);
+    const shown = shownState(entry.data);
+    entry.cells.state.replaceChildren(el('span', { class: 'badge', 'data-state': shown, text: shown }));
+    let text = detail !== undefined ? detail : recordDetail(d);
+    if (shown === 'DRIFTED') text = `drift found: ${text}`;
     entry.cells.detail.firstChild.textContent = text;
     entry.cells.detail.title = text;
     setTime(entry.cells.updated, time || d.updated_at);
@@ -439,6 +443,14 @@
     }
     refreshStats();
     return entry;
+  }
+
+  /**
+   * The state a deployment's badge shows: its status, except that a `CHECK` that ended
+   * FAILED found drift (what it is for): `DRIFTED`, neither a failure nor counted as one.
+   */
+  function shownState(d) {
+    return d.status === 'FAILED' && d.action === CHECK ? 'DRIFTED' : d.status;
   }
 
   /** Name (or id), then id, what it applies, and its stack, as muted lines. */
@@ -514,7 +526,7 @@
     const d = entry.data;
     return (!f.server || d.server_id === f.server)
       && (!f.stack || d.stack_id === f.stack)
-      && (!f.status || d.status === f.status);
+      && (!f.status || shownState(d) === f.status);
   }
 
   /** Keeps a select's options equal to `values` (sorted), its choice kept. */
@@ -697,7 +709,11 @@
       return parts.join(' · ');
     }
     if (kind === 'server') return data.reason || data.name || '';
-    if (kind === 'stack') return [data.unit, data.unit_status || data.status, data.reason].filter(Boolean).join(' · ');
+    if (kind === 'stack') {
+      // A unit an operation planned (`INIT_COMPLETE`) has not run.
+      const unitStatus = data.unit_status === 'INIT_COMPLETE' ? 'planned' : data.unit_status;
+      return [data.unit, unitStatus || data.status, data.reason].filter(Boolean).join(' · ');
+    }
     if (kind === 'group') return `${data.group}/${data.member} on ${data.server_id}`;
     return '';
   }
@@ -712,6 +728,7 @@
     const subject = ev.deployment || ev.stack || ev.server || ev.subject || '';
     const time = el('time', { class: 'clock', datetime: ev.time });
     setTime(time, ev.time);
+    const sum = summary(kind, name, data);
     const item = el('li', {
       class: 'event', 'data-kind': kind, 'data-type': short, 'data-seq': seq || undefined,
       'data-server': data.server_id || ev.server || undefined,
@@ -720,7 +737,7 @@
       time,
       el('span', { class: 'type', text: short }),
       el('span', { class: 'subject', text: subject }),
-      el('span', { class: 'summary', text: summary(kind, name, data) }));
+      el('span', { class: 'summary', text: sum, title: sum }));
     if (ev.deployment) {
       item.classList.add('link');
       item.addEventListener('click', () => {
@@ -750,6 +767,14 @@
 
   function stackStatus(status) {
     return status ? `${status.action}_${status.status}` : '–';
+  }
+
+  /** A unit's state; one never run (`INIT`, planned only) is no success. */
+  function unitBadge(u) {
+    if (u.action === 'INIT') {
+      return el('span', { class: 'badge', 'data-state': 'NOT_RUN', title: 'planned, never run', text: 'NOT RUN' });
+    }
+    return badge(`${u.action}_${u.status}`);
   }
 
   function badge(state) {
@@ -826,11 +851,12 @@
       $('stack-units').tBodies[0].replaceChildren(...units.map(([key, u]) => el('tr', { 'data-unit': key },
         el('td', {}, el('span', { class: 'id', text: key })),
         el('td', {}, el('span', { class: 'id', text: u.server_id })),
-        el('td', {}, badge(`${u.action}_${u.status}`), u.status_reason ? el('span', { class: 'sub', text: u.status_reason }) : ''),
+        el('td', {}, unitBadge(u), u.status_reason ? el('span', { class: 'sub reason', text: u.status_reason }) : ''),
         el('td', {}, el('span', { class: 'id', text: u.last || u.current || '–' })))));
       $('stack-operations').tBodies[0].replaceChildren(...ops.map((op) => {
         const row = el('tr', { 'data-operation': op.id },
-          el('td', {}, el('span', { class: 'label', text: op.operation }), el('span', { class: 'sub id', text: op.id })),
+          el('td', {}, el('span', { class: 'label', text: op.operation }), el('span', { class: 'sub id', text: op.id }),
+            op.cause ? el('span', { class: 'sub reason cause', text: op.cause }) : ''),
           el('td', {}, el('span', { class: 'badge', 'data-state': op.state === 'succeeded' ? 'COMPLETE' : op.state === 'failed' ? 'FAILED' : 'IN_PROGRESS', text: op.state })),
           el('td', { class: 'time' }), el('td', { class: 'time' }),
           el('td', { class: 'detail', text: op.reason || '' }));
@@ -867,7 +893,9 @@
     $('stat-online').textContent = `${all.filter((s) => s.status === 'online').length} / ${all.length}`;
     const shown = [...deployments.values()];
     $('stat-running').textContent = String(shown.filter((e) => e.data.status === 'IN_PROGRESS').length);
-    $('stat-failed').textContent = String(shown.filter((e) => e.data.status === 'FAILED').length);
+    // A drift-detecting CHECK is not a failure.
+    $('stat-failed').textContent = String(shown.filter((e) => shownState(e.data) === 'FAILED').length);
+    $('stat-drifted').textContent = String(shown.filter((e) => shownState(e.data) === 'DRIFTED').length);
     $('servers-count').textContent = String(servers.size);
     $('deployments-count').textContent = String(deployments.size);
   }

@@ -22,7 +22,7 @@ mod scrape;
 use std::sync::Arc;
 
 use flue_proto::operation::OperationKind;
-use flue_proto::{Deployment, DeploymentStatus, EventType};
+use flue_proto::{CHECK_ACTION, Deployment, DeploymentStatus, EventType};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -64,10 +64,12 @@ impl Format {
 const ACTIONS: [&str; 7] = [
     "CREATE", "UPDATE", "DELETE", "SUSPEND", "RESUME", "CHECK", "ADHOC",
 ];
-/// Status label values of `flue_deployments_total`, in the order a deployment reaches them.
-const STATUSES: [&str; 4] = ["QUEUED", "IN_PROGRESS", "COMPLETE", "FAILED"];
+/// Status label values of `flue_deployments_total`, in the order a deployment reaches them;
+/// `DRIFTED` is a `CHECK` whose hook answered FAILED: drift found, which is what a check is
+/// for, so no failure (a `CHECK` that timed out, with no answer, is `FAILED`).
+const STATUSES: [&str; 5] = ["QUEUED", "IN_PROGRESS", "COMPLETE", "FAILED", "DRIFTED"];
 /// Final statuses, the label of the latency histogram.
-const ENDS: [&str; 2] = ["COMPLETE", "FAILED"];
+const ENDS: [&str; 3] = ["COMPLETE", "FAILED", "DRIFTED"];
 /// Upper bounds of the accept → complete latency buckets, in seconds: a no-op hook
 /// takes milliseconds, a package install minutes.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -140,16 +142,19 @@ impl TenantMetrics {
     /// time: the status it reached and, for an end, its accept → end latency.
     pub fn deployment_reported(&self, d: &Deployment, ty: EventType) {
         let action = action_index(d.action.as_str());
+        let drifted = ty == EventType::DeploymentFailed && d.action.as_str() == CHECK_ACTION;
         let status = match ty {
             EventType::DeploymentQueued => 0,
             EventType::DeploymentStarted => 1,
             EventType::DeploymentCompleted => 2,
+            EventType::DeploymentFailed if drifted => 4,
             EventType::DeploymentFailed | EventType::DeploymentTimedOut => 3,
             _ => return,
         };
         self.inner.deployments[action][status].inc();
         let end = match d.status {
             DeploymentStatus::Complete => 0,
+            DeploymentStatus::Failed if drifted => 2,
             DeploymentStatus::Failed => 1,
             _ => return,
         };

@@ -187,6 +187,11 @@ pub struct UserJwtClaims {
     /// `exp`: when the broker stops accepting it (unix seconds); `None` when it never
     /// expires (Flue mints agent users without one).
     pub expires_at: Option<i64>,
+    /// `name`: who it is for, for people (`agent <tenant>/<server>` for an agent's user).
+    pub name: String,
+    /// `nats.pub.allow`: the subjects it may publish on, which the broker enforces (an
+    /// agent's name its own response and heartbeat subjects).
+    pub publish_allowed: Vec<String>,
 }
 
 /// The part of a user JWT's claims [`UserJwtClaims`] reads.
@@ -198,6 +203,8 @@ struct RawUserClaims {
     iat: i64,
     #[serde(default)]
     exp: Option<i64>,
+    #[serde(default)]
+    name: String,
     nats: RawNats,
 }
 
@@ -206,6 +213,15 @@ struct RawUserClaims {
 struct RawNats {
     #[serde(rename = "type")]
     kind: String,
+    #[serde(default, rename = "pub")]
+    publish: RawPermission,
+}
+
+#[derive(Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+struct RawPermission {
+    #[serde(default)]
+    allow: Vec<String>,
 }
 
 impl UserJwtClaims {
@@ -230,6 +246,25 @@ impl UserJwtClaims {
             subject: claims.sub,
             issued_at: claims.iat,
             expires_at: claims.exp.filter(|&exp| exp > 0),
+            name: claims.name,
+            publish_allowed: claims.nats.publish.allow,
+        })
+    }
+
+    /// Whether it is the broker user of server `server` of `tenant`: it may publish that
+    /// server's answers (`flue.<tenant>.resp.<server>`), the right only that server's
+    /// agent user is given.
+    pub fn is_agent_of(&self, tenant: &TenantId, server: &ServerId) -> bool {
+        let own = crate::subject::response(tenant, server);
+        self.publish_allowed.contains(&own)
+    }
+
+    /// The tenant and server whose answers it may publish, when it is an agent's user.
+    pub fn agent_of(&self) -> Option<(TenantId, ServerId)> {
+        self.publish_allowed.iter().find_map(|s| {
+            let rest = s.strip_prefix("flue.")?;
+            let (tenant, server) = rest.split_once(".resp.")?;
+            Some((tenant.parse().ok()?, server.parse().ok()?))
         })
     }
 }
@@ -360,6 +395,36 @@ mod tests {
         let mut parts: Vec<&str> = jwt.split('.').collect();
         parts[1] = other.split('.').nth(1).expect("body");
         assert!(UserJwtClaims::verified(&parts.join(".")).is_err());
+    }
+
+    #[test]
+    fn a_user_jwt_names_the_server_whose_answers_it_may_publish() {
+        let account = nkeys::KeyPair::new_account();
+        let user = nkeys::KeyPair::new_user().public_key();
+        let nats = serde_json::json!({"type": "user", "version": 2,
+            "pub": {"allow": ["$JS.API.CONSUMER.INFO.FLUE_REQ.x", "flue.acme.resp.web2", "flue.acme.hb.web2"]}});
+        let jwt = user_jwt(
+            &account,
+            &user,
+            serde_json::json!({"name": "agent acme/web2", "nats": nats}),
+        );
+        let claims = UserJwtClaims::verified(&jwt).expect("verifies");
+        assert_eq!(claims.name, "agent acme/web2");
+        let (acme, web1, web2) = (
+            "acme".parse().expect("id"),
+            "web1".parse().expect("id"),
+            "web2".parse().expect("id"),
+        );
+        assert!(claims.is_agent_of(&acme, &web2));
+        assert!(!claims.is_agent_of(&acme, &web1));
+        assert_eq!(claims.agent_of(), Some((acme, web2)));
+        let listener = user_jwt(&account, &user, serde_json::json!({}));
+        assert_eq!(
+            UserJwtClaims::verified(&listener)
+                .expect("verifies")
+                .agent_of(),
+            None
+        );
     }
 
     #[test]

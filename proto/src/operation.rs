@@ -233,6 +233,10 @@ pub struct StackOperation {
     pub tenant: TenantId,
     /// What runs.
     pub operation: OperationKind,
+    /// Why the gateway submitted it by itself (an automatic converge names the rebuilt
+    /// server); absent for an operation a client submitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
     /// Where it stands.
     pub state: OperationState,
     /// The worker holding it (`host/pid/worker`), while running.

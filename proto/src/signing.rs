@@ -135,6 +135,15 @@ pub struct Stored<'a> {
 /// stored it before the window closed (so a copy after that runs nowhere, even on an agent
 /// that lost its ledger).
 pub fn verify_window(stored: Stored<'_>, gateway_key: &str, body: &[u8]) -> Result<(), Refusal> {
+    if stored.window.is_none() || stored.signature.is_none() {
+        return Err(Refusal::new(
+            RefusalCode::Unsigned,
+            format!(
+                "no signed publish window ({PUBLISH_WINDOW_HEADER}): a gateway older than this \
+                 agent, or a copy with the header stripped"
+            ),
+        ));
+    }
     let window: PublishWindow = verified(
         stored.window,
         stored.signature,

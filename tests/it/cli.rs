@@ -212,3 +212,153 @@ async fn server_list_shows_presence_and_deregister_removes_the_server() {
         text(&out.stderr)
     );
 }
+
+/// `flue ARGS` with no gateway settings from the environment.
+async fn flue_bare(args: &[&str]) -> Output {
+    let out = tokio::process::Command::new(bin("flue"))
+        .env_remove("FLUE_GATEWAY_URL")
+        .env_remove("FLUE_TOKEN")
+        .env_remove("FLUE_CA")
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(WAIT, out)
+        .await
+        .expect("flue finishes")
+        .expect("run flue")
+}
+
+#[tokio::test]
+async fn flue_help_lists_the_exit_codes_the_code_returns_and_every_stack_verb() {
+    use flue_cli::{CliError, Outcome, exit};
+    let out = flue_bare(&["--help"]).await;
+    assert_eq!(out.status.code(), Some(i32::from(exit::SUCCESS)));
+    let help = text(&out.stdout);
+
+    // The "Exit codes:" section: one line per code, as the constants say.
+    let section = help
+        .split_once("\nExit codes:\n")
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("no Exit codes section: {help}"));
+    let listed: Vec<(u8, String)> = section
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| {
+            let (code, meaning) = l.trim().split_once("  ").expect("code  meaning");
+            (code.parse().expect("a code"), meaning.to_owned())
+        })
+        .collect();
+    let constants: Vec<(u8, String)> = exit::CODES
+        .iter()
+        .map(|(c, m)| (*c, (*m).to_owned()))
+        .collect();
+    assert_eq!(listed, constants, "{help}");
+    let codes: Vec<u8> = listed.iter().map(|(c, _)| *c).collect();
+    // Every code the program returns is listed: each outcome, each kind of error, clap's
+    // own usage error (the real binary's).
+    // (An outcome added later does not compile here until it is listed.)
+    let outcome = |o: Outcome| match o {
+        Outcome::Success | Outcome::DeploymentFailed | Outcome::Failed => o.exit_code(),
+    };
+    let returned = [
+        outcome(Outcome::Success),
+        outcome(Outcome::DeploymentFailed),
+        outcome(Outcome::Failed),
+        CliError::Usage("x".into()).exit_code(),
+        CliError::UnknownOutput {
+            id: "d".parse().expect("id"),
+            name: "x".into(),
+            available: Vec::new(),
+        }
+        .exit_code(),
+    ];
+    for code in returned {
+        assert!(codes.contains(&code), "{code} is not listed: {help}");
+    }
+    let usage = flue_bare(&["stack", "create"]).await;
+    assert_eq!(
+        usage.status.code(),
+        Some(i32::from(exit::ERROR)),
+        "{}",
+        text(&usage.stderr)
+    );
+
+    // The `stack` line names every verb `flue stack` has.
+    let stack_line = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("stack "))
+        .unwrap_or_else(|| panic!("no stack command: {help}"));
+    let words: Vec<&str> = stack_line
+        .split(|c: char| !c.is_ascii_alphanumeric() && c != '-')
+        .collect();
+    let cli = flue_cli::command();
+    let stack = cli.find_subcommand("stack").expect("stack");
+    let verbs: Vec<&str> = stack
+        .get_subcommands()
+        .map(|c| c.get_name())
+        .filter(|n| *n != "help")
+        .collect();
+    assert!(verbs.len() >= 14, "{verbs:?}");
+    let missing: Vec<&&str> = verbs.iter().filter(|v| !words.contains(v)).collect();
+    assert!(missing.is_empty(), "{missing:?} not in: {stack_line}");
+}
+
+#[tokio::test]
+async fn no_usage_line_requires_gateway_or_token_and_a_missing_one_is_named_with_its_variable() {
+    // Every command's usage line, from the real binary: the gateway flags are options
+    // (under their own heading), never required.
+    let mut paths: Vec<Vec<String>> = Vec::new();
+    let mut todo = vec![(Vec::new(), flue_cli::command())];
+    while let Some((above, command)) = todo.pop() {
+        for sub in command.get_subcommands().filter(|c| c.get_name() != "help") {
+            let mut path: Vec<String> = above.clone();
+            path.push(sub.get_name().to_owned());
+            paths.push(path.clone());
+            todo.push((path, sub.clone()));
+        }
+    }
+    assert!(paths.len() > 25, "{paths:?}");
+    for path in &paths {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let out = flue_bare(&args).await;
+        let help = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{path:?}: {}",
+            text(&out.stderr)
+        );
+        let usage = help
+            .lines()
+            .find(|l| l.starts_with("Usage:"))
+            .unwrap_or_else(|| panic!("{path:?}: no usage line: {help}"));
+        assert!(
+            !usage.contains("--gateway") && !usage.contains("--token"),
+            "{path:?}: {usage}"
+        );
+        assert!(
+            help.contains(flue_cli::GATEWAY_OPTIONS) && help.contains("[env: FLUE_TOKEN]"),
+            "{path:?}: {help}"
+        );
+    }
+
+    // No gateway there: the error names the flag and its variable.
+    let nowhere = format!("http://127.0.0.1:{}", flue_tests::free_port());
+    let out = flue_bare(&["--gateway", &nowhere, "stack", "list"]).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--gateway") && stderr.contains("FLUE_GATEWAY_URL"),
+        "{stderr}"
+    );
+    // A gateway that wants a token, and none given.
+    let flue_env = Flue::start().await;
+    let out = flue_bare(&["--gateway", flue_env.gateway.url(), "stack", "list"]).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--token") && stderr.contains("FLUE_TOKEN"),
+        "{stderr}"
+    );
+}

@@ -655,3 +655,65 @@ async fn asked_for_text_plain_metrics_answer_the_classic_format_a_strict_parser_
         );
     }
 }
+
+#[tokio::test]
+async fn a_check_that_finds_drift_is_counted_as_drifted_not_failed() {
+    let flue = Flue::start().await;
+    flue.register("m1").await;
+    let _agent = flue.agent("m1", &[]).await;
+    let spec: flue_proto::ConfigSpec = serde_json::from_value(serde_json::json!({
+        "id": "checked",
+        "group": "script",
+        "config": "#!/bin/sh\necho applied\n",
+        "hooks": {"CHECK": "#!/bin/sh\necho 'changed since applied' >&2\nexit 4\n"},
+    }))
+    .expect("config spec");
+    flue.client().create_config(&spec).await.expect("config");
+    let applied = flue.deploy("checked", "m1", &[]).await.id;
+    assert_eq!(
+        flue.finished(&applied).await.status,
+        DeploymentStatus::Complete
+    );
+    let check = flue
+        .client()
+        .create_deployment(&flue_proto::CreateDeployment {
+            action: flue_proto::Action::new(flue_proto::CHECK_ACTION).expect("action"),
+            inputs_from: Some(applied),
+            ..flue_proto::CreateDeployment::new(
+                "checked".parse().expect("id"),
+                "m1".parse().expect("id"),
+            )
+        })
+        .await
+        .expect("check")
+        .id;
+    assert_eq!(flue.finished(&check).await.status, DeploymentStatus::Failed);
+
+    let count = |s: &Scrape, status: &str| {
+        s.get(
+            "flue_deployments_total",
+            &refs(&deployments("CHECK", status)),
+        )
+    };
+    let s = scrape_until(&flue, "the check's end counted", |s| {
+        count(s, "DRIFTED") + count(s, "FAILED") >= 1.0
+    })
+    .await;
+    assert_eq!(
+        (count(&s, "DRIFTED"), count(&s, "FAILED")),
+        (1.0, 0.0),
+        "drift found is no failure"
+    );
+    let latency = s.get(
+        "flue_deployment_duration_seconds_count",
+        &refs(&deployments("CHECK", "DRIFTED")),
+    );
+    assert_eq!(latency, 1.0);
+    assert_eq!(
+        s.get(
+            "flue_deployments_total",
+            &refs(&deployments("CREATE", "FAILED"))
+        ),
+        0.0
+    );
+}

@@ -109,6 +109,7 @@ fn content_problems(config: &Config, creds: &AgentCredentials) -> Vec<String> {
             if user_key.is_some_and(|k| k.public_key() != claims.subject) {
                 problems.push("its user JWT is not for its user nkey seed".to_owned());
             }
+            problems.extend(not_this_servers_user(config, &claims));
             let now = time::OffsetDateTime::now_utc().unix_timestamp();
             if let Some(exp) = claims.expires_at.filter(|&exp| exp <= now) {
                 problems.push(format!(
@@ -120,6 +121,24 @@ fn content_problems(config: &Config, creds: &AgentCredentials) -> Vec<String> {
         }
     }
     problems
+}
+
+/// What is wrong when the user JWT `claims` is not this server's broker user (`None` when
+/// it is): the broker must let it publish this server's answers, the right only this
+/// server's agent user holds. Otherwise these are another server's credentials, misplaced
+/// or taken: the agent would pull that server's requests, or nothing.
+pub(super) fn not_this_servers_user(config: &Config, claims: &UserJwtClaims) -> Option<String> {
+    if claims.is_agent_of(&config.tenant, &config.server_id) {
+        return None;
+    }
+    let whose = match claims.agent_of() {
+        Some((tenant, server)) => format!("the broker user of server {server} of tenant {tenant}"),
+        None => "no agent's broker user".to_owned(),
+    };
+    Some(format!(
+        "its user JWT (named {:?}) is {whose}, not this server's (server {} of tenant {}, FLUE_SERVER_ID / FLUE_TENANT): these are another server's credentials; put this server's own file here (`flue server rotate-credentials {} --creds FILE`), and rotate the other server's if this copy should not exist",
+        claims.name, config.server_id, config.tenant, config.server_id
+    ))
 }
 
 /// The state dir: writable by this user (one temporary file made and removed), or, when

@@ -55,6 +55,7 @@ pub async fn submit(
                 &id,
                 stack.as_ref(),
                 body,
+                None,
             )
             .await
         })

@@ -8,7 +8,8 @@
 //! A stack busy with another operation is tried again every [`RETRY_EVERY`], for at most
 //! [`MAX_TRIES`]; a stack with the `manual` policy (the default) is left alone: the
 //! event says what happened, and `flue stack converge` re-applies by hand. With several
-//! gateways, only the one whose presence write reported the rebuild submits.
+//! gateways, only the one whose presence write reported the rebuild submits. The
+//! operation's record says why it runs (`StackOperation.cause`).
 
 use std::time::Duration;
 
@@ -103,6 +104,7 @@ async fn converge_stack(
             stack,
             Some(&current),
             body,
+            Some(cause(server, &units)),
         )
         .await
         {
@@ -122,4 +124,44 @@ async fn converge_stack(
         }
     }
     warn!(stack.id = %stack, server.id = %server, "rebuilt server: the stack stayed busy; converge it by hand (flue stack converge)");
+}
+
+/// Most unit keys a converge's cause names (the rest counted): the record stays small
+/// whatever the stack's size.
+const CAUSE_UNITS: usize = 20;
+
+/// Why the converge runs, as its operation record says: the rebuilt server and the units
+/// it re-applies there.
+fn cause(server: &ServerId, units: &[String]) -> String {
+    let mut named = units
+        .iter()
+        .take(CAUSE_UNITS)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if units.len() > CAUSE_UNITS {
+        named.push_str(&format!(" and {} more", units.len() - CAUSE_UNITS));
+    }
+    format!(
+        "automatic (converge: auto): server {server} was rebuilt (its agent came back with a new, empty ledger); re-applying its units {named}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_names_the_server_and_at_most_twenty_units() {
+        let server: ServerId = "web1".parse().expect("id");
+        let few = cause(&server, &["base".to_owned(), "app".to_owned()]);
+        assert!(
+            few.contains("server web1 was rebuilt") && few.ends_with("units base, app"),
+            "{few}"
+        );
+        let many: Vec<String> = (0..50).map(|i| format!("u{i}")).collect();
+        let shown = cause(&server, &many);
+        assert!(shown.ends_with("u19 and 30 more"), "{shown}");
+        assert!(!shown.contains("u20"), "{shown}");
+    }
 }

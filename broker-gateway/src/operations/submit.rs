@@ -28,6 +28,7 @@ pub async fn submit(
     id: &StackId,
     stack: Option<&Stack>,
     body: SubmitOperation,
+    cause: Option<String>,
 ) -> Result<StackOperation, ApiError> {
     let tenant = operations.tenant().clone();
     let prepared = submitted::prepare(&body, id, tenant.as_str(), stack.map(|s| &s.state))
@@ -60,6 +61,7 @@ pub async fn submit(
         stack: id.clone(),
         tenant,
         operation: prepared.kind,
+        cause,
         state: OperationState::Queued,
         worker: None,
         lease_expires_at: None,

@@ -10,9 +10,18 @@ use time::OffsetDateTime;
 /// Default gateway address, the gateway's own default `--listen`.
 pub const DEFAULT_GATEWAY: &str = "http://127.0.0.1:8470";
 
+/// The help heading of the flags every command takes to reach the gateway: optional in
+/// every usage line (each has an environment variable, `--gateway` a default).
+pub const GATEWAY_OPTIONS: &str = "Gateway options (every command; also from the environment)";
+
 /// Create configs, register servers and run deployments through a Flue gateway.
 #[derive(Debug, Parser)]
-#[command(name = "flue", version, propagate_version = true)]
+#[command(
+    name = "flue",
+    version,
+    propagate_version = true,
+    after_help = crate::exit::help()
+)]
 pub struct Cli {
     /// Base URL of the flue-gateway HTTP API. Several, comma-separated, are gateways of
     /// one cluster: requests go to the first, and `flue stack …` moves on to the next
@@ -22,7 +31,8 @@ pub struct Cli {
         global = true,
         env = "FLUE_GATEWAY_URL",
         default_value = DEFAULT_GATEWAY,
-        value_name = "URL"
+        value_name = "URL",
+        help_heading = GATEWAY_OPTIONS
     )]
     pub gateway: String,
     /// Bearer token for the gateway's API (`flue-gateway token`, `POST /v1/tokens`).
@@ -32,12 +42,19 @@ pub struct Cli {
         global = true,
         env = "FLUE_TOKEN",
         hide_env_values = true,
-        value_name = "TOKEN"
+        value_name = "TOKEN",
+        help_heading = GATEWAY_OPTIONS
     )]
     pub token: Option<String>,
     /// CA certificate (PEM) an `https://` gateway's certificate must chain to; without
     /// it, the system's root certificates are trusted.
-    #[arg(long, global = true, env = "FLUE_CA", value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        env = "FLUE_CA",
+        value_name = "FILE",
+        help_heading = GATEWAY_OPTIONS
+    )]
     pub ca: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
@@ -58,7 +75,8 @@ pub enum Command {
     /// Read deployments.
     #[command(subcommand)]
     Deployment(DeploymentCommand),
-    /// Run HOT-style templates as stacks: create, update, delete, suspend, resume, actions.
+    /// Run HOT-style templates as stacks: create, update, delete, suspend, resume, action,
+    /// check, converge, abandon, adopt, show, operations, list, validate.
     #[command(subcommand)]
     Stack(StackCommand),
     /// Print lifecycle events as JSON lines (CloudEvents): replay what the gateway keeps,

@@ -7,6 +7,7 @@ mod cloud_init;
 mod creds;
 mod describe;
 mod events;
+pub mod exit;
 mod inputs;
 mod mapping;
 mod render;
@@ -28,8 +29,8 @@ use flue_proto::{
 
 pub use args::{
     Cli, Command, ConfigCommand, CreateConfigArgs, DEFAULT_GATEWAY, DeployArgs, DeploymentCommand,
-    EventsArgs, ServerCommand, StackApplyArgs, StackCommand, StackOpArgs, StackValidateArgs,
-    TenantCommand, WatchArgs,
+    EventsArgs, GATEWAY_OPTIONS, ServerCommand, StackApplyArgs, StackCommand, StackOpArgs,
+    StackValidateArgs, TenantCommand, WatchArgs,
 };
 pub use render::error_message;
 
@@ -50,8 +51,8 @@ impl Outcome {
     /// The process exit code for this outcome.
     pub fn exit_code(self) -> u8 {
         match self {
-            Self::Success => 0,
-            Self::DeploymentFailed | Self::Failed => 1,
+            Self::Success => exit::SUCCESS,
+            Self::DeploymentFailed | Self::Failed => exit::FAILED,
         }
     }
 }
@@ -147,8 +148,10 @@ impl CliError {
     /// template `flue stack validate` finds wrong, 2 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::UnknownOutput { .. } | Self::HiddenOutput { .. } | Self::Invalid { .. } => 1,
-            _ => 2,
+            Self::UnknownOutput { .. } | Self::HiddenOutput { .. } | Self::Invalid { .. } => {
+                exit::FAILED
+            }
+            _ => exit::ERROR,
         }
     }
 
@@ -167,6 +170,11 @@ fn list_or_none(names: &[String]) -> String {
     } else {
         names.join(", ")
     }
+}
+
+/// The `flue` command line as clap describes it (its subcommands, usage and help).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
 }
 
 /// Runs one parsed command line against the gateway, writing results to `out`.

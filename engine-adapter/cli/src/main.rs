@@ -22,7 +22,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: {e:#}");
-            return ExitCode::from(2);
+            return ExitCode::from(cli::exit::ERROR);
         }
     };
     let mut stdout = std::io::stdout();

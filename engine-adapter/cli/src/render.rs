@@ -168,8 +168,34 @@ pub fn error_message(err: &(dyn Error + 'static)) -> String {
         Some(403) => {
             format!("{text}\n403: the token's role may not do this; use a token of a role that may")
         }
+        _ if names_the_address(err) => format!(
+            "{text}\nthe gateway's address is --gateway or FLUE_GATEWAY_URL (default {})",
+            crate::args::DEFAULT_GATEWAY
+        ),
         _ => text,
     }
+}
+
+/// Whether the gateway's address is what failed (nothing answered there, or it is no URL).
+fn names_the_address(err: &(dyn Error + 'static)) -> bool {
+    use flue_client::ClientError;
+    let mut next = Some(err);
+    while let Some(e) = next {
+        let client =
+            e.downcast_ref::<ClientError>()
+                .or_else(|| match e.downcast_ref::<crate::CliError>() {
+                    Some(crate::CliError::Client(c)) => Some(c),
+                    _ => None,
+                });
+        if matches!(
+            client,
+            Some(ClientError::Unreachable { .. } | ClientError::InvalidUrl { .. })
+        ) {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// The status of a 401 or 403 answer somewhere in the error's chain.

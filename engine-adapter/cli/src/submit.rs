@@ -187,6 +187,9 @@ pub fn table(name: &StackId, ops: &[StackOperation]) -> String {
             status,
             op.worker.as_deref().unwrap_or("-"),
         );
+        if let Some(cause) = &op.cause {
+            let _ = writeln!(s, "    {cause}");
+        }
         if let Some(reason) = &op.reason {
             let _ = writeln!(s, "    {}", reason.lines().next().unwrap_or_default());
         }

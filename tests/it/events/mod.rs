@@ -3,6 +3,7 @@
 
 mod cli;
 pub(crate) mod dashboard;
+mod dashboard_states;
 mod dashboard_views;
 mod deployments;
 mod presence;

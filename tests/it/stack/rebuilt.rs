@@ -1,6 +1,7 @@
 //! A server rebuilt under the same id (its agent back with a new, empty ledger) is
 //! reported as `server.rebuilt`; a stack with the `converge: auto` policy re-applies its
-//! units there by itself, dependencies first, and one with the default policy does not.
+//! units there by itself, dependencies first, saying why, and one with the default policy
+//! does not.
 
 use flue_proto::EventType;
 use flue_tests::{EventTap, Flue, WAIT};
@@ -91,6 +92,31 @@ async fn a_rebuilt_server_is_reported_and_an_auto_stack_reapplies_its_units_ther
         before,
         "s2 ran something"
     );
+    // The converge says why it ran: its record, `flue stack operations`; a converge
+    // someone submits says nothing of the kind.
+    let ops = env
+        .admin_client()
+        .list_operations_up_to(&"auto".parse().expect("id"), 10)
+        .await
+        .expect("operations");
+    let converge = ops
+        .iter()
+        .find(|op| op.operation.to_string() == "converge")
+        .unwrap_or_else(|| panic!("{ops:?}"));
+    let cause = converge.cause.as_deref().unwrap_or_default();
+    assert!(
+        cause.contains("server s1 was rebuilt") && cause.contains("converge: auto"),
+        "{converge:?}"
+    );
+    assert!(cause.contains("base") && cause.contains("app"), "{cause}");
+    assert!(
+        ops.iter()
+            .all(|op| op.id == converge.id || op.cause.is_none()),
+        "{ops:?}"
+    );
+    let listed = super::flue(&env, &["stack", "operations", "auto"]).await;
+    assert_eq!(listed.code, 0, "{listed}");
+    assert!(listed.stdout.contains(cause), "{listed}");
     // The manual stack ran nothing and still says what it said.
     assert!(lines(&manual_dir.join("order.log")).is_empty());
     let manual = super::stack(&env, "manual").await;
