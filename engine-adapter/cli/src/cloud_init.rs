@@ -64,6 +64,11 @@ pub struct CloudInitArgs {
     /// Where the binaries are installed and run from.
     #[arg(long, value_name = "DIR", default_value = "/usr/local/bin")]
     pub bin_dir: PathBuf,
+    /// The release public key (`C…`, `flue release keygen`) agent builds must be signed by:
+    /// given to the agent (FLUE_RELEASE_KEY), and the bin dir made writable for it, so that
+    /// `flue server upgrade` can replace it. Without it the agent refuses upgrades.
+    #[arg(long, value_name = "KEY", requires = "cloud_init")]
+    pub release_key: Option<String>,
 }
 
 /// A download the user data makes: from where, checked against which SHA-256.
@@ -117,6 +122,7 @@ struct Plan<'a> {
     hook_dirs: Vec<String>,
     ca: Option<String>,
     bin_dir: String,
+    release_key: Option<&'a str>,
 }
 
 fn plan(args: &CloudInitArgs) -> Result<Plan<'_>, CliError> {
@@ -154,6 +160,16 @@ fn plan(args: &CloudInitArgs) -> Result<Plan<'_>, CliError> {
         None => None,
     };
     let bin_dir = unit_path(&args.bin_dir, "--bin-dir")?;
+    let release_key = args.release_key.as_deref().map(str::trim);
+    if let Some(key) = release_key {
+        flue_proto::upgrade::release_public_key(key)
+            .map_err(|e| CliError::Usage(format!("--release-key {key:?}: {e}")))?;
+    }
+    let mut writable = writable;
+    if release_key.is_some() && !writable.contains(&bin_dir) {
+        // The agent stages a new build beside itself and renames it over itself.
+        writable.push(bin_dir.clone());
+    }
     Ok(Plan {
         agent,
         guard,
@@ -161,6 +177,7 @@ fn plan(args: &CloudInitArgs) -> Result<Plan<'_>, CliError> {
         hook_dirs,
         ca,
         bin_dir,
+        release_key,
     })
 }
 
@@ -258,6 +275,9 @@ fn env_file(registration: &Registration, plan: &Plan<'_>) -> Result<String, CliE
     }
     if plan.ca.is_some() {
         env.push_str(&format!("FLUE_NATS_CA={CA_PATH}\n"));
+    }
+    if let Some(key) = plan.release_key {
+        env.push_str(&format!("FLUE_RELEASE_KEY={key}\n"));
     }
     Ok(env)
 }

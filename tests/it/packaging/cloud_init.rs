@@ -105,6 +105,7 @@ async fn cloud_init_files_start_an_agent_that_deploys_and_passes_doctor() {
 async fn the_unit_passes_systemd_analyze_verify_and_the_user_data_cloud_init_schema() {
     let flue_env = Flue::start().await;
     let bin_dir = bin_dir();
+    let (release_key, _seed) = flue_proto::upgrade::new_release_key();
     let (raw, data) = user_data(
         &flue_env,
         &[
@@ -122,6 +123,8 @@ async fn the_unit_passes_systemd_analyze_verify_and_the_user_data_cloud_init_sch
             "/usr",
             "--bin-dir",
             &bin_dir,
+            "--release-key",
+            &release_key,
         ],
     )
     .await;
@@ -131,7 +134,8 @@ async fn the_unit_passes_systemd_analyze_verify_and_the_user_data_cloud_init_sch
         "Restart=always",
         "ProtectSystem=strict",
         "StateDirectory=flue-agent",
-        "ReadWritePaths=-/etc -/usr",
+        // The bin dir too: with a release key, the agent replaces itself there.
+        &format!("ReadWritePaths=-/etc -/usr -{bin_dir}"),
         "NoNewPrivileges=yes",
         "PrivateTmp=yes",
         "KillMode=mixed",
@@ -144,6 +148,15 @@ async fn the_unit_passes_systemd_analyze_verify_and_the_user_data_cloud_init_sch
             unit.content
         );
     }
+
+    let env = &data.file("/etc/flue/agent.env");
+    assert!(
+        env.content
+            .lines()
+            .any(|l| l == format!("FLUE_RELEASE_KEY={release_key}")),
+        "{}",
+        env.content
+    );
 
     // systemd's own reading of the unit: no error and no warning (an unknown key is only
     // a warning, so the exit status alone would not show it).

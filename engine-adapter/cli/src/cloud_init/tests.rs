@@ -141,3 +141,35 @@ fn user_data_writes_the_files_and_installs_with_checked_downloads() {
         "{text}"
     );
 }
+
+#[test]
+fn a_release_key_reaches_the_agent_and_makes_its_bin_dir_writable_for_upgrades() {
+    let (key, _seed) = flue_proto::upgrade::new_release_key();
+    let a = args(&[
+        "--agent-url",
+        "https://dl.example/flue-agent",
+        "--release-key",
+        &key,
+    ]);
+    let text = user_data(&a, &registration(), "creds").expect("user data");
+    assert!(
+        text.contains(&format!("FLUE_RELEASE_KEY={key}\n")),
+        "{text}"
+    );
+    assert!(text.contains("ReadWritePaths=-/usr/local/bin\n"), "{text}");
+    let without = args(&["--agent-url", "https://dl.example/flue-agent"]);
+    let text = user_data(&without, &registration(), "creds").expect("user data");
+    assert!(!text.contains("FLUE_RELEASE_KEY"), "{text}");
+    assert!(!text.contains("ReadWritePaths="), "{text}");
+    let user = "UAHJ6BGQZQSCZ3LDMVBB5BNKNUQXMMHZXKKHE55IA2QXFBS6VKDORBXO";
+    let e = usage_error(&[
+        "--agent-url",
+        "https://dl.example/flue-agent",
+        "--release-key",
+        user,
+    ]);
+    assert!(
+        e.contains("--release-key") && e.contains("starts with C"),
+        "{e}"
+    );
+}
