@@ -99,6 +99,12 @@ impl Store {
 
     /// [`Store::open`], creating missing buckets with `replicas` copies (`--replicas`).
     pub async fn open_with(js: &jetstream::Context, replicas: usize) -> Result<Self, StoreError> {
+        // On the heap: ten bucket opens side by side in one future would take a debug-built
+        // test thread's whole stack (a `#[tokio::test]` keeps its future there).
+        Box::pin(Self::open_buckets(js, replicas)).await
+    }
+
+    async fn open_buckets(js: &jetstream::Context, replicas: usize) -> Result<Self, StoreError> {
         Ok(Self {
             configs: bucket(js, CONFIGS_BUCKET, replicas).await?,
             servers: bucket(js, SERVERS_BUCKET, replicas).await?,
