@@ -95,7 +95,13 @@ pub struct Gateway {
 impl Gateway {
     /// Starts the runtime of every tenant that exists (in development mode the one
     /// `--default-tenant`, over `--nats-url`), binds the listener and starts serving.
-    pub async fn start(mut config: Config) -> Result<Self, Error> {
+    pub async fn start(config: Config) -> Result<Self, Error> {
+        // On the heap: the start holds every tenant's setup, more than a debug-built
+        // test thread (2 MiB, where `#[tokio::test]` keeps its future) can spare.
+        Box::pin(Self::start_boxed(config)).await
+    }
+
+    async fn start_boxed(mut config: Config) -> Result<Self, Error> {
         // Keys and certificates are read before anything else, so a state directory or
         // a path that cannot be used stops the start before the broker is touched.
         let keys = state::StateDir::open(&config.state_dir)?.gateway_keys()?;
