@@ -11,6 +11,8 @@ use flue_proto::upgrade::{AgentBuild, CHUNK_SIZE, UPGRADE_GROUP, sha256_hex};
 use flue_proto::{ConfigSpec, CreateDeployment, DeploymentStatus, ServerId};
 use flue_tests::{Agent, Flue, WAIT, bin, write_executable};
 
+use crate::security::flue_cli;
+
 const OLD: &str = "0.1.0+dev";
 const NEXT: &str = "0.1.0+next";
 
@@ -35,21 +37,6 @@ fn extra_build(name: &str) -> PathBuf {
 
 fn next_build() -> PathBuf {
     extra_build("flue-agent-next")
-}
-
-/// Runs `flue ARGS…` against the gateway with the token the command needs.
-async fn flue_cli(flue: &Flue, args: &[&str]) -> Output {
-    let out = tokio::process::Command::new(bin("flue"))
-        .arg("--gateway")
-        .arg(flue.gateway.url())
-        .args(args)
-        .env("FLUE_TOKEN", flue.gateway.cli_token(args))
-        .kill_on_drop(true)
-        .output();
-    tokio::time::timeout(WAIT, out)
-        .await
-        .expect("flue finishes")
-        .expect("run flue")
 }
 
 fn text(out: &Output) -> String {

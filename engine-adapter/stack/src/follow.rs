@@ -17,7 +17,7 @@ use flue_proto::{
 };
 use serde_json::Value;
 
-use crate::resolve::{deployment_attr, follow};
+use crate::resolve::{deployment_attr, deployment_view, follow};
 use flue_client::{Client, ClientError};
 
 /// Deployments read so far, by id (`None`: not found).
@@ -185,20 +185,7 @@ async fn value_of(
     };
     let value = match &read.output {
         Some(output) => deployment_attr(d, output),
-        None => whole(d),
+        None => deployment_view(d),
     };
     Ok(Some(follow(value, path)))
-}
-
-/// Every output of `d` and its `deploy_*` attributes, as one map.
-fn whole(d: &Deployment) -> Value {
-    let mut map: serde_json::Map<String, Value> = d
-        .outputs
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    for attr in crate::template::DEPLOYMENT_ATTRIBUTES {
-        map.insert(attr.to_owned(), deployment_attr(d, attr));
-    }
-    Value::Object(map)
 }

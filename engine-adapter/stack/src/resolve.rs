@@ -75,6 +75,20 @@ impl RuntimeResolver<'_> {
     }
 }
 
+/// Every attribute of a completed deployment as one map (outputs and `deploy_*`), for
+/// `get_attr` paths through a `ResourceGroup` and a converge re-reading a whole deployment.
+pub(crate) fn deployment_view(d: &Deployment) -> Value {
+    let mut map: serde_json::Map<String, Value> = d
+        .outputs
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for attr in crate::template::DEPLOYMENT_ATTRIBUTES {
+        map.insert(attr.to_owned(), deployment_attr(d, attr));
+    }
+    Value::Object(map)
+}
+
 /// The value of a deployment attribute: an output, or one of Heat's `deploy_*`.
 pub fn deployment_attr(d: &Deployment, attr: &str) -> Value {
     match attr {

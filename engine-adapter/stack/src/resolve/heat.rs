@@ -4,10 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use flue_proto::Deployment;
 use serde_json::Value;
 
-use super::{Resolved, RuntimeResolver, deployment_attr};
+use super::{Resolved, RuntimeResolver, deployment_attr, deployment_view};
 use crate::functions;
 use crate::functions::{GET_RESOURCE, as_call};
 use crate::random;
@@ -102,20 +101,6 @@ impl RuntimeResolver<'_> {
             },
         })
     }
-}
-
-/// Every attribute of a completed deployment as one map (outputs and `deploy_*`), for
-/// `get_attr` paths through a `ResourceGroup`.
-fn deployment_view(d: &Deployment) -> Value {
-    let mut map: serde_json::Map<String, Value> = d
-        .outputs
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    for attr in crate::template::DEPLOYMENT_ATTRIBUTES {
-        map.insert(attr.to_owned(), deployment_attr(d, attr));
-    }
-    Value::Object(map)
 }
 
 /// An `OS::Heat::RandomString`'s keeper: a fresh value and the properties it was made
