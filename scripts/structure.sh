@@ -338,6 +338,35 @@ for name, d, _ in CRATES:
         for k in PUB.findall(stripped(f)[1]):
             counts["fn" if k.endswith("fn") else k] += 1
     print(f"{name:<28}" + "".join(f"{counts[k]:>8}" for k in KINDS) + f"{sum(counts.values()):>8}")
+
+print("\n== Tests ARCHITECTURE.md's invariants name that are not in the tree")
+CRATE_DIRS = {"flue_" + n[5:].replace("-", "_"): d for n, d, _ in CRATES if "fuzz" not in n}
+CRATE_DIRS["flue_gateway"] = "broker-gateway"
+arch = open("ARCHITECTURE.md", encoding="utf-8").read()
+section = arch[arch.find("## Invariants"):]
+# A test is named by its path; its name is a sentence (four words or more).
+named = sorted(set(re.findall(r"`((?:\w+::)+[a-z0-9]+(?:_[a-z0-9]+){3,})`", section)))
+missing = []
+for path in named:
+    parts = path.split("::")
+    test = parts[-1]
+    if parts[0] in CRATE_DIRS:
+        base, mods = os.path.join(CRATE_DIRS[parts[0]], "src"), parts[1:-1]
+    else:
+        base, mods = "tests/it", parts[:-1]
+    # Its file: a module's own file (name.rs or name/mod.rs), an inline module in it.
+    files = [
+        f
+        for k in range(len(mods), 0, -1)
+        for f in (os.path.join(base, *mods[:k]) + ".rs", os.path.join(base, *mods[:k], "mod.rs"))
+    ]
+    if not any(
+        os.path.exists(f) and re.search(r"\bfn\s+" + test + r"\b", stripped(f)[1]) for f in files
+    ):
+        missing.append(path)
+print(f"{len(named) - len(missing)} of the {len(named)} named tests found")
+for path in missing:
+    print(f"    missing: {path}")
 PY
 
 if $timings; then
