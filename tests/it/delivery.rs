@@ -1,5 +1,6 @@
 //! Delivery guarantees: offline agents, queue order, exactly-once across crashes,
-//! redelivery, timeouts, SIGTERM, and agents that never create consumers.
+//! redelivery, timeouts, SIGTERM, agents that never create consumers, and an agent's whole
+//! network: one connection out, to the broker.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -330,4 +331,158 @@ async fn agent_waits_for_its_consumer_and_never_creates_one() {
     );
     let consumers = stream.info().await.expect("info").state.consumer_count;
     assert_eq!(consumers, 1, "only the gateway's consumer exists");
+}
+
+/// The sockets process `pid` holds, read from its file descriptors and the `/proc/net`
+/// tables of its network namespace.
+#[derive(Debug, Default)]
+struct Sockets {
+    /// TCP sockets (v4 and v6): state (`0A` listening, `01` established), local and
+    /// remote port.
+    tcp: Vec<(String, u16, u16)>,
+    /// UDP and raw sockets (v4 and v6).
+    datagram: usize,
+    /// Unix sockets accepting connections, by path.
+    unix_listening: Vec<String>,
+}
+
+fn sockets_of(pid: u32) -> Sockets {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the agent's file descriptors")
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_owned(),
+            )
+        })
+        .collect();
+    let table = |name: &str| -> Vec<Vec<String>> {
+        std::fs::read_to_string(format!("/proc/{pid}/net/{name}"))
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().map(str::to_owned).collect())
+            .collect()
+    };
+    let port = |address: &str| {
+        let hex = address.rsplit(':').next().expect("address:port");
+        u16::from_str_radix(hex, 16).expect("hex port")
+    };
+    let mut found = Sockets::default();
+    for name in ["tcp", "tcp6"] {
+        for row in table(name) {
+            if inodes.contains(&row[9]) {
+                found
+                    .tcp
+                    .push((row[3].clone(), port(&row[1]), port(&row[2])));
+            }
+        }
+    }
+    for name in ["udp", "udp6", "raw", "raw6"] {
+        found.datagram += table(name)
+            .iter()
+            .filter(|row| inodes.contains(&row[9]))
+            .count();
+    }
+    // Num RefCount Protocol Flags Type St Inode Path; flag 0x10000: accepting connections.
+    for row in table("unix") {
+        let listening = u32::from_str_radix(&row[3], 16).is_ok_and(|f| f & 0x1_0000 != 0);
+        if listening && inodes.contains(&row[6]) {
+            found
+                .unix_listening
+                .push(row.get(7).cloned().unwrap_or_default());
+        }
+    }
+    found
+}
+
+/// The agent's network is one TCP connection, established, to the broker's port: nothing
+/// listening, nothing else.
+fn only_the_broker(sockets: &Sockets, broker_port: u16, when: &str) {
+    assert_eq!(
+        sockets.datagram, 0,
+        "{when}: a UDP or raw socket: {sockets:?}"
+    );
+    let [(state, _, remote)] = sockets.tcp.as_slice() else {
+        panic!("{when}: not one TCP connection: {sockets:?}");
+    };
+    assert_eq!(
+        (state.as_str(), *remote),
+        ("01", broker_port),
+        "{when}: the one TCP socket is not a connection to the broker: {sockets:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_agent_listens_on_no_port_and_its_one_connection_goes_out_to_the_broker() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    let agent = flue.agent("s1", &[]).await;
+    let pid = agent.pid().expect("the agent runs");
+    let broker_port: u16 = flue
+        .nats
+        .url()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .expect("the broker's port");
+    only_the_broker(&sockets_of(pid), broker_port, "idle");
+
+    // A hook that says where its data socket is and what it holds open, then waits.
+    let (started, release, hook_fds) = (
+        flue.path("started"),
+        flue.path("release"),
+        flue.path("hook-fds"),
+    );
+    let script = format!(
+        "#!/bin/sh\n\
+         for fd in /proc/$$/fd/*; do readlink \"$fd\"; done > '{fds}'\n\
+         echo \"$FLUE_DATA_SOCKET\" > '{started}.part' && mv '{started}.part' '{started}'\n\
+         while [ ! -e '{release}' ]; do sleep 0.05; done\n",
+        fds = hook_fds.display(),
+        started = started.display(),
+        release = release.display(),
+    );
+    flue.script_config("hold", &script, &[], &[]).await;
+    let d = flue.deploy("hold", "s1", &[]).await;
+    wait_until("the hook to start", WAIT, || started.exists().then_some(())).await;
+
+    let running = sockets_of(pid);
+    only_the_broker(&running, broker_port, "while a hook runs");
+    let data_socket = std::fs::read_to_string(&started).expect("the hook's note");
+    let data_socket = data_socket.trim();
+    assert_eq!(
+        running.unix_listening,
+        vec![data_socket.to_owned()],
+        "while its hook runs the agent serves its data socket, nothing else"
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(data_socket)
+            .expect("the data socket")
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "the data socket is its owner's only");
+    let held = file_lines(&hook_fds);
+    assert!(!held.is_empty(), "the hook listed its descriptors");
+    assert!(
+        held.iter().all(|target| !target.starts_with("socket:")),
+        "the hook inherits no socket of the agent's: {held:?}"
+    );
+
+    std::fs::write(&release, "").expect("release the hook");
+    assert_eq!(
+        flue.finished(&d.id).await.status,
+        DeploymentStatus::Complete
+    );
+    let after = sockets_of(pid);
+    only_the_broker(&after, broker_port, "after the deployment");
+    assert!(
+        after.unix_listening.is_empty(),
+        "the data socket is gone with its hook: {after:?}"
+    );
+    assert!(!std::path::Path::new(data_socket).exists());
 }

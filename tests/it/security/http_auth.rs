@@ -1,6 +1,6 @@
 //! HTTP API authentication against a real gateway: no, malformed, badly signed, expired and
-//! revoked tokens are refused, and the refused call had no effect. The helpers here serve
-//! `http_roles` and `http_ops` too.
+//! revoked tokens are refused, before the body is read, and the refused call had no effect.
+//! The helpers here serve `http_roles` and `http_ops` too.
 
 use std::time::{Duration, Instant};
 
@@ -280,4 +280,34 @@ async fn a_token_revoked_through_the_api_is_refused_by_a_second_gateway_on_the_s
     let third = Gateway::start_like(&flue.gateway, &flue.nats.url(), &[]).await;
     let answer = call(&third, Method::GET, "/v1/servers", Some(&engine), None).await;
     assert_unauthorized(&answer, "revoked", &engine);
+}
+
+#[tokio::test]
+async fn a_call_without_a_token_or_of_a_role_not_allowed_is_refused_before_its_body_is_sent() {
+    use crate::hardening::raw::{answer, connect, send};
+    // A gateway that read the body first would wait this long for it before any answer
+    // (408), far past the wait below: only a refusal made on the headers can come back.
+    let flue = Flue::start_with(&["--body-timeout-ms", "600000"]).await;
+    let viewer = format!(
+        "Authorization: Bearer {}\r\n",
+        flue.gateway.tokens().get(Role::Viewer)
+    );
+    for (authorization, status, code) in [
+        (String::new(), 401, "unauthorized"),
+        (viewer, 403, "forbidden"),
+    ] {
+        let mut s = connect(flue.gateway.url()).await;
+        // The headers of a config create whose 1,000-byte body never comes.
+        send(
+            &mut s,
+            &format!(
+                "POST /v1/configs HTTP/1.1\r\nHost: gw\r\n{authorization}\
+                 Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+            ),
+        )
+        .await;
+        let a = answer(&mut s, WAIT).await;
+        assert_eq!(a.status, status, "{a:?}");
+        assert_eq!(a.body["error"]["code"], code, "{a:?}");
+    }
 }
