@@ -2,7 +2,8 @@
 //! onto per-server JetStream queues, and the keeper of deployment state.
 //!
 //! - [`config`]: the typed [`Config`] (flags and environment);
-//! - [`api`]: axum handlers and [`ApiError`];
+//! - [`api`]: axum handlers and [`ApiError`] (the one place domain errors become HTTP answers);
+//! - [`error`]: error chains for logs; [`startup`]: why the gateway or a tenant could not start;
 //! - [`credentials`]: minting an agent's keys and credentials file at registration;
 //! - [`store`]: state in JetStream KV buckets, changed by compare-and-set;
 //! - [`broker`]: the request/response streams, consumers and publishing;
@@ -52,6 +53,7 @@ pub mod serve;
 pub mod servers;
 pub mod service;
 pub mod stack_events;
+pub mod startup;
 pub mod state;
 pub mod store;
 pub mod tenants;
@@ -72,7 +74,7 @@ use tracing::{info, warn};
 
 pub use api::ApiError;
 pub use config::Config;
-pub use error::Error;
+pub use startup::Error;
 
 use tenants::{Connector, Tenants};
 
@@ -145,6 +147,7 @@ impl Gateway {
             keys,
             connector.clone(),
             auth.revocations().clone(),
+            api::tenant_router,
             shutdown.clone(),
         ) {
             Ok(tenants) => tenants,

@@ -3,8 +3,8 @@
 //! tenant's connections, and the few raw handles the handlers not yet split out still
 //! read.
 //!
-//! Nothing takes a `Service` whole any more except the HTTP handlers (as axum state) and
-//! `rights::leave_stack` for the stack handlers: every domain operation and background
+//! Nothing takes a `Service` whole any more except the HTTP handlers (as axum state):
+//! every domain operation and background
 //! task gets the handles it needs (see ARCHITECTURE.md, "Domain operations").
 
 use std::sync::Arc;
@@ -17,13 +17,13 @@ use crate::broker::Broker;
 use crate::credentials::Minter;
 use crate::deployments::{Accept, Publisher, PublisherHandles};
 use crate::events::Events;
+use crate::natsauth::BrokerUsers;
 use crate::presence::PresenceTracker;
 use crate::responses::{Answers, Signers};
 use crate::rights::StackRights;
 use crate::servers::Servers;
 use crate::state::GatewayKeys;
 use crate::store::Store;
-use crate::tenants::BrokerUsers;
 use crate::timeouts::{Sweeper, TimeoutSet};
 use crate::webhooks::Webhooks;
 
@@ -102,6 +102,15 @@ pub struct Shared {
 }
 
 impl Service {
+    /// The stack rights handles of the tenant (a deleted stack's servers leave it).
+    pub fn rights(&self) -> StackRights {
+        StackRights {
+            tenant: self.config.tenant.clone(),
+            store: self.store.clone(),
+            users: self.users.clone(),
+        }
+    }
+
     /// Builds the domain handles from `parts`; they share one set of watched timeouts
     /// and one cache of servers' answer keys.
     pub fn new(parts: Parts) -> Self {

@@ -10,6 +10,9 @@ use tracing::{error, warn};
 
 use crate::broker::{BrokerError, TooLarge};
 use crate::error::chain;
+use crate::operations::OperationsError;
+use crate::operations::submit::SubmitError;
+use crate::sealing::SealFailure;
 use crate::store::StoreError;
 
 /// What a handler answers when it cannot do what was asked.
@@ -125,6 +128,48 @@ impl From<BrokerError> for ApiError {
         match e {
             BrokerError::ConsumerLimit { limit } => Self::ConsumerLimit { limit },
             e => Self::Broker(e),
+        }
+    }
+}
+
+// The domain's errors, as the API answers them: each domain module says why it failed,
+// only here is that made a status and a body.
+
+impl From<SealFailure> for ApiError {
+    fn from(e: SealFailure) -> Self {
+        match e {
+            // The client can act on these: rotate the server's credentials; give a value
+            // again that was stored under a sealing key the gateway no longer has.
+            SealFailure::NoServerKey(_) | SealFailure::AtRest { .. } => {
+                ApiError::Conflict(e.to_string())
+            }
+            // The gateway's own state is at fault: logged, answered 500 without a cause.
+            e => ApiError::Internal(chain(&e)),
+        }
+    }
+}
+
+impl From<OperationsError> for ApiError {
+    fn from(e: OperationsError) -> Self {
+        match e {
+            OperationsError::Store(e) => ApiError::Store(e),
+            e => {
+                error!(error = %chain(&e), "operations queue failed");
+                ApiError::Unavailable("the operations queue is not reachable; retry later".into())
+            }
+        }
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> Self {
+        match e {
+            SubmitError::Invalid { .. } => ApiError::InvalidInput(e.to_string()),
+            SubmitError::NotFound(_) => ApiError::NotFound(e.to_string()),
+            SubmitError::Busy { .. } => ApiError::Conflict(e.to_string()),
+            SubmitError::Seal(e) => e.into(),
+            SubmitError::TooLarge(e) => e.into(),
+            SubmitError::Operations(e) => e.into(),
         }
     }
 }

@@ -325,7 +325,7 @@ async fn delete_with_data(
     let stack = written_or_refused(&id, expected, written)?.stack;
     info!(stack.id = %id, data_keys_purged = purged, "stack deleted");
     let servers = stack.state.units.values().map(|unit| &unit.server_id);
-    crate::rights::leave_stack(&service, &id, servers).await;
+    service.rights().leave(&id, servers).await;
     for event in deleted_stack_events(tenant, &stack) {
         service.events.emit(&event).await;
     }

@@ -286,7 +286,7 @@ async fn forget(
     let purged = service.store.purge_stack_data(tenant, id).await?;
     info!(stack.id = %id, units = stack.state.units.len(), data_keys_purged = purged, "stack abandoned");
     let servers = stack.state.units.values().map(|unit| &unit.server_id);
-    crate::rights::leave_stack(service, id, servers).await;
+    service.rights().leave(id, servers).await;
     service
         .events
         .emit(&stack_event(tenant, &stack, EventType::StackAbandoned))

@@ -1,5 +1,5 @@
 //! Domain operations on deployments, each on the handles it needs rather than on the
-//! whole [`crate::service::Service`]:
+//! whole `Service`:
 //!
 //! - [`accept`]: a `POST /v1/deployments` ([`Accept`]: store, broker limits, sealing key,
 //!   stack rights, publisher);
