@@ -16,6 +16,7 @@
 //! - [`presence`]: online / offline from agents' heartbeats;
 //! - [`webhooks`]: webhook subscriptions and their delivery;
 //! - [`operations`]: stack operations queued over HTTP and the engine workers running them;
+//! - [`stacks`]: the engine's stack records written, deleted, exported, abandoned, adopted;
 //! - [`waiters`]: long polls sharing one watch of the deployments;
 //! - [`serve`]: HTTP connections (bound, header timeout, graceful stop);
 //! - [`link`]: whether the broker connection is up;
@@ -53,6 +54,7 @@ pub mod serve;
 pub mod servers;
 pub mod service;
 pub mod stack_events;
+pub mod stacks;
 pub mod startup;
 pub mod state;
 pub mod store;

@@ -22,6 +22,7 @@ use crate::presence::PresenceTracker;
 use crate::responses::{Answers, Signers};
 use crate::rights::StackRights;
 use crate::servers::Servers;
+use crate::stacks::Stacks;
 use crate::state::GatewayKeys;
 use crate::store::Store;
 use crate::timeouts::{Sweeper, TimeoutSet};
@@ -102,6 +103,18 @@ pub struct Shared {
 }
 
 impl Service {
+    /// The stack operations' handles (`PUT` / `DELETE`, export, abandon, adopt).
+    pub fn stacks(&self) -> Stacks {
+        Stacks {
+            tenant: self.config.tenant.clone(),
+            store: self.store.clone(),
+            broker: self.broker.clone(),
+            events: self.events.clone(),
+            rights: self.rights(),
+            sealing: self.keys.sealing.clone(),
+        }
+    }
+
     /// The stack rights handles of the tenant (a deleted stack's servers leave it).
     pub fn rights(&self) -> StackRights {
         StackRights {

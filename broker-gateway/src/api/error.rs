@@ -5,7 +5,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flue_proto::auth;
 use flue_proto::limits::LimitError;
-use flue_proto::{ConfigError, ErrorBody, ErrorDetail};
+use flue_proto::{ConfigError, ErrorBody, ErrorDetail, PutStackError};
 use tracing::{error, warn};
 
 use crate::broker::{BrokerError, TooLarge};
@@ -13,6 +13,7 @@ use crate::error::chain;
 use crate::operations::OperationsError;
 use crate::operations::submit::SubmitError;
 use crate::sealing::SealFailure;
+use crate::stacks::StackError;
 use crate::store::StoreError;
 
 /// What a handler answers when it cannot do what was asked.
@@ -157,6 +158,24 @@ impl From<OperationsError> for ApiError {
                 error!(error = %chain(&e), "operations queue failed");
                 ApiError::Unavailable("the operations queue is not reachable; retry later".into())
             }
+        }
+    }
+}
+
+impl From<StackError> for ApiError {
+    fn from(e: StackError) -> Self {
+        match e {
+            StackError::Invalid(PutStackError::Limit(limit)) => ApiError::Limit(limit),
+            StackError::Invalid(_) | StackError::Refused(_) => {
+                ApiError::InvalidInput(e.to_string())
+            }
+            StackError::NotFound(_) => ApiError::NotFound(e.to_string()),
+            StackError::Exists(_) | StackError::Conflict(_) => ApiError::Conflict(e.to_string()),
+            StackError::Mismatch { .. } => ApiError::RevisionMismatch(e.to_string()),
+            StackError::Seal(e) => e.into(),
+            StackError::TooLarge(e) => e.into(),
+            StackError::Store(e) => e.into(),
+            StackError::Internal(text) => ApiError::Internal(text),
         }
     }
 }
