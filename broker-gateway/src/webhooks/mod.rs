@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, kv, stream};
-use flue_proto::event::GATEWAY_EVENT_STREAM;
+use flue_proto::event::{EVENT_STREAM, GATEWAY_EVENT_STREAM};
 use flue_proto::webhook::{
     CreateWebhook, MAX_SECRET_BYTES, MIN_SECRET_BYTES, WebhookSignature, WebhookStatus,
     consumer_name,
@@ -367,7 +367,7 @@ impl Webhooks {
             position::delete_legacy(&self.js, &name)
                 .await
                 .map_err(err)?;
-            info!(webhook.id = %sub.id, from_seq = floor, "webhook consumer moved off FLUE_EVT");
+            info!(webhook.id = %sub.id, from_seq = floor, from_stream = EVENT_STREAM, "webhook consumer moved off the tenant's event stream");
         }
         Ok(Opened { consumer, floor })
     }
