@@ -1,11 +1,11 @@
 //! A tenant runtime's shared state as the HTTP handlers see it: the domain operations'
-//! handles ([`Accept`], [`Publisher`], [`Servers`], [`Answers`]) built once from the
-//! tenant's connections, and the few raw handles the handlers not yet split out still
-//! read.
+//! handles ([`Accept`], [`Publisher`], [`Servers`], [`Answers`], [`Stacks`]) built once
+//! from the tenant's connections, and the few raw handles the handlers not yet split out
+//! still read.
 //!
-//! Nothing takes a `Service` whole any more except the HTTP handlers (as axum state):
-//! every domain operation and background
-//! task gets the handles it needs (see ARCHITECTURE.md, "Domain operations").
+//! Nothing takes a `Service` whole except the HTTP handlers (as axum state): every domain
+//! operation and background task gets the handles it needs (see ARCHITECTURE.md, "Domain
+//! operations").
 
 use std::sync::Arc;
 
@@ -94,6 +94,8 @@ pub struct Shared {
     pub servers: Servers,
     /// Applying answers (agents' and polling servers').
     pub answers: Answers,
+    /// Writing, deleting and transferring stacks.
+    pub stacks: Stacks,
     /// Cancelled when the gateway shuts down; long polls return early on it.
     pub shutdown: CancellationToken,
     /// Tracker of every task the gateway spawns, waited for at shutdown.
@@ -103,27 +105,6 @@ pub struct Shared {
 }
 
 impl Service {
-    /// The stack operations' handles (`PUT` / `DELETE`, export, abandon, adopt).
-    pub fn stacks(&self) -> Stacks {
-        Stacks {
-            tenant: self.config.tenant.clone(),
-            store: self.store.clone(),
-            broker: self.broker.clone(),
-            events: self.events.clone(),
-            rights: self.rights(),
-            sealing: self.keys.sealing.clone(),
-        }
-    }
-
-    /// The stack rights handles of the tenant (a deleted stack's servers leave it).
-    pub fn rights(&self) -> StackRights {
-        StackRights {
-            tenant: self.config.tenant.clone(),
-            store: self.store.clone(),
-            users: self.users.clone(),
-        }
-    }
-
     /// Builds the domain handles from `parts`; they share one set of watched timeouts
     /// and one cache of servers' answer keys.
     pub fn new(parts: Parts) -> Self {
@@ -141,6 +122,11 @@ impl Service {
         } = parts;
         let tenant = config.tenant.clone();
         let timeouts = TimeoutSet::default();
+        let rights = StackRights {
+            tenant: tenant.clone(),
+            store: store.clone(),
+            users: users.clone(),
+        };
         let signers = Signers::default();
         let publisher = Publisher::new(PublisherHandles {
             tenant: tenant.clone(),
@@ -158,12 +144,16 @@ impl Service {
             store: store.clone(),
             broker: broker.clone(),
             sealing: keys.sealing.clone(),
-            rights: StackRights {
-                tenant: tenant.clone(),
-                store: store.clone(),
-                users: users.clone(),
-            },
+            rights: rights.clone(),
             publisher: publisher.clone(),
+        };
+        let stacks = Stacks {
+            tenant: tenant.clone(),
+            store: store.clone(),
+            broker: broker.clone(),
+            events: events.clone(),
+            rights,
+            sealing: keys.sealing.clone(),
         };
         let servers = Servers {
             tenant: tenant.clone(),
@@ -198,6 +188,7 @@ impl Service {
             publisher,
             servers,
             answers,
+            stacks,
             shutdown,
             tasks,
             users,

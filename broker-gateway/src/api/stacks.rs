@@ -168,10 +168,9 @@ pub async fn put(
     PathId(id): PathId<StackId>,
     JsonBody(body): JsonBody<PutStack>,
 ) -> Result<Json<Stack>, ApiError> {
-    let stacks = service.stacks();
-    let stack = service
-        .tasks
-        .spawn(async move { stacks.put(id, body).await })
+    let tasks = service.tasks.clone();
+    let stack = tasks
+        .spawn(async move { service.stacks.put(id, body).await })
         .await??;
     Ok(Json(stack))
 }
@@ -212,10 +211,9 @@ pub async fn delete(
     query: Result<Query<DeleteQuery>, QueryRejection>,
 ) -> Result<StatusCode, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::InvalidInput(inner_text(&e)))?;
-    let stacks = service.stacks();
-    service
-        .tasks
-        .spawn(async move { stacks.delete(id, query.expected_revision).await })
+    let tasks = service.tasks.clone();
+    tasks
+        .spawn(async move { service.stacks.delete(id, query.expected_revision).await })
         .await??;
     Ok(StatusCode::NO_CONTENT)
 }

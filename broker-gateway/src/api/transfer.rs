@@ -33,8 +33,7 @@ pub async fn export(
     State(service): State<Service>,
     PathId(id): PathId<StackId>,
 ) -> Result<Json<StackExport>, ApiError> {
-    let stacks = service.stacks();
-    Ok(Json(stacks.export(&id).await?))
+    Ok(Json(service.stacks.export(&id).await?))
 }
 
 /// `POST /v1/stacks/{id}/abandon` (engine, admin) `{expected_revision}`: forgets the
@@ -63,11 +62,11 @@ pub async fn abandon(
     PathId(id): PathId<StackId>,
     JsonBody(body): JsonBody<AbandonStack>,
 ) -> Result<StatusCode, ApiError> {
-    let stacks = service.stacks();
-    service
-        .tasks
+    let tasks = service.tasks.clone();
+    tasks
         .spawn(async move {
-            stacks
+            service
+                .stacks
                 .abandon(&operations, &id, body.expected_revision)
                 .await
         })
@@ -102,10 +101,9 @@ pub async fn adopt(
     PathId(id): PathId<StackId>,
     JsonBody(body): JsonBody<StackExport>,
 ) -> Result<(StatusCode, Json<Stack>), ApiError> {
-    let stacks = service.stacks();
-    let stack = service
-        .tasks
-        .spawn(async move { stacks.adopt(&id, body).await })
+    let tasks = service.tasks.clone();
+    let stack = tasks
+        .spawn(async move { service.stacks.adopt(&id, body).await })
         .await??;
     Ok((StatusCode::CREATED, Json(stack)))
 }
