@@ -26,42 +26,46 @@
 //! - [`tls`]: the HTTPS server configuration and the broker's TLS configuration blocks;
 //! - [`natsauth`]: broker authentication (operator, accounts, users) and `flue-gateway init`.
 
-pub mod adopt;
+// Public: what `main.rs`, the tests and the fuzz targets use: `api` (the OpenAPI document,
+// the fuzzed query types), `auth` (tokens, roles, `flue-gateway token`), `broker`, `config`,
+// `natsauth` (`init` and the broker's keys), `record`, `state`, `store`, `tenants`, `tls` and
+// `webhooks` (the fuzzed target check). Every other module is the crate's own.
+pub(crate) mod adopt;
 pub mod api;
 pub mod auth;
 pub mod broker;
 pub mod config;
-pub mod credentials;
-pub mod deferred;
-pub mod deployments;
-pub mod error;
-pub mod events;
-pub mod fit;
-pub mod link;
-pub mod listen;
-pub mod metrics;
+pub(crate) mod credentials;
+pub(crate) mod deferred;
+pub(crate) mod deployments;
+pub(crate) mod error;
+pub(crate) mod events;
+pub(crate) mod fit;
+pub(crate) mod link;
+pub(crate) mod listen;
+pub(crate) mod metrics;
 pub mod natsauth;
-pub mod operations;
-pub mod poll;
-pub mod presence;
+pub(crate) mod operations;
+pub(crate) mod poll;
+pub(crate) mod presence;
 pub mod record;
-pub mod replicas;
-pub mod request_consumers;
-pub mod responses;
-pub mod rights;
-pub mod sealing;
-pub mod serve;
-pub mod servers;
-pub mod service;
-pub mod stack_events;
-pub mod stacks;
-pub mod startup;
+pub(crate) mod replicas;
+pub(crate) mod request_consumers;
+pub(crate) mod responses;
+pub(crate) mod rights;
+pub(crate) mod sealing;
+pub(crate) mod serve;
+pub(crate) mod servers;
+pub(crate) mod service;
+pub(crate) mod stack_events;
+pub(crate) mod stacks;
+pub(crate) mod startup;
 pub mod state;
 pub mod store;
 pub mod tenants;
-pub mod timeouts;
+pub(crate) mod timeouts;
 pub mod tls;
-pub mod waiters;
+pub(crate) mod waiters;
 pub mod webhooks;
 
 use std::io::Write as _;

@@ -18,7 +18,7 @@ use flue_proto::DeploymentId;
 use flue_proto::limits::LimitError;
 
 pub use accept::{Accept, Created};
-pub use publish::{PublishError, Publisher, PublisherHandles, Recovery, republish, request};
+pub use publish::{Publisher, PublisherHandles, republish};
 
 use crate::broker::TooLarge;
 use crate::rights::RightsError;
