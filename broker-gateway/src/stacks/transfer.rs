@@ -175,7 +175,6 @@ impl Stacks {
     /// half-way is finished by running it again.
     pub async fn adopt(&self, id: &StackId, export: StackExport) -> Result<Stack, StackError> {
         let tenant = &self.tenant;
-        let gateway = &self.sealing;
         if export.format != STACK_EXPORT_FORMAT {
             return Err(StackError::Refused(format!(
                 "format: {:?} is not {STACK_EXPORT_FORMAT:?}",
@@ -189,6 +188,65 @@ impl Stacks {
             data,
             ..
         } = export;
+        self.check_adoptable(id, &stack, &deployments).await?;
+        let data = adopted_data(data)?;
+        let in_record = (
+            deployments.keys().cloned().collect(),
+            configs.keys().cloned().collect(),
+        );
+        let new_configs = self.configs_to_adopt(configs).await?;
+        let new_records = self.deployments_to_adopt(id, deployments).await?;
+        self.check_named(&stack, &in_record, &new_records).await?;
+        for record in &new_records {
+            self.broker.fits_json("deployment record", record)?;
+        }
+        self.broker.fits_json("stack record", &stack)?;
+
+        // Checked: now the writes, the stack's record last.
+        for config in &new_configs {
+            self.store.create_config(tenant, config).await?;
+        }
+        for record in &new_records {
+            self.store.create_deployment(record).await?;
+        }
+        for (key, value) in data {
+            self.store.put_stack_data(tenant, id, &key, value).await?;
+        }
+        let now = OffsetDateTime::now_utc();
+        let new = Stack {
+            tenant: tenant.clone(),
+            revision: 0,
+            updated_at: now,
+            ..stack
+        };
+        let stack = match self.store.create_stack(&new).await? {
+            StackWrite::Written(written) => written.stack,
+            StackWrite::Exists => return Err(StackError::Exists(id.clone())),
+            _ => return Err(StackError::Internal("unexpected answer".to_owned())),
+        };
+        info!(
+            stack.id = %id,
+            units = stack.state.units.len(),
+            configs_created = new_configs.len(),
+            deployments_created = new_records.len(),
+            "stack adopted"
+        );
+        self.events
+            .emit(&stack_event(tenant, &stack, EventType::StackAdopted))
+            .await;
+        Ok(stack)
+    }
+
+    /// The stack of an adopt's record can be adopted here: it is stack `id`, not here
+    /// yet, between operations, and every server it (or a deployment of the record)
+    /// names is registered here.
+    async fn check_adoptable(
+        &self,
+        id: &StackId,
+        stack: &Stack,
+        deployments: &BTreeMap<DeploymentId, ExportedDeployment>,
+    ) -> Result<(), StackError> {
+        let tenant = &self.tenant;
         if &stack.id != id {
             return Err(StackError::Refused(format!(
                 "stack.id: the record is of stack {:?}, not {:?} (a stack is adopted under its own name)",
@@ -234,23 +292,18 @@ impl Stacks {
                 )));
             }
         }
-        for key in data.keys() {
-            subject::validate_data_key(key)
-                .map_err(|e| StackError::Refused(format!("data.{key}: {e}")))?;
-        }
-        let data: Vec<(String, bytes::Bytes)> = data
-            .into_iter()
-            .map(|(key, text)| match BASE64.decode(text.as_bytes()) {
-                Ok(value) => Ok((key, bytes::Bytes::from(value))),
-                Err(_) => Err(StackError::Refused(format!("data.{key}: not base64"))),
-            })
-            .collect::<Result<_, _>>()?;
+        Ok(())
+    }
 
-        let in_record: (BTreeSet<DeploymentId>, BTreeSet<ConfigId>) = (
-            deployments.keys().cloned().collect(),
-            configs.keys().cloned().collect(),
-        );
-        // Configs: hidden defaults opened from their envelope; one already here must be the same.
+    /// The configs of an adopt's record that are not here yet, hidden defaults opened
+    /// from their envelope, checked as a new config is, and sealed at rest; one already
+    /// here must be the same.
+    async fn configs_to_adopt(
+        &self,
+        configs: BTreeMap<ConfigId, Config>,
+    ) -> Result<Vec<Config>, StackError> {
+        let tenant = &self.tenant;
+        let gateway = &self.sealing;
         let mut new_configs = Vec::new();
         for (cid, mut config) in configs {
             if config.id != cid {
@@ -294,7 +347,19 @@ impl Stacks {
                 None => new_configs.push(config),
             }
         }
-        // Deployments: ended ones of this stack; hidden values opened from their envelope.
+        Ok(new_configs)
+    }
+
+    /// The deployment records of an adopt's record that are not here yet: ended ones of
+    /// stack `id`, hidden values opened from their envelope and sealed at rest; one
+    /// already here must be the same.
+    async fn deployments_to_adopt(
+        &self,
+        id: &StackId,
+        deployments: BTreeMap<DeploymentId, ExportedDeployment>,
+    ) -> Result<Vec<DeploymentRecord>, StackError> {
+        let tenant = &self.tenant;
+        let gateway = &self.sealing;
         let mut new_records = Vec::new();
         for (did, exported) in deployments {
             let ExportedDeployment {
@@ -353,9 +418,19 @@ impl Stacks {
                 }),
             }
         }
-        // What the units and deployments name must be in the record or here already: an
-        // update or delete reads them.
-        let (named_deployments, mut named_configs) = named_by(&stack);
+        Ok(new_records)
+    }
+
+    /// What the units and deployments name must be in the record (`in_record`:
+    /// deployments, configs) or here already: an update or delete reads them.
+    async fn check_named(
+        &self,
+        stack: &Stack,
+        in_record: &(BTreeSet<DeploymentId>, BTreeSet<ConfigId>),
+        new_records: &[DeploymentRecord],
+    ) -> Result<(), StackError> {
+        let tenant = &self.tenant;
+        let (named_deployments, mut named_configs) = named_by(stack);
         named_configs.extend(new_records.iter().map(|r| r.deployment.config_id.clone()));
         for did in named_deployments.difference(&in_record.0) {
             if self.store.deployment(tenant, did).await?.is_none() {
@@ -373,45 +448,22 @@ impl Stacks {
                 )));
             }
         }
-        for record in &new_records {
-            self.broker.fits_json("deployment record", record)?;
-        }
-        self.broker.fits_json("stack record", &stack)?;
-
-        // Checked: now the writes, the stack's record last.
-        for config in &new_configs {
-            self.store.create_config(tenant, config).await?;
-        }
-        for record in &new_records {
-            self.store.create_deployment(record).await?;
-        }
-        for (key, value) in data {
-            self.store.put_stack_data(tenant, id, &key, value).await?;
-        }
-        let now = OffsetDateTime::now_utc();
-        let new = Stack {
-            tenant: tenant.clone(),
-            revision: 0,
-            updated_at: now,
-            ..stack
-        };
-        let stack = match self.store.create_stack(&new).await? {
-            StackWrite::Written(written) => written.stack,
-            StackWrite::Exists => return Err(StackError::Exists(id.clone())),
-            _ => return Err(StackError::Internal("unexpected answer".to_owned())),
-        };
-        info!(
-            stack.id = %id,
-            units = stack.state.units.len(),
-            configs_created = new_configs.len(),
-            deployments_created = new_records.len(),
-            "stack adopted"
-        );
-        self.events
-            .emit(&stack_event(tenant, &stack, EventType::StackAdopted))
-            .await;
-        Ok(stack)
+        Ok(())
     }
+}
+
+/// An adopt's data space, each key checked and each value decoded.
+fn adopted_data(data: BTreeMap<String, String>) -> Result<Vec<(String, bytes::Bytes)>, StackError> {
+    for key in data.keys() {
+        subject::validate_data_key(key)
+            .map_err(|e| StackError::Refused(format!("data.{key}: {e}")))?;
+    }
+    data.into_iter()
+        .map(|(key, text)| match BASE64.decode(text.as_bytes()) {
+            Ok(value) => Ok((key, bytes::Bytes::from(value))),
+            Err(_) => Err(StackError::Refused(format!("data.{key}: not base64"))),
+        })
+        .collect()
 }
 
 /// The deployments and configs a stack's units name.
