@@ -11,6 +11,7 @@ use flue_proto::nats_tls::NatsTls;
 use flue_proto::nats_url::{NatsUrls, redact};
 
 use crate::request_consumers::{RequestConsumerStorage, RequestConsumers, RequestConsumersError};
+use crate::webhooks::Settings as WebhookSettings;
 use crate::webhooks::address::{AddressPolicy, Cidr};
 
 /// Longest deployment timeout accepted: seven days, in seconds.
@@ -29,8 +30,15 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/flue-gateway";
 pub const DEFAULT_BROKER_TIMEOUT_MS: u64 = 2_000;
 /// Default of `--account-push-secs`: how stale a tenant leaf node's accounts can get.
 pub const DEFAULT_ACCOUNT_PUSH_SECS: u64 = 30;
+/// Longest long poll (`wait_secs`), in seconds.
+pub const MAX_WAIT_SECS: u64 = 60;
 /// Smallest `--request-timeout-secs`: it must leave room for the longest long poll.
-pub const MIN_REQUEST_TIMEOUT_SECS: u64 = crate::api::deployments::MAX_WAIT_SECS + 5;
+pub const MIN_REQUEST_TIMEOUT_SECS: u64 = MAX_WAIT_SECS + 5;
+/// Default `--engine-workers`: two per tenant, so one long operation does not hold
+/// every other stack of the tenant back.
+pub const DEFAULT_WORKERS: u16 = 2;
+/// Default `--engine-lease-secs`.
+pub const DEFAULT_LEASE_SECS: u64 = 30;
 
 /// Everything `flue-gateway` can be told at start.
 ///
@@ -233,7 +241,7 @@ pub struct Config {
     /// Engine workers per tenant running stack operations submitted over HTTP
     /// (`POST /v1/stacks/{id}/operations`) from the tenant's work queue; 0 = none here
     /// (other gateways' workers run them).
-    #[arg(long, env = "FLUE_ENGINE_WORKERS", default_value_t = crate::operations::DEFAULT_WORKERS,
+    #[arg(long, env = "FLUE_ENGINE_WORKERS", default_value_t = DEFAULT_WORKERS,
           value_parser = clap::value_parser!(u16).range(0..=64))]
     pub engine_workers: u16,
     /// The gateway API the engine workers drive stacks through; when absent, this
@@ -246,12 +254,23 @@ pub struct Config {
     pub engine_api_ca: Option<PathBuf>,
     /// Seconds an engine worker holds an operation without renewing its lease (the work
     /// queue's ack wait, renewed while it runs); a worker that dies is replaced after this.
-    #[arg(long, env = "FLUE_ENGINE_LEASE_SECS", default_value_t = crate::operations::DEFAULT_LEASE_SECS,
+    #[arg(long, env = "FLUE_ENGINE_LEASE_SECS", default_value_t = DEFAULT_LEASE_SECS,
           value_parser = clap::value_parser!(u64).range(2..=600))]
     pub engine_lease_secs: u64,
 }
 
 impl Config {
+    /// The webhook delivery settings the flags ask for.
+    pub fn webhook_settings(&self) -> WebhookSettings {
+        let backoff_max = Duration::from_millis(self.webhook_backoff_max_ms.max(1));
+        WebhookSettings {
+            timeout: Duration::from_millis(self.webhook_timeout_ms.max(1)),
+            backoff: Duration::from_millis(self.webhook_backoff_ms.max(1)).min(backoff_max),
+            backoff_max,
+            max_attempts: self.webhook_max_attempts.max(1),
+        }
+    }
+
     /// A configuration with every default of the command line and the given broker URL.
     pub fn new(nats_url: impl Into<String>) -> Self {
         Self {
@@ -292,10 +311,10 @@ impl Config {
             insecure_no_auth: false,
             insecure_unsigned_answers: false,
             insecure_dev_broker: false,
-            engine_workers: crate::operations::DEFAULT_WORKERS,
+            engine_workers: DEFAULT_WORKERS,
             engine_api_url: None,
             engine_api_ca: None,
-            engine_lease_secs: crate::operations::DEFAULT_LEASE_SECS,
+            engine_lease_secs: DEFAULT_LEASE_SECS,
         }
     }
 

@@ -8,8 +8,8 @@ use flue_proto::creds::{AgentCredentials, AgentSettings, UserCreds};
 use flue_proto::{ServerId, StackId, TenantId};
 use nkeys::{KeyPair, XKey};
 
+use crate::natsauth::BrokerUsers;
 use crate::state::GatewayKeys;
-use crate::tenants::BrokerUsers;
 
 /// Why no credentials could be minted (not expected: the system's random generator or
 /// the tenant account's key failed).
@@ -60,7 +60,7 @@ pub struct Minted {
 /// key (the agent's permissions, [`crate::natsauth::perms::agent`]); with
 /// `--insecure-dev-broker` it is left empty (the broker checks no user). It grants the
 /// data-space keys of `stacks`: none at registration, the server's recorded stacks at a
-/// rotation (so the agent started with the new file has them at once, [`crate::rights`]).
+/// rotation (so the agent started with the new file has them at once, `rights`).
 fn mint(minter: &Minter, server: &ServerId, stacks: &[StackId]) -> Result<Minted, MintError> {
     let user = KeyPair::new_user();
     let xkey = XKey::new();

@@ -82,6 +82,7 @@ impl Deferred {
     }
 
     /// True when nothing is deferred.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }

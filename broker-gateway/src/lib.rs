@@ -2,7 +2,8 @@
 //! onto per-server JetStream queues, and the keeper of deployment state.
 //!
 //! - [`config`]: the typed [`Config`] (flags and environment);
-//! - [`api`]: axum handlers and [`ApiError`];
+//! - [`api`]: axum handlers and [`ApiError`] (the one place domain errors become HTTP answers);
+//! - [`error`]: error chains for logs; [`startup`]: why the gateway or a tenant could not start;
 //! - [`credentials`]: minting an agent's keys and credentials file at registration;
 //! - [`store`]: state in JetStream KV buckets, changed by compare-and-set;
 //! - [`broker`]: the request/response streams, consumers and publishing;
@@ -15,6 +16,7 @@
 //! - [`presence`]: online / offline from agents' heartbeats;
 //! - [`webhooks`]: webhook subscriptions and their delivery;
 //! - [`operations`]: stack operations queued over HTTP and the engine workers running them;
+//! - [`stacks`]: the engine's stack records written, deleted, exported, abandoned, adopted;
 //! - [`waiters`]: long polls sharing one watch of the deployments;
 //! - [`serve`]: HTTP connections (bound, header timeout, graceful stop);
 //! - [`link`]: whether the broker connection is up;
@@ -24,40 +26,46 @@
 //! - [`tls`]: the HTTPS server configuration and the broker's TLS configuration blocks;
 //! - [`natsauth`]: broker authentication (operator, accounts, users) and `flue-gateway init`.
 
-pub mod adopt;
+// Public: what `main.rs`, the tests and the fuzz targets use: `api` (the OpenAPI document,
+// the fuzzed query types), `auth` (tokens, roles, `flue-gateway token`), `broker`, `config`,
+// `natsauth` (`init` and the broker's keys), `record`, `state`, `store`, `tenants`, `tls` and
+// `webhooks` (the fuzzed target check). Every other module is the crate's own.
+pub(crate) mod adopt;
 pub mod api;
 pub mod auth;
 pub mod broker;
 pub mod config;
-pub mod credentials;
-pub mod deferred;
-pub mod deployments;
-pub mod error;
-pub mod events;
-pub mod fit;
-pub mod link;
-pub mod listen;
-pub mod metrics;
+pub(crate) mod credentials;
+pub(crate) mod deferred;
+pub(crate) mod deployments;
+pub(crate) mod error;
+pub(crate) mod events;
+pub(crate) mod fit;
+pub(crate) mod link;
+pub(crate) mod listen;
+pub(crate) mod metrics;
 pub mod natsauth;
-pub mod operations;
-pub mod poll;
-pub mod presence;
+pub(crate) mod operations;
+pub(crate) mod poll;
+pub(crate) mod presence;
 pub mod record;
-pub mod replicas;
-pub mod request_consumers;
-pub mod responses;
-pub mod rights;
-pub mod sealing;
-pub mod serve;
-pub mod servers;
-pub mod service;
-pub mod stack_events;
+pub(crate) mod replicas;
+pub(crate) mod request_consumers;
+pub(crate) mod responses;
+pub(crate) mod rights;
+pub(crate) mod sealing;
+pub(crate) mod serve;
+pub(crate) mod servers;
+pub(crate) mod service;
+pub(crate) mod stack_events;
+pub(crate) mod stacks;
+pub(crate) mod startup;
 pub mod state;
 pub mod store;
 pub mod tenants;
-pub mod timeouts;
+pub(crate) mod timeouts;
 pub mod tls;
-pub mod waiters;
+pub(crate) mod waiters;
 pub mod webhooks;
 
 use std::io::Write as _;
@@ -72,7 +80,7 @@ use tracing::{info, warn};
 
 pub use api::ApiError;
 pub use config::Config;
-pub use error::Error;
+pub use startup::Error;
 
 use tenants::{Connector, Tenants};
 
@@ -145,6 +153,7 @@ impl Gateway {
             keys,
             connector.clone(),
             auth.revocations().clone(),
+            api::tenant_router,
             shutdown.clone(),
         ) {
             Ok(tenants) => tenants,

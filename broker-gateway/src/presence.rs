@@ -71,8 +71,7 @@ pub struct PresenceHandles {
 
 use bucket::{bucket, key, load, read};
 
-/// Bucket of presence records, `<tenant>.<server>`.
-pub const PRESENCE_BUCKET: &str = "flue_presence";
+pub use flue_proto::subject::PRESENCE_BUCKET;
 /// How often silences are checked.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a server found registered is trusted before its registration is read again.

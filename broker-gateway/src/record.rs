@@ -53,10 +53,10 @@ pub struct DeploymentRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_digest: Option<RequestDigest>,
     /// The agent's NATS user JWT its request carries (deployments in a stack:
-    /// [`crate::rights`]), kept so that a republished request has the same bytes.
+    /// `rights`), kept so that a republished request has the same bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_jwt: Option<String>,
-    /// Its server polls ([`crate::poll`]): the record is the request, served in the
+    /// Its server polls (`poll`): the record is the request, served in the
     /// server's metadata, and nothing goes to the broker's request queue.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub polled: bool,

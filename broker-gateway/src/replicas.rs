@@ -25,7 +25,7 @@ const SETTLE_POLL: Duration = Duration::from_millis(100);
 /// Names of the streams the gateway owns in an account: its own (`FLUE_…`) and those
 /// behind its KV buckets (`KV_flue_…`). Other streams of the account are left alone.
 fn owned(name: &str) -> bool {
-    name.starts_with("FLUE_") || name.starts_with("KV_flue_")
+    flue_proto::subject::is_flue_stream(name)
 }
 
 /// Why the replica count of a stream could not be read or changed.

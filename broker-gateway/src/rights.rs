@@ -18,9 +18,8 @@ use flue_proto::{Server, ServerId, StackId, TenantId};
 use tracing::{info, warn};
 
 use crate::error::chain;
-use crate::service::Service;
+use crate::natsauth::BrokerUsers;
 use crate::store::{Store, StoreError};
-use crate::tenants::BrokerUsers;
 
 /// Why an agent's JWT for a stack could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -50,15 +49,6 @@ pub struct StackRights {
 }
 
 impl StackRights {
-    /// The rights handles of `service`'s tenant.
-    pub fn of(service: &Service) -> Self {
-        Self {
-            tenant: service.config.tenant.clone(),
-            store: service.store.clone(),
-            users: service.users.clone(),
-        }
-    }
-
     /// The JWT a request of `server` in `stack` carries: the server's current one, minted
     /// anew first when it does not grant `stack` yet (or was minted for another user key,
     /// before a credentials rotation). `None` for a deployment outside stacks, or when the
@@ -132,24 +122,16 @@ fn grants(server: &Server, stack: &StackId) -> bool {
         && UserJwtClaims::verified(jwt).is_ok_and(|claims| claims.subject == keys.signing)
 }
 
-/// A deleted stack leaves the records of the servers its units deployed to: the next JWT
-/// minted for each (its next deployment in another stack, or a rotation) no longer grants
-/// it, and its current one is dropped so that the next stack deployment mints it anew.
-///
-/// Until its agent takes that JWT, the agent keeps its connection's rights to the
-/// deleted stack's keys (emptied by the delete). Revoking the user at the broker instead
-/// would cut it off with no JWT to reconnect with (it learns of new JWTs only through
-/// its queue), so it is not done here; a credentials rotation does that.
-pub async fn leave_stack(
-    service: &Service,
-    stack: &StackId,
-    servers: impl IntoIterator<Item = &ServerId>,
-) {
-    StackRights::of(service).leave(stack, servers).await;
-}
-
 impl StackRights {
-    /// `stack` was deleted: see [`leave_stack`].
+    /// A deleted stack leaves the records of the servers its units deployed to: the next
+    /// JWT minted for each (its next deployment in another stack, or a rotation) no longer
+    /// grants it, and its current one is dropped so that the next stack deployment mints
+    /// it anew.
+    ///
+    /// Until its agent takes that JWT, the agent keeps its connection's rights to the
+    /// deleted stack's keys (emptied by the delete). Revoking the user at the broker
+    /// instead would cut it off with no JWT to reconnect with (it learns of new JWTs only
+    /// through its queue), so it is not done here; a credentials rotation does that.
     pub async fn leave(&self, stack: &StackId, servers: impl IntoIterator<Item = &ServerId>) {
         let tenant = &self.tenant;
         let servers: std::collections::BTreeSet<_> = servers.into_iter().collect();

@@ -14,7 +14,6 @@ use flue_proto::{Config, DeploymentStatus, ServerId};
 use nkeys::XKey;
 use serde_json::Value;
 
-use crate::api::ApiError;
 use crate::record::DeploymentRecord;
 
 /// Why hidden values could not be sealed for, or received from, a server.
@@ -48,20 +47,6 @@ pub enum SealFailure {
         #[source]
         source: SealError,
     },
-}
-
-impl From<SealFailure> for ApiError {
-    fn from(e: SealFailure) -> Self {
-        match e {
-            // The client can act on these: rotate the server's credentials; give a value
-            // again that was stored under a sealing key the gateway no longer has.
-            SealFailure::NoServerKey(_) | SealFailure::AtRest { .. } => {
-                ApiError::Conflict(e.to_string())
-            }
-            // The gateway's own state is at fault: logged, answered 500 without a cause.
-            e => ApiError::Internal(crate::error::chain(&e)),
-        }
-    }
 }
 
 /// The public sealing key of `server`, from its recorded keys.

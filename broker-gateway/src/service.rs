@@ -1,11 +1,11 @@
 //! A tenant runtime's shared state as the HTTP handlers see it: the domain operations'
-//! handles ([`Accept`], [`Publisher`], [`Servers`], [`Answers`]) built once from the
-//! tenant's connections, and the few raw handles the handlers not yet split out still
-//! read.
+//! handles ([`Accept`], [`Publisher`], [`Servers`], [`Answers`], [`Stacks`]) built once
+//! from the tenant's connections, and the few raw handles the handlers not yet split out
+//! still read.
 //!
-//! Nothing takes a `Service` whole any more except the HTTP handlers (as axum state) and
-//! `rights::leave_stack` for the stack handlers: every domain operation and background
-//! task gets the handles it needs (see ARCHITECTURE.md, "Domain operations").
+//! Nothing takes a `Service` whole except the HTTP handlers (as axum state): every domain
+//! operation and background task gets the handles it needs (see ARCHITECTURE.md, "Domain
+//! operations").
 
 use std::sync::Arc;
 
@@ -17,13 +17,14 @@ use crate::broker::Broker;
 use crate::credentials::Minter;
 use crate::deployments::{Accept, Publisher, PublisherHandles};
 use crate::events::Events;
+use crate::natsauth::BrokerUsers;
 use crate::presence::PresenceTracker;
 use crate::responses::{Answers, Signers};
 use crate::rights::StackRights;
 use crate::servers::Servers;
+use crate::stacks::Stacks;
 use crate::state::GatewayKeys;
 use crate::store::Store;
-use crate::tenants::BrokerUsers;
 use crate::timeouts::{Sweeper, TimeoutSet};
 use crate::webhooks::Webhooks;
 
@@ -93,6 +94,8 @@ pub struct Shared {
     pub servers: Servers,
     /// Applying answers (agents' and polling servers').
     pub answers: Answers,
+    /// Writing, deleting and transferring stacks.
+    pub stacks: Stacks,
     /// Cancelled when the gateway shuts down; long polls return early on it.
     pub shutdown: CancellationToken,
     /// Tracker of every task the gateway spawns, waited for at shutdown.
@@ -119,6 +122,11 @@ impl Service {
         } = parts;
         let tenant = config.tenant.clone();
         let timeouts = TimeoutSet::default();
+        let rights = StackRights {
+            tenant: tenant.clone(),
+            store: store.clone(),
+            users: users.clone(),
+        };
         let signers = Signers::default();
         let publisher = Publisher::new(PublisherHandles {
             tenant: tenant.clone(),
@@ -136,12 +144,16 @@ impl Service {
             store: store.clone(),
             broker: broker.clone(),
             sealing: keys.sealing.clone(),
-            rights: StackRights {
-                tenant: tenant.clone(),
-                store: store.clone(),
-                users: users.clone(),
-            },
+            rights: rights.clone(),
             publisher: publisher.clone(),
+        };
+        let stacks = Stacks {
+            tenant: tenant.clone(),
+            store: store.clone(),
+            broker: broker.clone(),
+            events: events.clone(),
+            rights,
+            sealing: keys.sealing.clone(),
         };
         let servers = Servers {
             tenant: tenant.clone(),
@@ -176,6 +188,7 @@ impl Service {
             publisher,
             servers,
             answers,
+            stacks,
             shutdown,
             tasks,
             users,

@@ -21,13 +21,15 @@ use flue_proto::{CreateTenant, Tenant, TenantId};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+pub use crate::natsauth::BrokerUsers;
 pub use book::TenantBook;
-pub use connector::{BrokerUsers, Connection, Connector, ConnectorError, TenantConnections};
-pub use runtime::{Stopped, TenantRuntime};
+pub use connector::{Connection, Connector, TenantConnections};
+pub use runtime::{Stopped, TenantRouter, TenantRuntime};
 
 use crate::Config;
 use crate::auth::Revocations;
-use crate::error::Error;
+use crate::startup::Error;
+pub use crate::startup::{ConnectorError, TenantError};
 use crate::state::GatewayKeys;
 
 /// The tenant a request is for: the authenticated caller's (`auth::Principal`, put there
@@ -54,29 +56,6 @@ const START_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
 /// Pause between two tries of a tenant's start (the broker is busy: give it room).
 const START_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Why a tenant could not be created or started.
-#[derive(Debug, thiserror::Error)]
-pub enum TenantError {
-    /// The body is not acceptable (name too long, …).
-    #[error(transparent)]
-    Invalid(#[from] flue_proto::tenant::TenantNameError),
-    /// The connector cannot provision or reach it.
-    #[error(transparent)]
-    Connector(#[from] ConnectorError),
-    /// A runtime serves it already (a second one would run its tasks twice).
-    #[error("tenant {0} is served already")]
-    AlreadyServed(TenantId),
-    /// Its runtime could not start (broker calls, state directory).
-    #[error("cannot start tenant {tenant}")]
-    Start {
-        /// The tenant.
-        tenant: TenantId,
-        /// Cause.
-        #[source]
-        source: Error,
-    },
-}
-
 /// Whether [`Tenants::create`] made the tenant or found it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Created {
@@ -99,6 +78,8 @@ struct Inner {
     connector: Connector,
     /// Each runtime registers its token revocation list here.
     revocations: Revocations,
+    /// Builds each runtime's routes.
+    router: TenantRouter,
     book: TenantBook,
     /// Never held across an `.await`.
     runtimes: RwLock<BTreeMap<TenantId, Arc<TenantRuntime>>>,
@@ -108,13 +89,14 @@ struct Inner {
 }
 
 impl Tenants {
-    /// An empty registry; runtimes stop when `shutdown` is cancelled (or by
-    /// [`Tenants::shutdown`]).
+    /// An empty registry; each runtime serves the routes `router` builds, and they stop
+    /// when `shutdown` is cancelled (or by [`Tenants::shutdown`]).
     pub fn new(
         config: Arc<Config>,
         keys: GatewayKeys,
         connector: Connector,
         revocations: Revocations,
+        router: TenantRouter,
         shutdown: CancellationToken,
     ) -> Result<Self, Error> {
         let book = TenantBook::open(&config.state_dir)?;
@@ -124,6 +106,7 @@ impl Tenants {
                 keys,
                 connector,
                 revocations,
+                router,
                 book,
                 runtimes: RwLock::default(),
                 creating: tokio::sync::Mutex::new(()),
@@ -259,6 +242,7 @@ impl Tenants {
                 self.inner.keys.clone(),
                 &self.inner.revocations,
                 &self.inner.shutdown,
+                self.inner.router,
             ))
             .await
         };

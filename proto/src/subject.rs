@@ -77,6 +77,38 @@ pub const REVOKED_TOKENS_BUCKET: &str = "flue_revoked_tokens";
 
 /// KV bucket of the stack-scoped data space that hooks read and write through the agent.
 pub const DATA_BUCKET: &str = "flue_data";
+
+/// KV bucket of configs (the gateway's).
+pub const CONFIGS_BUCKET: &str = "flue_configs";
+/// KV bucket of servers (the gateway's).
+pub const SERVERS_BUCKET: &str = "flue_servers";
+/// KV bucket of deployment records (the gateway's).
+pub const DEPLOYMENTS_BUCKET: &str = "flue_deployments";
+/// Index bucket listing each server's deployments (the gateway's).
+pub const SERVER_DEPLOYMENTS_BUCKET: &str = "flue_server_deployments";
+/// KV bucket of stack records (the gateway's).
+pub const STACKS_BUCKET: &str = "flue_stacks";
+/// KV bucket of stack units, one key each (the gateway's).
+pub const STACK_UNITS_BUCKET: &str = "flue_stack_units";
+/// Index bucket of the deployments that are not terminal (the gateway's).
+pub const PENDING_BUCKET: &str = "flue_pending";
+/// Index bucket of servers in registration order (the gateway's).
+pub const SERVER_ORDER_BUCKET: &str = "flue_server_order";
+/// KV bucket of presence records, `<tenant>.<server>` (the gateway's).
+pub const PRESENCE_BUCKET: &str = "flue_presence";
+/// KV bucket of webhook subscriptions (the gateway's).
+pub const WEBHOOKS_BUCKET: &str = "flue_webhooks";
+
+/// Prefix of the names of Flue's own streams (`FLUE_REQ`, `FLUE_EVT`, …).
+pub const STREAM_PREFIX: &str = "FLUE_";
+/// Prefix of the names of the streams behind Flue's KV buckets (`KV_flue_…`).
+pub const KV_STREAM_PREFIX: &str = "KV_flue_";
+
+/// True for the name of a stream of Flue's in an account: one of its own (`FLUE_…`) or
+/// one behind its KV buckets (`KV_flue_…`).
+pub fn is_flue_stream(name: &str) -> bool {
+    name.starts_with(STREAM_PREFIX) || name.starts_with(KV_STREAM_PREFIX)
+}
 /// Longest data-space key a hook may use, in bytes.
 pub const MAX_DATA_KEY_LEN: usize = 200;
 

@@ -24,4 +24,5 @@ mod resilience;
 mod security;
 mod sim_agents;
 mod stack;
+mod structure;
 mod upgrade;

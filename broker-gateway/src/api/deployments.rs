@@ -17,6 +17,7 @@ use tracing::warn;
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId, PathIdKind, inner_text};
 use super::listing::{Listed, Paged, Pages, page_limit};
+use crate::config::MAX_WAIT_SECS;
 use crate::deployments::{AcceptError, Created};
 use crate::error::chain;
 use crate::record::DeploymentRecord;
@@ -25,9 +26,6 @@ use crate::service::Service;
 use crate::store::Listing;
 use crate::store::deployment_key;
 use crate::waiters::{Waiters, Wake};
-
-/// Longest long poll, in seconds.
-pub const MAX_WAIT_SECS: u64 = 60;
 
 /// `POST /v1/deployments`: records the deployment (QUEUED), publishes its request and
 /// answers 202 ([`crate::deployments::Accept::accept`] says what is checked). The work runs on its own task

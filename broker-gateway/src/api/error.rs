@@ -5,11 +5,15 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flue_proto::auth;
 use flue_proto::limits::LimitError;
-use flue_proto::{ConfigError, ErrorBody, ErrorDetail};
+use flue_proto::{ConfigError, ErrorBody, ErrorDetail, PutStackError};
 use tracing::{error, warn};
 
 use crate::broker::{BrokerError, TooLarge};
 use crate::error::chain;
+use crate::operations::OperationsError;
+use crate::operations::submit::SubmitError;
+use crate::sealing::SealFailure;
+use crate::stacks::StackError;
 use crate::store::StoreError;
 
 /// What a handler answers when it cannot do what was asked.
@@ -125,6 +129,66 @@ impl From<BrokerError> for ApiError {
         match e {
             BrokerError::ConsumerLimit { limit } => Self::ConsumerLimit { limit },
             e => Self::Broker(e),
+        }
+    }
+}
+
+// The domain's errors, as the API answers them: each domain module says why it failed,
+// only here is that made a status and a body.
+
+impl From<SealFailure> for ApiError {
+    fn from(e: SealFailure) -> Self {
+        match e {
+            // The client can act on these: rotate the server's credentials; give a value
+            // again that was stored under a sealing key the gateway no longer has.
+            SealFailure::NoServerKey(_) | SealFailure::AtRest { .. } => {
+                ApiError::Conflict(e.to_string())
+            }
+            // The gateway's own state is at fault: logged, answered 500 without a cause.
+            e => ApiError::Internal(chain(&e)),
+        }
+    }
+}
+
+impl From<OperationsError> for ApiError {
+    fn from(e: OperationsError) -> Self {
+        match e {
+            OperationsError::Store(e) => ApiError::Store(e),
+            e => {
+                error!(error = %chain(&e), "operations queue failed");
+                ApiError::Unavailable("the operations queue is not reachable; retry later".into())
+            }
+        }
+    }
+}
+
+impl From<StackError> for ApiError {
+    fn from(e: StackError) -> Self {
+        match e {
+            StackError::Invalid(PutStackError::Limit(limit)) => ApiError::Limit(limit),
+            StackError::Invalid(_) | StackError::Refused(_) => {
+                ApiError::InvalidInput(e.to_string())
+            }
+            StackError::NotFound(_) => ApiError::NotFound(e.to_string()),
+            StackError::Exists(_) | StackError::Conflict(_) => ApiError::Conflict(e.to_string()),
+            StackError::Mismatch { .. } => ApiError::RevisionMismatch(e.to_string()),
+            StackError::Seal(e) => e.into(),
+            StackError::TooLarge(e) => e.into(),
+            StackError::Store(e) => e.into(),
+            StackError::Internal(text) => ApiError::Internal(text),
+        }
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> Self {
+        match e {
+            SubmitError::Invalid { .. } => ApiError::InvalidInput(e.to_string()),
+            SubmitError::NotFound(_) => ApiError::NotFound(e.to_string()),
+            SubmitError::Busy { .. } => ApiError::Conflict(e.to_string()),
+            SubmitError::Seal(e) => e.into(),
+            SubmitError::TooLarge(e) => e.into(),
+            SubmitError::Operations(e) => e.into(),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The HTTP API: routes, and the JSON answers for unknown routes and methods.
 
+pub mod authenticate;
 pub mod builds;
 pub mod configs;
 pub mod dashboard;
@@ -18,6 +19,7 @@ pub mod poll;
 pub mod servers;
 pub mod stacks;
 pub mod tenants;
+pub mod tokens;
 pub mod transfer;
 pub mod webhooks;
 
@@ -35,7 +37,7 @@ use utoipa_axum::routes;
 
 pub use error::ApiError;
 
-use crate::auth::{self, Auth};
+use crate::auth::Auth;
 use crate::link::BrokerLink;
 use crate::service::Service;
 use crate::tenants::Tenants;
@@ -68,7 +70,7 @@ pub fn router(tenants: Tenants, auth: Auth) -> Router {
         .layer(middleware::from_fn_with_state(body, guard::read_body))
         .layer(middleware::from_fn_with_state(
             auth.clone(),
-            auth::authenticate,
+            authenticate::authenticate,
         ))
         .layer(Extension(auth))
         .layer(CatchPanicLayer::custom(guard::panic_response))
@@ -94,7 +96,7 @@ pub(crate) fn shared_routes() -> OpenApiRouter<Tenants> {
         .routes(routes!(dashboard::asset))
         .routes(routes!(openapi::serve))
         .routes(routes!(tenants::create, tenants::list))
-        .routes(routes!(auth::api::tenant_token))
+        .routes(routes!(tokens::tenant_token))
         .routes(routes!(metrics::scrape))
 }
 
@@ -111,10 +113,10 @@ pub(crate) fn tenant_routes() -> OpenApiRouter<Service> {
         .routes(routes!(deployments::create, deployments::list))
         .routes(routes!(deployments::get))
         .routes(routes!(events::stream))
-        .routes(routes!(auth::api::create_ticket))
+        .routes(routes!(tokens::create_ticket))
         .routes(routes!(listeners::create))
-        .routes(routes!(auth::api::create_token))
-        .routes(routes!(auth::api::revoke_token))
+        .routes(routes!(tokens::create_token))
+        .routes(routes!(tokens::revoke_token))
         .routes(routes!(webhooks::create, webhooks::list))
         .routes(routes!(webhooks::get, webhooks::delete))
         .routes(routes!(webhooks::resume))

@@ -48,7 +48,7 @@ pub async fn submit(
     let record = tasks
         .spawn(async move {
             let stack = service.store.stack(&service.config.tenant, &id).await?;
-            submit::submit(
+            let queued = submit::submit(
                 &operations,
                 &service.broker,
                 &service.keys.sealing,
@@ -57,7 +57,8 @@ pub async fn submit(
                 body,
                 None,
             )
-            .await
+            .await?;
+            Ok::<_, ApiError>(queued)
         })
         .await??;
     let location = format!("/v1/stacks/{}/operations/{}", record.stack, record.id);

@@ -1,25 +1,18 @@
-//! `/v1/stacks`: the records an engine keeps while it drives a stack, written with
-//! compare-and-set on their revision, each unit apart from the stack's head
-//! ([`crate::store`]); deleting one also clears its data space. Each write is reported
-//! as stack and group events ([`crate::stack_events`]) from the units it touched.
-
-use std::collections::BTreeMap;
+//! `/v1/stacks`: the records an engine keeps while it drives a stack; reads here, writes
+//! and deletes by [`crate::stacks::Stacks`].
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use flue_proto::{PutStack, PutStackError, Stack, StackId, StackState, StackUnit, Unit};
+use flue_proto::{PutStack, Stack, StackId, StackUnit};
 use serde::Deserialize;
-use time::OffsetDateTime;
-use tracing::info;
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId, inner_text};
 use super::listing::{Listed, Paged, Pages, page_limit};
 use crate::service::Service;
-use crate::stack_events::{deleted_stack_events, stack_events};
-use crate::store::{StackChange, StackWrite, UnitChanges, Written};
+use crate::stacks::StackError;
 
 /// Query of the paginated stack listings.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -176,92 +169,10 @@ pub async fn put(
     JsonBody(body): JsonBody<PutStack>,
 ) -> Result<Json<Stack>, ApiError> {
     let tasks = service.tasks.clone();
-    let stack = tasks.spawn(store_and_report(service, id, body)).await??;
+    let stack = tasks
+        .spawn(async move { service.stacks.put(id, body).await })
+        .await??;
     Ok(Json(stack))
-}
-
-async fn store_and_report(
-    service: Service,
-    id: StackId,
-    body: PutStack,
-) -> Result<Stack, ApiError> {
-    body.validate().map_err(|e| match e {
-        PutStackError::Limit(limit) => ApiError::Limit(limit),
-        other => ApiError::InvalidInput(other.to_string()),
-    })?;
-    let tenant = &service.config.tenant;
-    let now = OffsetDateTime::now_utc();
-    let PutStack {
-        expected_revision,
-        status,
-        mut state,
-        changed_units,
-    } = body;
-    let units = std::mem::take(&mut state.units);
-    // The head as it will be stored, the widest revision standing in for the real one.
-    let head = Stack {
-        id: id.clone(),
-        tenant: tenant.clone(),
-        revision: u64::MAX,
-        created_at: now,
-        updated_at: now,
-        status,
-        state,
-    };
-    service.broker.fits_json("stack record", &head)?;
-    let written_units = units
-        .values()
-        .chain(changed_units.iter().flat_map(|c| c.values().flatten()));
-    for unit in written_units {
-        service.broker.fits_json("stack unit", unit)?;
-    }
-    // The old form's answer holds every unit, as it did.
-    let whole = changed_units.is_none().then(|| units.clone());
-    let written = match expected_revision {
-        None => {
-            let mut all: BTreeMap<String, Unit> = units;
-            all.extend(
-                changed_units
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|(k, u)| Some((k, u?))),
-            );
-            let stack = Stack {
-                revision: 0,
-                state: StackState {
-                    units: all,
-                    ..head.state
-                },
-                ..head
-            };
-            service.store.create_stack(&stack).await?
-        }
-        Some(expected) => {
-            let change = StackChange {
-                updated_at: now,
-                status: head.status,
-                head: head.state,
-                units: match changed_units {
-                    Some(changes) => UnitChanges::Some(changes),
-                    None => UnitChanges::All(units),
-                },
-            };
-            service
-                .store
-                .update_stack(tenant, &id, expected, change)
-                .await?
-        }
-    };
-    let written = written_or_refused(&id, expected_revision, written)?;
-    let mut stack = written.stack;
-    info!(stack.id = %id, revision = stack.revision, status = %stack.status, units = stack.state.units.len(), "stack stored");
-    for event in stack_events(tenant, written.before.as_ref(), &stack) {
-        service.events.emit(&event).await;
-    }
-    if let Some(whole) = whole {
-        stack.state.units = whole;
-    }
-    Ok(stack)
 }
 
 /// Query of `DELETE /v1/stacks/{id}`.
@@ -302,58 +213,11 @@ pub async fn delete(
     let Query(query) = query.map_err(|e| ApiError::InvalidInput(inner_text(&e)))?;
     let tasks = service.tasks.clone();
     tasks
-        .spawn(delete_with_data(service, id, query.expected_revision))
+        .spawn(async move { service.stacks.delete(id, query.expected_revision).await })
         .await??;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn delete_with_data(
-    service: Service,
-    id: StackId,
-    expected: Option<u64>,
-) -> Result<(), ApiError> {
-    let tenant = &service.config.tenant;
-    let written = service.store.delete_stack(tenant, &id, expected).await?;
-    if let StackWrite::Mismatch { .. } = written {
-        return written_or_refused(&id, expected, written).map(drop);
-    }
-    if let StackWrite::Missing = written {
-        // A delete that stopped before its units went: finish it.
-        service.store.purge_stack_units(tenant, &id).await?;
-    }
-    let purged = service.store.purge_stack_data(tenant, &id).await?;
-    let stack = written_or_refused(&id, expected, written)?.stack;
-    info!(stack.id = %id, data_keys_purged = purged, "stack deleted");
-    let servers = stack.state.units.values().map(|unit| &unit.server_id);
-    crate::rights::leave_stack(&service, &id, servers).await;
-    for event in deleted_stack_events(tenant, &stack) {
-        service.events.emit(&event).await;
-    }
-    Ok(())
-}
-
-/// The write done, or the API error saying why the write (which expected the stack
-/// at revision `expected`) was refused.
-fn written_or_refused(
-    id: &StackId,
-    expected: Option<u64>,
-    written: StackWrite,
-) -> Result<Written, ApiError> {
-    match written {
-        StackWrite::Written(written) => Ok(*written),
-        StackWrite::Exists => Err(ApiError::Conflict(format!(
-            "stack {:?} exists",
-            id.as_str()
-        ))),
-        StackWrite::Missing => Err(not_found(id)),
-        StackWrite::Mismatch { current } => Err(ApiError::RevisionMismatch(format!(
-            "stack {:?} is at revision {current}, not {}; read it again",
-            id.as_str(),
-            expected.map_or_else(|| "absent".to_owned(), |e| e.to_string())
-        ))),
-    }
-}
-
 fn not_found(id: &StackId) -> ApiError {
-    ApiError::NotFound(format!("stack {:?} not found", id.as_str()))
+    StackError::NotFound(id.clone()).into()
 }

@@ -1,17 +1,13 @@
 //! HTTP API authentication: bearer tokens (JWT, HS256 over the gateway's `token.key`),
-//! roles, the revocation list, and the middleware every `/v1` request passes.
+//! roles and the revocation list; the middleware every `/v1` request passes
+//! (`api::authenticate`) and the token routes (`api::tokens`) use them.
 //!
 //! - [`token`]: minting and checking tokens and event-stream tickets;
 //! - [`roles`]: which role may call which route;
 //! - [`revoked`]: revoked token ids, watched into memory;
-//! - [`middleware`]: 401 / 403 / 404 before any handler, [`Principal`] for the handlers;
-//! - [`api`]: `POST /v1/tokens`, `DELETE /v1/tokens/{id}`, `POST /v1/tenants/{tenant}/tokens`,
-//!   `POST /v1/events/tickets`;
 //! - [`command`]: `flue-gateway token`, minting offline from the state directory.
 
-pub mod api;
 pub mod command;
-pub mod middleware;
 pub mod revoked;
 pub mod roles;
 pub mod token;
@@ -22,13 +18,12 @@ use flue_proto::TenantId;
 use flue_proto::auth::Role;
 use tracing::warn;
 
-pub use middleware::authenticate;
 pub use revoked::{Revocations, Revoked};
 
 /// Token id a request carries under `--insecure-no-auth`.
 pub const INSECURE_TOKEN_ID: &str = "insecure-no-auth";
 
-/// Who is calling: put in the request extensions by [`authenticate`] for every `/v1`
+/// Who is calling: put in the request extensions by `api::authenticate` for every `/v1`
 /// request. The gateway dispatches on `tenant`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {

@@ -1,5 +1,5 @@
 //! Domain operations on deployments, each on the handles it needs rather than on the
-//! whole [`crate::service::Service`]:
+//! whole `Service`:
 //!
 //! - [`accept`]: a `POST /v1/deployments` ([`Accept`]: store, broker limits, sealing key,
 //!   stack rights, publisher);
@@ -18,7 +18,7 @@ use flue_proto::DeploymentId;
 use flue_proto::limits::LimitError;
 
 pub use accept::{Accept, Created};
-pub use publish::{PublishError, Publisher, PublisherHandles, Recovery, republish, request};
+pub use publish::{Publisher, PublisherHandles, republish};
 
 use crate::broker::TooLarge;
 use crate::rights::RightsError;

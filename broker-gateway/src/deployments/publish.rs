@@ -35,8 +35,6 @@ use crate::timeouts::TimeoutSet;
 
 mod recover;
 
-pub use recover::Recovery;
-
 /// Attempts made by the API before leaving a publish to the background retry.
 const PUBLISH_ATTEMPTS: u32 = 3;
 /// Pause after the first failed attempt; doubled after each further one.

@@ -5,7 +5,9 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use flue_proto::event::EVENT_STREAM;
 use flue_proto::jsapi::JS_DOMAIN;
+use flue_proto::subject::REQUEST_STREAM;
 use serde::{Deserialize, Serialize};
 
 /// A client's CONNECT carries its user JWT, and an agent's grows by about 310 bytes per
@@ -97,7 +99,7 @@ pub fn hub(settings: &HubSettings, trust: &Trust<'_>, resolver_dir: &Path) -> St
     let _ = writeln!(
         out,
         "\njetstream {{\n  domain: {JS_DOMAIN}\n  store_dir: {}\n  limits {{\n    \
-         # FLUE_REQ sets its own consumer limit (--max-servers); FLUE_EVT has one\n    \
+         # {REQUEST_STREAM} sets its own consumer limit (--max-servers); {EVENT_STREAM} has one\n    \
          # consumer per SSE client and webhook: lift nats-server's default of 1,000.\n    \
          default_max_consumers: -1\n  }}\n}}",
         quote_path(&settings.store_dir)

@@ -23,6 +23,7 @@ pub mod cluster_conf;
 pub mod jwt;
 pub mod perms;
 pub mod push;
+mod users;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,7 @@ pub use accounts::AccountKind;
 use accounts::{OPERATOR_JWT, OPERATOR_KEY, SYSTEM_JWT, SYSTEM_KEY};
 use broker_conf::{HubSettings, LeafSettings, Trust};
 use jwt::{Account, AccountLimits, Claims, Operator, Permissions};
+pub use users::BrokerUsers;
 
 use crate::state::{StateDir, StateError};
 

@@ -11,17 +11,36 @@
 //! gateways, only the one whose presence write reported the rebuild submits. The
 //! operation's record says why it runs (`StackOperation.cause`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use flue_proto::operation::{OperationKind, SubmitOperation};
-use flue_proto::{ConvergePolicy, ServerId, StackId};
+use flue_proto::{ConvergePolicy, ServerId, StackId, TenantId};
+use nkeys::XKey;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use super::Operations;
-use crate::api::ApiError;
-use crate::service::Service;
+use super::submit::SubmitError;
+use crate::broker::Broker;
+use crate::store::Store;
+
+/// What the policy reads and submits with; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AutoHandles {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// Servers' and stacks' records.
+    pub store: Store,
+    /// What the broker takes (the operation's size check).
+    pub broker: Broker,
+    /// The gateways' sealing key (hidden parameters).
+    pub sealing: Arc<XKey>,
+    /// Tracker of the runtime's tasks.
+    pub tasks: TaskTracker,
+}
 
 /// How long a busy stack waits before its converge is submitted again.
 pub const RETRY_EVERY: Duration = Duration::from_secs(5);
@@ -30,7 +49,7 @@ pub const MAX_TRIES: u32 = 120;
 
 /// Converges the `auto` stacks of each server `rebuilt` names, until cancelled.
 pub async fn run(
-    service: Service,
+    service: AutoHandles,
     operations: Operations,
     mut rebuilt: UnboundedReceiver<ServerId>,
     cancel: CancellationToken,
@@ -43,7 +62,7 @@ pub async fn run(
                 None => return,
             },
         };
-        let stacks = match service.store.server(&service.config.tenant, &server).await {
+        let stacks = match service.store.server(&service.tenant, &server).await {
             Ok(Some(s)) => s.stacks,
             Ok(None) => continue,
             Err(e) => {
@@ -66,13 +85,13 @@ pub async fn run(
 /// Submits a converge of `server`'s units of `stack` if its policy is `auto`, trying
 /// again while the stack is busy.
 async fn converge_stack(
-    service: &Service,
+    service: &AutoHandles,
     operations: &Operations,
     stack: &StackId,
     server: &ServerId,
     cancel: &CancellationToken,
 ) {
-    let tenant = &service.config.tenant;
+    let tenant = &service.tenant;
     for _ in 0..MAX_TRIES {
         let current = match service.store.stack(tenant, stack).await {
             Ok(Some(s)) => s,
@@ -100,7 +119,7 @@ async fn converge_stack(
         match super::submit::submit(
             operations,
             &service.broker,
-            &service.keys.sealing,
+            &service.sealing,
             stack,
             Some(&current),
             body,
@@ -112,9 +131,9 @@ async fn converge_stack(
                 info!(stack.id = %stack, server.id = %server, operation.id = %op.id, units = units.len(), "rebuilt server: converge submitted (policy auto)");
                 return;
             }
-            Err(ApiError::Conflict(_)) => {}
+            Err(SubmitError::Busy { .. }) => {}
             Err(e) => {
-                warn!(stack.id = %stack, server.id = %server, error = %e, "rebuilt server: converge refused");
+                warn!(stack.id = %stack, server.id = %server, error = %crate::error::chain(&e), "rebuilt server: converge refused");
                 return;
             }
         }

@@ -26,16 +26,10 @@ use flue_proto::operation::{
 };
 use flue_proto::{StackId, TenantId};
 use time::OffsetDateTime;
-use tracing::{error, warn};
+use tracing::warn;
 
-use crate::api::ApiError;
 use crate::store::StoreError;
 
-/// Default `--engine-workers`: two per tenant, so one long operation does not hold
-/// every other stack of the tenant back.
-pub const DEFAULT_WORKERS: u16 = 2;
-/// Default `--engine-lease-secs`.
-pub const DEFAULT_LEASE_SECS: u64 = 30;
 /// Deliveries after which an operation that keeps losing its worker ends FAILED: each
 /// one is a worker that died or gave it back (a gateway unreachable, say).
 pub const MAX_DELIVERIES: u64 = 5;
@@ -71,18 +65,6 @@ pub enum OperationsError {
         #[source]
         source: BoxError,
     },
-}
-
-impl From<OperationsError> for ApiError {
-    fn from(e: OperationsError) -> Self {
-        match e {
-            OperationsError::Store(e) => ApiError::Store(e),
-            e => {
-                error!(error = %crate::error::chain(&e), "operations queue failed");
-                ApiError::Unavailable("the operations queue is not reachable; retry later".into())
-            }
-        }
-    }
 }
 
 /// The tenant's operation queue and records; cheap to clone.

@@ -13,10 +13,45 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use tracing::info;
 
-use super::{Claim, Operations};
-use crate::api::ApiError;
-use crate::broker::Broker;
+use super::{Claim, Operations, OperationsError};
+use crate::broker::{Broker, TooLarge};
 use crate::sealing::SealFailure;
+
+/// Why an operation was not queued.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The body does not fit the stack (`flue stack validate`'s message, naming the field).
+    #[error("{path}: {message}")]
+    Invalid {
+        /// Where in the body.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The stack does not exist and the operation is not a create.
+    #[error("stack {:?} not found", .0.as_str())]
+    NotFound(StackId),
+    /// Another operation holds the stack.
+    #[error(
+        "stack {:?} has operation {holder} queued or running; submit again once it has ended",
+        .stack.as_str()
+    )]
+    Busy {
+        /// The stack.
+        stack: StackId,
+        /// The operation holding it.
+        holder: String,
+    },
+    /// A hidden parameter could not be sealed.
+    #[error(transparent)]
+    Seal(#[from] SealFailure),
+    /// The body, sealed, is larger than one broker message.
+    #[error(transparent)]
+    TooLarge(#[from] TooLarge),
+    /// The queue or the records failed.
+    #[error(transparent)]
+    Operations(#[from] OperationsError),
+}
 
 /// Checks `body` against `stack` (as stored, if it exists) and queues it; answers the
 /// record as queued. The body is checked first, so a bad one is refused as such
@@ -29,19 +64,19 @@ pub async fn submit(
     stack: Option<&Stack>,
     body: SubmitOperation,
     cause: Option<String>,
-) -> Result<StackOperation, ApiError> {
+) -> Result<StackOperation, SubmitError> {
     let tenant = operations.tenant().clone();
     let prepared = submitted::prepare(&body, id, tenant.as_str(), stack.map(|s| &s.state))
-        .map_err(|e| ApiError::InvalidInput(format!("{}: {}", e.path, e.message)))?;
+        .map_err(|e| SubmitError::Invalid {
+            path: e.path,
+            message: e.message,
+        })?;
     // A stack whose create is still queued does not exist yet: it is busy, not missing.
     if let Some(holder) = operations.busy(id).await? {
         return Err(busy(id, &holder));
     }
     if stack.is_none() && body.operation != OperationKind::Create {
-        return Err(ApiError::NotFound(format!(
-            "stack {:?} not found",
-            id.as_str()
-        )));
+        return Err(SubmitError::NotFound(id.clone()));
     }
     let queued_body = sealed_body(body, &prepared, sealing)?;
     let op = DeploymentId::random().to_string();
@@ -87,11 +122,11 @@ pub async fn submit(
     Ok(record)
 }
 
-fn busy(id: &StackId, holder: &str) -> ApiError {
-    ApiError::Conflict(format!(
-        "stack {:?} has operation {holder} queued or running; submit again once it has ended",
-        id.as_str()
-    ))
+fn busy(id: &StackId, holder: &str) -> SubmitError {
+    SubmitError::Busy {
+        stack: id.clone(),
+        holder: holder.to_owned(),
+    }
 }
 
 /// The body as queued: parameters as text (the environments' merged in), hidden ones
@@ -100,7 +135,7 @@ fn sealed_body(
     mut body: SubmitOperation,
     prepared: &Prepared,
     sealing: &XKey,
-) -> Result<SubmitOperation, ApiError> {
+) -> Result<SubmitOperation, SealFailure> {
     let Some(apply) = &prepared.apply else {
         return Ok(body);
     };

@@ -1,10 +1,10 @@
 //! Servers that poll (stock os-collect-config) instead of running a flue-agent.
 //!
 //! A polling server's deployments never go to the broker's request queue: the record in
-//! KV `flue_deployments` (published = recorded, see [`crate::deployments::publish`]) is the request,
-//! served as Heat metadata at the server's secret metadata URL ([`crate::api::poll`]),
+//! KV `flue_deployments` (published = recorded, see `deployments::publish`) is the request,
+//! served as Heat metadata at the server's secret metadata URL (`api::poll`),
 //! and its result comes back as a signal that takes the agents' answer path
-//! ([`crate::responses::apply_signal`]). Nothing is kept in memory, so any gateway
+//! (`responses::apply_signal`). Nothing is kept in memory, so any gateway
 //! sharing the broker serves any polling server.
 //!
 //! The secrets: a metadata URL's is 256 random bits, stored only as its SHA-256 in the

@@ -12,10 +12,10 @@ use flue_proto::{CloudEvent, EventType, Server, ServerId, TenantId};
 use crate::broker::{Broker, BrokerError};
 use crate::credentials::{MintError, Minter};
 use crate::events::Events;
+use crate::natsauth::BrokerUsers;
 use crate::presence::PresenceTracker;
 use crate::responses::Signers;
 use crate::store::{Store, StoreError};
-use crate::tenants::BrokerUsers;
 
 /// What registering, rotating and deregistering servers takes; cheap to clone.
 #[derive(Debug, Clone)]

@@ -41,22 +41,11 @@ use bucket::{bucket, create, decode, encode, get, keys};
 use error::BoxError;
 pub use race::{lost_delete_race, lost_race};
 
-/// Bucket of configs.
-pub const CONFIGS_BUCKET: &str = "flue_configs";
-/// Bucket of servers.
-pub const SERVERS_BUCKET: &str = "flue_servers";
-/// Bucket of deployment records.
-pub const DEPLOYMENTS_BUCKET: &str = "flue_deployments";
-/// Index bucket listing each server's deployments.
-pub const SERVER_DEPLOYMENTS_BUCKET: &str = "flue_server_deployments";
-/// Bucket of stack records.
-pub const STACKS_BUCKET: &str = "flue_stacks";
-/// Bucket of stack units, one key each.
-pub const STACK_UNITS_BUCKET: &str = "flue_stack_units";
-/// Index bucket of the deployments that are not terminal.
-pub const PENDING_BUCKET: &str = "flue_pending";
-/// Index bucket of servers in registration order.
-pub const SERVER_ORDER_BUCKET: &str = "flue_server_order";
+// The buckets' names are the wire vocabulary's (`flue_proto::subject`).
+pub use flue_proto::subject::{
+    CONFIGS_BUCKET, DEPLOYMENTS_BUCKET, PENDING_BUCKET, SERVER_DEPLOYMENTS_BUCKET,
+    SERVER_ORDER_BUCKET, SERVERS_BUCKET, STACK_UNITS_BUCKET, STACKS_BUCKET,
+};
 
 /// How many times a compare-and-set is retried after losing a race before giving up.
 pub(crate) const MAX_CAS_ATTEMPTS: usize = 32;

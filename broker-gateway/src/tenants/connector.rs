@@ -19,13 +19,12 @@ use flue_proto::TenantId;
 use flue_proto::creds::UserCreds;
 use flue_proto::nats_tls::NatsTls;
 use flue_proto::nats_url::{NatsUrls, redact};
-use flue_proto::{ServerId, TenantId as Tenant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::error::Error;
-use crate::natsauth::{AccountKind, NatsAuth, NatsAuthError};
+use crate::natsauth::{BrokerUsers, NatsAuth, NatsAuthError};
+use crate::startup::{ConnectorError, Error};
 
 /// Longest wait for a drained connection to close.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
@@ -81,46 +80,6 @@ pub struct TenantConnections {
     pub users: Option<BrokerUsers>,
 }
 
-/// Mints and revokes one tenant's broker users: what registration, rotation,
-/// deregistration and listener credentials need of the broker's keys. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct BrokerUsers {
-    tenant: Tenant,
-    auth: NatsAuth,
-    system: async_nats::Client,
-}
-
-impl BrokerUsers {
-    /// The user JWT of `server`'s agent for its user key `user_pub`.
-    pub fn agent_jwt(&self, server: &ServerId, user_pub: &str) -> Result<String, NatsAuthError> {
-        self.auth.agent_jwt(&self.tenant, server, user_pub, &[])
-    }
-
-    /// The user JWT of `server`'s agent for its user key `user_pub`, with the data-space
-    /// rights of `stacks` ([`crate::rights`]).
-    pub fn agent_jwt_in(
-        &self,
-        server: &ServerId,
-        user_pub: &str,
-        stacks: &[flue_proto::StackId],
-    ) -> Result<String, NatsAuthError> {
-        self.auth.agent_jwt(&self.tenant, server, user_pub, stacks)
-    }
-
-    /// Revokes the agent user `user_pub` at the broker: its connections are closed and its
-    /// JWTs refused from now on.
-    pub async fn revoke_agent(&self, user_pub: &str) -> Result<(), NatsAuthError> {
-        self.auth
-            .revoke_user(&self.tenant, AccountKind::Tenant, user_pub, &self.system)
-            .await
-    }
-
-    /// A new listener user of the tenant's events account.
-    pub fn listener_creds(&self) -> Result<UserCreds, NatsAuthError> {
-        self.auth.listener_creds(&self.tenant)
-    }
-}
-
 impl TenantConnections {
     /// The connection to the event stream.
     pub fn events(&self) -> &Connection {
@@ -145,29 +104,6 @@ impl TenantConnections {
     fn all(&self) -> impl Iterator<Item = &Connection> {
         std::iter::once(&self.tenant).chain(&self.events)
     }
-}
-
-/// Why a tenant cannot be provisioned or reached.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectorError {
-    /// Development mode serves one tenant: the broker connection is anonymous and the
-    /// stream names are fixed, so a second tenant would share the first one's state.
-    #[error(
-        "this gateway runs in development mode (one anonymous broker connection) and serves only tenant {served}; more tenants need broker accounts (operator mode, `flue-gateway init`)"
-    )]
-    OneTenantOnly {
-        /// The tenant served.
-        served: TenantId,
-    },
-    /// The broker could not be reached.
-    #[error(transparent)]
-    Connect(#[from] Error),
-    /// The broker's keys could not be read, or the broker refused an account.
-    #[error(transparent)]
-    Auth(#[from] NatsAuthError),
-    /// A user seed minted here cannot be read back (never expected).
-    #[error("a minted NATS user seed cannot be read: {0}")]
-    UserSeed(String),
 }
 
 /// How tenants are provisioned on the broker and reached; cheap to clone.
@@ -364,11 +300,11 @@ impl Connector {
                 Ok(TenantConnections {
                     tenant: main,
                     events: Some(events),
-                    users: Some(BrokerUsers {
-                        tenant: tenant.clone(),
-                        auth: op.auth.clone(),
-                        system: op.system.client.clone(),
-                    }),
+                    users: Some(BrokerUsers::new(
+                        tenant.clone(),
+                        op.auth.clone(),
+                        op.system.client.clone(),
+                    )),
                 })
             }
         }

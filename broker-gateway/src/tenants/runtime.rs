@@ -19,15 +19,20 @@ use tracing::{info, warn};
 use super::connector::TenantConnections;
 use crate::auth::{Revocations, Revoked};
 use crate::broker::{self, Broker};
-use crate::error::{self, Error};
+use crate::error;
 use crate::link::BrokerLink;
 use crate::service::Service;
+use crate::startup::Error;
 use crate::state::GatewayKeys;
 use crate::store::Store;
 use crate::waiters::Waiters;
 use crate::{
-    Config, api, deployments, events, presence, responses, service, timeouts, waiters, webhooks,
+    Config, deployments, events, presence, responses, service, timeouts, waiters, webhooks,
 };
+
+/// Builds a runtime's HTTP routes from its handles (`api::tenant_router`; given by the
+/// gateway, so that the registry does not depend on the HTTP layer above it).
+pub type TenantRouter = fn(Service, BrokerLink, Waiters) -> axum::Router;
 
 /// Longest wait for a runtime's background tasks when it stops.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -66,6 +71,7 @@ impl TenantRuntime {
         keys: GatewayKeys,
         revocations: &Revocations,
         parent: &CancellationToken,
+        router: TenantRouter,
     ) -> Result<Self, Error> {
         let mut config = base.clone();
         config.tenant = tenant.id.clone();
@@ -102,7 +108,7 @@ impl TenantRuntime {
             config.replicas(),
             webhooks::Scope {
                 tenant: tenant.id.clone(),
-                settings: webhooks::Settings::from_config(&config),
+                settings: config.webhook_settings(),
                 shutdown: shutdown.clone(),
                 tasks: tasks.clone(),
                 metrics: metrics.clone(),
@@ -144,7 +150,7 @@ impl TenantRuntime {
             link = link.with_events(events.client.clone());
         }
         let waiters = Waiters::default();
-        let router = api::tenant_router(service.clone(), link.clone(), waiters.clone())
+        let router = router(service.clone(), link.clone(), waiters.clone())
             .layer(axum::Extension(operations.clone()));
 
         let tasks = &service.tasks;
@@ -171,7 +177,13 @@ impl TenantRuntime {
         ));
         let (rebuilt, rebuilt_servers) = tokio::sync::mpsc::unbounded_channel();
         tasks.spawn(crate::operations::auto::run(
-            service.clone(),
+            crate::operations::auto::AutoHandles {
+                tenant: service.config.tenant.clone(),
+                store: service.store.clone(),
+                broker: service.broker.clone(),
+                sealing: service.keys.sealing.clone(),
+                tasks: service.tasks.clone(),
+            },
             operations.clone(),
             rebuilt_servers,
             shutdown.child_token(),

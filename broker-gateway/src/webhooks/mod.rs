@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, kv, stream};
-use flue_proto::event::GATEWAY_EVENT_STREAM;
+use flue_proto::event::{EVENT_STREAM, GATEWAY_EVENT_STREAM};
 use flue_proto::webhook::{
     CreateWebhook, MAX_SECRET_BYTES, MIN_SECRET_BYTES, WebhookSignature, WebhookStatus,
     consumer_name,
@@ -83,7 +83,7 @@ pub enum WebhookError {
     Broker(#[from] BrokerError),
 }
 
-/// Delivery settings from the gateway's flags.
+/// Delivery settings from the gateway's flags (`Config::webhook_settings`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
     /// Longest attempt.
@@ -94,19 +94,6 @@ pub struct Settings {
     pub backoff_max: Duration,
     /// Failed attempts of one event after which the subscription is parked.
     pub max_attempts: u32,
-}
-
-impl Settings {
-    /// The settings `config` asks for.
-    pub fn from_config(config: &crate::Config) -> Self {
-        let backoff_max = Duration::from_millis(config.webhook_backoff_max_ms.max(1));
-        Self {
-            timeout: Duration::from_millis(config.webhook_timeout_ms.max(1)),
-            backoff: Duration::from_millis(config.webhook_backoff_ms.max(1)).min(backoff_max),
-            backoff_max,
-            max_attempts: config.webhook_max_attempts.max(1),
-        }
-    }
 }
 
 /// A delivery task in the registry.
@@ -380,7 +367,7 @@ impl Webhooks {
             position::delete_legacy(&self.js, &name)
                 .await
                 .map_err(err)?;
-            info!(webhook.id = %sub.id, from_seq = floor, "webhook consumer moved off FLUE_EVT");
+            info!(webhook.id = %sub.id, from_seq = floor, from_stream = EVENT_STREAM, "webhook consumer moved off the tenant's event stream");
         }
         Ok(Opened { consumer, floor })
     }

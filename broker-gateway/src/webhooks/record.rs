@@ -16,8 +16,7 @@ use time::OffsetDateTime;
 
 use crate::store::StoreError;
 
-/// Bucket of webhook subscriptions.
-pub const WEBHOOKS_BUCKET: &str = "flue_webhooks";
+pub use flue_proto::subject::WEBHOOKS_BUCKET;
 
 /// How many times a compare-and-set is retried after losing a race.
 const MAX_CAS_ATTEMPTS: usize = 32;

@@ -11,9 +11,9 @@ use axum::middleware::Next;
 use axum::response::Response;
 use flue_proto::auth::{Role, TICKET_PARAM, TokenClaims};
 
-use super::token::{self, TokenError};
-use super::{Auth, INSECURE_TOKEN_ID, Principal, roles};
-use crate::api::ApiError;
+use super::ApiError;
+use crate::auth::token::{self, TokenError};
+use crate::auth::{Auth, INSECURE_TOKEN_ID, Principal, roles};
 
 /// Authenticates and authorises a `/v1` request; other paths pass untouched.
 pub async fn authenticate(
@@ -22,7 +22,7 @@ pub async fn authenticate(
     next: Next,
 ) -> Result<Response, ApiError> {
     let path = request.uri().path();
-    if path != "/v1" && !path.starts_with("/v1/") && path != crate::api::metrics::PATH {
+    if path != "/v1" && !path.starts_with("/v1/") && path != super::metrics::PATH {
         return Ok(next.run(request).await);
     }
     if auth.is_insecure() {

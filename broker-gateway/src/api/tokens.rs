@@ -12,11 +12,11 @@ use flue_proto::auth::{CreateToken, EventTicket, Role, TokenClaims, TokenCreated
 use time::OffsetDateTime;
 use tracing::info;
 
-use super::middleware::Verified;
-use super::token::{self, MintError, NewToken};
-use super::{Auth, Principal};
-use crate::api::ApiError;
-use crate::api::extract::JsonBody;
+use super::ApiError;
+use super::authenticate::Verified;
+use super::extract::JsonBody;
+use crate::auth::token::{self, MintError, NewToken};
+use crate::auth::{Auth, Principal};
 
 /// `POST /v1/tokens` (admin): a token of this tenant with any role but `operator`.
 #[utoipa::path(
