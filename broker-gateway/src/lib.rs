@@ -35,6 +35,8 @@ pub mod deployments;
 pub mod error;
 pub mod events;
 pub mod fit;
+#[cfg(test)]
+mod future_sizes;
 pub mod link;
 pub mod listen;
 pub mod metrics;

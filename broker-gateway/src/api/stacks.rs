@@ -57,7 +57,8 @@ pub async fn list(
     let after = Pages::Stacks.after(tenant, query.cursor.as_deref())?;
     let (listing, more) = service
         .store
-        .stack_heads_page(tenant, after.as_deref(), limit)
+        .stacks
+        .heads_page(tenant, after.as_deref(), limit)
         .await?;
     let next = listing
         .items
@@ -92,7 +93,8 @@ pub async fn get(
 ) -> Result<Json<Stack>, ApiError> {
     service
         .store
-        .stack(&service.config.tenant, &id)
+        .stacks
+        .get(&service.config.tenant, &id)
         .await?
         .map(Json)
         .ok_or_else(|| not_found(&id))
@@ -124,7 +126,8 @@ pub async fn units(
     let after = Pages::StackUnits.after(tenant, query.cursor.as_deref())?;
     let (page, more) = service
         .store
-        .stack_units_page(tenant, &id, after.as_deref(), limit)
+        .stacks
+        .units_page(tenant, &id, after.as_deref(), limit)
         .await?
         .ok_or_else(|| not_found(&id))?;
     let next = page
@@ -234,7 +237,7 @@ async fn store_and_report(
                 },
                 ..head
             };
-            service.store.create_stack(&stack).await?
+            service.store.stacks.create(&stack).await?
         }
         Some(expected) => {
             let change = StackChange {
@@ -248,7 +251,8 @@ async fn store_and_report(
             };
             service
                 .store
-                .update_stack(tenant, &id, expected, change)
+                .stacks
+                .update(tenant, &id, expected, change)
                 .await?
         }
     };
@@ -313,15 +317,15 @@ async fn delete_with_data(
     expected: Option<u64>,
 ) -> Result<(), ApiError> {
     let tenant = &service.config.tenant;
-    let written = service.store.delete_stack(tenant, &id, expected).await?;
+    let written = service.store.stacks.delete(tenant, &id, expected).await?;
     if let StackWrite::Mismatch { .. } = written {
         return written_or_refused(&id, expected, written).map(drop);
     }
     if let StackWrite::Missing = written {
         // A delete that stopped before its units went: finish it.
-        service.store.purge_stack_units(tenant, &id).await?;
+        service.store.stacks.purge_units(tenant, &id).await?;
     }
-    let purged = service.store.purge_stack_data(tenant, &id).await?;
+    let purged = service.store.data.purge_stack(tenant, &id).await?;
     let stack = written_or_refused(&id, expected, written)?.stack;
     info!(stack.id = %id, data_keys_purged = purged, "stack deleted");
     let servers = stack.state.units.values().map(|unit| &unit.server_id);

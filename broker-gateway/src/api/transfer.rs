@@ -66,7 +66,8 @@ pub async fn export(
     let tenant = &service.config.tenant;
     let stack = service
         .store
-        .stack(tenant, &id)
+        .stacks
+        .get(tenant, &id)
         .await?
         .ok_or_else(|| not_found(&id))?;
     let gateway = &service.keys.sealing;
@@ -74,7 +75,7 @@ pub async fn export(
     let deployments: Vec<DeploymentRecord> = futures_util::stream::iter(deployment_ids)
         .map(|d| {
             let store = &service.store;
-            async move { store.deployment(tenant, &d).await }
+            async move { store.deployments.get(tenant, &d).await }
         })
         .buffered(READS_IN_FLIGHT)
         .try_filter_map(|r| async move { Ok(r) })
@@ -84,7 +85,7 @@ pub async fn export(
     let configs: Vec<Config> = futures_util::stream::iter(config_ids)
         .map(|c| {
             let store = &service.store;
-            async move { store.config(tenant, &c).await }
+            async move { store.configs.get(tenant, &c).await }
         })
         .buffered(READS_IN_FLIGHT)
         .try_filter_map(|c| async move { Ok(c) })
@@ -128,7 +129,7 @@ pub async fn export(
             },
         );
     }
-    for (key, value) in service.store.stack_data(tenant, &id).await? {
+    for (key, value) in service.store.data.of_stack(tenant, &id).await? {
         export.data.insert(key, BASE64.encode(&value));
     }
     Ok(Json(export))
@@ -248,7 +249,8 @@ async fn forget(
     let tenant = &service.config.tenant;
     let head = service
         .store
-        .stack_head(tenant, id)
+        .stacks
+        .head(tenant, id)
         .await?
         .ok_or_else(|| not_found(id))?;
     if let Some(op) = operations
@@ -270,7 +272,8 @@ async fn forget(
     }
     let stack = match service
         .store
-        .delete_stack(tenant, id, Some(expected))
+        .stacks
+        .delete(tenant, id, Some(expected))
         .await?
     {
         StackWrite::Written(written) => written.stack,
@@ -283,7 +286,7 @@ async fn forget(
         }
         StackWrite::Exists => return Err(ApiError::Internal("unexpected answer".to_owned())),
     };
-    let purged = service.store.purge_stack_data(tenant, id).await?;
+    let purged = service.store.data.purge_stack(tenant, id).await?;
     info!(stack.id = %id, units = stack.state.units.len(), data_keys_purged = purged, "stack abandoned");
     let servers = stack.state.units.values().map(|unit| &unit.server_id);
     crate::rights::leave_stack(service, id, servers).await;
@@ -351,7 +354,7 @@ async fn take(service: &Service, id: &StackId, export: StackExport) -> Result<St
             id.as_str()
         )));
     }
-    if service.store.stack_head(tenant, id).await?.is_some() {
+    if service.store.stacks.head(tenant, id).await?.is_some() {
         return Err(ApiError::Conflict(format!(
             "stack {:?} exists",
             id.as_str()
@@ -378,7 +381,7 @@ async fn take(service: &Service, id: &StackId, export: StackExport) -> Result<St
         .chain(deployments.values().map(|d| &d.deployment.server_id))
         .collect();
     for server in servers {
-        if service.store.server(tenant, server).await?.is_none() {
+        if service.store.servers.get(tenant, server).await?.is_none() {
             return Err(ApiError::InvalidInput(format!(
                 "server {:?}: not registered in this tenant (register it first)",
                 server.as_str()
@@ -441,7 +444,7 @@ async fn take(service: &Service, id: &StackId, export: StackExport) -> Result<St
             .map_err(|e| ApiError::InvalidInput(format!("configs.{cid}: {e}")))?;
         let mut config = spec.into_config(cid.clone(), created_at);
         seal_config_defaults(&mut config, gateway)?;
-        match service.store.config(tenant, &cid).await? {
+        match service.store.configs.get(tenant, &cid).await? {
             Some(stored) if !same_config(&stored, &config) => {
                 return Err(ApiError::Conflict(format!(
                     "config {:?} exists here with another content",
@@ -492,7 +495,7 @@ async fn take(service: &Service, id: &StackId, export: StackExport) -> Result<St
         seal_at_rest(&mut d.input_values, &hidden_inputs, gateway)?;
         seal_at_rest(&mut d.outputs, &hidden_outputs, gateway)?;
         d.tenant = tenant.clone();
-        match service.store.deployment(tenant, &did).await? {
+        match service.store.deployments.get(tenant, &did).await? {
             Some(stored) if !same_deployment(&stored, &d) => {
                 return Err(ApiError::Conflict(format!(
                     "deployment {:?} exists here for another server, config, action or stack",
@@ -516,7 +519,7 @@ async fn take(service: &Service, id: &StackId, export: StackExport) -> Result<St
     let (named_deployments, mut named_configs) = named_by(&stack);
     named_configs.extend(new_records.iter().map(|r| r.deployment.config_id.clone()));
     for did in named_deployments.difference(&in_record.0) {
-        if service.store.deployment(tenant, did).await?.is_none() {
+        if service.store.deployments.get(tenant, did).await?.is_none() {
             return Err(ApiError::InvalidInput(format!(
                 "deployments: {:?}, named by the stack's units, is neither in the record nor here",
                 did.as_str()
@@ -524,7 +527,7 @@ async fn take(service: &Service, id: &StackId, export: StackExport) -> Result<St
         }
     }
     for cid in named_configs.difference(&in_record.1) {
-        if service.store.config(tenant, cid).await?.is_none() {
+        if service.store.configs.get(tenant, cid).await?.is_none() {
             return Err(ApiError::InvalidInput(format!(
                 "configs: {:?}, named by the stack, is neither in the record nor here",
                 cid.as_str()
@@ -538,16 +541,13 @@ async fn take(service: &Service, id: &StackId, export: StackExport) -> Result<St
 
     // Checked: now the writes, the stack's record last.
     for config in &new_configs {
-        service.store.create_config(tenant, config).await?;
+        service.store.configs.create(tenant, config).await?;
     }
     for record in &new_records {
-        service.store.create_deployment(record).await?;
+        service.store.deployments.create(record).await?;
     }
     for (key, value) in data {
-        service
-            .store
-            .put_stack_data(tenant, id, &key, value)
-            .await?;
+        service.store.data.put(tenant, id, &key, value).await?;
     }
     let now = OffsetDateTime::now_utc();
     let new = Stack {
@@ -556,7 +556,7 @@ async fn take(service: &Service, id: &StackId, export: StackExport) -> Result<St
         updated_at: now,
         ..stack
     };
-    let stack = match service.store.create_stack(&new).await? {
+    let stack = match service.store.stacks.create(&new).await? {
         StackWrite::Written(written) => written.stack,
         StackWrite::Exists => {
             return Err(ApiError::Conflict(format!(
