@@ -27,8 +27,8 @@ use tracing::{debug, info, warn};
 
 use crate::deployments::Publisher;
 use crate::error::chain;
-use crate::record::timeout_deadline;
-use crate::store::{Store, StoreError};
+use crate::record::{DeploymentRecord, timeout_deadline};
+use crate::store::{Deployments, StoreError};
 
 /// How often the pending index is read.
 pub const ADOPT_EVERY: Duration = Duration::from_secs(5);
@@ -38,7 +38,12 @@ pub const GRACE: time::Duration = time::Duration::seconds(10);
 const CONCURRENCY: usize = 16;
 
 /// Adopts other gateways' pending deployments until cancelled.
-pub async fn run(tenant: TenantId, store: Store, publisher: Publisher, cancel: CancellationToken) {
+pub async fn run(
+    tenant: TenantId,
+    deployments: Deployments,
+    publisher: Publisher,
+    cancel: CancellationToken,
+) {
     let mut seen = Seen::default();
     let mut tick = tokio::time::interval(ADOPT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -47,7 +52,7 @@ pub async fn run(tenant: TenantId, store: Store, publisher: Publisher, cancel: C
             () = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if let Err(e) = adopt_once(&tenant, &store, &publisher, &mut seen).await {
+        if let Err(e) = adopt_once(&tenant, &deployments, &publisher, &mut seen).await {
             debug!(error = %chain(&e), "cannot read the pending deployments; trying again");
         }
     }
@@ -67,32 +72,71 @@ pub struct Seen {
 /// Returns how many unpublished ones were taken on.
 pub async fn adopt_once(
     tenant: &TenantId,
-    store: &Store,
+    deployments: &Deployments,
     publisher: &Publisher,
     seen: &mut Seen,
 ) -> Result<usize, StoreError> {
-    let pending: HashSet<DeploymentId> = store.pending_ids(tenant).await?.into_iter().collect();
+    let watched = |id: &DeploymentId| publisher.timeouts().contains(id);
+    let found = pick(
+        tenant,
+        deployments,
+        watched,
+        seen,
+        OffsetDateTime::now_utc(),
+    )
+    .await?;
+    let mut adopted = 0;
+    for (record, deadline) in found {
+        publisher
+            .timeouts()
+            .insert(record.deployment.id.clone(), deadline);
+        if !record.request_published {
+            publisher.defer(&record);
+            adopted += 1;
+        }
+    }
+    if adopted > 0 {
+        info!(
+            adopted,
+            "unpublished deployments found (their gateway gone?); publishing them"
+        );
+    }
+    Ok(adopted)
+}
+
+/// What one pass takes on at `now`: every pending deployment neither `watched` nor
+/// `seen`, older than [`GRACE`] and not finished, with its timeout's deadline. One
+/// younger is read again once the grace is over; one not recorded yet (its index
+/// entry comes first) on the next pass.
+pub async fn pick(
+    tenant: &TenantId,
+    deployments: &Deployments,
+    watched: impl Fn(&DeploymentId) -> bool,
+    seen: &mut Seen,
+    now: OffsetDateTime,
+) -> Result<Vec<(DeploymentRecord, OffsetDateTime)>, StoreError> {
+    let pending: HashSet<DeploymentId> =
+        deployments.pending_ids(tenant).await?.into_iter().collect();
     // Forget what is no longer pending: the memory follows the work in flight.
     seen.done.retain(|id| pending.contains(id));
     seen.young.retain(|id, _| pending.contains(id));
-    let now = OffsetDateTime::now_utc();
     let unseen: Vec<DeploymentId> = pending
         .into_iter()
         .filter(|id| {
-            !publisher.timeouts().contains(id)
+            !watched(id)
                 && !seen.done.contains(id)
                 && seen.young.get(id).is_none_or(|due| *due <= now)
         })
         .collect();
     let reads: Vec<_> = futures_util::stream::iter(unseen)
         .map(|id| async move {
-            let read = store.deployment(tenant, &id).await;
+            let read = deployments.get(tenant, &id).await;
             (id, read)
         })
         .buffer_unordered(CONCURRENCY)
         .collect()
         .await;
-    let mut adopted = 0;
+    let mut found = Vec::new();
     for (id, read) in reads {
         let record = match read {
             Ok(Some(record)) => record,
@@ -116,20 +160,134 @@ pub async fn adopt_once(
         }
         seen.young.remove(&id);
         seen.done.insert(id);
-        let Some(deadline) = timeout_deadline(d) else {
-            continue;
-        };
-        publisher.timeouts().insert(d.id.clone(), deadline);
-        if !record.request_published {
-            publisher.defer(&record);
-            adopted += 1;
+        if let Some(deadline) = timeout_deadline(d) {
+            found.push((record, deadline));
         }
     }
-    if adopted > 0 {
-        info!(
-            adopted,
-            "unpublished deployments found (their gateway gone?); publishing them"
-        );
+    Ok(found)
+}
+
+/// [`pick`] on an in-memory store ([`crate::store::Store::in_memory`]); `now` is given,
+/// so the grace is passed without waiting.
+#[cfg(test)]
+mod tests {
+    use flue_proto::DeploymentStatus;
+
+    use super::*;
+    use crate::record::tests::record;
+    use crate::store::Store;
+
+    fn tenant() -> TenantId {
+        TenantId::new("t").expect("id")
     }
-    Ok(adopted)
+
+    fn id(s: &str) -> DeploymentId {
+        DeploymentId::new(s).expect("id")
+    }
+
+    /// Deployment `name` (QUEUED, created at the epoch), `published` or not.
+    fn deployment(name: &str, published: bool) -> DeploymentRecord {
+        let mut r = record();
+        r.deployment.id = id(name);
+        r.request_published = published;
+        r
+    }
+
+    fn at(secs: i64) -> OffsetDateTime {
+        OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(secs)
+    }
+
+    fn ids(found: Vec<(DeploymentRecord, OffsetDateTime)>) -> Vec<String> {
+        let mut ids: Vec<String> = found
+            .into_iter()
+            .map(|(r, _)| r.deployment.id.to_string())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    #[tokio::test]
+    async fn a_pending_deployment_past_the_grace_is_taken_on_once_with_its_deadline() {
+        let store = Store::in_memory();
+        let d = &store.deployments;
+        d.create(&deployment("a", false)).await.expect("store");
+        d.create(&deployment("b", true)).await.expect("store");
+        let mut seen = Seen::default();
+        let found = pick(&tenant(), d, |_| false, &mut seen, at(11))
+            .await
+            .expect("store");
+        assert!(
+            found
+                .iter()
+                .all(|(r, deadline)| *deadline == r.deployment.expires_at)
+        );
+        assert_eq!(ids(found), ["a", "b"]);
+        // Taken on: not read again.
+        let again = pick(&tenant(), d, |_| false, &mut seen, at(12))
+            .await
+            .expect("store");
+        assert!(again.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_deployment_younger_than_the_grace_is_left_to_its_gateway_until_it_is_over() {
+        let store = Store::in_memory();
+        let d = &store.deployments;
+        d.create(&deployment("a", false)).await.expect("store");
+        let mut seen = Seen::default();
+        assert!(
+            pick(&tenant(), d, |_| false, &mut seen, at(3))
+                .await
+                .expect("store")
+                .is_empty()
+        );
+        // Before its grace is over it is not even read again.
+        assert!(
+            pick(&tenant(), d, |_| false, &mut seen, at(9))
+                .await
+                .expect("store")
+                .is_empty()
+        );
+        let found = pick(&tenant(), d, |_| false, &mut seen, at(10))
+            .await
+            .expect("store");
+        assert_eq!(ids(found), ["a"]);
+    }
+
+    #[tokio::test]
+    async fn what_this_gateway_watches_or_what_ended_is_not_taken_on() {
+        let store = Store::in_memory();
+        let d = &store.deployments;
+        d.create(&deployment("mine", false)).await.expect("store");
+        d.create(&deployment("ended", false)).await.expect("store");
+        // Terminal, but its pending entry not removed yet (a crash in between).
+        d.update(&tenant(), &id("ended"), |r| {
+            r.deployment.status = DeploymentStatus::Complete;
+            true
+        })
+        .await
+        .expect("store");
+        d.mark_pending(&tenant(), &id("ended"))
+            .await
+            .expect("store");
+        let mut seen = Seen::default();
+        let watched = |i: &DeploymentId| i.as_str() == "mine";
+        let found = pick(&tenant(), d, watched, &mut seen, at(60))
+            .await
+            .expect("store");
+        assert!(found.is_empty(), "{found:?}");
+        // The pending entry without a record yet is looked at again: here it comes.
+        d.mark_pending(&tenant(), &id("late")).await.expect("store");
+        assert!(
+            pick(&tenant(), d, watched, &mut seen, at(60))
+                .await
+                .expect("store")
+                .is_empty()
+        );
+        d.create(&deployment("late", false)).await.expect("store");
+        let found = pick(&tenant(), d, watched, &mut seen, at(60))
+            .await
+            .expect("store");
+        assert_eq!(ids(found), ["late"]);
+    }
 }

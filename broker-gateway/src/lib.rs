@@ -41,6 +41,8 @@ pub(crate) mod deployments;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod fit;
+#[cfg(test)]
+mod future_sizes;
 pub(crate) mod link;
 pub(crate) mod listen;
 pub(crate) mod metrics;

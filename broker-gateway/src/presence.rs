@@ -311,7 +311,7 @@ impl PresenceTracker {
             _ => {}
         }
         let now = Instant::now();
-        let found = match service.store.server(&self.inner.tenant, server).await {
+        let found = match service.store.servers.get(&self.inner.tenant, server).await {
             Ok(Some(s)) => Registered::Yes {
                 name: s.name,
                 checked: now,

@@ -62,7 +62,7 @@ use crate::record::{
     end_event_type,
 };
 use crate::sealing::{self, SealFailure, settle_hidden_outputs};
-use crate::store::StoreError;
+use crate::store::{self, StoreError, Updated};
 
 mod answers;
 mod lanes;
@@ -277,7 +277,7 @@ async fn authentic(
     if service.insecure_unsigned_answers && signed.claims.is_none() && signed.signature.is_none() {
         return Ok(Ok(()));
     }
-    service.signers.check(&service.store, who, &signed).await
+    service.signers.check(&service.servers, who, &signed).await
 }
 
 /// Reports an agent message refused for its signature: logged (never its contents) and
@@ -374,12 +374,82 @@ async fn apply_received(
 ) -> Result<(), HandleError> {
     let (tenant, server) = (from.tenant, from.server);
     let kind = kind(parsed);
-    let now = OffsetDateTime::now_utc();
+    let applied = apply_answer(
+        &service.deployments,
+        (tenant, server),
+        id,
+        (parsed, refused),
+        service.broker.payload_limit(),
+        OffsetDateTime::now_utc(),
+    )
+    .await?;
+    let u = match applied {
+        Applied::Unknown => {
+            warn!(deployment.id = %id, server.id = %server, kind, "agent message for an unknown deployment; ignored");
+            return Ok(());
+        }
+        Applied::Foreign(u) => {
+            warn!(
+                deployment.id = %id, server.id = %server, owner = %u.record.deployment.server_id, kind,
+                "agent message from a server that does not own the deployment; ignored"
+            );
+            return Ok(());
+        }
+        Applied::Stray => {
+            warn_stray(id, server, kind, parsed);
+            return Ok(());
+        }
+        Applied::Done(u) => u,
+    };
+    let d = &u.record.deployment;
+    owners.remember(&u.record);
+    if d.status.is_terminal() && tenant == &service.tenant {
+        service.timeouts.remove(id);
+    }
+    if u.changed {
+        info!(deployment.id = %id, server.id = %server, status = %d.status, kind, "deployment status changed");
+    }
+    match reported(parsed, d, u.changed || from.handled_before) {
+        Some(ty) => service.events.publish_deployment(&u.record, ty).await?,
+        None => {
+            debug!(deployment.id = %id, status = %d.status, kind, "agent message changes nothing; ignored")
+        }
+    }
+    Ok(())
+}
+
+/// What applying an answer to its deployment's record came to.
+#[derive(Debug)]
+pub(crate) enum Applied {
+    /// No such deployment.
+    Unknown,
+    /// The deployment is another server's (or another tenant's): its record as it is.
+    Foreign(Updated),
+    /// The answer is not to the request the record holds (an earlier request's, or a
+    /// forged one): the record as it is.
+    Stray,
+    /// The record once the answer is applied (`changed`: this call wrote it; not when
+    /// the record had gone past it, or it was applied before).
+    Done(Updated),
+}
+
+/// Applies `parsed` (`delivered`, `started` or `finished`; `refused`: the sealed outputs
+/// that did not open), sent by `server` of `tenant`, to deployment `id`'s record under
+/// compare-and-set, at `now`: only an answer of the server that owns the deployment to
+/// the request its record holds changes it, and each step only forward. A finished
+/// record is made to fit `payload_limit`.
+pub(crate) async fn apply_answer(
+    deployments: &store::Deployments,
+    (tenant, server): (&TenantId, &ServerId),
+    id: &DeploymentId,
+    (parsed, refused): (&AgentMessage, &BTreeSet<String>),
+    payload_limit: usize,
+    now: OffsetDateTime,
+) -> Result<Applied, StoreError> {
     let mut foreign = false;
     let mut stray = false;
-    let updated = service
-        .store
-        .update_deployment(tenant, id, |record| {
+    let updated = deployments
+        .update(tenant, id, |record| {
             let d = &record.deployment;
             if &d.tenant != tenant || &d.server_id != server {
                 foreign = true;
@@ -397,43 +467,19 @@ async fn apply_received(
                     let changed = apply_finished(record, result, now);
                     if changed {
                         settle_hidden_outputs(record, refused);
-                        fit_record(record, service.broker.payload_limit());
+                        fit_record(record, payload_limit);
                     }
                     changed
                 }
             }
         })
         .await?;
-    let Some(u) = updated else {
-        warn!(deployment.id = %id, server.id = %server, kind, "agent message for an unknown deployment; ignored");
-        return Ok(());
-    };
-    let d = &u.record.deployment;
-    if foreign {
-        warn!(
-            deployment.id = %id, server.id = %server, owner = %d.server_id, kind,
-            "agent message from a server that does not own the deployment; ignored"
-        );
-        return Ok(());
-    }
-    if stray {
-        warn_stray(id, server, kind, parsed);
-        return Ok(());
-    }
-    owners.remember(&u.record);
-    if d.status.is_terminal() && tenant == &service.tenant {
-        service.timeouts.remove(id);
-    }
-    if u.changed {
-        info!(deployment.id = %id, server.id = %server, status = %d.status, kind, "deployment status changed");
-    }
-    match reported(parsed, d, u.changed || from.handled_before) {
-        Some(ty) => service.events.publish_deployment(&u.record, ty).await?,
-        None => {
-            debug!(deployment.id = %id, status = %d.status, kind, "agent message changes nothing; ignored")
-        }
-    }
-    Ok(())
+    Ok(match updated {
+        None => Applied::Unknown,
+        Some(u) if foreign => Applied::Foreign(u),
+        Some(_) if stray => Applied::Stray,
+        Some(u) => Applied::Done(u),
+    })
 }
 
 /// A `finished` answer with sealed outputs, as it is stored: each opened from the
@@ -450,7 +496,7 @@ async fn received_outputs(
     if !result.outputs.values().any(seal::is_sealed) {
         return Ok((None, BTreeSet::new()));
     }
-    let key = match service.store.server(from.tenant, from.server).await? {
+    let key = match service.servers.get(from.tenant, from.server).await? {
         Some(server) => sealing::server_key(&server),
         None => Err(SealFailure::NoServerKey(from.server.clone())),
     };
@@ -519,7 +565,7 @@ async fn progress(
     }
     let owner = match owners.get(tenant, id) {
         Some(owner) => owner,
-        None => match service.store.deployment(tenant, id).await? {
+        None => match service.deployments.get(tenant, id).await? {
             Some(record) => owners.remember(&record),
             None => {
                 warn!(deployment.id = %id, server.id = %server, "progress for an unknown deployment; ignored");

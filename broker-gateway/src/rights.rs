@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use crate::error::chain;
 use crate::natsauth::BrokerUsers;
-use crate::store::{Store, StoreError};
+use crate::store::{self, StoreError};
 
 /// Why an agent's JWT for a stack could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -43,7 +43,7 @@ pub struct StackRights {
     /// The tenant whose servers these are.
     pub tenant: TenantId,
     /// Its KV state (the server records).
-    pub store: Store,
+    pub servers: store::Servers,
     /// Its broker users.
     pub users: Option<BrokerUsers>,
 }
@@ -79,8 +79,8 @@ async fn for_stack(
     let tenant = &rights.tenant;
     let mut failed = None;
     let updated = rights
-        .store
-        .update_server(tenant, &server.id, |stored| {
+        .servers
+        .update(tenant, &server.id, |stored| {
             if grants(stored, stack) {
                 return false;
             }
@@ -137,8 +137,8 @@ impl StackRights {
         let servers: std::collections::BTreeSet<_> = servers.into_iter().collect();
         for id in servers {
             let left = self
-                .store
-                .update_server(tenant, id, |stored| {
+                .servers
+                .update(tenant, id, |stored| {
                     let before = stored.stacks.len();
                     stored.stacks.retain(|s| s != stack);
                     if stored.stacks.len() == before {

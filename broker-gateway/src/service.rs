@@ -124,7 +124,7 @@ impl Service {
         let timeouts = TimeoutSet::default();
         let rights = StackRights {
             tenant: tenant.clone(),
-            store: store.clone(),
+            servers: store.servers.clone(),
             users: users.clone(),
         };
         let signers = Signers::default();
@@ -141,7 +141,10 @@ impl Service {
         let accept = Accept {
             tenant: tenant.clone(),
             default_timeout_secs: config.default_timeout_secs,
-            store: store.clone(),
+            configs: store.configs.clone(),
+            servers: store.servers.clone(),
+            deployments: store.deployments.clone(),
+            stacks: store.stacks.clone(),
             broker: broker.clone(),
             sealing: keys.sealing.clone(),
             rights: rights.clone(),
@@ -158,7 +161,8 @@ impl Service {
         let servers = Servers {
             tenant: tenant.clone(),
             agent_nats_url: config.agent_nats_url(),
-            store: store.clone(),
+            records: store.servers.clone(),
+            deployments: store.deployments.clone(),
             broker: broker.clone(),
             events: events.clone(),
             presence: presence.clone(),
@@ -169,7 +173,8 @@ impl Service {
         let answers = Answers {
             tenant,
             insecure_unsigned_answers: config.insecure_unsigned_answers,
-            store: store.clone(),
+            deployments: store.deployments.clone(),
+            servers: store.servers.clone(),
             broker: broker.clone(),
             events: events.clone(),
             signers,
@@ -201,7 +206,7 @@ impl Service {
         Sweeper {
             tenant: self.config.tenant.clone(),
             timeouts: self.publisher.timeouts().clone(),
-            store: self.store.clone(),
+            deployments: self.store.deployments.clone(),
             events: self.events.clone(),
             every: self.config.timeout_sweep(),
         }

@@ -143,7 +143,7 @@ impl Stacks {
                     },
                     ..head
                 };
-                self.store.create_stack(&stack).await?
+                self.store.stacks.create(&stack).await?
             }
             Some(expected) => {
                 let change = StackChange {
@@ -156,7 +156,8 @@ impl Stacks {
                     },
                 };
                 self.store
-                    .update_stack(tenant, &id, expected, change)
+                    .stacks
+                    .update(tenant, &id, expected, change)
                     .await?
             }
         };
@@ -180,15 +181,15 @@ impl Stacks {
     /// purged, so that repeating a delete whose purge failed finishes it.
     pub async fn delete(&self, id: StackId, expected: Option<u64>) -> Result<(), StackError> {
         let tenant = &self.tenant;
-        let written = self.store.delete_stack(tenant, &id, expected).await?;
+        let written = self.store.stacks.delete(tenant, &id, expected).await?;
         if let StackWrite::Mismatch { .. } = written {
             return written_or_refused(&id, expected, written).map(drop);
         }
         if let StackWrite::Missing = written {
             // A delete that stopped before its units went: finish it.
-            self.store.purge_stack_units(tenant, &id).await?;
+            self.store.stacks.purge_units(tenant, &id).await?;
         }
-        let purged = self.store.purge_stack_data(tenant, &id).await?;
+        let purged = self.store.data.purge_stack(tenant, &id).await?;
         let stack = written_or_refused(&id, expected, written)?.stack;
         info!(stack.id = %id, data_keys_purged = purged, "stack deleted");
         let servers = stack.state.units.values().map(|unit| &unit.server_id);

@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use crate::events::Events;
 use crate::record::{apply_timeout, timeout_deadline};
-use crate::store::Store;
+use crate::store;
 
 /// Non-terminal deployments of this gateway by expiry time; cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -96,7 +96,7 @@ pub struct Sweeper {
     /// Deployments watched for their timeout.
     pub timeouts: TimeoutSet,
     /// Their records.
-    pub store: Store,
+    pub deployments: store::Deployments,
     /// Where `deployment.timed_out` goes.
     pub events: Events,
     /// Time between sweeps (`--timeout-sweep-ms`).
@@ -124,8 +124,8 @@ pub async fn sweep_once(service: &Sweeper) {
     let tenant = &service.tenant;
     for (id, at) in service.timeouts.take_expired(now) {
         match service
-            .store
-            .update_deployment(tenant, &id, |r| apply_timeout(r, now))
+            .deployments
+            .update(tenant, &id, |r| apply_timeout(r, now))
             .await
         {
             Ok(Some(u)) if u.changed => {

@@ -192,7 +192,7 @@ pub async fn run(
         reconnected.borrow_and_update();
         let opened = tokio::select! {
             () = shutdown.cancelled() => return,
-            opened = store.watch_deployments() => opened,
+            opened = store.deployments.watch() => opened,
         };
         let mut changes = match opened {
             Ok(changes) => changes,

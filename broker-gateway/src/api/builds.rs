@@ -60,7 +60,8 @@ pub async fn put_chunk(
     let len = body.len();
     service
         .store
-        .put_build_chunk(tenant, &sha256, n, body)
+        .builds
+        .put_chunk(tenant, &sha256, n, body)
         .await?;
     info!(sha256 = %sha256, chunk = n, bytes = len, "agent build chunk stored");
     Ok(StatusCode::NO_CONTENT)

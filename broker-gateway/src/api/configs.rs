@@ -44,7 +44,7 @@ pub async fn create(
     seal_config_defaults(&mut config, &service.keys.sealing)?;
     service.broker.fits_json("config", &config)?;
     let tenant = &service.config.tenant;
-    let Some(stored) = service.store.create_config(tenant, &config).await? else {
+    let Some(stored) = service.store.configs.create(tenant, &config).await? else {
         info!(config.id = %config.id, group = %config.group, "config created");
         return Ok((StatusCode::CREATED, Json(redacted_config(config))));
     };
@@ -97,7 +97,8 @@ pub async fn get(
 ) -> Result<Json<Config>, ApiError> {
     service
         .store
-        .config(&service.config.tenant, &id)
+        .configs
+        .get(&service.config.tenant, &id)
         .await?
         .map(|c| Json(redacted_config(c)))
         .ok_or_else(|| ApiError::NotFound(format!("config {:?} not found", id.as_str())))

@@ -139,7 +139,8 @@ pub async fn get(
     if wait == 0 {
         let record = service
             .store
-            .deployment(tenant, &id)
+            .deployments
+            .get(tenant, &id)
             .await?
             .ok_or_else(not_found)?;
         return Ok(Json(record.redacted()));
@@ -149,7 +150,8 @@ pub async fn get(
     let mut waiter = waiters.wait_for(deployment_key(tenant, &id));
     let (record, mut revision) = service
         .store
-        .deployment_at(tenant, &id)
+        .deployments
+        .get_at(tenant, &id)
         .await?
         .ok_or_else(not_found)?;
     let mut latest = Arc::new(record);
@@ -166,7 +168,7 @@ pub async fn get(
                 revision = seen.revision;
             }
             Wake::Changed(_) => {}
-            Wake::Reread => match service.store.deployment_at(tenant, &id).await {
+            Wake::Reread => match service.store.deployments.get_at(tenant, &id).await {
                 Ok(Some((record, at))) if at > revision => {
                     latest = Arc::new(record);
                     revision = at;
@@ -255,11 +257,12 @@ pub async fn list(
     let from = Pages::Deployments.start(tenant, query.cursor.as_deref())?;
     let page = service
         .store
-        .deployment_page(tenant, server.as_ref(), from, limit)
+        .deployments
+        .page(tenant, server.as_ref(), from, limit)
         .await?;
     let store = &service.store;
     let reads: Vec<_> = futures_util::stream::iter(page.items)
-        .map(|entry| async move { store.deployment(tenant, &entry.id).await })
+        .map(|entry| async move { store.deployments.get(tenant, &entry.id).await })
         .buffered(LIST_READS_IN_FLIGHT)
         .collect()
         .await;

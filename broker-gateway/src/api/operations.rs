@@ -47,7 +47,11 @@ pub async fn submit(
     let tasks = service.tasks.clone();
     let record = tasks
         .spawn(async move {
-            let stack = service.store.stack(&service.config.tenant, &id).await?;
+            let stack = service
+                .store
+                .stacks
+                .get(&service.config.tenant, &id)
+                .await?;
             let queued = submit::submit(
                 &operations,
                 &service.broker,

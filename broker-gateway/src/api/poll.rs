@@ -125,7 +125,8 @@ pub async fn metadata(
     let id: ServerId = id.parse().map_err(|_| not_found())?;
     let server = service
         .store
-        .server(tenant, &id)
+        .servers
+        .get(tenant, &id)
         .await?
         .filter(|s| s.transport == Transport::Poll)
         .filter(|s| secret_matches(s.poll_secret_sha256.as_deref(), &secret))
@@ -135,13 +136,15 @@ pub async fn metadata(
     // record reads to those, however long the server's history.
     let pending: HashSet<DeploymentId> = service
         .store
+        .deployments
         .pending_ids(tenant)
         .await?
         .into_iter()
         .collect();
     let records = service
         .store
-        .server_deployments_among(tenant, &server.id, |id| pending.contains(id))
+        .deployments
+        .of_server_among(tenant, &server.id, |id| pending.contains(id))
         .await?
         .items;
     let mut configs: HashMap<ConfigId, StoredConfig> = HashMap::new();
@@ -151,7 +154,7 @@ pub async fn metadata(
         let config = match configs.get(&d.config_id) {
             Some(config) => config,
             None => {
-                let Some(config) = service.store.config(tenant, &d.config_id).await? else {
+                let Some(config) = service.store.configs.get(tenant, &d.config_id).await? else {
                     warn!(deployment.id = %d.id, config.id = %d.config_id, "polled deployment's config is missing; left out");
                     continue;
                 };
@@ -265,7 +268,8 @@ pub async fn signal(
     }
     let record = service
         .store
-        .deployment(tenant, &id)
+        .deployments
+        .get(tenant, &id)
         .await?
         .filter(|r| r.polled)
         .ok_or_else(not_found)?;
@@ -279,7 +283,8 @@ pub async fn signal(
     }
     let config = service
         .store
-        .config(tenant, &d.config_id)
+        .configs
+        .get(tenant, &d.config_id)
         .await?
         .ok_or_else(|| {
             ApiError::Internal(format!("config {} of a deployment is missing", d.config_id))
@@ -305,7 +310,8 @@ pub async fn signal(
         })?;
     let after = service
         .store
-        .deployment(tenant, &id)
+        .deployments
+        .get(tenant, &id)
         .await?
         .ok_or_else(not_found)?;
     let applied = after.deployment.finished_at == Some(finished_at);

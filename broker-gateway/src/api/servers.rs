@@ -136,10 +136,10 @@ pub async fn list(
     let limit = page_limit(query.limit.as_deref())?;
     let tenant = &service.config.tenant;
     let from = Pages::Servers.start(tenant, query.cursor.as_deref())?;
-    let page = service.store.server_page(tenant, from, limit).await?;
+    let page = service.store.servers.page(tenant, from, limit).await?;
     let store = &service.store;
     let reads: Vec<_> = futures_util::stream::iter(page.items)
-        .map(|id| async move { store.server(tenant, &id).await })
+        .map(|id| async move { store.servers.get(tenant, &id).await })
         .buffered(LIST_READS_IN_FLIGHT)
         .collect()
         .await;
@@ -215,10 +215,11 @@ pub async fn deployments(
     let from = Pages::Deployments.start(tenant, query.cursor.as_deref())?;
     let store = &service.store;
     let page = store
-        .deployment_page(tenant, Some(&id), from, limit)
+        .deployments
+        .page(tenant, Some(&id), from, limit)
         .await?;
     let reads: Vec<_> = futures_util::stream::iter(page.items)
-        .map(|entry| async move { store.deployment(tenant, &entry.id).await })
+        .map(|entry| async move { store.deployments.get(tenant, &entry.id).await })
         .buffered(LIST_READS_IN_FLIGHT)
         .collect()
         .await;
@@ -240,7 +241,8 @@ pub async fn deployments(
 async fn known_server(service: &Service, id: &ServerId) -> Result<Server, ApiError> {
     service
         .store
-        .server(&service.config.tenant, id)
+        .servers
+        .get(&service.config.tenant, id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("server {:?} not found", id.as_str())))
 }

@@ -50,7 +50,8 @@ pub async fn list(
     let after = Pages::Stacks.after(tenant, query.cursor.as_deref())?;
     let (listing, more) = service
         .store
-        .stack_heads_page(tenant, after.as_deref(), limit)
+        .stacks
+        .heads_page(tenant, after.as_deref(), limit)
         .await?;
     let next = listing
         .items
@@ -85,7 +86,8 @@ pub async fn get(
 ) -> Result<Json<Stack>, ApiError> {
     service
         .store
-        .stack(&service.config.tenant, &id)
+        .stacks
+        .get(&service.config.tenant, &id)
         .await?
         .map(Json)
         .ok_or_else(|| not_found(&id))
@@ -117,7 +119,8 @@ pub async fn units(
     let after = Pages::StackUnits.after(tenant, query.cursor.as_deref())?;
     let (page, more) = service
         .store
-        .stack_units_page(tenant, &id, after.as_deref(), limit)
+        .stacks
+        .units_page(tenant, &id, after.as_deref(), limit)
         .await?
         .ok_or_else(|| not_found(&id))?;
     let next = page

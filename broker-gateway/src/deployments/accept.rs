@@ -22,7 +22,7 @@ use crate::record::{
 };
 use crate::rights::StackRights;
 use crate::sealing::{self, SealFailure, opened_inputs};
-use crate::store::Store;
+use crate::store;
 
 /// What a deployment's acceptance came to.
 #[derive(Debug)]
@@ -40,8 +40,14 @@ pub struct Accept {
     pub tenant: TenantId,
     /// `--default-timeout-secs`: a deployment's timeout when the body gives none.
     pub default_timeout_secs: u64,
-    /// Configs, servers and deployment records.
-    pub store: Store,
+    /// The configs deployments apply.
+    pub configs: store::Configs,
+    /// The servers they run on.
+    pub servers: store::Servers,
+    /// Deployment records (new ones, and those a body references).
+    pub deployments: store::Deployments,
+    /// Stack records (the servers a stack's outputs may go to).
+    pub stacks: store::Stacks,
     /// What the broker takes (a record and a request must each fit one message).
     pub broker: Broker,
     /// Opens hidden values stored sealed to the gateway, and seals new ones.
@@ -80,18 +86,7 @@ impl Accept {
                 "timeout_secs must be between 1 and {MAX_TIMEOUT_SECS} (7 days), got {timeout_secs}"
             )));
         }
-        // Independent reads: one round trip for both.
-        let (config, server) = tokio::try_join!(
-            self.store.config(tenant, &body.config_id),
-            self.store.server(tenant, &body.server_id)
-        )?;
-        let config = config.ok_or_else(|| {
-            AcceptError::NotFound(format!("config {:?} not found", body.config_id.as_str()))
-        })?;
-        check_action(&config, &body.action)?;
-        let server = server.ok_or_else(|| {
-            AcceptError::NotFound(format!("server {:?} not found", body.server_id.as_str()))
-        })?;
+        let (config, server) = target((&self.configs, &self.servers), tenant, &body).await?;
         let inputs_from = match &body.inputs_from {
             Some(id) => Some(self.referenced_by(&body, "inputs_from", id).await?),
             None => None,
@@ -154,14 +149,14 @@ impl Accept {
         let d = &record.deployment;
         if let Some(from) = skip_from {
             // A retry of a request that did create its deployment is answered like any retry.
-            let recorded = id_given && self.store.deployment(tenant, &d.id).await?.is_some();
+            let recorded = id_given && self.deployments.get(tenant, &d.id).await?.is_some();
             if !recorded && self.unchanged(&from, &record, &config).await? {
                 info!(deployment.id = %from.deployment.id, server.id = %d.server_id, action = %d.action, "deployment unchanged; nothing created");
                 return Ok(Created::Unchanged(from));
             }
         }
         let timeouts = self.publisher.timeouts();
-        match self.store.create_deployment(&record).await {
+        match self.deployments.create(&record).await {
             Ok(true) => {}
             Ok(false) => return self.repeated(&record, &config).await.map(Created::Accepted),
             Err(e) => {
@@ -203,14 +198,14 @@ impl Accept {
         id: &DeploymentId,
     ) -> Result<DeploymentRecord, AcceptError> {
         let from = self
-            .store
-            .deployment(&self.tenant, id)
+            .deployments
+            .get(&self.tenant, id)
             .await?
             .ok_or_else(|| {
                 AcceptError::NotFound(format!("{field} deployment {:?} not found", id.as_str()))
             })?;
         references::check(
-            (&self.tenant, &self.store),
+            (&self.tenant, &self.stacks),
             body,
             checked_as,
             &from.deployment,
@@ -241,7 +236,7 @@ impl Accept {
         if a.config_id == config.id {
             return Ok(true);
         }
-        let theirs = self.store.config(&self.tenant, &a.config_id).await?;
+        let theirs = self.configs.get(&self.tenant, &a.config_id).await?;
         Ok(theirs.is_some_and(|theirs| same_config_content(&theirs, config)))
     }
 
@@ -254,20 +249,7 @@ impl Accept {
         config: &Config,
     ) -> Result<DeploymentRecord, AcceptError> {
         let id = &new.deployment.id;
-        let conflict = || {
-            AcceptError::Conflict(format!(
-                "deployment {:?} already exists with a different request",
-                id.as_str()
-            ))
-        };
-        let stored = self
-            .store
-            .deployment(&self.tenant, id)
-            .await?
-            .ok_or_else(conflict)?;
-        if !same_request(&stored, new) {
-            return Err(conflict());
-        }
+        let stored = recorded_as(&self.deployments, &self.tenant, new).await?;
         if let Some(deadline) = timeout_deadline(&stored.deployment) {
             self.publisher.timeouts().insert(id.clone(), deadline);
             if !stored.request_published {
@@ -277,6 +259,48 @@ impl Accept {
         info!(deployment.id = %id, status = %stored.deployment.status, "deployment request repeated; answering with the recorded one");
         Ok(stored)
     }
+}
+
+/// The config and the server `body` names, both existing, the action one the config
+/// allows; read together (one round trip for both).
+async fn target(
+    (configs, servers): (&store::Configs, &store::Servers),
+    tenant: &TenantId,
+    body: &CreateDeployment,
+) -> Result<(Config, Server), AcceptError> {
+    let (config, server) = tokio::try_join!(
+        configs.get(tenant, &body.config_id),
+        servers.get(tenant, &body.server_id)
+    )?;
+    let config = config.ok_or_else(|| {
+        AcceptError::NotFound(format!("config {:?} not found", body.config_id.as_str()))
+    })?;
+    check_action(&config, &body.action)?;
+    let server = server.ok_or_else(|| {
+        AcceptError::NotFound(format!("server {:?} not found", body.server_id.as_str()))
+    })?;
+    Ok((config, server))
+}
+
+/// The deployment recorded under `new`'s id, when it asks for what `new` asks
+/// ([`same_request`]): a retry. A conflict when it asks for something else (or is gone).
+async fn recorded_as(
+    deployments: &store::Deployments,
+    tenant: &TenantId,
+    new: &DeploymentRecord,
+) -> Result<DeploymentRecord, AcceptError> {
+    let id = &new.deployment.id;
+    let conflict = || {
+        AcceptError::Conflict(format!(
+            "deployment {:?} already exists with a different request",
+            id.as_str()
+        ))
+    };
+    let stored = deployments.get(tenant, id).await?.ok_or_else(conflict)?;
+    if !same_request(&stored, new) {
+        return Err(conflict());
+    }
+    Ok(stored)
 }
 
 /// Refuses an action that is neither a lifecycle action nor declared by the config.
@@ -311,5 +335,216 @@ fn request_key(gateway: &nkeys::XKey, server: &Server) -> Result<nkeys::XKey, Se
         Transport::Poll => seal::public_key(&gateway.public_key())
             .map_err(|_| SealFailure::BadServerKey(server.id.clone())),
         Transport::Nats => sealing::server_key(server),
+    }
+}
+
+/// The rules of an acceptance on in-memory stores ([`crate::store::Store::in_memory`]).
+#[cfg(test)]
+mod tests {
+    use flue_proto::{ConfigId, DeploymentStatus, ServerId};
+    use serde_json::json;
+
+    use super::*;
+    use crate::record::tests::{config, record};
+    use crate::store::Store;
+
+    fn tenant() -> TenantId {
+        TenantId::new("t").expect("id")
+    }
+
+    fn server() -> Server {
+        serde_json::from_value(json!({
+            "id": "s1", "tenant": "t", "name": "s1", "created_at": "2026-01-01T00:00:00Z"
+        }))
+        .expect("server")
+    }
+
+    fn body(action: &str) -> CreateDeployment {
+        serde_json::from_value(json!({
+            "config_id": "c1", "server_id": "s1", "action": action
+        }))
+        .expect("body")
+    }
+
+    /// A store with [`config`] and [`server`].
+    async fn store() -> Store {
+        let store = Store::in_memory();
+        assert!(
+            store
+                .configs
+                .create(&tenant(), &config())
+                .await
+                .expect("store")
+                .is_none()
+        );
+        assert!(
+            store
+                .servers
+                .create(&server())
+                .await
+                .expect("store")
+                .is_none()
+        );
+        store
+    }
+
+    #[tokio::test]
+    async fn the_config_and_server_a_body_names_are_read() {
+        let store = store().await;
+        let (config, server) = target((&store.configs, &store.servers), &tenant(), &body("CREATE"))
+            .await
+            .expect("target");
+        assert_eq!(config.id, ConfigId::new("c1").expect("id"));
+        assert_eq!(server.id, ServerId::new("s1").expect("id"));
+    }
+
+    #[tokio::test]
+    async fn a_missing_config_or_server_is_not_found_by_name() {
+        let store = Store::in_memory();
+        let err = target((&store.configs, &store.servers), &tenant(), &body("CREATE"))
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(&err, AcceptError::NotFound(m) if m == r#"config "c1" not found"#),
+            "{err:?}"
+        );
+        store
+            .configs
+            .create(&tenant(), &config())
+            .await
+            .expect("store");
+        let err = target((&store.configs, &store.servers), &tenant(), &body("CREATE"))
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(&err, AcceptError::NotFound(m) if m == r#"server "s1" not found"#),
+            "{err:?}"
+        );
+        // Another tenant's server is not this tenant's.
+        let mut theirs = server();
+        theirs.tenant = TenantId::new("other").expect("id");
+        store.servers.create(&theirs).await.expect("store");
+        let err = target((&store.configs, &store.servers), &tenant(), &body("CREATE"))
+            .await
+            .expect_err("refused");
+        assert!(matches!(err, AcceptError::NotFound(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn an_action_the_config_does_not_declare_is_refused_naming_it() {
+        let store = store().await;
+        let err = target((&store.configs, &store.servers), &tenant(), &body("REBOOT"))
+            .await
+            .expect_err("refused");
+        let AcceptError::Invalid(message) = err else {
+            panic!("{err:?}");
+        };
+        assert!(
+            message.contains(r#"action "REBOOT" is not declared by config "c1""#),
+            "{message}"
+        );
+        // CHECK needs a CHECK hook, which this config has not.
+        let err = target((&store.configs, &store.servers), &tenant(), &body("CHECK"))
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(&err, AcceptError::Invalid(m) if m.contains("no CHECK hook")),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_new_deployment_is_recorded_pending_and_listed_under_its_server() {
+        let store = store().await;
+        let new = record();
+        assert!(store.deployments.create(&new).await.expect("create"));
+        let d = &new.deployment;
+        assert_eq!(
+            store
+                .deployments
+                .pending_ids(&d.tenant)
+                .await
+                .expect("store"),
+            vec![d.id.clone()]
+        );
+        let listed = store
+            .deployments
+            .of_server(&d.tenant, &d.server_id)
+            .await
+            .expect("store");
+        assert_eq!(listed, vec![new.clone()]);
+        let page = store
+            .deployments
+            .page(&d.tenant, None, 1, 10)
+            .await
+            .expect("store");
+        assert_eq!(page.items.len(), 1);
+        assert_eq!(page.items[0].id, d.id);
+    }
+
+    #[tokio::test]
+    async fn the_same_request_again_is_answered_with_the_recorded_deployment() {
+        let store = store().await;
+        let first = record();
+        assert!(store.deployments.create(&first).await.expect("store"));
+        // A later attempt: another time, the same request.
+        let mut again = record();
+        again.deployment.created_at += time::Duration::seconds(5);
+        assert!(!store.deployments.create(&again).await.expect("store"));
+        let stored = recorded_as(&store.deployments, &tenant(), &again)
+            .await
+            .expect("same");
+        assert_eq!(stored, first);
+    }
+
+    #[tokio::test]
+    async fn another_request_under_a_used_id_is_a_conflict() {
+        let store = store().await;
+        assert!(store.deployments.create(&record()).await.expect("store"));
+        let mut other = record();
+        other
+            .deployment
+            .input_values
+            .insert("foo".into(), json!("something else"));
+        assert!(!store.deployments.create(&other).await.expect("store"));
+        let err = recorded_as(&store.deployments, &tenant(), &other)
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(&err, AcceptError::Conflict(m) if m.contains(r#"deployment "d1" already exists with a different request"#)),
+            "{err:?}"
+        );
+        let mut elsewhere = record();
+        elsewhere.deployment.server_id = ServerId::new("s2").expect("id");
+        let err = recorded_as(&store.deployments, &tenant(), &elsewhere)
+            .await
+            .expect_err("refused");
+        assert!(matches!(err, AcceptError::Conflict(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_retry_of_a_finished_deployment_leaves_nothing_pending() {
+        let store = store().await;
+        let mut done = record();
+        done.deployment.status = DeploymentStatus::Complete;
+        assert!(store.deployments.create(&done).await.expect("store"));
+        assert!(
+            store
+                .deployments
+                .pending_ids(&tenant())
+                .await
+                .expect("store")
+                .is_empty()
+        );
+        // The retry marks it pending before it finds the id taken, then clears it.
+        assert!(!store.deployments.create(&record()).await.expect("store"));
+        assert!(
+            store
+                .deployments
+                .pending_ids(&tenant())
+                .await
+                .expect("store")
+                .is_empty()
+        );
     }
 }

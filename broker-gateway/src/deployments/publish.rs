@@ -240,7 +240,7 @@ impl Publisher {
     ) -> Result<(), PublishError> {
         // A polling server's request is its record, served in its metadata once marked
         // published (`crate::poll`): nothing goes to the broker's queue. Its listing
-        // entry was written with its record (`Store::create_deployment`).
+        // entry was written with its record (`Deployments::create`).
         let request = match record.polled {
             true => None,
             false => Some(self.sealed_request(record, config).await?),
@@ -258,7 +258,8 @@ impl Publisher {
     async fn mark_published(&self, record: &DeploymentRecord) -> Result<(), PublishError> {
         let d = &record.deployment;
         self.store
-            .update_deployment(&d.tenant, &d.id, apply_published)
+            .deployments
+            .update(&d.tenant, &d.id, apply_published)
             .await?;
         debug!(deployment.id = %d.id, server.id = %d.server_id, "deployment request published");
         Ok(())
@@ -283,7 +284,7 @@ impl Publisher {
             let none = Err(SealFailure::NoServerKey(d.server_id.clone()));
             return Ok(request(record, config, &self.sealing, none)?);
         }
-        let server = match self.store.server(&d.tenant, &d.server_id).await? {
+        let server = match self.store.servers.get(&d.tenant, &d.server_id).await? {
             Some(server) => sealing::server_key(&server),
             None => Err(SealFailure::NoServerKey(d.server_id.clone())),
         };
@@ -308,7 +309,8 @@ impl Publisher {
         let now = OffsetDateTime::now_utc();
         let failed = self
             .store
-            .update_deployment(&self.tenant, id, |record| {
+            .deployments
+            .update(&self.tenant, id, |record| {
                 let d = &mut record.deployment;
                 if record.request_published || d.status.is_terminal() {
                     return false;
@@ -341,7 +343,7 @@ impl Publisher {
 
     /// Reads a deployment: its record when its request is still to publish.
     async fn unpublished(&self, id: &DeploymentId) -> Result<Unpublished, PublishError> {
-        let Some(record) = self.store.deployment(&self.tenant, id).await? else {
+        let Some(record) = self.store.deployments.get(&self.tenant, id).await? else {
             return Ok(Unpublished::Missing);
         };
         if record.request_published || record.deployment.status.is_terminal() {
@@ -362,7 +364,8 @@ impl Publisher {
         }
         let config = self
             .store
-            .config(&self.tenant, config_id)
+            .configs
+            .get(&self.tenant, config_id)
             .await?
             .ok_or_else(|| PublishError::MissingConfig(config_id.clone()))?;
         let config = Arc::new(config);

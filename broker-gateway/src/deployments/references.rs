@@ -19,12 +19,12 @@
 use flue_proto::{CreateDeployment, Deployment, TenantId};
 
 use super::AcceptError;
-use crate::store::Store;
+use crate::store::Stacks;
 
 /// Checks that the new deployment `body` of `tenant` may use `from`'s values through
-/// `field`; `store` tells which servers a stack has.
+/// `field`; `stacks` tells which servers a stack has.
 pub async fn check(
-    (tenant, store): (&TenantId, &Store),
+    (tenant, stacks): (&TenantId, &Stacks),
     body: &CreateDeployment,
     field: &str,
     from: &Deployment,
@@ -54,7 +54,7 @@ pub async fn check(
     if field.starts_with("input_refs")
         && let Some(stack) = &body.stack_id
     {
-        let record = store.stack(tenant, stack).await?;
+        let record = stacks.get(tenant, stack).await?;
         let member = record.is_some_and(|s| {
             s.state
                 .units

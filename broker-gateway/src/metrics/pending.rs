@@ -88,7 +88,11 @@ async fn pass(
     store: &Store,
     servers: &mut HashMap<DeploymentId, ServerId>,
 ) -> Result<Vec<u64>, String> {
-    let pending = store.pending_ids(tenant).await.map_err(|e| chain(&e))?;
+    let pending = store
+        .deployments
+        .pending_ids(tenant)
+        .await
+        .map_err(|e| chain(&e))?;
     let still: std::collections::HashSet<&DeploymentId> = pending.iter().collect();
     servers.retain(|id, _| still.contains(id));
     for id in &pending {
@@ -96,7 +100,11 @@ async fn pass(
             continue;
         }
         // A record not there (yet, or any more) is counted at the next pass.
-        if let Some(record) = store.deployment(tenant, id).await.map_err(|e| chain(&e))?
+        if let Some(record) = store
+            .deployments
+            .get(tenant, id)
+            .await
+            .map_err(|e| chain(&e))?
             && !record.deployment.status.is_terminal()
         {
             servers.insert(id.clone(), record.deployment.server_id);

@@ -62,7 +62,7 @@ pub async fn run(
                 None => return,
             },
         };
-        let stacks = match service.store.server(&service.tenant, &server).await {
+        let stacks = match service.store.servers.get(&service.tenant, &server).await {
             Ok(Some(s)) => s.stacks,
             Ok(None) => continue,
             Err(e) => {
@@ -93,7 +93,7 @@ async fn converge_stack(
 ) {
     let tenant = &service.tenant;
     for _ in 0..MAX_TRIES {
-        let current = match service.store.stack(tenant, stack).await {
+        let current = match service.store.stacks.get(tenant, stack).await {
             Ok(Some(s)) => s,
             Ok(None) => return,
             Err(e) => {

@@ -29,6 +29,7 @@ use time::OffsetDateTime;
 use tracing::warn;
 
 use crate::store::StoreError;
+use crate::store::cas::{Absent, Attempts, Change, Outcome, Text, compare_and_set};
 
 /// Deliveries after which an operation that keeps losing its worker ends FAILED: each
 /// one is a worker that died or gave it back (a gateway unreachable, say).
@@ -72,6 +73,8 @@ pub enum OperationsError {
 pub struct Operations {
     js: jetstream::Context,
     records: kv::Store,
+    /// The same bucket, for the compare-and-set ([`crate::store::cas::compare_and_set`]).
+    bucket: crate::store::Bucket,
     tenant: TenantId,
     lease: Duration,
 }
@@ -127,6 +130,7 @@ impl Operations {
         let records = crate::store::open_bucket(js, OPERATIONS_BUCKET, replicas).await?;
         Ok(Self {
             js: js.clone(),
+            bucket: crate::store::Bucket::new(records.clone(), OPERATIONS_BUCKET, false),
             records,
             tenant,
             lease,
@@ -160,35 +164,27 @@ impl Operations {
     /// unfinished. A marker left by an operation that ended is taken over.
     pub async fn claim(&self, stack: &StackId, op: &str) -> Result<Claim, OperationsError> {
         let key = self.active_key(stack);
-        loop {
-            match self.records.create(&key, Bytes::from(op.to_owned())).await {
-                Ok(_) => return Ok(Claim::Claimed),
-                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
-                Err(e) => return Err(write_error(&key, e.into())),
-            }
-            let Some(entry) = self
-                .records
-                .entry(&key)
-                .await
-                .map_err(|e| read_error(&key, e.into()))?
-            else {
-                continue;
-            };
-            let holder = String::from_utf8_lossy(&entry.value).into_owned();
-            if self.unfinished(stack, &holder).await? {
-                return Ok(Claim::Busy(holder));
-            }
-            match self
-                .records
-                .update(&key, Bytes::from(op.to_owned()), entry.revision)
-                .await
-            {
-                Ok(_) => return Ok(Claim::Claimed),
-                // Someone else claimed it in between: look again.
-                Err(e) if crate::store::lost_race(&e) => {}
-                Err(e) => return Err(write_error(&key, e.into())),
-            }
-        }
+        // Until claimed or found busy: each lost race is another claim or release that
+        // got through, and is looked at again.
+        let outcome = compare_and_set::<String, Text, OperationsError, _, _>(
+            &self.bucket,
+            &key,
+            Absent::Create,
+            Attempts::Unbounded,
+            |holder| async move {
+                if let Some(held) = &holder
+                    && self.unfinished(stack, held).await?
+                {
+                    return Ok(Change::Keep(holder));
+                }
+                Ok(Change::Write(op.to_owned()))
+            },
+        )
+        .await?;
+        Ok(match outcome {
+            Outcome::Kept(Some(holder)) => Claim::Busy(holder),
+            _ => Claim::Claimed,
+        })
     }
 
     /// The stack's unfinished operation, if it has one (a read: nothing is claimed).

@@ -313,7 +313,8 @@ async fn run_renewing(
         opened_body(queued.body, &ctx.sealing).map_err(|e| Failure::Refused(e.to_string()))?;
     let previous = ctx
         .store
-        .stack(ops.tenant(), &queued.stack)
+        .stacks
+        .get(ops.tenant(), &queued.stack)
         .await
         .map_err(|e| Failure::GiveBack(chain(&e)))?;
     let prepared = submitted::prepare(

@@ -8,7 +8,7 @@ use flue_proto::TenantId;
 use super::Signers;
 use crate::broker::Broker;
 use crate::events::Events;
-use crate::store::Store;
+use crate::store;
 use crate::timeouts::TimeoutSet;
 
 /// What applying answers takes; cheap to clone.
@@ -19,7 +19,9 @@ pub struct Answers {
     /// `--insecure-unsigned-answers`: an answer with no signature at all is applied.
     pub insecure_unsigned_answers: bool,
     /// The deployment and server records.
-    pub store: Store,
+    pub deployments: store::Deployments,
+    /// Server records (answer-signing keys, agents' sealing keys).
+    pub servers: store::Servers,
     /// The response consumer, and what a record may hold (the broker's payload limit).
     pub broker: Broker,
     /// Where each step is reported.

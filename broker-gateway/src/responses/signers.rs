@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use flue_proto::signing::{self, Refusal, RefusalCode};
 use flue_proto::{ServerId, TenantId};
 
-use crate::store::{Store, StoreError};
+use crate::store::{Servers, StoreError};
 
 /// Longest a key read from the store is used without reading it again.
 pub const FRESH: Duration = Duration::from_secs(2);
@@ -56,7 +56,7 @@ impl Signers {
     /// `Err` only when the store could not be read (try again later).
     pub async fn check(
         &self,
-        store: &Store,
+        servers: &Servers,
         (tenant, server): (&TenantId, &ServerId),
         message: &SignedMessage<'_>,
     ) -> Result<Result<(), Refusal>, StoreError> {
@@ -71,8 +71,8 @@ impl Signers {
         {
             return Ok(Ok(()));
         }
-        let key = store
-            .server(tenant, server)
+        let key = servers
+            .get(tenant, server)
             .await?
             .and_then(|s| s.keys)
             .map(|k| k.signing);

@@ -103,3 +103,161 @@ fn a_message_is_reported_when_the_record_shows_this_copy_of_it() {
         "a copy the agent sent again (its first copy is reported)"
     );
 }
+
+/// [`apply_answer`] on an in-memory store ([`crate::store::Store::in_memory`]).
+mod applying {
+    use flue_proto::digest::RequestDigest;
+    use flue_proto::{DeploymentResult, DeploymentStatus, PROTOCOL_VERSION};
+
+    use super::*;
+    use crate::record::tests::record;
+    use crate::store::Store;
+
+    const LIMIT: usize = 1 << 20;
+
+    fn at(s: i64) -> OffsetDateTime {
+        OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(s)
+    }
+
+    fn digest() -> RequestDigest {
+        RequestDigest::of(b"the request")
+    }
+
+    fn started(digest: Option<RequestDigest>) -> AgentMessage {
+        AgentMessage::Started {
+            v: PROTOCOL_VERSION,
+            deployment_id: DeploymentId::new("d1").expect("id"),
+            at: at(2),
+            request_digest: digest,
+        }
+    }
+
+    fn finished(status: DeploymentStatus) -> AgentMessage {
+        AgentMessage::Finished {
+            v: PROTOCOL_VERSION,
+            deployment_id: DeploymentId::new("d1").expect("id"),
+            result: DeploymentResult {
+                status,
+                status_reason: None,
+                outputs: [("out".to_owned(), serde_json::json!("x"))].into(),
+                deploy_stdout: "done".into(),
+                deploy_stderr: String::new(),
+                deploy_status_code: Some(0),
+                started_at: Some(at(2)),
+                finished_at: at(3),
+            },
+            request_digest: Some(digest()),
+        }
+    }
+
+    /// A store holding [`record`] (QUEUED on `s1`, its request's digest [`digest`]).
+    async fn store() -> Store {
+        let store = Store::in_memory();
+        let mut r = record();
+        r.request_digest = Some(digest());
+        assert!(store.deployments.create(&r).await.expect("store"));
+        store
+    }
+
+    async fn apply(store: &Store, server: &str, message: &AgentMessage) -> Applied {
+        let (t, s) = (
+            TenantId::new("t").expect("id"),
+            ServerId::new(server).expect("id"),
+        );
+        let id = DeploymentId::new("d1").expect("id");
+        apply_answer(
+            &store.deployments,
+            (&t, &s),
+            &id,
+            (message, &BTreeSet::new()),
+            LIMIT,
+            at(10),
+        )
+        .await
+        .expect("applied")
+    }
+
+    async fn stored(store: &Store) -> crate::record::DeploymentRecord {
+        let (t, id) = (
+            TenantId::new("t").expect("id"),
+            DeploymentId::new("d1").expect("id"),
+        );
+        store
+            .deployments
+            .get(&t, &id)
+            .await
+            .expect("store")
+            .expect("record")
+    }
+
+    #[tokio::test]
+    async fn started_then_finished_move_the_record_forward_once_each() {
+        let store = store().await;
+        let Applied::Done(u) = apply(&store, "s1", &started(Some(digest()))).await else {
+            panic!("not applied");
+        };
+        assert!(u.changed);
+        assert_eq!(u.record.deployment.status, DeploymentStatus::InProgress);
+        assert_eq!(stored(&store).await.deployment.started_at, Some(at(2)));
+        let Applied::Done(u) = apply(&store, "s1", &finished(DeploymentStatus::Complete)).await
+        else {
+            panic!("not applied");
+        };
+        assert!(u.changed);
+        let d = stored(&store).await.deployment;
+        assert_eq!(d.status, DeploymentStatus::Complete);
+        assert_eq!(d.deploy_stdout, "done");
+        assert_eq!(d.outputs.get("out"), Some(&serde_json::json!("x")));
+        // Terminal: off the pending index.
+        let t = TenantId::new("t").expect("id");
+        assert!(
+            store
+                .deployments
+                .pending_ids(&t)
+                .await
+                .expect("store")
+                .is_empty()
+        );
+        // The same answer again (a redelivery) changes nothing, nor does a late `started`.
+        for again in [
+            finished(DeploymentStatus::Complete),
+            started(Some(digest())),
+        ] {
+            let Applied::Done(u) = apply(&store, "s1", &again).await else {
+                panic!("not applied");
+            };
+            assert!(!u.changed);
+            assert_eq!(u.record.deployment.status, DeploymentStatus::Complete);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_from_a_server_that_does_not_own_the_deployment_changes_nothing() {
+        let store = store().await;
+        let before = stored(&store).await;
+        let applied = apply(&store, "s2", &started(Some(digest()))).await;
+        assert!(
+            matches!(&applied, Applied::Foreign(u) if !u.changed && u.record == before),
+            "{applied:?}"
+        );
+        assert_eq!(stored(&store).await, before);
+    }
+
+    #[tokio::test]
+    async fn an_answer_to_another_request_changes_nothing() {
+        let store = store().await;
+        let before = stored(&store).await;
+        for digest in [Some(RequestDigest::of(b"another request")), None] {
+            let applied = apply(&store, "s1", &started(digest)).await;
+            assert!(matches!(applied, Applied::Stray), "{applied:?}");
+        }
+        assert_eq!(stored(&store).await, before);
+    }
+
+    #[tokio::test]
+    async fn an_answer_for_an_unknown_deployment_is_reported_so() {
+        let store = Store::in_memory();
+        let applied = apply(&store, "s1", &started(Some(digest()))).await;
+        assert!(matches!(applied, Applied::Unknown), "{applied:?}");
+    }
+}

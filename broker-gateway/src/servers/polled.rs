@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use tracing::info;
 
 use super::register::Registered;
-use super::{ServerError, Servers, server_event};
+use super::{ServerError, Servers, record, server_event};
 use crate::poll::{new_secret, secret_hash};
 
 impl Servers {
@@ -34,18 +34,15 @@ impl Servers {
             transport: Transport::Poll,
             poll_secret_sha256: Some(secret_hash(&secret)),
         };
-        let (created, server, poll) = match self.store.create_server(&server).await? {
-            None => {
-                info!(server.id = %server.id, "polling server registered");
-                self.events
-                    .emit(&server_event(&server, EventType::ServerRegistered))
-                    .await;
-                let poll = self.access(base, &server.id, &secret);
-                (true, server, Some(poll))
-            }
-            Some(stored) if stored.transport == Transport::Poll => (false, stored, None),
-            Some(stored) => return Err(ServerError::OtherTransport(Box::new(stored))),
-        };
+        let (created, server) = record(&self.records, server).await?;
+        let mut poll = None;
+        if created {
+            info!(server.id = %server.id, "polling server registered");
+            self.events
+                .emit(&server_event(&server, EventType::ServerRegistered))
+                .await;
+            poll = Some(self.access(base, &server.id, &secret));
+        }
         Ok(Registered {
             created,
             registration: Registration {
@@ -68,8 +65,8 @@ impl Servers {
         let secret = new_secret().map_err(|_| ServerError::Random)?;
         let hash = secret_hash(&secret);
         let server = self
-            .store
-            .update_server(&self.tenant, id, |stored| {
+            .records
+            .update(&self.tenant, id, |stored| {
                 stored.poll_secret_sha256 = Some(hash.clone());
                 true
             })

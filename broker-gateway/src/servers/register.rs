@@ -9,7 +9,7 @@ use flue_proto::{
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
-use super::{ServerError, Servers, server_event};
+use super::{ServerError, Servers, record, removable, server_event};
 use crate::error::chain;
 
 /// What a registration came to.
@@ -47,21 +47,17 @@ impl Servers {
             transport: Transport::Nats,
             poll_secret_sha256: None,
         };
+        let (created, server) = record(&self.records, server).await?;
         let mut credentials = None;
-        let (created, server) = match self.store.create_server(&server).await? {
-            None => {
-                credentials = Some(minted.text);
-                // A server registered again after a deregistration has new keys.
-                self.signers.forget(tenant, &server.id);
-                info!(server.id = %server.id, consumer, "server registered");
-                self.events
-                    .emit(&server_event(&server, EventType::ServerRegistered))
-                    .await;
-                (true, server)
-            }
-            Some(stored) if stored.transport == Transport::Nats => (false, stored),
-            Some(stored) => return Err(ServerError::OtherTransport(Box::new(stored))),
-        };
+        if created {
+            credentials = Some(minted.text);
+            // A server registered again after a deregistration has new keys.
+            self.signers.forget(tenant, &server.id);
+            info!(server.id = %server.id, consumer, "server registered");
+            self.events
+                .emit(&server_event(&server, EventType::ServerRegistered))
+                .await;
+        }
         self.presence
             .note_registered(tenant, &server.id, &server.name);
         let agent = self.bootstrap(&server.id, consumer);
@@ -84,8 +80,8 @@ impl Servers {
         let (tenant, id) = (&self.tenant, &old.id);
         let minted = self.minter.mint(id, &old.stacks)?;
         let server = self
-            .store
-            .replace_server_keys(tenant, id, &minted.keys)
+            .records
+            .replace_keys(tenant, id, &minted.keys)
             .await?
             .ok_or_else(|| ServerError::NotFound(id.clone()))?;
         self.signers.forget(tenant, id);
@@ -109,29 +105,12 @@ impl Servers {
     /// The server record goes last, so a removal interrupted half-way can be repeated.
     pub async fn deregister(&self, id: &ServerId) -> Result<(), ServerError> {
         let tenant = &self.tenant;
-        let server = self
-            .store
-            .server(tenant, id)
-            .await?
-            .ok_or_else(|| ServerError::NotFound(id.clone()))?;
-        let unfinished = self
-            .store
-            .server_deployments(tenant, id)
-            .await?
-            .iter()
-            .filter(|r| !r.deployment.status.is_terminal())
-            .count();
-        if unfinished > 0 {
-            return Err(ServerError::Busy {
-                id: id.clone(),
-                unfinished,
-            });
-        }
+        let server = removable((&self.records, &self.deployments), tenant, id).await?;
         self.broker.remove_request_queue(tenant, id).await?;
         // Revoked before the record goes: an interrupted removal is repeated with the key
         // still known (revoking twice is harmless).
         self.revoke_user(&server).await?;
-        self.store.delete_server(tenant, id).await?;
+        self.records.delete(tenant, id).await?;
         self.presence.forget(tenant, id).await;
         info!(server.id = %id, "server deregistered");
         self.events

@@ -44,7 +44,8 @@ impl Stacks {
         let tenant = &self.tenant;
         let stack = self
             .store
-            .stack(tenant, id)
+            .stacks
+            .get(tenant, id)
             .await?
             .ok_or_else(|| not_found(id))?;
         let gateway = &self.sealing;
@@ -52,7 +53,7 @@ impl Stacks {
         let deployments: Vec<DeploymentRecord> = futures_util::stream::iter(deployment_ids)
             .map(|d| {
                 let store = &self.store;
-                async move { store.deployment(tenant, &d).await }
+                async move { store.deployments.get(tenant, &d).await }
             })
             .buffered(READS_IN_FLIGHT)
             .try_filter_map(|r| async move { Ok(r) })
@@ -62,7 +63,7 @@ impl Stacks {
         let configs: Vec<Config> = futures_util::stream::iter(config_ids)
             .map(|c| {
                 let store = &self.store;
-                async move { store.config(tenant, &c).await }
+                async move { store.configs.get(tenant, &c).await }
             })
             .buffered(READS_IN_FLIGHT)
             .try_filter_map(|c| async move { Ok(c) })
@@ -106,7 +107,7 @@ impl Stacks {
                 },
             );
         }
-        for (key, value) in self.store.stack_data(tenant, id).await? {
+        for (key, value) in self.store.data.of_stack(tenant, id).await? {
             export.data.insert(key, BASE64.encode(&value));
         }
         Ok(export)
@@ -125,7 +126,8 @@ impl Stacks {
         let tenant = &self.tenant;
         let head = self
             .store
-            .stack_head(tenant, id)
+            .stacks
+            .head(tenant, id)
             .await?
             .ok_or_else(|| not_found(id))?;
         if let Some(op) = operations
@@ -145,7 +147,7 @@ impl Stacks {
                 head.status
             )));
         }
-        let stack = match self.store.delete_stack(tenant, id, Some(expected)).await? {
+        let stack = match self.store.stacks.delete(tenant, id, Some(expected)).await? {
             StackWrite::Written(written) => written.stack,
             StackWrite::Missing => return Err(not_found(id)),
             StackWrite::Mismatch { current } => {
@@ -158,7 +160,7 @@ impl Stacks {
             }
             StackWrite::Exists => return Err(StackError::Internal("unexpected answer".to_owned())),
         };
-        let purged = self.store.purge_stack_data(tenant, id).await?;
+        let purged = self.store.data.purge_stack(tenant, id).await?;
         info!(stack.id = %id, units = stack.state.units.len(), data_keys_purged = purged, "stack abandoned");
         let servers = stack.state.units.values().map(|unit| &unit.server_id);
         self.rights.leave(id, servers).await;
@@ -204,13 +206,13 @@ impl Stacks {
 
         // Checked: now the writes, the stack's record last.
         for config in &new_configs {
-            self.store.create_config(tenant, config).await?;
+            self.store.configs.create(tenant, config).await?;
         }
         for record in &new_records {
-            self.store.create_deployment(record).await?;
+            self.store.deployments.create(record).await?;
         }
         for (key, value) in data {
-            self.store.put_stack_data(tenant, id, &key, value).await?;
+            self.store.data.put(tenant, id, &key, value).await?;
         }
         let now = OffsetDateTime::now_utc();
         let new = Stack {
@@ -219,7 +221,7 @@ impl Stacks {
             updated_at: now,
             ..stack
         };
-        let stack = match self.store.create_stack(&new).await? {
+        let stack = match self.store.stacks.create(&new).await? {
             StackWrite::Written(written) => written.stack,
             StackWrite::Exists => return Err(StackError::Exists(id.clone())),
             _ => return Err(StackError::Internal("unexpected answer".to_owned())),
@@ -254,7 +256,7 @@ impl Stacks {
                 id.as_str()
             )));
         }
-        if self.store.stack_head(tenant, id).await?.is_some() {
+        if self.store.stacks.head(tenant, id).await?.is_some() {
             return Err(StackError::Exists(id.clone()));
         }
         if stack.status.status == OpStatus::InProgress
@@ -278,7 +280,7 @@ impl Stacks {
             .chain(deployments.values().map(|d| &d.deployment.server_id))
             .collect();
         for server in servers {
-            if self.store.server(tenant, server).await?.is_none() {
+            if self.store.servers.get(tenant, server).await?.is_none() {
                 return Err(StackError::Refused(format!(
                     "server {:?}: not registered in this tenant (register it first)",
                     server.as_str()
@@ -336,7 +338,7 @@ impl Stacks {
                 .map_err(|e| StackError::Refused(format!("configs.{cid}: {e}")))?;
             let mut config = spec.into_config(cid.clone(), created_at);
             seal_config_defaults(&mut config, gateway)?;
-            match self.store.config(tenant, &cid).await? {
+            match self.store.configs.get(tenant, &cid).await? {
                 Some(stored) if !same_config(&stored, &config) => {
                     return Err(StackError::Conflict(format!(
                         "config {:?} exists here with another content",
@@ -399,7 +401,7 @@ impl Stacks {
             seal_at_rest(&mut d.input_values, &hidden_inputs, gateway)?;
             seal_at_rest(&mut d.outputs, &hidden_outputs, gateway)?;
             d.tenant = tenant.clone();
-            match self.store.deployment(tenant, &did).await? {
+            match self.store.deployments.get(tenant, &did).await? {
                 Some(stored) if !same_deployment(&stored, &d) => {
                     return Err(StackError::Conflict(format!(
                         "deployment {:?} exists here for another server, config, action or stack",
@@ -433,7 +435,7 @@ impl Stacks {
         let (named_deployments, mut named_configs) = named_by(stack);
         named_configs.extend(new_records.iter().map(|r| r.deployment.config_id.clone()));
         for did in named_deployments.difference(&in_record.0) {
-            if self.store.deployment(tenant, did).await?.is_none() {
+            if self.store.deployments.get(tenant, did).await?.is_none() {
                 return Err(StackError::Refused(format!(
                     "deployments: {:?}, named by the stack's units, is neither in the record nor here",
                     did.as_str()
@@ -441,7 +443,7 @@ impl Stacks {
             }
         }
         for cid in named_configs.difference(&in_record.1) {
-            if self.store.config(tenant, cid).await?.is_none() {
+            if self.store.configs.get(tenant, cid).await?.is_none() {
                 return Err(StackError::Refused(format!(
                     "configs: {:?}, named by the stack, is neither in the record nor here",
                     cid.as_str()

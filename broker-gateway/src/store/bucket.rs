@@ -1,12 +1,13 @@
-//! Thin typed helpers over one KV bucket: open, get, create, list keys, purge a key.
+//! Thin typed helpers over one bucket ([`Kv`]): open, get, create, list keys, purge a
+//! key, each failure a [`StoreError`] naming the bucket.
 
 use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
-use futures_util::TryStreamExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::error::{BoxError, StoreError};
+use super::kv::{Entry, Kv, KvError};
 
 /// Opens bucket `name`, creating it (one revision per key, file storage, `replicas`
 /// copies) if missing; [`crate::replicas::ensure`] changes the count of an existing one.
@@ -59,59 +60,44 @@ pub(super) fn decode<T: DeserializeOwned>(
     })
 }
 
-/// The value under `key` and its revision, `None` if absent or deleted.
+/// The value under `key` of `kv` and its revision, `None` if absent or removed.
 ///
 /// A read is answered by any copy of the bucket (JetStream's direct get). On a replicated
-/// bucket (`leader_on_miss`) a follower may not have the newest acknowledged write yet, so
-/// a miss there is asked again of the stream's leader, which has every acknowledged write:
+/// bucket a follower may not have the newest acknowledged write yet, so a miss there is
+/// asked again of the stream's leader ([`Kv::get`]), which has every acknowledged write:
 /// what a gateway has just created (a config, a server, a deployment) is never reported
 /// missing to the next call. (Seen without it: 29 of a 10,000-member group's deployments
 /// refused with "config not found" on the 3-node cluster.) A value found may still be an
 /// older revision; every write is a compare-and-set on the revision, so that is a lost
 /// race, never a lost write.
 pub(super) async fn get<T: DeserializeOwned>(
-    store: &kv::Store,
-    bucket: &'static str,
-    key: String,
-    leader_on_miss: bool,
+    kv: &dyn Kv,
+    key: &str,
 ) -> Result<Option<(T, u64)>, StoreError> {
-    let read_err = |e: BoxError| StoreError::Read {
+    let bucket = kv.name();
+    let entry = kv.get(key).await.map_err(|source| StoreError::Read {
         bucket,
-        key: key.clone(),
-        source: e,
-    };
-    let entry = store
-        .entry(key.clone())
-        .await
-        .map_err(|e| read_err(e.into()))?;
-    if let Some(e) = entry.as_ref().filter(|e| e.operation == kv::Operation::Put) {
-        return Ok(Some((decode(bucket, &key, &e.value)?, e.revision)));
-    }
-    if !leader_on_miss {
-        return Ok(None);
-    }
-    let subject = format!("{}{key}", store.prefix);
-    match store.stream.get_last_raw_message_by_subject(&subject).await {
-        Ok(m) if removed(&m.headers) => Ok(None),
-        Ok(m) => Ok(Some((decode(bucket, &key, &m.payload)?, m.sequence))),
-        Err(e) if e.kind() == jetstream::stream::LastRawMessageErrorKind::NoMessageFound => {
-            Ok(None)
-        }
-        Err(e) => Err(read_err(e.into())),
+        key: key.to_owned(),
+        source,
+    })?;
+    match entry {
+        Some(e) => Ok(Some((decode(bucket, key, &e.value)?, e.revision))),
+        None => Ok(None),
     }
 }
 
-/// Whether a KV stream message is a delete or purge marker (its `KV-Operation` header).
-pub(super) fn removed(headers: &async_nats::HeaderMap) -> bool {
-    headers
-        .get("KV-Operation")
-        .is_some_and(|op| matches!(op.as_str(), "DEL" | "PURGE"))
+/// [`Kv::entry`] (no second read from the leader), its failure a [`StoreError::Read`].
+pub(super) async fn entry(kv: &dyn Kv, key: &str) -> Result<Option<Entry>, StoreError> {
+    kv.entry(key).await.map_err(|source| StoreError::Read {
+        bucket: kv.name(),
+        key: key.to_owned(),
+        source,
+    })
 }
 
 /// Creates `key`; when it exists, returns what `existing` reads there instead.
 pub(super) async fn create<T, F, Fut>(
-    store: &kv::Store,
-    bucket: &'static str,
+    kv: &dyn Kv,
     key: &str,
     value: &T,
     existing: F,
@@ -121,91 +107,74 @@ where
     F: FnOnce(String) -> Fut,
     Fut: Future<Output = Result<Option<T>, StoreError>>,
 {
-    match store.create(key, encode(value)).await {
+    let bucket = kv.name();
+    match kv.create(key, encode(value)).await {
         Ok(_) => Ok(None),
-        Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-            match existing(key.to_owned()).await? {
-                Some(found) => Ok(Some(found)),
-                // Deleted between the two calls: nothing the gateway does, report it as a failed write.
-                None => Err(StoreError::Write {
-                    bucket,
-                    key: key.to_owned(),
-                    source: e.into(),
-                }),
-            }
-        }
-        Err(e) => Err(StoreError::Write {
-            bucket,
-            key: key.to_owned(),
-            source: e.into(),
-        }),
+        Err(KvError::Exists) => match existing(key.to_owned()).await? {
+            Some(found) => Ok(Some(found)),
+            // Deleted between the two calls: nothing the gateway does, report it as a failed write.
+            None => Err(StoreError::Write {
+                bucket,
+                key: key.to_owned(),
+                source: KvError::Exists.into(),
+            }),
+        },
+        Err(e) => Err(write_error(bucket, key, e)),
     }
 }
 
-/// Keys of `store` matching the subject pattern `filter` (a key with `*` wildcards).
+/// Creates the empty entry `key` of an index, unless it is there already (it then keeps
+/// its place).
+pub(super) async fn create_entry(kv: &dyn Kv, key: &str) -> Result<(), StoreError> {
+    match kv.create(key, Bytes::new()).await {
+        Ok(_) | Err(KvError::Exists) => Ok(()),
+        Err(e) => Err(write_error(kv.name(), key, e)),
+    }
+}
+
+/// Puts `value` under `key`, whatever is there.
+pub(super) async fn put(kv: &dyn Kv, key: &str, value: Bytes) -> Result<(), StoreError> {
+    kv.put(key, value)
+        .await
+        .map(drop)
+        .map_err(|source| StoreError::Write {
+            bucket: kv.name(),
+            key: key.to_owned(),
+            source,
+        })
+}
+
+/// A write's failure as the store reports it.
+pub(super) fn write_error(bucket: &'static str, key: &str, e: KvError) -> StoreError {
+    StoreError::Write {
+        bucket,
+        key: key.to_owned(),
+        source: match e {
+            KvError::Failed(source) => source,
+            other => other.into(),
+        },
+    }
+}
+
+/// Keys of `kv` matching the subject pattern `filter` (a key with `*` wildcards).
 ///
 /// Asks the stream for its subjects under the filter, one request per page, rather
 /// than replaying every key of the bucket.
-pub(super) async fn keys(
-    store: &kv::Store,
-    bucket: &'static str,
-    filter: &str,
-) -> Result<Vec<String>, StoreError> {
-    let list_err = |e: BoxError| StoreError::List { bucket, source: e };
-    let subjects = store
-        .stream
-        .info_with_subjects(format!("{}{filter}", store.prefix))
-        .await
-        .map_err(|e| list_err(e.into()))?;
-    let subjects: Vec<(String, usize)> = subjects
-        .try_collect()
-        .await
-        .map_err(|e| list_err(e.into()))?;
-    Ok(subjects
-        .into_iter()
-        .filter_map(|(subject, _)| {
-            subject
-                .strip_prefix(store.prefix.as_str())
-                .map(str::to_owned)
-        })
-        .collect())
+pub(super) async fn keys(kv: &dyn Kv, filter: &str) -> Result<Vec<String>, StoreError> {
+    kv.keys(filter).await.map_err(|source| StoreError::List {
+        bucket: kv.name(),
+        source,
+    })
 }
 
-/// Removes `key` (wildcards allowed) of bucket `name` with a purge of its subject in the bucket's stream:
+/// Removes `key` (wildcards allowed) of `kv` with a purge of its subject in the bucket's stream:
 /// unlike a KV delete or purge, it leaves no tombstone, so listing the bucket's keys
-/// costs only what is left in it (nothing if the key is not there).
-pub(crate) async fn purge_key(
-    kv: &kv::Store,
-    name: &'static str,
-    key: &str,
-) -> Result<(), StoreError> {
-    let filter = format!("{}{key}", kv.prefix);
-    kv.stream
-        .purge()
-        .filter(filter.clone())
-        .await
-        .map(drop)
-        .map_err(|e| StoreError::Purge {
-            bucket: name,
-            filter,
-            source: e.into(),
-        })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn delete_and_purge_markers_are_removed_values() {
-        let marker = |op: &str| {
-            let mut h = async_nats::HeaderMap::new();
-            h.insert("KV-Operation", op);
-            h
-        };
-        assert!(removed(&marker("DEL")));
-        assert!(removed(&marker("PURGE")));
-        assert!(!removed(&async_nats::HeaderMap::new()));
-        assert!(!removed(&marker("PUT")));
-    }
+/// costs only what is left in it (nothing if the key is not there). Returns how many
+/// messages went.
+pub(super) async fn purge_key(kv: &dyn Kv, key: &str) -> Result<u64, StoreError> {
+    kv.remove(key).await.map_err(|source| StoreError::Purge {
+        bucket: kv.name(),
+        filter: key.to_owned(),
+        source,
+    })
 }

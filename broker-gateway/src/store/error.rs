@@ -1,8 +1,8 @@
 //! Why reading or writing the gateway state failed.
 
-use super::MAX_CAS_ATTEMPTS;
+use super::cas::MAX_CAS_ATTEMPTS;
 
-pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why the state store failed.
 #[derive(Debug, thiserror::Error)]

@@ -11,37 +11,26 @@
 //! history. A store written before the index existed is indexed once at start (one full
 //! scan), after which the tenant's marker key says never again.
 
-use async_nats::jetstream::kv;
 use bytes::Bytes;
 use flue_proto::{DeploymentId, TenantId};
 use time::OffsetDateTime;
 
-use super::bucket::keys;
-use super::{PENDING_BUCKET, Store, StoreError};
-use crate::error::chain;
+use super::bucket::{entry, keys, purge_key, put};
+use super::{Deployments, StoreError};
 
 /// The marker key of `tenant`: three tokens, so the `<tenant>.*` listing never sees it.
 fn marker_key(tenant: &TenantId) -> String {
     format!("{tenant}.meta.indexed")
 }
 
-impl Store {
+impl Deployments {
     /// Marks deployment `id` pending (idempotent).
     pub async fn mark_pending(
         &self,
         tenant: &TenantId,
         id: &DeploymentId,
     ) -> Result<(), StoreError> {
-        let key = format!("{tenant}.{id}");
-        self.pending
-            .put(&key, Bytes::new())
-            .await
-            .map(drop)
-            .map_err(|e| StoreError::Write {
-                bucket: PENDING_BUCKET,
-                key,
-                source: e.into(),
-            })
+        put(&*self.pending, &format!("{tenant}.{id}"), Bytes::new()).await
     }
 
     /// Removes deployment `id` from the pending index (nothing if it is not there).
@@ -50,21 +39,23 @@ impl Store {
         tenant: &TenantId,
         id: &DeploymentId,
     ) -> Result<(), StoreError> {
-        super::bucket::purge_key(&self.pending, PENDING_BUCKET, &format!("{tenant}.{id}")).await
+        purge_key(&*self.pending, &format!("{tenant}.{id}"))
+            .await
+            .map(drop)
     }
 
-    /// [`Store::clear_pending`] after the terminal write of a record: a failure is
+    /// [`Deployments::clear_pending`] after the terminal write of a record: a failure is
     /// logged, not returned (the write it follows did happen); the next recovery
     /// removes the key.
     pub(super) async fn clear_pending_logged(&self, tenant: &TenantId, id: &DeploymentId) {
         if let Err(e) = self.clear_pending(tenant, id).await {
-            tracing::warn!(error = %chain(&e), deployment.id = %id, "terminal deployment left in the pending index; the next recovery removes it");
+            tracing::warn!(error = &e as &(dyn std::error::Error + 'static), deployment.id = %id, "terminal deployment left in the pending index; the next recovery removes it");
         }
     }
 
     /// Ids of `tenant`'s pending deployments, in no particular order.
     pub async fn pending_ids(&self, tenant: &TenantId) -> Result<Vec<DeploymentId>, StoreError> {
-        let keys = keys(&self.pending, PENDING_BUCKET, &format!("{tenant}.*")).await?;
+        let keys = keys(&*self.pending, &format!("{tenant}.*")).await?;
         Ok(keys
             .iter()
             .filter_map(|k| k.rsplit('.').next().and_then(|s| DeploymentId::new(s).ok()))
@@ -78,47 +69,17 @@ impl Store {
         id: &DeploymentId,
     ) -> Result<Option<OffsetDateTime>, StoreError> {
         let key = format!("{tenant}.{id}");
-        let entry = self
-            .pending
-            .entry(&key)
-            .await
-            .map_err(|e| StoreError::Read {
-                bucket: PENDING_BUCKET,
-                key,
-                source: e.into(),
-            })?;
-        Ok(entry
-            .filter(|e| e.operation == kv::Operation::Put)
-            .map(|e| e.created))
+        Ok(entry(&*self.pending, &key).await?.map(|e| e.created))
     }
 
-    /// True once `tenant`'s deployments were indexed ([`Store::mark_pending_indexed`]).
+    /// True once `tenant`'s deployments were indexed ([`Deployments::mark_pending_indexed`]).
     pub async fn pending_indexed(&self, tenant: &TenantId) -> Result<bool, StoreError> {
-        let key = marker_key(tenant);
-        let entry = self
-            .pending
-            .entry(&key)
-            .await
-            .map_err(|e| StoreError::Read {
-                bucket: PENDING_BUCKET,
-                key,
-                source: e.into(),
-            })?;
-        Ok(entry.is_some_and(|e| e.operation == kv::Operation::Put))
+        Ok(entry(&*self.pending, &marker_key(tenant)).await?.is_some())
     }
 
     /// Records that every pending deployment of `tenant` is in the index: later starts
     /// read the index only.
     pub async fn mark_pending_indexed(&self, tenant: &TenantId) -> Result<(), StoreError> {
-        let key = marker_key(tenant);
-        self.pending
-            .put(&key, Bytes::new())
-            .await
-            .map(drop)
-            .map_err(|e| StoreError::Write {
-                bucket: PENDING_BUCKET,
-                key,
-                source: e.into(),
-            })
+        put(&*self.pending, &marker_key(tenant), Bytes::new()).await
     }
 }

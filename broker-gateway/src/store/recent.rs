@@ -1,5 +1,5 @@
 //! The deployment records this gateway wrote last, with their KV revisions: a hint that
-//! lets [`super::Store::update_deployment`] go straight to the compare-and-set instead of
+//! lets [`super::Deployments::update`] go straight to the compare-and-set instead of
 //! reading the record first.
 //!
 //! A deployment in flight is written several times by the gateway that accepted it

@@ -15,13 +15,15 @@
 
 use std::collections::BTreeMap;
 
-use async_nats::jetstream::kv;
-use flue_proto::{Stack, StackId, StackState, StackStatus, TenantId, Unit, subject};
+use std::sync::Arc;
+
+use flue_proto::{Stack, StackId, StackState, StackStatus, TenantId, Unit};
 use futures_util::StreamExt;
 use time::OffsetDateTime;
 
-use super::bucket::{encode, keys, purge_key};
-use super::{Listing, STACK_UNITS_BUCKET, STACKS_BUCKET, Store, StoreError, key2};
+use super::bucket::{encode, get, keys, purge_key, write_error};
+use super::kv::{Kv, KvError};
+use super::{Listing, StoreError, key2};
 
 mod units;
 
@@ -79,14 +81,23 @@ pub struct StackChange {
     pub units: UnitChanges,
 }
 
-impl Store {
+/// The stacks' buckets; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Stacks {
+    /// `flue_stacks`: the heads.
+    heads: Arc<dyn Kv>,
+    /// `flue_stack_units`.
+    units: Arc<dyn Kv>,
+}
+
+impl Stacks {
+    pub(super) fn new(heads: Arc<dyn Kv>, units: Arc<dyn Kv>) -> Self {
+        Self { heads, units }
+    }
+
     /// The stack `id` of `tenant` with all its units, if it exists.
-    pub async fn stack(
-        &self,
-        tenant: &TenantId,
-        id: &StackId,
-    ) -> Result<Option<Stack>, StoreError> {
-        let Some(mut stack) = self.stack_head(tenant, id).await? else {
+    pub async fn get(&self, tenant: &TenantId, id: &StackId) -> Result<Option<Stack>, StoreError> {
+        let Some(mut stack) = self.head(tenant, id).await? else {
             return Ok(None);
         };
         let stored = self.all_units(tenant, id).await?;
@@ -97,17 +108,12 @@ impl Store {
 
     /// The head of stack `id`: everything but its units (a head stored before units
     /// were kept apart still has them inline).
-    pub async fn stack_head(
-        &self,
-        tenant: &TenantId,
-        id: &StackId,
-    ) -> Result<Option<Stack>, StoreError> {
+    pub async fn head(&self, tenant: &TenantId, id: &StackId) -> Result<Option<Stack>, StoreError> {
         self.head_by_key(key2(tenant, id)).await
     }
 
     async fn head_by_key(&self, key: String) -> Result<Option<Stack>, StoreError> {
-        Ok(self
-            .read::<Stack>(&self.stacks, STACKS_BUCKET, key)
+        Ok(get::<Stack>(&*self.heads, &key)
             .await?
             .map(|(mut stack, revision)| {
                 stack.revision = revision;
@@ -119,13 +125,13 @@ impl Store {
     /// `None`), sorted by id, and whether there are more; undecodable records counted
     /// and left out. Reads the bucket's key list (one request, no values) and `limit`
     /// heads.
-    pub async fn stack_heads_page(
+    pub async fn heads_page(
         &self,
         tenant: &TenantId,
         after: Option<&str>,
         limit: usize,
     ) -> Result<(Listing<Stack>, bool), StoreError> {
-        let mut ids: Vec<String> = keys(&self.stacks, STACKS_BUCKET, &format!("{tenant}.*"))
+        let mut ids: Vec<String> = keys(&*self.heads, &format!("{tenant}.*"))
             .await?
             .into_iter()
             .filter_map(|k| k.split_once('.').map(|(_, id)| id.to_owned()))
@@ -157,14 +163,14 @@ impl Store {
     /// Up to `limit` units of stack `id` after key `after`, sorted by key, and whether
     /// there are more. Reads the stack's key list (one request, no values) and `limit`
     /// units.
-    pub async fn stack_units_page(
+    pub async fn units_page(
         &self,
         tenant: &TenantId,
         id: &StackId,
         after: Option<&str>,
         limit: usize,
     ) -> Result<Option<(Vec<(String, Unit)>, bool)>, StoreError> {
-        let Some(head) = self.stack_head(tenant, id).await? else {
+        let Some(head) = self.head(tenant, id).await? else {
             return Ok(None);
         };
         let mut all: BTreeMap<String, Option<Unit>> = head
@@ -201,26 +207,18 @@ impl Store {
 
     /// Stores a new stack (its units apart from its head): [`StackWrite::Written`] with
     /// its revision, or [`StackWrite::Exists`] when the id is taken.
-    pub async fn create_stack(&self, stack: &Stack) -> Result<StackWrite, StoreError> {
+    pub async fn create(&self, stack: &Stack) -> Result<StackWrite, StoreError> {
         let key = key2(&stack.tenant, &stack.id);
         let mut head = stack.clone();
         let units = std::mem::take(&mut head.state.units);
-        let revision = match self.stacks.create(&key, encode(&head)).await {
+        let revision = match self.heads.create(&key, encode(&head)).await {
             Ok(revision) => revision,
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                return Ok(StackWrite::Exists);
-            }
-            Err(e) => {
-                return Err(StoreError::Write {
-                    bucket: STACKS_BUCKET,
-                    key,
-                    source: e.into(),
-                });
-            }
+            Err(KvError::Exists) => return Ok(StackWrite::Exists),
+            Err(e) => return Err(write_error(self.heads.name(), &key, e)),
         };
         // Units a delete that stopped half-way left behind belong to no stack: only the
         // creator gets here, before it stores any unit.
-        self.purge_stack_units(&stack.tenant, &stack.id).await?;
+        self.purge_units(&stack.tenant, &stack.id).await?;
         let changes = units.into_iter().map(|(k, u)| (k, Some(u))).collect();
         let before = BTreeMap::new();
         if !self
@@ -239,7 +237,7 @@ impl Store {
     }
 
     /// Stores `change` in stack `id`, only if its revision is still `expected`.
-    pub async fn update_stack(
+    pub async fn update(
         &self,
         tenant: &TenantId,
         id: &StackId,
@@ -286,18 +284,10 @@ impl Store {
             units: BTreeMap::new(),
             ..change.head
         };
-        let revision = match self.stacks.update(&key, encode(&stack), expected).await {
+        let revision = match self.heads.update(&key, encode(&stack), expected).await {
             Ok(revision) => revision,
-            Err(e) if crate::store::lost_race(&e) => {
-                return self.lost_race(key).await;
-            }
-            Err(e) => {
-                return Err(StoreError::Write {
-                    bucket: STACKS_BUCKET,
-                    key,
-                    source: e.into(),
-                });
-            }
+            Err(KvError::Conflict) => return self.lost_race(key).await,
+            Err(e) => return Err(write_error(self.heads.name(), &key, e)),
         };
         stack.revision = revision;
         if !self.write_units(tenant, id, &before, &changes).await? {
@@ -320,17 +310,17 @@ impl Store {
     /// Removes stack `id`, head then units; with `expected`, only if its revision is
     /// still that one. [`StackWrite::Written`] holds the stack as it was, every unit.
     ///
-    /// Its data space is left alone: see [`Store::purge_stack_data`]. A delete that
-    /// stopped before the units went is finished by [`Store::purge_stack_units`] (the
+    /// Its data space is left alone: see [`super::Data::purge_stack`]. A delete that
+    /// stopped before the units went is finished by [`Stacks::purge_units`] (the
     /// API's delete of a missing stack, or the next create of that id).
-    pub async fn delete_stack(
+    pub async fn delete(
         &self,
         tenant: &TenantId,
         id: &StackId,
         expected: Option<u64>,
     ) -> Result<StackWrite, StoreError> {
         let key = key2(tenant, id);
-        let Some(stack) = self.stack(tenant, id).await? else {
+        let Some(stack) = self.get(tenant, id).await? else {
             return Ok(StackWrite::Missing);
         };
         if expected.is_some_and(|e| e != stack.revision) {
@@ -338,20 +328,12 @@ impl Store {
                 current: stack.revision,
             });
         }
-        match self.stacks.purge_expect_revision(&key, expected).await {
+        match self.heads.purge(&key, expected).await {
             Ok(()) => {}
-            Err(e) if crate::store::lost_race(&e) => {
-                return self.lost_race(key).await;
-            }
-            Err(e) => {
-                return Err(StoreError::Write {
-                    bucket: STACKS_BUCKET,
-                    key,
-                    source: e.into(),
-                });
-            }
+            Err(KvError::Conflict) => return self.lost_race(key).await,
+            Err(e) => return Err(write_error(self.heads.name(), &key, e)),
         }
-        self.purge_stack_units(tenant, id).await?;
+        self.purge_units(tenant, id).await?;
         Ok(StackWrite::Written(Box::new(Written {
             before: None,
             stack,
@@ -359,17 +341,10 @@ impl Store {
     }
 
     /// Removes every unit key of stack `id` (one stream purge, no tombstones).
-    pub async fn purge_stack_units(
-        &self,
-        tenant: &TenantId,
-        id: &StackId,
-    ) -> Result<(), StoreError> {
-        purge_key(
-            &self.stack_units,
-            STACK_UNITS_BUCKET,
-            &format!("{tenant}.{id}.*"),
-        )
-        .await
+    pub async fn purge_units(&self, tenant: &TenantId, id: &StackId) -> Result<(), StoreError> {
+        purge_key(&*self.units, &format!("{tenant}.{id}.*"))
+            .await
+            .map(drop)
     }
 
     /// What a write refused for its revision ran into: the stack was changed or removed.
@@ -380,109 +355,5 @@ impl Store {
             },
             None => StackWrite::Missing,
         })
-    }
-
-    /// Removes every key of stack `id`'s data space; returns how many messages went.
-    ///
-    /// A stream purge filtered on the stack's subjects, so it costs one request
-    /// whatever the number of keys, and leaves no delete markers behind.
-    pub async fn purge_stack_data(
-        &self,
-        tenant: &TenantId,
-        id: &StackId,
-    ) -> Result<u64, StoreError> {
-        let filter = format!(
-            "{}{}",
-            self.data.prefix,
-            subject::data_stack_filter(tenant, id)
-        );
-        match self.data.stream.purge().filter(filter.clone()).await {
-            Ok(purged) => Ok(purged.purged),
-            Err(e) => Err(StoreError::Purge {
-                bucket: subject::DATA_BUCKET,
-                filter,
-                source: e.into(),
-            }),
-        }
-    }
-}
-
-impl Store {
-    /// Every key of stack `id`'s data space (the part after `<tenant>.<stack>.`) and its
-    /// value: the subjects the stream holds under the stack's filter, then the last
-    /// message of each, removed keys left out. Costs one request per key.
-    pub async fn stack_data(
-        &self,
-        tenant: &TenantId,
-        id: &StackId,
-    ) -> Result<BTreeMap<String, bytes::Bytes>, StoreError> {
-        let filter = format!(
-            "{}{}",
-            self.data.prefix,
-            subject::data_stack_filter(tenant, id)
-        );
-        let list_error = |source: super::error::BoxError| StoreError::List {
-            bucket: subject::DATA_BUCKET,
-            source,
-        };
-        let mut subjects = self
-            .data
-            .stream
-            .info_with_subjects(&filter)
-            .await
-            .map_err(|e| list_error(e.into()))?;
-        let mut names = Vec::new();
-        while let Some(item) = subjects.next().await {
-            let (subject, _) = item.map_err(|e| list_error(e.into()))?;
-            names.push(subject);
-        }
-        let inside = format!("{}{tenant}.{id}.", self.data.prefix);
-        let mut data = BTreeMap::new();
-        for subject in names {
-            let Some(key) = subject.strip_prefix(&inside) else {
-                continue;
-            };
-            let message = match self.data.stream.get_last_raw_message_by_subject(&subject).await {
-                Ok(message) => message,
-                Err(e)
-                    if e.kind()
-                        == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
-                {
-                    continue;
-                }
-                Err(e) => {
-                    return Err(StoreError::Read {
-                        bucket: subject::DATA_BUCKET,
-                        key: subject.clone(),
-                        source: e.into(),
-                    });
-                }
-            };
-            if super::bucket::removed(&message.headers) {
-                continue;
-            }
-            data.insert(key.to_owned(), message.payload);
-        }
-        Ok(data)
-    }
-
-    /// Writes `key` of stack `id`'s data space (adopting a stack).
-    pub async fn put_stack_data(
-        &self,
-        tenant: &TenantId,
-        id: &StackId,
-        key: &str,
-        value: bytes::Bytes,
-    ) -> Result<(), StoreError> {
-        let full = subject::data_key(tenant, id, key);
-        self.data
-            .put(&full, value)
-            .await
-            .map(drop)
-            .map_err(|e| StoreError::Write {
-                bucket: subject::DATA_BUCKET,
-                key: full,
-                source: e.into(),
-            })
     }
 }

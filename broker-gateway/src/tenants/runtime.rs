@@ -171,7 +171,7 @@ impl TenantRuntime {
         ));
         tasks.spawn(crate::adopt::run(
             service.config.tenant.clone(),
-            service.store.clone(),
+            service.store.deployments.clone(),
             service.publisher.clone(),
             shutdown.child_token(),
         ));

@@ -14,12 +14,10 @@ use futures_util::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::store::StoreError;
+use crate::store::cas::{self, Json};
+use crate::store::{Bucket, StoreError};
 
 pub use flue_proto::subject::WEBHOOKS_BUCKET;
-
-/// How many times a compare-and-set is retried after losing a race.
-const MAX_CAS_ATTEMPTS: usize = 32;
 
 /// A signing secret; its `Debug` form never shows it.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,13 +126,17 @@ pub fn key(tenant: &TenantId, id: &WebhookId) -> String {
 #[derive(Debug, Clone)]
 pub struct Records {
     kv: kv::Store,
+    /// The same bucket, for the compare-and-set ([`cas::compare_and_set`]).
+    bucket: Bucket,
 }
 
 impl Records {
     /// Creates the bucket (`replicas` copies) if it does not exist yet and opens it.
     pub async fn open(js: &jetstream::Context, replicas: usize) -> Result<Self, StoreError> {
+        let kv = crate::store::open_bucket(js, WEBHOOKS_BUCKET, replicas).await?;
         Ok(Self {
-            kv: crate::store::open_bucket(js, WEBHOOKS_BUCKET, replicas).await?,
+            bucket: Bucket::new(kv.clone(), WEBHOOKS_BUCKET, false),
+            kv,
         })
     }
 
@@ -217,29 +219,14 @@ impl Records {
         &self,
         tenant: &TenantId,
         id: &WebhookId,
-        mut change: impl FnMut(&mut Subscription) -> bool,
+        change: impl FnMut(&mut Subscription) -> bool,
     ) -> Result<Option<Subscription>, StoreError> {
         let key = key(tenant, id);
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let Some((mut sub, revision)) = self.get_key(&key).await? else {
-                return Ok(None);
-            };
-            if !change(&mut sub) {
-                return Ok(Some(sub));
-            }
-            match self.kv.update(&key, encode(&sub), revision).await {
-                Ok(_) => return Ok(Some(sub)),
-                Err(e) if crate::store::lost_race(&e) => continue,
-                Err(e) => {
-                    return Err(StoreError::Write {
-                        bucket: WEBHOOKS_BUCKET,
-                        key,
-                        source: e.into(),
-                    });
-                }
-            }
-        }
-        Err(StoreError::Contention { key })
+        Ok(
+            cas::update::<Subscription, Json>(&self.bucket, &key, change)
+                .await?
+                .value(),
+        )
     }
 
     /// Deletes subscription `id`; deleting a missing one is not an error.

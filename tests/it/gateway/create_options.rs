@@ -29,7 +29,8 @@ async fn post_config(fx: &Fixture, spec: Value) {
 async fn stored_inputs(fx: &Fixture, id: &str) -> Value {
     let store = Store::open(&fx.jetstream().await).await.expect("store");
     let record = store
-        .deployment(
+        .deployments
+        .get(
             &TenantId::new("default").expect("id"),
             &DeploymentId::new(id).expect("id"),
         )

@@ -472,7 +472,8 @@ async fn requests_never_confirmed_are_published_at_start() {
     let store = Store::open(&js).await.expect("store");
     let tenant = TenantId::new("default").expect("id");
     let mut record = store
-        .deployment(&tenant, &DeploymentId::new("d1").expect("id"))
+        .deployments
+        .get(&tenant, &DeploymentId::new("d1").expect("id"))
         .await
         .expect("read")
         .expect("d1 recorded");
@@ -483,7 +484,7 @@ async fn requests_never_confirmed_are_published_at_start() {
     for (id, later) in [("d2", 1), ("a3", 2)] {
         record.deployment.id = DeploymentId::new(id).expect("id");
         record.deployment.created_at = d1_created + time::Duration::seconds(later);
-        assert!(store.create_deployment(&record).await.expect("create"));
+        assert!(store.deployments.create(&record).await.expect("create"));
     }
     record.deployment.id = DeploymentId::new("d2").expect("id");
     // One bad value does not keep the gateway from starting.
@@ -503,7 +504,8 @@ async fn requests_never_confirmed_are_published_at_start() {
     fx.app = gateway.router();
     let d2 = record.deployment.id.clone();
     let republished = store
-        .deployment(&tenant, &d2)
+        .deployments
+        .get(&tenant, &d2)
         .await
         .expect("read")
         .expect("d2");

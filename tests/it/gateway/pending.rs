@@ -24,6 +24,7 @@ async fn recovery_keeps_every_pending_deployment_whatever_write_a_crash_interrup
     // Killed after the pending entry, before the record: the entry stays (the record may
     // still be written, here or by another gateway) and nothing is watched.
     store
+        .deployments
         .mark_pending(&tenant, &id("no-record"))
         .await
         .expect("mark");
@@ -32,21 +33,23 @@ async fn recovery_keeps_every_pending_deployment_whatever_write_a_crash_interrup
     finished.deployment.tenant = tenant.clone();
     finished.deployment.status = DeploymentStatus::Complete;
     store
+        .deployments
         .mark_pending(&tenant, &id("finished"))
         .await
         .expect("mark");
-    assert!(store.create_deployment(&finished).await.expect("create"));
+    assert!(store.deployments.create(&finished).await.expect("create"));
     // A deployment created whole: pending, and read by recovery.
     let mut queued = record("queued");
     queued.deployment.tenant = tenant.clone();
     queued.deployment.expires_at += time::Duration::hours(1);
-    assert!(store.create_deployment(&queued).await.expect("create"));
+    assert!(store.deployments.create(&queued).await.expect("create"));
     // Finished through the store's own update: its entry goes at once.
     let mut done = record("done");
     done.deployment.tenant = tenant.clone();
-    assert!(store.create_deployment(&done).await.expect("create"));
+    assert!(store.deployments.create(&done).await.expect("create"));
     store
-        .update_deployment(&tenant, &id("done"), |r| {
+        .deployments
+        .update(&tenant, &id("done"), |r| {
             r.deployment.status = DeploymentStatus::Failed;
             true
         })
@@ -57,9 +60,13 @@ async fn recovery_keeps_every_pending_deployment_whatever_write_a_crash_interrup
     // A retry of the finished one leaves no entry behind.
     let mut retry = record("done");
     retry.deployment.tenant = tenant.clone();
-    assert!(!store.create_deployment(&retry).await.expect("retry"));
+    assert!(!store.deployments.create(&retry).await.expect("retry"));
 
-    let mut pending = store.pending_ids(&tenant).await.expect("pending");
+    let mut pending = store
+        .deployments
+        .pending_ids(&tenant)
+        .await
+        .expect("pending");
     pending.sort();
     assert_eq!(pending, vec![id("finished"), id("no-record"), id("queued")]);
 
@@ -67,7 +74,11 @@ async fn recovery_keeps_every_pending_deployment_whatever_write_a_crash_interrup
     assert_eq!(recovery.read, 3, "{recovery:?}");
     assert_eq!(recovery.pending, 1, "{recovery:?}");
     assert_eq!(recovery.repaired, 1, "{recovery:?}");
-    let mut pending = store.pending_ids(&tenant).await.expect("pending");
+    let mut pending = store
+        .deployments
+        .pending_ids(&tenant)
+        .await
+        .expect("pending");
     pending.sort();
     assert_eq!(pending, vec![id("no-record"), id("queued")]);
     fx.shutdown().await;
@@ -95,8 +106,9 @@ async fn a_store_written_before_the_index_is_indexed_once_at_start() {
         r.deployment.tenant = tenant.clone();
         r.deployment.status = status;
         r.deployment.expires_at += time::Duration::hours(1);
-        assert!(store.create_deployment(&r).await.expect("create"));
+        assert!(store.deployments.create(&r).await.expect("create"));
         store
+            .deployments
             .clear_pending(&tenant, &id(name))
             .await
             .expect("clear");
@@ -115,13 +127,29 @@ async fn a_store_written_before_the_index_is_indexed_once_at_start() {
         ))
         .await
         .expect("forget the marker");
-    assert!(!store.pending_indexed(&tenant).await.expect("marker"));
+    assert!(
+        !store
+            .deployments
+            .pending_indexed(&tenant)
+            .await
+            .expect("marker")
+    );
 
     let first = service.publisher.recover().await.expect("recover");
     assert_eq!((first.read, first.pending), (2, 1), "{first:?}");
-    assert!(store.pending_indexed(&tenant).await.expect("marker"));
+    assert!(
+        store
+            .deployments
+            .pending_indexed(&tenant)
+            .await
+            .expect("marker")
+    );
     assert_eq!(
-        store.pending_ids(&tenant).await.expect("pending"),
+        store
+            .deployments
+            .pending_ids(&tenant)
+            .await
+            .expect("pending"),
         vec![id("old-queued")]
     );
 

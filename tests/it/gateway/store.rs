@@ -55,15 +55,16 @@ async fn concurrent_updates_are_all_kept_and_ids_are_listed_per_server() {
         .await
         .expect("buckets");
     let r = record("d1");
-    assert!(store.create_deployment(&r).await.expect("create"));
-    assert!(!store.create_deployment(&r).await.expect("second create"));
+    assert!(store.deployments.create(&r).await.expect("create"));
+    assert!(!store.deployments.create(&r).await.expect("second create"));
 
     let (tenant, id) = (&r.deployment.tenant, &r.deployment.id);
     let writers = (0..16).map(|i| {
         let store = store.clone();
         async move {
             store
-                .update_deployment(tenant, id, |rec| {
+                .deployments
+                .update(tenant, id, |rec| {
                     rec.deployment.deploy_stdout.push_str(&format!("{i:02}."));
                     true
                 })
@@ -74,7 +75,8 @@ async fn concurrent_updates_are_all_kept_and_ids_are_listed_per_server() {
     });
     futures_util::future::join_all(writers).await;
     let stored = store
-        .deployment(tenant, id)
+        .deployments
+        .get(tenant, id)
         .await
         .expect("read")
         .expect("exists");
@@ -89,28 +91,32 @@ async fn concurrent_updates_are_all_kept_and_ids_are_listed_per_server() {
 
     let server = &r.deployment.server_id;
     store
-        .index_deployment(tenant, server, id)
+        .deployments
+        .index(tenant, server, id)
         .await
         .expect("index");
     let mut other = record("d2");
     other.deployment.server_id = ServerId::new("s2").expect("id");
-    assert!(store.create_deployment(&other).await.expect("create"));
+    assert!(store.deployments.create(&other).await.expect("create"));
     store
-        .index_deployment(tenant, &other.deployment.server_id, &other.deployment.id)
+        .deployments
+        .index(tenant, &other.deployment.server_id, &other.deployment.id)
         .await
         .expect("index");
     let listed = store
-        .server_deployments(tenant, server)
+        .deployments
+        .of_server(tenant, server)
         .await
         .expect("list");
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].deployment.id, *id);
-    let mut all = store.deployment_ids(tenant).await.expect("ids");
+    let mut all = store.deployments.ids(tenant).await.expect("ids");
     all.sort();
     assert_eq!(all, vec![id.clone(), other.deployment.id.clone()]);
     assert!(
         store
-            .deployment_ids(&TenantId::new("t2").expect("id"))
+            .deployments
+            .ids(&TenantId::new("t2").expect("id"))
             .await
             .expect("ids")
             .is_empty()
@@ -131,12 +137,13 @@ async fn a_change_another_gateway_made_is_kept_when_this_one_writes_the_record_a
     let (mine, theirs) = (open().await, open().await);
     let r = record("d1");
     let (tenant, id) = (&r.deployment.tenant, &r.deployment.id);
-    assert!(mine.create_deployment(&r).await.expect("create"));
+    assert!(mine.deployments.create(&r).await.expect("create"));
     let append = |store: &Store, part: &'static str| {
         let store = store.clone();
         async move {
             store
-                .update_deployment(tenant, id, |rec| {
+                .deployments
+                .update(tenant, id, |rec| {
                     rec.deployment.deploy_stdout.push_str(part);
                     true
                 })
@@ -150,7 +157,8 @@ async fn a_change_another_gateway_made_is_kept_when_this_one_writes_the_record_a
     let updated = append(&mine, "c.").await;
     assert_eq!(updated.record.deployment.deploy_stdout, "a.b.c.");
     let stored = theirs
-        .deployment(tenant, id)
+        .deployments
+        .get(tenant, id)
         .await
         .expect("read")
         .expect("exists");
@@ -160,7 +168,8 @@ async fn a_change_another_gateway_made_is_kept_when_this_one_writes_the_record_a
     // as stored: the caller is told the other gateway's change.
     append(&theirs, "d.").await;
     let unchanged = mine
-        .update_deployment(tenant, id, |rec| rec.deployment.deploy_stdout.is_empty())
+        .deployments
+        .update(tenant, id, |rec| rec.deployment.deploy_stdout.is_empty())
         .await
         .expect("update")
         .expect("exists");

@@ -4,14 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use async_nats::jetstream::kv;
 use flue_proto::stack::{unit_key_of, unit_token};
 use flue_proto::{StackId, TenantId, Unit};
 use futures_util::StreamExt;
 
-use super::super::bucket::{decode, encode, keys};
-use super::super::{STACK_UNITS_BUCKET, Store, StoreError};
-use super::UNIT_IO_IN_FLIGHT;
+use super::super::StoreError;
+use super::super::bucket::{decode, encode, entry, keys, write_error};
+use super::super::kv::KvError;
+use super::{Stacks, UNIT_IO_IN_FLIGHT};
 
 /// A unit's key as stored: its value (`None` when absent, deleted or undecodable) and
 /// the revision to name when replacing it (`None`: create it).
@@ -20,22 +20,18 @@ pub(super) struct StoredUnit {
     pub(super) revision: Option<u64>,
 }
 
-impl Store {
+impl Stacks {
     /// The keys of stack `id`'s stored units (deleted ones included: they read as absent).
     pub(super) async fn unit_keys(
         &self,
         tenant: &TenantId,
         id: &StackId,
     ) -> Result<Vec<String>, StoreError> {
-        Ok(keys(
-            &self.stack_units,
-            STACK_UNITS_BUCKET,
-            &format!("{tenant}.{id}.*"),
-        )
-        .await?
-        .into_iter()
-        .filter_map(|k| k.rsplit('.').next().and_then(unit_key_of))
-        .collect())
+        Ok(keys(&*self.units, &format!("{tenant}.{id}.*"))
+            .await?
+            .into_iter()
+            .filter_map(|k| k.rsplit('.').next().and_then(unit_key_of))
+            .collect())
     }
 
     /// Every unit stored under a key of its own, by unit key.
@@ -81,18 +77,10 @@ impl Store {
         key: &str,
     ) -> Result<StoredUnit, StoreError> {
         let kv_key = unit_kv_key(tenant, id, key);
-        let entry = self
-            .stack_units
-            .entry(kv_key.clone())
-            .await
-            .map_err(|e| StoreError::Read {
-                bucket: STACK_UNITS_BUCKET,
-                key: kv_key.clone(),
-                source: e.into(),
-            })?;
-        Ok(match entry {
-            Some(e) if e.operation == kv::Operation::Put => {
-                let unit = decode::<Unit>(STACK_UNITS_BUCKET, &kv_key, &e.value)
+        let bucket = self.units.name();
+        Ok(match entry(&*self.units, &kv_key).await? {
+            Some(e) => {
+                let unit = decode::<Unit>(bucket, &kv_key, &e.value)
                     .inspect_err(|err| {
                         tracing::warn!(error = %err, key = kv_key, "stored unit cannot be decoded; it is replaced by the next write");
                     })
@@ -147,34 +135,20 @@ impl Store {
         revision: Option<u64>,
     ) -> Result<bool, StoreError> {
         let kv_key = unit_kv_key(tenant, id, key);
-        let failed = |source: crate::store::error::BoxError| StoreError::Write {
-            bucket: STACK_UNITS_BUCKET,
-            key: kv_key.clone(),
-            source,
-        };
-        match (unit, revision) {
-            (Some(unit), Some(rev)) => {
-                match self.stack_units.update(&kv_key, encode(unit), rev).await {
-                    Ok(_) => Ok(true),
-                    Err(e) if crate::store::lost_race(&e) => Ok(false),
-                    Err(e) => Err(failed(e.into())),
-                }
-            }
-            (Some(unit), None) => match self.stack_units.create(&kv_key, encode(unit)).await {
-                Ok(_) => Ok(true),
-                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
-                Err(e) => Err(failed(e.into())),
-            },
-            (None, Some(rev)) => match self
-                .stack_units
-                .delete_expect_revision(&kv_key, Some(rev))
+        let written = match (unit, revision) {
+            (Some(unit), Some(rev)) => self
+                .units
+                .update(&kv_key, encode(unit), rev)
                 .await
-            {
-                Ok(()) => Ok(true),
-                Err(e) if crate::store::lost_race(&e) => Ok(false),
-                Err(e) => Err(failed(e.into())),
-            },
-            (None, None) => Ok(true),
+                .map(drop),
+            (Some(unit), None) => self.units.create(&kv_key, encode(unit)).await.map(drop),
+            (None, Some(rev)) => self.units.delete(&kv_key, Some(rev)).await,
+            (None, None) => Ok(()),
+        };
+        match written {
+            Ok(()) => Ok(true),
+            Err(KvError::Conflict | KvError::Exists) => Ok(false),
+            Err(e) => Err(write_error(self.units.name(), &kv_key, e)),
         }
     }
 
