@@ -17,6 +17,43 @@ pub enum NatsTlsError {
     NotPem(PathBuf),
 }
 
+/// The flags that set [`NatsTls`], the same in every binary that connects to the broker
+/// (`#[command(flatten)]`); each also an environment variable.
+#[cfg(feature = "cli")]
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct NatsTlsArgs {
+    /// CA certificate (PEM) the broker's certificate must chain to. Given, the broker
+    /// connection must be TLS (also on a `nats://` URL), verified against this CA only.
+    #[arg(long, env = "FLUE_NATS_CA", value_name = "FILE")]
+    pub nats_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for a broker that verifies clients (mutual TLS).
+    #[arg(
+        long,
+        env = "FLUE_NATS_CERT",
+        value_name = "FILE",
+        requires = "nats_key"
+    )]
+    pub nats_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--nats-cert`.
+    #[arg(
+        long,
+        env = "FLUE_NATS_KEY",
+        value_name = "FILE",
+        requires = "nats_cert"
+    )]
+    pub nats_key: Option<PathBuf>,
+}
+
+#[cfg(feature = "cli")]
+impl From<NatsTlsArgs> for NatsTls {
+    fn from(a: NatsTlsArgs) -> Self {
+        Self {
+            ca_file: a.nats_ca,
+            client_cert: a.nats_cert.zip(a.nats_key),
+        }
+    }
+}
+
 /// TLS settings of one NATS client connection.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NatsTls {
