@@ -128,6 +128,58 @@ mod tests {
         assert!(mutual.required());
     }
 
+    #[cfg(feature = "cli")]
+    #[test]
+    fn the_flags_keep_their_names_and_variables_and_a_certificate_needs_its_key() {
+        use clap::{CommandFactory, Parser};
+        #[derive(Parser)]
+        struct Binary {
+            #[command(flatten)]
+            tls: NatsTlsArgs,
+        }
+        let command = Binary::command();
+        let named: Vec<(String, String)> = command
+            .get_arguments()
+            .filter_map(|a| {
+                let env = a.get_env()?.to_str()?.to_owned();
+                Some((format!("--{}", a.get_long()?), env))
+            })
+            .collect();
+        let expected = [
+            ("--nats-ca", "FLUE_NATS_CA"),
+            ("--nats-cert", "FLUE_NATS_CERT"),
+            ("--nats-key", "FLUE_NATS_KEY"),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(f, e)| ((*f).to_owned(), (*e).to_owned()))
+            .collect();
+        assert_eq!(named, expected);
+
+        let parsed = Binary::try_parse_from([
+            "b",
+            "--nats-ca",
+            "/ca.pem",
+            "--nats-cert",
+            "/c.pem",
+            "--nats-key",
+            "/c.key",
+        ])
+        .expect("all three");
+        let tls = NatsTls::from(parsed.tls);
+        assert_eq!(tls.ca_file, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(
+            tls.client_cert,
+            Some((PathBuf::from("/c.pem"), PathBuf::from("/c.key")))
+        );
+        for alone in ["--nats-cert", "--nats-key"] {
+            let err = Binary::try_parse_from(["b", alone, "/f.pem"])
+                .err()
+                .expect("one half of a client certificate is refused");
+            assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        }
+    }
+
     #[test]
     fn missing_or_non_pem_files_are_named() {
         let dir = std::env::temp_dir().join(format!("flue-nats-tls-{}", std::process::id()));
