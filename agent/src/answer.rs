@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::{self, message::PublishMessage};
+use flue_proto::retry::Retryable;
 use flue_proto::signing::{self, AnswerClaims};
 use flue_proto::{
     AgentMessage, DeploymentId, DeploymentResult, DeploymentStatus, PROTOCOL_VERSION,
@@ -17,7 +18,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::backoff::{self, Backoff};
+use crate::connect;
 use flue_proto::output::{TRUNCATED_MARKER, json_len, shorten_streams};
 
 /// After shutdown is requested, a result still gets this long to be published; after
@@ -128,20 +129,12 @@ impl Responder {
             shutdown.cancelled().await;
             tokio::time::sleep(PUBLISH_WINDOW_AFTER_SHUTDOWN).await;
         };
-        tokio::pin!(give_up);
-        let mut backoff = Backoff::default();
-        loop {
-            tokio::select! {
-                _ = &mut give_up => return false,
-                published = self.publish(msg) => match published {
-                    Ok(()) => return true,
-                    Err(e) => warn!(error = %e, "publishing an answer failed, retrying"),
-                },
-            }
-            tokio::select! {
-                _ = &mut give_up => return false,
-                _ = tokio::time::sleep(backoff.next_delay()) => {}
-            }
+        let published = (|| self.publish(msg))
+            .retry(connect::RETRY.retry(None))
+            .notify(|e, _| warn!(error = %e, "publishing an answer failed, retrying"));
+        tokio::select! {
+            () = give_up => false,
+            published = published => published.is_ok(),
         }
     }
 }
@@ -150,18 +143,30 @@ impl Responder {
 /// when shutting down). A lost ack is harmless: the redelivered request is answered from
 /// the ledger.
 pub async fn ack(msg: &jetstream::Message, shutdown: &CancellationToken) {
-    for attempt in 0..ACK_ATTEMPTS {
-        match tokio::time::timeout(ACK_CONFIRM_TIMEOUT, msg.double_ack()).await {
-            Ok(Ok(())) => return,
-            Ok(Err(e)) => warn!(error = %e, attempt, "acking the request failed"),
-            Err(_) => warn!(attempt, "ack not confirmed in time"),
+    let mut attempts = 0u32;
+    let confirmed = (|| {
+        let attempt = attempts;
+        attempts += 1;
+        async move {
+            match tokio::time::timeout(ACK_CONFIRM_TIMEOUT, msg.double_ack()).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => {
+                    warn!(error = %e, attempt, "acking the request failed");
+                    Err(())
+                }
+                Err(_) => {
+                    warn!(attempt, "ack not confirmed in time");
+                    Err(())
+                }
+            }
         }
-        if shutdown.is_cancelled() {
-            break;
-        }
-        tokio::time::sleep(backoff::delay(attempt)).await;
+    })
+    .retry(connect::RETRY.retry(Some(ACK_ATTEMPTS as usize - 1)))
+    .when(|()| !shutdown.is_cancelled())
+    .await;
+    if confirmed.is_err() {
+        info!("ack unconfirmed; a redelivery will be answered from the ledger");
     }
-    info!("ack unconfirmed; a redelivery will be answered from the ledger");
 }
 
 /// The broker's message size limit, as far as a result may use it.

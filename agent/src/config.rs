@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use flue_proto::nats_tls::NatsTls;
+use flue_proto::nats_tls::{NatsTls, NatsTlsArgs};
 use flue_proto::{ServerId, TenantId, subject};
 
 /// Default broker URL, the same as the gateway's.
@@ -135,26 +135,9 @@ pub struct RunArgs {
     /// without a domain).
     #[arg(long, env = "FLUE_JS_DOMAIN", default_value = subject::JETSTREAM_DOMAIN)]
     pub js_domain: String,
-    /// CA certificate (PEM) the broker's certificate must chain to. Given, the broker
-    /// connection must be TLS (also on a `nats://` URL), verified against this CA only.
-    #[arg(long, env = "FLUE_NATS_CA", value_name = "FILE")]
-    pub nats_ca: Option<PathBuf>,
-    /// Client certificate (PEM) for a broker that verifies clients (mutual TLS).
-    #[arg(
-        long,
-        env = "FLUE_NATS_CERT",
-        value_name = "FILE",
-        requires = "nats_key"
-    )]
-    pub nats_cert: Option<PathBuf>,
-    /// The private key (PEM) of `--nats-cert`.
-    #[arg(
-        long,
-        env = "FLUE_NATS_KEY",
-        value_name = "FILE",
-        requires = "nats_cert"
-    )]
-    pub nats_key: Option<PathBuf>,
+    /// TLS of the broker connection: `--nats-ca`, `--nats-cert`, `--nats-key`.
+    #[command(flatten)]
+    pub nats_tls: NatsTlsArgs,
     /// Tenant of this server.
     #[arg(long, env = "FLUE_TENANT", default_value = "default")]
     pub tenant: TenantId,
@@ -219,10 +202,7 @@ impl From<RunArgs> for Config {
         Self {
             nats_url: a.nats_url,
             js_domain: Some(a.js_domain).filter(|d| !d.is_empty()),
-            nats_tls: NatsTls {
-                ca_file: a.nats_ca,
-                client_cert: a.nats_cert.zip(a.nats_key),
-            },
+            nats_tls: a.nats_tls.into(),
             tenant: a.tenant,
             server_id: a.server_id,
             state_dir: a.state_dir,

@@ -88,7 +88,6 @@
 //! on during the shutdown grace period. See [`heartbeat`].
 
 pub mod answer;
-pub mod backoff;
 pub mod config;
 pub mod connect;
 pub mod credentials;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use flue_proto::retry::{Policy, Retryable};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
@@ -23,6 +24,10 @@ pub use group::HookProcess;
 
 /// Time between SIGTERM and SIGKILL when a hook is stopped.
 pub const KILL_AFTER: Duration = Duration::from_secs(5);
+/// Pauses of a spawn retried while its executable is busy: 100 ms, then 200 ms.
+const SPAWN_RETRY: Policy = Policy::new(Duration::from_millis(100), Duration::from_millis(200));
+/// Retries of such a spawn before its error is returned.
+const SPAWN_RETRIES: usize = 10;
 
 /// Why a running hook was stopped before it ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,17 +247,10 @@ pub async fn run(
 /// Spawns, retrying while the executable is busy: a script written just before may still
 /// be open for writing in a child that another thread is forking at the same moment.
 async fn spawn(cmd: &mut Command) -> io::Result<tokio::process::Child> {
-    let mut backoff = crate::backoff::Backoff::default();
-    let mut tries = 0;
-    loop {
-        match cmd.spawn() {
-            Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy && tries < 10 => {
-                tries += 1;
-                tokio::time::sleep(backoff.next_delay().min(Duration::from_millis(200))).await;
-            }
-            other => return other,
-        }
-    }
+    (|| std::future::ready(cmd.spawn()))
+        .retry(SPAWN_RETRY.retry(Some(SPAWN_RETRIES)))
+        .when(|e| e.kind() == io::ErrorKind::ExecutableFileBusy)
+        .await
 }
 
 /// Reads `r` to its end, keeping the first `limit` bytes; the rest is drained and dropped

@@ -10,7 +10,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::answer::Responder;
-use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::connect::{self, Broker};
 use crate::deploy;
@@ -60,7 +59,7 @@ pub async fn run(agent: &Agent) -> Result<(), Error> {
     prune_ledger(agent).await?;
     let mut next_prune = Instant::now() + PRUNE_EVERY;
     let mut connects = agent.broker.connects.clone();
-    let mut backoff = Backoff::default();
+    let mut delays = connect::RETRY.delays();
     'lookup: loop {
         let Some(consumer) =
             connect::find_consumer(&agent.broker, &agent.config, &mut connects, shutdown).await
@@ -100,7 +99,7 @@ pub async fn run(agent: &Agent) -> Result<(), Error> {
                     Ok(batch) => batch,
                     Err(e) => {
                         warn!(error = %e, "pull request failed, looking the consumer up again");
-                        if !connect::pause(&mut backoff, shutdown).await {
+                        if !connect::pause(&mut delays, shutdown).await {
                             return Ok(());
                         }
                         continue 'lookup;
@@ -122,13 +121,13 @@ pub async fn run(agent: &Agent) -> Result<(), Error> {
                 None => debug!("pull ended without a message"),
                 Some(Err(e)) => {
                     warn!(error = %e, "pulling requests failed, looking the consumer up again");
-                    if !connect::pause(&mut backoff, shutdown).await {
+                    if !connect::pause(&mut delays, shutdown).await {
                         return Ok(());
                     }
                     continue 'lookup;
                 }
                 Some(Ok(msg)) => {
-                    backoff.reset();
+                    delays.reset();
                     deploy::handle(agent, msg).await?;
                 }
             }

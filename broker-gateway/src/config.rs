@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use clap::Parser;
 use flue_proto::TenantId;
-use flue_proto::nats_tls::NatsTls;
+use flue_proto::nats_tls::{NatsTls, NatsTlsArgs};
 use flue_proto::nats_url::{NatsUrls, redact};
 
 use crate::request_consumers::{RequestConsumerStorage, RequestConsumers, RequestConsumersError};
 use crate::webhooks::Settings as WebhookSettings;
 use crate::webhooks::address::{AddressPolicy, Cidr};
+use flue_proto::retry::Policy;
 
 /// Longest deployment timeout accepted: seven days, in seconds.
 pub const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
@@ -61,26 +62,10 @@ pub struct Config {
     /// of the registering request.
     #[arg(long, env = "FLUE_PUBLIC_URL")]
     pub public_url: Option<String>,
-    /// CA certificate (PEM) the broker's certificate must chain to. Given, the broker
-    /// connection must be TLS (also on a `nats://` URL), verified against this CA only.
-    #[arg(long, env = "FLUE_NATS_CA", value_name = "FILE")]
-    pub nats_ca: Option<PathBuf>,
-    /// The gateway's client certificate (PEM) for a broker that verifies clients (mutual TLS).
-    #[arg(
-        long,
-        env = "FLUE_NATS_CERT",
-        value_name = "FILE",
-        requires = "nats_key"
-    )]
-    pub nats_cert: Option<PathBuf>,
-    /// The private key (PEM) of `--nats-cert`.
-    #[arg(
-        long,
-        env = "FLUE_NATS_KEY",
-        value_name = "FILE",
-        requires = "nats_cert"
-    )]
-    pub nats_key: Option<PathBuf>,
+    /// TLS of the broker connections: `--nats-ca`, `--nats-cert` (the gateway's client
+    /// certificate), `--nats-key`.
+    #[command(flatten)]
+    pub nats_tls: NatsTlsArgs,
     /// Certificate chain (PEM, leaf first) to serve the HTTP API over HTTPS with.
     #[arg(long, env = "FLUE_TLS_CERT", value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -262,11 +247,12 @@ pub struct Config {
 impl Config {
     /// The webhook delivery settings the flags ask for.
     pub fn webhook_settings(&self) -> WebhookSettings {
-        let backoff_max = Duration::from_millis(self.webhook_backoff_max_ms.max(1));
         WebhookSettings {
             timeout: Duration::from_millis(self.webhook_timeout_ms.max(1)),
-            backoff: Duration::from_millis(self.webhook_backoff_ms.max(1)).min(backoff_max),
-            backoff_max,
+            retry: Policy::new(
+                Duration::from_millis(self.webhook_backoff_ms.max(1)),
+                Duration::from_millis(self.webhook_backoff_max_ms.max(1)),
+            ),
             max_attempts: self.webhook_max_attempts.max(1),
         }
     }
@@ -278,9 +264,7 @@ impl Config {
             nats_url: nats_url.into(),
             agent_nats_url: None,
             public_url: None,
-            nats_ca: None,
-            nats_cert: None,
-            nats_key: None,
+            nats_tls: NatsTlsArgs::default(),
             tls_cert: None,
             tls_key: None,
             webhook_allow: Vec::new(),
@@ -329,10 +313,7 @@ impl Config {
 
     /// TLS of the broker connection.
     pub fn nats_tls(&self) -> NatsTls {
-        NatsTls {
-            ca_file: self.nats_ca.clone(),
-            client_cert: self.nats_cert.clone().zip(self.nats_key.clone()),
-        }
+        self.nats_tls.clone().into()
     }
 
     /// The certificate and key the API is served with, when it is served over HTTPS.
@@ -406,9 +387,7 @@ impl fmt::Debug for Config {
                 &self.agent_nats_url.as_deref().map(redact),
             )
             .field("public_url", &self.public_url)
-            .field("nats_ca", &self.nats_ca)
-            .field("nats_cert", &self.nats_cert)
-            .field("nats_key", &self.nats_key)
+            .field("nats_tls", &self.nats_tls)
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)
             .field("webhook_allow", &self.webhook_allow)

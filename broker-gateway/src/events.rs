@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
 use flue_proto::event::{EVENT_STREAM, EVENT_SUBJECTS, GATEWAY_EVENT_STREAM};
+use flue_proto::retry::{Policy, Retryable};
 use flue_proto::{CloudEvent, EventType};
 use tracing::{debug, info, warn};
 
@@ -19,10 +20,10 @@ use crate::broker::{BrokerError, DUPLICATE_WINDOW};
 use crate::metrics::TenantMetrics;
 use crate::record::DeploymentRecord;
 
-/// Attempts [`Events::emit`] makes before giving up.
-const EMIT_ATTEMPTS: u32 = 4;
-/// Pause after the first failed attempt; doubled after each further one.
-const EMIT_BACKOFF: Duration = Duration::from_millis(100);
+/// Retries [`Events::emit`] makes before giving up.
+const EMIT_RETRIES: usize = 3;
+/// Pauses between them: 100 ms, 200 ms, 400 ms.
+const EMIT_RETRY: Policy = Policy::new(Duration::from_millis(100), Duration::from_millis(400));
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -130,20 +131,13 @@ impl Events {
     /// [`Events::emit`]; true when the broker stored the event for the first time (a
     /// publish whose acknowledgement was lost and whose retry is a duplicate says false).
     async fn emitted(&self, event: &CloudEvent) -> bool {
-        let mut pause = EMIT_BACKOFF;
-        for attempt in 1..=EMIT_ATTEMPTS {
-            match self.store(event).await {
-                Ok(new) => return new,
-                Err(e) if attempt == EMIT_ATTEMPTS => {
-                    warn!(error = %crate::error::chain(&e), event.id = %event.id, event.type = %event.ty, "cannot publish an event; dropped");
-                }
-                Err(_) => {
-                    tokio::time::sleep(pause).await;
-                    pause *= 2;
-                }
-            }
-        }
-        false
+        let stored = (|| self.store(event))
+            .retry(EMIT_RETRY.retry(Some(EMIT_RETRIES)))
+            .await;
+        stored.unwrap_or_else(|e| {
+            warn!(error = %crate::error::chain(&e), event.id = %event.id, event.type = %event.ty, "cannot publish an event; dropped");
+            false
+        })
     }
 
     /// The tenant's metrics this counts into.

@@ -45,6 +45,7 @@ use flue_proto::event::{
     AnswerRejectedEventData, RequestRejectedEventData, answer_rejected_event_id, progress_event_id,
     request_rejected_event_id,
 };
+use flue_proto::retry::{Delays, Policy};
 use flue_proto::seal;
 use flue_proto::signing::{self, Refusal};
 use flue_proto::{
@@ -82,11 +83,8 @@ pub use signers::{SignedMessage, Signers};
 /// retried in place, kept from redelivery by in-progress acknowledgements, and its
 /// server's later messages wait behind it.
 const ATTEMPTS: u32 = 4;
-/// Pause after the first failed attempt; doubled after each further one, up to
-/// [`MAX_ATTEMPT_BACKOFF`].
-const ATTEMPT_BACKOFF: Duration = Duration::from_millis(100);
-/// Longest pause between two attempts at a message.
-const MAX_ATTEMPT_BACKOFF: Duration = Duration::from_secs(2);
+/// Pauses between two attempts at a message: 100 ms doubling up to 2 s.
+const ATTEMPT_RETRY: Policy = Policy::new(Duration::from_millis(100), Duration::from_secs(2));
 /// Deployments whose server and stack are remembered for progress messages; the
 /// memory is cleared when it grows past this.
 const MAX_OWNERS: usize = 4096;
@@ -182,7 +180,7 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) -> String 
         settle(&message, AckKind::Term).await;
         return subject;
     };
-    let mut pause = ATTEMPT_BACKOFF;
+    let mut delays = ATTEMPT_RETRY.delays();
     loop {
         match authentic(service, (&tenant, &server), &message).await {
             Ok(Ok(())) => break,
@@ -193,7 +191,7 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) -> String 
             }
             Err(e) => {
                 debug!(error = %chain(&e), server.id = %server, "cannot read the server's key to check an answer; retrying");
-                hold_on(&message, &mut pause).await;
+                hold_on(&message, &mut delays).await;
             }
         }
     }
@@ -208,7 +206,7 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) -> String 
     // A message handled before (by a gateway that died, or handed back) may have had its
     // effect without its event being published.
     let redelivered = message.info().map_or(true, |info| info.delivered > 1);
-    let mut pause = ATTEMPT_BACKOFF;
+    let mut delays = ATTEMPT_RETRY.delays();
     for attempt in 1.. {
         let from = Sender {
             tenant: &tenant,
@@ -236,11 +234,11 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) -> String 
             }
             Err(e) if attempt >= ATTEMPTS => {
                 warn!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), kind = kind(&parsed), attempt, "cannot store or report an agent message; retrying");
-                hold_on(&message, &mut pause).await;
+                hold_on(&message, &mut delays).await;
             }
             Err(e) => {
                 debug!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), attempt, "cannot store or report an agent message; retrying");
-                hold_on(&message, &mut pause).await;
+                hold_on(&message, &mut delays).await;
             }
         }
     }
@@ -248,11 +246,10 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) -> String 
 }
 
 /// Before another attempt at `message`: tells the broker it is still being handled (so it
-/// is not delivered again meanwhile), then pauses for `pause`, doubled for the next time.
-async fn hold_on(message: &Message, pause: &mut Duration) {
+/// is not delivered again meanwhile), then pauses for the next of `delays`.
+async fn hold_on(message: &Message, delays: &mut Delays) {
     settle(message, AckKind::Progress).await;
-    tokio::time::sleep(*pause).await;
-    *pause = (*pause * 2).min(MAX_ATTEMPT_BACKOFF);
+    tokio::time::sleep(delays.next_delay()).await;
 }
 
 /// Whether `message` was signed by the current key of the server whose subject it came

@@ -16,6 +16,7 @@
 //! - [`limits`]: nesting depth and `script` environment limits on what the API accepts;
 //! - [`heat`]: input values as Heat hands them to hooks (declared types, text, environment);
 //! - [`operation`]: stack operations submitted over HTTP and queued for engine workers;
+//! - `retry` (feature `retry`): the one retry policy, jittered exponential backoff;
 //! - `openapi` (feature `openapi`): the schemas of the types above that serde cannot describe.
 
 pub mod auth;
@@ -36,6 +37,8 @@ pub mod openapi;
 pub mod operation;
 pub mod output;
 pub mod poll;
+#[cfg(feature = "retry")]
+pub mod retry;
 pub mod seal;
 pub mod server;
 pub mod signing;

@@ -17,6 +17,43 @@ pub enum NatsTlsError {
     NotPem(PathBuf),
 }
 
+/// The flags that set [`NatsTls`], the same in every binary that connects to the broker
+/// (`#[command(flatten)]`); each also an environment variable.
+#[cfg(feature = "cli")]
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct NatsTlsArgs {
+    /// CA certificate (PEM) the broker's certificate must chain to. Given, the broker
+    /// connection must be TLS (also on a `nats://` URL), verified against this CA only.
+    #[arg(long, env = "FLUE_NATS_CA", value_name = "FILE")]
+    pub nats_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for a broker that verifies clients (mutual TLS).
+    #[arg(
+        long,
+        env = "FLUE_NATS_CERT",
+        value_name = "FILE",
+        requires = "nats_key"
+    )]
+    pub nats_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--nats-cert`.
+    #[arg(
+        long,
+        env = "FLUE_NATS_KEY",
+        value_name = "FILE",
+        requires = "nats_cert"
+    )]
+    pub nats_key: Option<PathBuf>,
+}
+
+#[cfg(feature = "cli")]
+impl From<NatsTlsArgs> for NatsTls {
+    fn from(a: NatsTlsArgs) -> Self {
+        Self {
+            ca_file: a.nats_ca,
+            client_cert: a.nats_cert.zip(a.nats_key),
+        }
+    }
+}
+
 /// TLS settings of one NATS client connection.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NatsTls {
@@ -89,6 +126,58 @@ mod tests {
             client_cert: Some(("/c.pem".into(), "/c.key".into())),
         };
         assert!(mutual.required());
+    }
+
+    #[cfg(feature = "cli")]
+    #[test]
+    fn the_flags_keep_their_names_and_variables_and_a_certificate_needs_its_key() {
+        use clap::{CommandFactory, Parser};
+        #[derive(Parser)]
+        struct Binary {
+            #[command(flatten)]
+            tls: NatsTlsArgs,
+        }
+        let command = Binary::command();
+        let named: Vec<(String, String)> = command
+            .get_arguments()
+            .filter_map(|a| {
+                let env = a.get_env()?.to_str()?.to_owned();
+                Some((format!("--{}", a.get_long()?), env))
+            })
+            .collect();
+        let expected = [
+            ("--nats-ca", "FLUE_NATS_CA"),
+            ("--nats-cert", "FLUE_NATS_CERT"),
+            ("--nats-key", "FLUE_NATS_KEY"),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(f, e)| ((*f).to_owned(), (*e).to_owned()))
+            .collect();
+        assert_eq!(named, expected);
+
+        let parsed = Binary::try_parse_from([
+            "b",
+            "--nats-ca",
+            "/ca.pem",
+            "--nats-cert",
+            "/c.pem",
+            "--nats-key",
+            "/c.key",
+        ])
+        .expect("all three");
+        let tls = NatsTls::from(parsed.tls);
+        assert_eq!(tls.ca_file, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(
+            tls.client_cert,
+            Some((PathBuf::from("/c.pem"), PathBuf::from("/c.key")))
+        );
+        for alone in ["--nats-cert", "--nats-key"] {
+            let err = Binary::try_parse_from(["b", alone, "/f.pem"])
+                .err()
+                .expect("one half of a client certificate is refused");
+            assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        }
     }
 
     #[test]

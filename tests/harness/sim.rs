@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
 use flue_agent::answer::{self, Responder};
-use flue_agent::backoff::Backoff;
 use flue_agent::heartbeat::{self, Heartbeats};
 use flue_agent::{Config, connect};
 use flue_proto::creds::AgentCredentials;
@@ -199,7 +198,7 @@ async fn run(
     let mut connects = broker.connects.clone();
     let mut permit = Some(permit);
     let pulling = async {
-        let mut backoff = Backoff::default();
+        let mut delays = connect::RETRY.delays();
         loop {
             let Some(consumer) =
                 connect::find_consumer(&broker, &config, &mut connects, stop).await
@@ -233,13 +232,13 @@ async fn run(
                 match next {
                     None => {}
                     Some(Err(_)) => {
-                        if !connect::pause(&mut backoff, stop).await {
+                        if !connect::pause(&mut delays, stop).await {
                             return;
                         }
                         break;
                     }
                     Some(Ok(msg)) => {
-                        backoff.reset();
+                        delays.reset();
                         answer_noop(&config, &creds, &responder, &msg, stop, counters).await;
                     }
                 }

@@ -15,6 +15,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use flue_proto::retry::Policy;
 use flue_proto::{
     Config as StoredConfig, ConfigId, DeploymentId, DeploymentRequest, DeploymentStatus, EventType,
     PROTOCOL_VERSION, ServerId, TenantId,
@@ -37,8 +38,8 @@ mod recover;
 
 /// Attempts made by the API before leaving a publish to the background retry.
 const PUBLISH_ATTEMPTS: u32 = 3;
-/// Pause after the first failed attempt; doubled after each further one.
-const PUBLISH_BACKOFF: Duration = Duration::from_millis(100);
+/// Pauses between them: 100 ms, then 200 ms.
+const PUBLISH_RETRY: Policy = Policy::new(Duration::from_millis(100), Duration::from_millis(200));
 /// Interval of the background retry of unpublished requests.
 const REPUBLISH_INTERVAL: Duration = Duration::from_secs(1);
 /// Deployments read at once during recovery, and servers whose deferred requests are
@@ -178,7 +179,7 @@ impl Publisher {
             debug!(deployment.id = %d.id, server.id = %d.server_id, "an earlier request of the server is still unpublished; publishing after it");
             return;
         }
-        let mut pause = PUBLISH_BACKOFF;
+        let mut delays = PUBLISH_RETRY.delays();
         for attempt in 1..=PUBLISH_ATTEMPTS {
             match self.publish(record, config).await {
                 Ok(()) => return,
@@ -197,9 +198,8 @@ impl Publisher {
             if attempt < PUBLISH_ATTEMPTS {
                 tokio::select! {
                     () = self.shutdown.cancelled() => break,
-                    () = tokio::time::sleep(pause) => {}
+                    () = tokio::time::sleep(delays.next_delay()) => {}
                 }
-                pause *= 2;
             }
         }
         self.defer(record);

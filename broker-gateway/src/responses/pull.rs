@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream::Message;
+use flue_proto::retry::Policy;
 use flue_proto::subject;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -17,10 +18,8 @@ use super::takeover::{self, Takeover};
 use super::{Owners, handle};
 use crate::error::chain;
 
-/// First pause after the consumer failed; doubled up to [`MAX_BACKOFF`].
-const MIN_BACKOFF: Duration = Duration::from_millis(100);
-/// Longest pause between two attempts to get the consumer back.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Pauses between two attempts to get the consumer back: 100 ms doubling up to 2 s.
+const RETRY: Policy = Policy::new(Duration::from_millis(100), Duration::from_secs(2));
 /// Agent messages one gateway holds at once: being handled, or waiting behind an
 /// earlier message of the same server.
 const MAX_HELD: usize = 64;
@@ -41,7 +40,7 @@ const RELEASE_WAIT: Duration = Duration::from_secs(1);
 /// gateway stopping), so that a new pull, this gateway's or another's, takes the answers
 /// over at once rather than after the pin timeout.
 pub async fn consume(service: Answers, cancel: CancellationToken) {
-    let mut backoff = MIN_BACKOFF;
+    let mut delays = RETRY.delays();
     let mut takeover = Takeover::default();
     loop {
         takeover.restart();
@@ -52,14 +51,13 @@ pub async fn consume(service: Answers, cancel: CancellationToken) {
         release_pin(&service, &mut takeover).await;
         match stopped {
             None => return,
-            Some(Ok(())) => backoff = MIN_BACKOFF,
+            Some(Ok(())) => delays.reset(),
             Some(Err(reason)) => warn!(error = %reason, "response consumer interrupted; resuming"),
         }
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = tokio::time::sleep(backoff) => {}
+            () = tokio::time::sleep(delays.next_delay()) => {}
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

@@ -4,7 +4,7 @@
 //! The consumer hands out one event at a time (max one unacknowledged), so events go
 //! out in stream order. A failed attempt (an answer other than 2xx, a connection error,
 //! no answer within the timeout) is retried after a pause that doubles each time, up to
-//! a bound; the event's acknowledgement deadline is extended meanwhile, so the broker
+//! a bound (the settings' [`flue_proto::retry::Policy`]); the event's acknowledgement deadline is extended meanwhile, so the broker
 //! does not hand it to another gateway. After the last allowed attempt the subscription
 //! is parked with the reason and the event is handed back unacknowledged, so a resume
 //! starts with it.
@@ -16,6 +16,7 @@ use std::time::Duration;
 use async_nats::jetstream::{AckKind, Message};
 use bytes::Bytes;
 use flue_proto::CloudEvent;
+use flue_proto::retry::Policy;
 use flue_proto::webhook::{
     ATTEMPT_HEADER, EVENT_ID_HEADER, SIGNATURE_HEADER, STANDARD_ID_HEADER,
     STANDARD_SIGNATURE_HEADER, STANDARD_TIMESTAMP_HEADER, TIMESTAMP_HEADER, WEBHOOK_ID_HEADER,
@@ -36,9 +37,9 @@ use crate::error::chain;
 /// moments of a shutdown may go to a request nobody reads any more: it is handed out
 /// again after the ack wait ([`ACK_WAIT`]), late but not lost.
 const PULL_EXPIRES: Duration = Duration::from_secs(10);
-/// Pauses before pulling again after the consumer or the broker failed.
-const RETRY_MIN: Duration = Duration::from_millis(250);
-const RETRY_MAX: Duration = Duration::from_secs(10);
+/// Pauses before pulling again after the consumer or the broker failed, and between
+/// attempts to park a subscription.
+const RETRY: Policy = Policy::new(Duration::from_millis(250), Duration::from_secs(10));
 
 /// Why a task ended.
 enum Exit {
@@ -126,12 +127,14 @@ impl Task {
                 return self.park(error.clone(), error).await;
             }
         };
-        let mut pause = RETRY_MIN;
+        // The first pull after the start or after a delivered event goes at once.
+        let mut delays = RETRY.delays();
+        let mut failed = false;
         loop {
-            if pause > RETRY_MIN && !self.sleep(pause).await {
+            if failed && !self.sleep(delays.next_delay()).await {
                 return Exit::Cancelled;
             }
-            pause = (pause * 2).min(RETRY_MAX);
+            failed = true;
             // The current record: it may have been parked or deleted meanwhile, and it
             // says where a lost consumer starts again.
             let current = match self.records_get().await {
@@ -177,7 +180,8 @@ impl Task {
                 drop(batch);
                 match next {
                     Some(Ok(msg)) => {
-                        pause = RETRY_MIN;
+                        delays.reset();
+                        failed = false;
                         if let Step::Stop(exit) = self.handle(&target, msg, floor).await {
                             return exit;
                         }
@@ -218,7 +222,7 @@ impl Task {
             return self.ack(&msg).await;
         }
         let body = msg.payload.clone();
-        let mut pause = self.settings.backoff;
+        let mut delays = self.settings.retry.delays();
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -246,13 +250,12 @@ impl Task {
                 return self.release(&msg, exit).await;
             }
             if self
-                .with_progress(&msg, tokio::time::sleep(pause))
+                .with_progress(&msg, tokio::time::sleep(delays.next_delay()))
                 .await
                 .is_none()
             {
                 return self.release(&msg, Exit::Cancelled).await;
             }
-            pause = (pause * 2).min(self.settings.backoff_max);
         }
     }
 
@@ -383,7 +386,7 @@ impl Task {
     /// Marks the subscription parked with `reason` and the last attempt's error,
     /// retrying the write until it lands or the task is cancelled.
     async fn park(&self, reason: String, last_error: String) -> Exit {
-        let mut pause = RETRY_MIN;
+        let mut delays = RETRY.delays();
         loop {
             let updated = self
                 .webhooks
@@ -406,10 +409,9 @@ impl Task {
                     warn!(error = %chain(&e), webhook.id = %self.sub.id, "cannot park webhook; retrying");
                 }
             }
-            if !self.sleep(pause).await {
+            if !self.sleep(delays.next_delay()).await {
                 return Exit::Cancelled;
             }
-            pause = (pause * 2).min(RETRY_MAX);
         }
     }
 

@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, kv, stream};
 use flue_proto::event::{EVENT_STREAM, GATEWAY_EVENT_STREAM};
+use flue_proto::retry::Policy;
 use flue_proto::webhook::{
     CreateWebhook, MAX_SECRET_BYTES, MIN_SECRET_BYTES, WebhookSignature, WebhookStatus,
     consumer_name,
@@ -58,8 +59,7 @@ pub const ACK_WAIT: Duration = Duration::from_secs(30);
 /// Longest wait for a stopped delivery task when its subscription is deleted.
 const STOP_WAIT: Duration = Duration::from_secs(5);
 /// Pauses between attempts to follow the bucket again after losing the watch.
-const WATCH_RETRY_MIN: Duration = Duration::from_millis(250);
-const WATCH_RETRY_MAX: Duration = Duration::from_secs(10);
+const WATCH_RETRY: Policy = Policy::new(Duration::from_millis(250), Duration::from_secs(10));
 
 /// Why a subscription could not be created or changed.
 #[derive(Debug, thiserror::Error)]
@@ -88,10 +88,9 @@ pub enum WebhookError {
 pub struct Settings {
     /// Longest attempt.
     pub timeout: Duration,
-    /// Pause after the first failed attempt of an event.
-    pub backoff: Duration,
-    /// Longest pause.
-    pub backoff_max: Duration,
+    /// Pauses between the attempts of one event: `--webhook-backoff-ms` doubling up to
+    /// `--webhook-backoff-max-ms`.
+    pub retry: Policy,
     /// Failed attempts of one event after which the subscription is parked.
     pub max_attempts: u32,
 }
@@ -459,7 +458,7 @@ fn is_not_found(e: &stream::ConsumerError) -> bool {
 /// keeps one delivery task running per active subscription.
 pub async fn run(webhooks: Webhooks, cancel: CancellationToken) {
     let filter = format!("{}.*", webhooks.scope.tenant);
-    let mut pause = WATCH_RETRY_MIN;
+    let mut delays = WATCH_RETRY.delays();
     loop {
         match webhooks.records.kv().watch_with_history(&filter).await {
             Ok(mut watch) => loop {
@@ -469,7 +468,7 @@ pub async fn run(webhooks: Webhooks, cancel: CancellationToken) {
                 };
                 match next {
                     Some(Ok(entry)) => {
-                        pause = WATCH_RETRY_MIN;
+                        delays.reset();
                         webhooks.apply(entry);
                     }
                     Some(Err(e)) => {
@@ -485,8 +484,7 @@ pub async fn run(webhooks: Webhooks, cancel: CancellationToken) {
         }
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = tokio::time::sleep(pause) => {}
+            () = tokio::time::sleep(delays.next_delay()) => {}
         }
-        pause = (pause * 2).min(WATCH_RETRY_MAX);
     }
 }

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use flue_client::{Client, ClientError};
 use flue_proto::operation::{OperationState, StackOperation, SubmitOperation};
+use flue_proto::retry::Policy;
 use flue_proto::{OpStatus, StackId};
 use flue_stack::driver::EngineError;
 
@@ -32,8 +33,8 @@ const QUEUED_NOTE: Duration = Duration::from_secs(5);
 /// (gateways restarting, 503) before the CLI gives up following; the operation itself
 /// goes on.
 const MAX_READ_RETRIES: u32 = 8;
-/// The longest pause between two retried reads.
-const MAX_BACKOFF: Duration = Duration::from_secs(4);
+/// Pauses between two rounds of retried reads: 250 ms doubling up to 4 s.
+const READ_RETRY: Policy = Policy::new(FOLLOW_EVERY, Duration::from_secs(4));
 
 /// What the CLI prints once the operation ended well.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,7 +230,7 @@ async fn read_retrying(
     name: &StackId,
     op: &str,
 ) -> Result<StackOperation, CliError> {
-    let mut pause = FOLLOW_EVERY;
+    let mut delays = READ_RETRY.delays();
     let mut failures = 0;
     let mut rounds = 0;
     loop {
@@ -240,8 +241,7 @@ async fn read_retrying(
                 failures += 1;
                 if failures % gateways.len() == 0 {
                     rounds += 1;
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(MAX_BACKOFF);
+                    tokio::time::sleep(delays.next_delay()).await;
                 }
             }
             Err(e) => return Err(e.into()),
