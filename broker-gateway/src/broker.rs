@@ -69,19 +69,7 @@ pub struct TooLarge {
 /// storage (error 10047: the streams' reservations would exceed its `max_file_store`).
 /// Retrying cannot help; an operator must give the broker room.
 pub fn out_of_storage(error: &(dyn std::error::Error + 'static)) -> bool {
-    use async_nats::jetstream::ErrorCode;
-    use async_nats::jetstream::context::{CreateStreamError, CreateStreamErrorKind};
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if let Some(e) = e.downcast_ref::<CreateStreamError>()
-            && let CreateStreamErrorKind::JetStream(e) = e.kind()
-            && e.error_code() == ErrorCode::STORAGE_RESOURCES_EXCEEDED
-        {
-            return true;
-        }
-        next = e.source();
-    }
-    false
+    jetstream_code(error) == Some(async_nats::jetstream::ErrorCode::STORAGE_RESOURCES_EXCEEDED)
 }
 
 /// Why a broker operation failed.
@@ -573,20 +561,52 @@ impl Broker {
 
 /// Whether `error` says the JetStream cluster cannot place a stream yet: no peers known
 /// for its replicas, no cluster available, or the chosen peer failing to create its store
-/// (all seen from a cluster in its first second).
+/// (all seen from a cluster in its first second; the last also from a node that sets up
+/// the account's JetStream while the stream is created on it).
 pub fn cluster_forming(error: &(dyn std::error::Error + 'static)) -> bool {
     use async_nats::jetstream::ErrorCode;
+    jetstream_code(error).is_some_and(|code| {
+        code == ErrorCode::CLUSTER_NO_PEERS
+            || code == ErrorCode::CLUSTER_NOT_AVAILABLE
+            || code == ErrorCode::STREAM_CREATE
+    })
+}
+
+/// The JetStream error code somewhere in `error`'s chain: a bare JetStream answer, or
+/// one inside the async-nats error of a stream create, a stream read or a consumer call
+/// (which carry it in their kind, not as their source).
+fn jetstream_code(
+    error: &(dyn std::error::Error + 'static),
+) -> Option<async_nats::jetstream::ErrorCode> {
+    use async_nats::jetstream::context::{
+        CreateStreamError, CreateStreamErrorKind, GetStreamError, GetStreamErrorKind,
+    };
+    use async_nats::jetstream::stream::{ConsumerError, ConsumerErrorKind};
     let mut next = Some(error);
     while let Some(e) = next {
-        if let Some(js) = e.downcast_ref::<async_nats::jetstream::Error>() {
-            let code = js.error_code();
-            return code == ErrorCode::CLUSTER_NO_PEERS
-                || code == ErrorCode::CLUSTER_NOT_AVAILABLE
-                || code == ErrorCode::STREAM_CREATE;
+        let code = if let Some(js) = e.downcast_ref::<async_nats::jetstream::Error>() {
+            Some(js.error_code())
+        } else if let Some(e) = e.downcast_ref::<CreateStreamError>()
+            && let CreateStreamErrorKind::JetStream(js) = e.kind()
+        {
+            Some(js.error_code())
+        } else if let Some(e) = e.downcast_ref::<GetStreamError>()
+            && let GetStreamErrorKind::JetStream(js) = e.kind()
+        {
+            Some(js.error_code())
+        } else if let Some(e) = e.downcast_ref::<ConsumerError>()
+            && let ConsumerErrorKind::JetStream(js) = e.kind()
+        {
+            Some(js.error_code())
+        } else {
+            None
+        };
+        if code.is_some() {
+            return code;
         }
         next = e.source();
     }
-    false
+    None
 }
 
 /// Whether a broker call somewhere in `error`'s chain ran out of time. async-nats gives
@@ -652,5 +672,31 @@ mod tests {
             .into(),
         };
         assert!(!transient(&full) && out_of_storage(&full));
+    }
+
+    /// A peer of a forming cluster that fails to create its store (JetStream error 10049,
+    /// seen when an account's JetStream is set up on that node while the stream is
+    /// created) answers through async-nats's stream error, not a bare JetStream error.
+    #[test]
+    fn a_store_a_peer_could_not_create_yet_is_transient_however_it_is_wrapped() {
+        use async_nats::jetstream::context::{CreateStreamError, CreateStreamErrorKind};
+        let answer = || -> async_nats::jetstream::Error {
+            serde_json::from_value(serde_json::json!({
+                "code": 500,
+                "err_code": 10049,
+                "description": "error creating store for stream"
+            }))
+            .expect("a JetStream error")
+        };
+        let wrapped = BrokerError::Stream {
+            stream: "FLUE_EVT",
+            source: CreateStreamError::new(CreateStreamErrorKind::JetStream(answer())).into(),
+        };
+        assert!(cluster_forming(&wrapped) && transient(&wrapped));
+        let bare = BrokerError::Stream {
+            stream: "FLUE_EVT",
+            source: Box::new(answer()),
+        };
+        assert!(cluster_forming(&bare) && transient(&bare));
     }
 }
