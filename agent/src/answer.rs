@@ -18,7 +18,6 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::connect;
 use flue_proto::output::{TRUNCATED_MARKER, json_len, shorten_streams};
 
 /// After shutdown is requested, a result still gets this long to be published; after
@@ -130,7 +129,7 @@ impl Responder {
             tokio::time::sleep(PUBLISH_WINDOW_AFTER_SHUTDOWN).await;
         };
         let published = (|| self.publish(msg))
-            .retry(connect::RETRY.retry(None))
+            .retry(crate::RETRY.retry(None))
             .notify(|e, _| warn!(error = %e, "publishing an answer failed, retrying"));
         tokio::select! {
             () = give_up => false,
@@ -161,7 +160,7 @@ pub async fn ack(msg: &jetstream::Message, shutdown: &CancellationToken) {
             }
         }
     })
-    .retry(connect::RETRY.retry(Some(ACK_ATTEMPTS as usize - 1)))
+    .retry(crate::RETRY.retry(Some(ACK_ATTEMPTS as usize - 1)))
     .when(|()| !shutdown.is_cancelled())
     .await;
     if confirmed.is_err() {

@@ -2,13 +2,12 @@
 //! look-up of the request consumer the gateway created for this server.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use async_nats::{ConnectOptions, Event};
 use flue_proto::creds::AgentCredentials;
 use flue_proto::nats_url::NatsUrls;
-use flue_proto::retry::{Delays, Policy};
+use flue_proto::retry::Delays;
 use flue_proto::subject;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -17,10 +16,6 @@ use tracing::{debug, info, warn};
 use crate::config::Config;
 use crate::error::Error;
 use crate::rights::Rights;
-
-/// The agent's retries on the broker (reconnections, consumer look-ups, pulls, answers,
-/// acks): 100 ms doubling to 5 s, jittered ([`flue_proto::retry`]).
-pub const RETRY: Policy = Policy::new(Duration::from_millis(100), Duration::from_secs(5));
 
 /// A connected (or connecting) broker client.
 #[derive(Debug, Clone)]
@@ -52,7 +47,7 @@ pub async fn connect(
         .retry_on_initial_connect()
         .max_reconnects(None)
         .reconnect_delay_callback(|attempts| {
-            RETRY.delay(u32::try_from(attempts.saturating_sub(1)).unwrap_or(u32::MAX))
+            crate::RETRY.delay(u32::try_from(attempts.saturating_sub(1)).unwrap_or(u32::MAX))
         })
         .event_callback(move |event| {
             let tx = tx.clone();
@@ -133,7 +128,7 @@ pub async fn find_consumer(
     shutdown: &CancellationToken,
 ) -> Option<PullConsumer> {
     let name = subject::request_consumer(&config.tenant, &config.server_id);
-    let mut delays = RETRY.delays();
+    let mut delays = crate::RETRY.delays();
     loop {
         connects.borrow_and_update();
         let lookup = broker

@@ -119,6 +119,12 @@ use tracing::{debug, info, warn};
 pub use config::{Config, RunArgs};
 pub use error::Error;
 
+/// The agent's retries on the broker (reconnections, consumer look-ups, pulls, answers,
+/// acks): 100 ms doubling to 5 s, jittered ([`flue_proto::retry`]). At the crate's root so
+/// that every module takes it without importing another.
+pub const RETRY: flue_proto::retry::Policy =
+    flue_proto::retry::Policy::new(Duration::from_millis(100), Duration::from_secs(5));
+
 /// Longest wait for buffered acks and answers to reach the broker on the way out.
 const FLUSH_ON_EXIT: Duration = Duration::from_secs(2);
 

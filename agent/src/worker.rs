@@ -59,7 +59,7 @@ pub async fn run(agent: &Agent) -> Result<(), Error> {
     prune_ledger(agent).await?;
     let mut next_prune = Instant::now() + PRUNE_EVERY;
     let mut connects = agent.broker.connects.clone();
-    let mut delays = connect::RETRY.delays();
+    let mut delays = crate::RETRY.delays();
     'lookup: loop {
         let Some(consumer) =
             connect::find_consumer(&agent.broker, &agent.config, &mut connects, shutdown).await
