@@ -198,7 +198,7 @@ async fn run(
     let mut connects = broker.connects.clone();
     let mut permit = Some(permit);
     let pulling = async {
-        let mut delays = connect::RETRY.delays();
+        let mut delays = flue_agent::RETRY.delays();
         loop {
             let Some(consumer) =
                 connect::find_consumer(&broker, &config, &mut connects, stop).await
