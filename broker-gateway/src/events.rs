@@ -92,6 +92,20 @@ impl Events {
         Ok(())
     }
 
+    /// [`Events::publish_deployment`] of a step `record` went past before the step's own
+    /// answer came: the event as the deployment showed at that step
+    /// ([`DeploymentRecord::step_event`]).
+    pub async fn publish_deployment_step(
+        &self,
+        record: &DeploymentRecord,
+        ty: EventType,
+    ) -> Result<(), BrokerError> {
+        if self.store(&record.step_event(ty)).await? {
+            self.metrics.deployment_reported(&record.deployment, ty);
+        }
+        Ok(())
+    }
+
     /// [`Events::emit`] of the event `ty` about `record`, counted as
     /// [`Events::publish_deployment`] counts it.
     pub async fn emit_deployment(&self, record: &DeploymentRecord, ty: EventType) {

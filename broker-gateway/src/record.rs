@@ -110,6 +110,23 @@ impl DeploymentRecord {
         .stack(d.stack_id.as_ref())
         .deployment(&d.id)
     }
+
+    /// The event of step `ty` (`delivered` or `started`) as the deployment showed at that
+    /// step, reported once the record went past it before the step's own answer came
+    /// (see `responses`): status QUEUED or IN_PROGRESS, no reason, code or outputs yet.
+    pub fn step_event(&self, ty: EventType) -> CloudEvent {
+        let mut at_step = self.clone();
+        let d = &mut at_step.deployment;
+        d.status = if ty == EventType::DeploymentDelivered {
+            DeploymentStatus::Queued
+        } else {
+            DeploymentStatus::InProgress
+        };
+        d.status_reason = None;
+        d.deploy_status_code = None;
+        d.outputs = BTreeMap::new();
+        at_step.event(ty)
+    }
 }
 
 /// The event reporting how `d` ended: `completed`, `timed_out` (FAILED "timed out",

@@ -33,8 +33,11 @@
 //! later ones were reported (its ack wait ran out while its gateway was stalled), it is
 //! not reported when that would put it out of order: a `delivered` once the deployment
 //! started, a `started` or a progress batch once it ended, a progress batch behind a
-//! later one. That event is lost rather than reported late; the record, and the final
-//! result's full output, are not.
+//! later one. The steps it skipped are reported instead just before the later answer
+//! that went past them, from the record ([`Skipped`]): an agent sends `delivered`
+//! before anything else and `started` before the result of a hook it ran, so an answer
+//! that finds the record without them proves them. Only progress batches are lost
+//! rather than reported late; the record, and the final result's full output, are not.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -207,11 +210,14 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) -> String 
     // effect without its event being published.
     let redelivered = message.info().map_or(true, |info| info.delivered > 1);
     let mut delays = ATTEMPT_RETRY.delays();
+    // What the attempt that changed the record found skipped, for the attempts after it.
+    let skipped = Mutex::new(Skipped::default());
     for attempt in 1.. {
         let from = Sender {
             tenant: &tenant,
             server: &server,
             handled_before: redelivered || attempt > 1,
+            skipped: Some(&skipped),
         };
         let applied = match &parsed {
             AgentMessage::Progress { .. } => progress(service, owners, from, &parsed).await,
@@ -312,6 +318,52 @@ struct Sender<'a> {
     /// This very message was handled before (a redelivery, or a retry in place), so its
     /// effect may be recorded without its event being out.
     handled_before: bool,
+    /// The steps this message's change of the record went past (kept across attempts
+    /// at it); `None` for a polling server, whose answers are applied as they come.
+    skipped: Option<&'a Mutex<Skipped>>,
+}
+
+/// The steps of a deployment that an agent's answer finds the record without, so that
+/// their events are reported, in order, just before this answer's: the agent took them
+/// (it sends `delivered` first, and `started` before the result of a hook it ran), but
+/// their answers come after this one (a gateway that held them stalled past the ack
+/// wait, or died, and they were delivered again behind it).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Skipped {
+    delivered: bool,
+    started: bool,
+}
+
+impl Skipped {
+    /// What `message` skips on `record` as it was before `message` changed it. A
+    /// `delivered` reported already (or reported as skipped by `started`) leaves the
+    /// record QUEUED no longer, and a result whose hook never started skips no `started`.
+    fn on(record: &DeploymentRecord, message: &AgentMessage) -> Self {
+        let d = &record.deployment;
+        let queued = d.status == flue_proto::DeploymentStatus::Queued;
+        let delivered = queued && d.delivered_at.is_none();
+        match message {
+            AgentMessage::Started { .. } => Self {
+                delivered,
+                started: false,
+            },
+            AgentMessage::Finished { result, .. } => Self {
+                delivered,
+                started: queued && result.started_at.is_some(),
+            },
+            _ => Self::default(),
+        }
+    }
+
+    /// The skipped steps' event types, in their order.
+    fn events(self) -> impl Iterator<Item = EventType> {
+        [
+            (self.delivered, EventType::DeploymentDelivered),
+            (self.started, EventType::DeploymentStarted),
+        ]
+        .into_iter()
+        .filter_map(|(skipped, ty)| skipped.then_some(ty))
+    }
 }
 
 /// Applies `delivered`, `started` or `finished` to the record, then reports what the
@@ -347,6 +399,7 @@ pub(crate) async fn apply_polled(
         tenant,
         server,
         handled_before: false,
+        skipped: None,
     };
     apply_received(
         service,
@@ -396,7 +449,14 @@ async fn apply_received(
             warn_stray(id, server, kind, parsed);
             return Ok(());
         }
-        Applied::Done(u) => u,
+        Applied::Done(u, skipped) => {
+            if u.changed
+                && let Some(carried) = from.skipped
+            {
+                *carried.lock().unwrap_or_else(|p| p.into_inner()) = skipped;
+            }
+            u
+        }
     };
     let d = &u.record.deployment;
     owners.remember(&u.record);
@@ -407,7 +467,20 @@ async fn apply_received(
         info!(deployment.id = %id, server.id = %server, status = %d.status, kind, "deployment status changed");
     }
     match reported(parsed, d, u.changed || from.handled_before) {
-        Some(ty) => service.events.publish_deployment(&u.record, ty).await?,
+        Some(ty) => {
+            let skipped = from
+                .skipped
+                .map(|carried| *carried.lock().unwrap_or_else(|p| p.into_inner()))
+                .unwrap_or_default();
+            for step in skipped.events() {
+                info!(deployment.id = %id, server.id = %server, kind, step = %step, "a step's answer comes after a later one; reporting the step first");
+                service
+                    .events
+                    .publish_deployment_step(&u.record, step)
+                    .await?;
+            }
+            service.events.publish_deployment(&u.record, ty).await?
+        }
         None => {
             debug!(deployment.id = %id, status = %d.status, kind, "agent message changes nothing; ignored")
         }
@@ -426,8 +499,9 @@ pub(crate) enum Applied {
     /// forged one): the record as it is.
     Stray,
     /// The record once the answer is applied (`changed`: this call wrote it; not when
-    /// the record had gone past it, or it was applied before).
-    Done(Updated),
+    /// the record had gone past it, or it was applied before), and the steps this change
+    /// went past (none when nothing changed).
+    Done(Updated, Skipped),
 }
 
 /// Applies `parsed` (`delivered`, `started` or `finished`; `refused`: the sealed outputs
@@ -445,8 +519,10 @@ pub(crate) async fn apply_answer(
 ) -> Result<Applied, StoreError> {
     let mut foreign = false;
     let mut stray = false;
+    let mut skipped = Skipped::default();
     let updated = deployments
         .update(tenant, id, |record| {
+            skipped = Skipped::default();
             let d = &record.deployment;
             if &d.tenant != tenant || &d.server_id != server {
                 foreign = true;
@@ -456,7 +532,8 @@ pub(crate) async fn apply_answer(
                 stray = true;
                 return false;
             }
-            match parsed {
+            let past = Skipped::on(record, parsed);
+            let changed = match parsed {
                 AgentMessage::Delivered { at, .. } => apply_delivered(record, *at),
                 AgentMessage::Started { at, .. } => apply_started(record, *at, now),
                 AgentMessage::Progress { .. } | AgentMessage::Rejected { .. } => false,
@@ -468,14 +545,18 @@ pub(crate) async fn apply_answer(
                     }
                     changed
                 }
+            };
+            if changed {
+                skipped = past;
             }
+            changed
         })
         .await?;
     Ok(match updated {
         None => Applied::Unknown,
         Some(u) if foreign => Applied::Foreign(u),
         Some(_) if stray => Applied::Stray,
-        Some(u) => Applied::Done(u),
+        Some(u) => Applied::Done(u, skipped),
     })
 }
 

@@ -193,13 +193,13 @@ mod applying {
     #[tokio::test]
     async fn started_then_finished_move_the_record_forward_once_each() {
         let store = store().await;
-        let Applied::Done(u) = apply(&store, "s1", &started(Some(digest()))).await else {
+        let Applied::Done(u, _) = apply(&store, "s1", &started(Some(digest()))).await else {
             panic!("not applied");
         };
         assert!(u.changed);
         assert_eq!(u.record.deployment.status, DeploymentStatus::InProgress);
         assert_eq!(stored(&store).await.deployment.started_at, Some(at(2)));
-        let Applied::Done(u) = apply(&store, "s1", &finished(DeploymentStatus::Complete)).await
+        let Applied::Done(u, _) = apply(&store, "s1", &finished(DeploymentStatus::Complete)).await
         else {
             panic!("not applied");
         };
@@ -223,12 +223,74 @@ mod applying {
             finished(DeploymentStatus::Complete),
             started(Some(digest())),
         ] {
-            let Applied::Done(u) = apply(&store, "s1", &again).await else {
+            let Applied::Done(u, _) = apply(&store, "s1", &again).await else {
                 panic!("not applied");
             };
             assert!(!u.changed);
             assert_eq!(u.record.deployment.status, DeploymentStatus::Complete);
         }
+    }
+
+    fn delivered() -> AgentMessage {
+        AgentMessage::Delivered {
+            v: PROTOCOL_VERSION,
+            deployment_id: DeploymentId::new("d1").expect("id"),
+            at: at(1),
+            request_digest: Some(digest()),
+        }
+    }
+
+    /// The steps `messages`, applied in turn to a fresh record, skipped, each as
+    /// `Skipped::events` lists them.
+    async fn skipped_by(messages: &[AgentMessage]) -> Vec<Vec<EventType>> {
+        let store = store().await;
+        let mut all = Vec::new();
+        for message in messages {
+            let Applied::Done(_, skipped) = apply(&store, "s1", message).await else {
+                panic!("not applied");
+            };
+            all.push(skipped.events().collect());
+        }
+        all
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_comes_before_the_steps_it_follows_names_them_in_order_once() {
+        use EventType::{DeploymentDelivered as D, DeploymentStarted as S};
+        let done = finished(DeploymentStatus::Complete);
+        // In order: nothing skipped.
+        assert_eq!(
+            skipped_by(&[delivered(), started(Some(digest())), done.clone()]).await,
+            [vec![], vec![], vec![]]
+        );
+        // The result first: both steps, then the late ones change nothing.
+        assert_eq!(
+            skipped_by(&[done.clone(), delivered(), started(Some(digest()))]).await,
+            [vec![D, S], vec![], vec![]]
+        );
+        // `started` before `delivered`: `delivered` once, not again with the result.
+        assert_eq!(
+            skipped_by(&[started(Some(digest())), done.clone(), delivered()]).await,
+            [vec![D], vec![], vec![]]
+        );
+        // `delivered`, then the result: only `started`.
+        assert_eq!(
+            skipped_by(&[delivered(), done.clone()]).await,
+            [vec![], vec![S]]
+        );
+        // A result whose hook never started (the agent refused the request) skips no
+        // `started`.
+        let mut refused = done.clone();
+        if let AgentMessage::Finished { result, .. } = &mut refused {
+            result.status = DeploymentStatus::Failed;
+            result.started_at = None;
+        }
+        assert_eq!(skipped_by(&[refused]).await, [vec![D]]);
+        // The same result again (a redelivery) skips nothing.
+        assert_eq!(
+            skipped_by(&[done.clone(), done]).await,
+            [vec![D, S], vec![]]
+        );
     }
 
     #[tokio::test]

@@ -27,9 +27,12 @@ const IN_FLIGHT: usize = 16;
 /// Bound on the whole run's waits (accepting, finishing): generous, the suite shares
 /// two cores.
 const RUN_WAIT: Duration = Duration::from_secs(150);
-/// Bound on the wait for every deployment to end once all are accepted (the test runner
-/// stops a test after 240 s).
-const END_WAIT: Duration = Duration::from_secs(90);
+/// Bound on the wait for the next deployment to end once all are accepted: the gateway
+/// applying no answer for this long has stalled. How fast they end is the bench's matter
+/// (on a loaded machine the surviving gateway applied 3 to 45 answers a second here).
+const STALL_WAIT: Duration = Duration::from_secs(60);
+/// Bound on the whole test, below the test runner's 240 s.
+const TEST_WAIT: Duration = Duration::from_secs(220);
 
 /// Long-polls `client` (retrying 503s and connection errors) until deployment `id` is
 /// terminal.
@@ -148,32 +151,38 @@ async fn a_thousand_deployments_through_two_gateways_survive_a_nats_node_and_a_g
         .expect("the submitting task");
     eprintln!("{:?}: all accepted; {} hooks ran", t0.elapsed(), lines());
     let client = second.client();
-    let ends = std::sync::Mutex::new(Vec::new());
-    let all_end = futures_util::stream::iter(&ids)
+    let mut ends = Vec::new();
+    let mut ending = futures_util::stream::iter(&ids)
         .map(|id| terminal(&client, id))
-        .buffer_unordered(IN_FLIGHT)
-        .for_each(|d| {
-            ends.lock().expect("ends").push(d);
-            async {}
-        });
-    if tokio::time::timeout(END_WAIT, all_end).await.is_err() {
-        let ended: Vec<DeploymentId> = ends
-            .lock()
-            .expect("ends")
-            .iter()
-            .map(|d| d.id.clone())
-            .collect();
+        .buffer_unordered(IN_FLIGHT);
+    let deadline = tokio::time::Instant::now() + TEST_WAIT.saturating_sub(t0.elapsed());
+    let mut stalled = None;
+    while ends.len() < ids.len() {
+        let wait = STALL_WAIT.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        match tokio::time::timeout(wait, ending.next()).await {
+            Ok(Some(d)) => ends.push(d),
+            Ok(None) => break,
+            Err(_) => {
+                stalled = Some(wait);
+                break;
+            }
+        }
+    }
+    drop(ending);
+    if let Some(wait) = stalled {
+        let ended: Vec<DeploymentId> = ends.iter().map(|d| d.id.clone()).collect();
         let mut open = Vec::new();
         for id in ids.iter().filter(|id| !ended.contains(id)) {
             let d = client.get_deployment(id).await.expect("read a deployment");
             open.push(format!("{id} {} {:?}", d.status, d.server_id));
         }
         panic!(
-            "{} deployments not terminal within {END_WAIT:?}: {open:#?}",
-            open.len()
+            "{} deployments not terminal ({} ended; none for {wait:?}, {:?} into the test): {open:#?}",
+            open.len(),
+            ends.len(),
+            t0.elapsed()
         );
     }
-    let ends = ends.into_inner().expect("ends");
     eprintln!("{:?}: all terminal; {} hooks ran", t0.elapsed(), lines());
     let mut statuses: HashMap<DeploymentStatus, usize> = HashMap::new();
     for d in &ends {

@@ -379,18 +379,10 @@ async fn response_backlog(env: &Flue) -> (u64, usize) {
     (info.num_pending, info.num_ack_pending)
 }
 
-#[tokio::test]
-async fn answers_held_by_a_gateway_that_died_never_come_out_of_order() {
-    let mut env = Flue::start().await;
-    env.register("web").await;
-    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
-    config(&env, "quick", "#!/bin/sh\necho hi\n", &[]).await;
-    let d = env.deploy("quick", "web", &[]).await;
-    wait_event(&mut tap, &d.id, EventType::DeploymentQueued).await;
-    env.gateway.kill().await;
-    // The credentials kept at registration: the gateway is down.
-    let _agent = env.spawn_agent_as_is("web", "agent-web", &[], &[]);
-    _agent.ready().await;
+/// Plays a gateway that pulled a finished deployment's `delivered` and `started` (the
+/// agent of `web` answered all three while no gateway ran) and holds them unacknowledged:
+/// returns them.
+async fn hold_delivered_and_started(env: &Flue) -> Vec<jetstream::Message> {
     let client = env.nats.client().await;
     let js = jetstream::new(client.clone());
     let stream = js
@@ -447,6 +439,22 @@ async fn answers_held_by_a_gateway_that_died_never_come_out_of_order() {
         )
         .collect();
     assert_eq!(kinds, ["delivered", "started"]);
+    held
+}
+
+#[tokio::test]
+async fn answers_held_by_a_gateway_that_died_never_come_out_of_order() {
+    let mut env = Flue::start().await;
+    env.register("web").await;
+    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
+    config(&env, "quick", "#!/bin/sh\necho hi\n", &[]).await;
+    let d = env.deploy("quick", "web", &[]).await;
+    wait_event(&mut tap, &d.id, EventType::DeploymentQueued).await;
+    env.gateway.kill().await;
+    // The credentials kept at registration: the gateway is down.
+    let _agent = env.spawn_agent_as_is("web", "agent-web", &[], &[]);
+    _agent.ready().await;
+    let held = hold_delivered_and_started(&env).await;
 
     env.gateway.restart().await;
     wait_event(&mut tap, &d.id, EventType::DeploymentCompleted).await;
@@ -478,6 +486,82 @@ async fn answers_held_by_a_gateway_that_died_never_come_out_of_order() {
         ],
     );
     drop(held);
+    assert_unique_ids(&tap);
+}
+
+#[tokio::test]
+async fn answers_a_stalled_gateway_holds_past_the_takeover_still_report_every_step_in_order() {
+    let mut env = Flue::start().await;
+    env.register("web").await;
+    let mut tap = EventTap::from_start(&env.nats.events_client().await).await;
+    config(&env, "quick", "#!/bin/sh\necho hi\n", &[]).await;
+    let d = env.deploy("quick", "web", &[]).await;
+    wait_event(&mut tap, &d.id, EventType::DeploymentQueued).await;
+    env.gateway.kill().await;
+    let _agent = env.spawn_agent_as_is("web", "agent-web", &[], &[]);
+    _agent.ready().await;
+    let held = hold_delivered_and_started(&env).await;
+
+    // The holder stalls but lives: it keeps its answers (in-progress acknowledgements,
+    // each inside the ack wait) past the wait of the gateway taking over, which then goes
+    // on with the result. Only after that are they handed back, behind the result.
+    env.gateway.restart().await;
+    {
+        let completed = wait_event(&mut tap, &d.id, EventType::DeploymentCompleted);
+        tokio::pin!(completed);
+        let mut keep = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            tokio::select! {
+                _ = &mut completed => break,
+                _ = keep.tick() => {
+                    for m in &held {
+                        m.ack_with(jetstream::AckKind::Progress).await.expect("in progress");
+                    }
+                }
+            }
+        }
+    }
+    for m in &held {
+        m.ack_with(jetstream::AckKind::Nak(None))
+            .await
+            .expect("handed back");
+    }
+    let drained = async {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            if response_backlog(&env).await == (0, 0) {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, drained)
+        .await
+        .expect("the held answers were handled");
+    let after = env.deploy("quick", "web", &[]).await;
+    wait_event(&mut tap, &after.id, EventType::DeploymentCompleted).await;
+    // The steps the result went past are reported before it, from the record, as the
+    // deployment stood at each; their late answers report nothing again.
+    let events = lifecycle(&tap, &d.id);
+    assert_eq!(
+        types(&events),
+        [
+            EventType::DeploymentQueued,
+            EventType::DeploymentDelivered,
+            EventType::DeploymentStarted,
+            EventType::DeploymentCompleted
+        ],
+    );
+    let statuses: Vec<_> = events.iter().map(|e| e.data["status"].clone()).collect();
+    assert_eq!(
+        statuses,
+        [
+            json!("QUEUED"),
+            json!("QUEUED"),
+            json!("IN_PROGRESS"),
+            json!("COMPLETE")
+        ]
+    );
     assert_unique_ids(&tap);
 }
 
