@@ -342,6 +342,53 @@ for name, d, _ in CRATES:
             counts["fn" if k.endswith("fn") else k] += 1
     print(f"{name:<28}" + "".join(f"{counts[k]:>8}" for k in KINDS) + f"{sum(counts.values()):>8}")
 
+print("\n== Public items reachable from each library's root (the same items, in files every module above")
+print("   is a `pub mod` of, inline `mod`s not `pub` left out; `pub use` lines there counted apart, not followed)")
+
+
+def reachable_files(root):
+    """The files of the library at `root` (its lib.rs) whose every module up to the root is
+    `pub mod`, each with the text spans of its inline modules that are not `pub`."""
+    out = []
+    todo = [(os.path.join(root, "lib.rs"), root)]
+    while todo:
+        path, child_dir = todo.pop()
+        if not os.path.exists(path):
+            continue
+        t = stripped(path)[1]
+        hidden = [
+            span
+            for mm, span in zip(re.finditer(r"\bmod\s+\w+\s*\{", t), inline_mods(t))
+            if not re.search(r"(?:^|[^\w)])pub\s+$", t[max(0, mm.start() - 8):mm.start()])
+        ]
+        out.append((path, hidden))
+        for name in re.findall(r"^\s*pub\s+mod\s+(\w+)\s*;", t, re.M):
+            f = os.path.join(child_dir, name + ".rs")
+            if os.path.exists(f):
+                todo.append((f, os.path.join(child_dir, name)))
+            else:
+                todo.append((os.path.join(child_dir, name, "mod.rs"), os.path.join(child_dir, name)))
+    return out
+
+
+print(f"{'crate':<28}{'files':>7}" + "".join(f"{k:>8}" for k in KINDS) + f"{'total':>8}{'pub use':>9}")
+PUB_USE = re.compile(r"^\s*pub\s+use\b", re.M)
+for name, d, roots in CRATES:
+    src = roots[0] if roots else ""
+    if "fuzz" in name or not os.path.exists(os.path.join(src, "lib.rs")):
+        continue
+    counts = dict.fromkeys(KINDS, 0)
+    files = reachable_files(src)
+    uses = 0
+    for f, hidden in files:
+        t = stripped(f)[1]
+        for a, b in hidden:
+            t = t[:a] + " " * (b - a) + t[b:]
+        for k in PUB.findall(t):
+            counts["fn" if k.endswith("fn") else k] += 1
+        uses += len(PUB_USE.findall(t))
+    print(f"{name:<28}{len(files):>7}" + "".join(f"{counts[k]:>8}" for k in KINDS) + f"{sum(counts.values()):>8}{uses:>9}")
+
 print("\n== Tests ARCHITECTURE.md's invariants name that are not in the tree")
 CRATE_DIRS = {"flue_" + n[5:].replace("-", "_"): d for n, d, _ in CRATES if "fuzz" not in n}
 CRATE_DIRS["flue_gateway"] = "broker-gateway"

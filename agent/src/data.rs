@@ -12,9 +12,9 @@
 //! [`subject::DATA_BUCKET`]: flue_proto::subject::DATA_BUCKET
 
 pub mod cli;
-pub mod server;
-pub mod space;
-pub mod wire;
+pub(crate) mod server;
+pub(crate) mod space;
+pub(crate) mod wire;
 
 /// Largest value a key may hold, in bytes: room for addresses, certificates and small
 /// documents, far below the broker's message limit.

@@ -231,7 +231,7 @@ async fn handle_request(
         // taken as this request's, as that agent would have.
         Some(Entry::Done { result, .. }) => {
             info!("already finished, answering from the ledger");
-            agent.counters.from_ledger();
+            agent.counters.answered_from_ledger();
             result
         }
         // An upgrade request the agent restarted for: answered from the upgrade's marker.

@@ -196,8 +196,10 @@ fn component_part(body: &Value, action: &str) -> Option<(String, Value)> {
 /// Replaces, anywhere in `body`, every object that is exactly `{"get_input": NAME}` with
 /// the value of input NAME as the item carries it, or null when there is no such input
 /// (Heat's `OS::Heat::StructuredConfig`). A `get_input` whose argument is not a string, or
-/// an object with other keys beside it, is left as it is.
-pub fn substitute_inputs(body: &mut Value, inputs: &[HeatInput]) {
+/// an object with other keys beside it, is left as it is. (The item's own substitution,
+/// with the inputs it is built from; its tests compare against this on the whole item.)
+#[cfg(test)]
+fn substitute_inputs(body: &mut Value, inputs: &[HeatInput]) {
     substitute(body, &|name| {
         inputs.iter().find(|i| i.name == name).map(|i| &i.value)
     });

@@ -87,26 +87,34 @@
 //! `--heartbeat-secs` (default 3, 1 to 60) and right after every reconnection; heartbeats go
 //! on during the shutdown grace period. See [`heartbeat`].
 
+// The library's surface: what the binaries (`main.rs`, `flue-hook-guard`) and the tests
+// need, every other module the crate's own (`pub(crate)`), held by `tests/it/structure.rs`.
+// The binaries take `config`, `data` (its `cli`), `doctor`, `guard` and `upgrade`. The
+// tests' simulated agents (`flue_tests::sim`) speak the agent's protocol with its own
+// pieces, not copies of them: `answer`, `heartbeat`, `connect`, `rights` and
+// `worker::PULL_EXPIRES`; the hook-lifetime tests run real hooks under `process`,
+// `guard` and `ledger`, with the agent's binaries; the upgrade tests name `upgrade`'s
+// file paths.
 pub mod answer;
 pub mod config;
 pub mod connect;
-pub mod credentials;
+pub(crate) mod credentials;
 pub mod data;
-pub mod deploy;
+pub(crate) mod deploy;
 pub mod doctor;
-pub mod error;
+pub(crate) mod error;
 pub mod guard;
 pub mod heartbeat;
-pub mod hook;
-pub mod item;
+pub(crate) mod hook;
+pub(crate) mod item;
 pub mod ledger;
-pub mod metrics;
-pub mod orphans;
+pub(crate) mod metrics;
+pub(crate) mod orphans;
 pub mod process;
-pub mod progress;
+pub(crate) mod progress;
 pub mod rights;
-pub mod script;
-pub mod sealing;
+pub(crate) mod script;
+pub(crate) mod sealing;
 mod sys;
 pub mod upgrade;
 pub mod worker;

@@ -38,7 +38,7 @@ impl Counters {
     }
 
     /// A request was answered from the ledger.
-    pub fn from_ledger(&self) {
+    pub fn answered_from_ledger(&self) {
         self.answered_from_ledger.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -66,7 +66,7 @@ mod tests {
         c.hook_ran(DeploymentStatus::Complete, Duration::from_millis(1500));
         c.hook_ran(DeploymentStatus::Failed, Duration::from_millis(500));
         c.rejected();
-        c.from_ledger();
+        c.answered_from_ledger();
         let m = c.snapshot(2);
         assert_eq!(
             m,

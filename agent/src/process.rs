@@ -18,7 +18,7 @@ use crate::guard::Guard;
 use crate::progress::LineTee;
 use crate::sys;
 
-pub mod group;
+pub(crate) mod group;
 
 pub use group::HookProcess;
 

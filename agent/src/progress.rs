@@ -14,7 +14,7 @@
 //!
 //! - A line longer than [`MAX_LINE_BYTES`] (4 KiB) is cut and ends with
 //!   [`LINE_TRUNCATED_MARKER`] (`…[truncated]`).
-//! - A line counts the bytes it takes in a message ([`encoded_size`]): its text as a
+//! - A line counts the bytes it takes in a message ([`batch::encoded_size`]): its text as a
 //!   JSON string plus 30 bytes for `{"stream":"stdout","text":""},`, so that empty lines
 //!   or control characters (`\u0001`) cannot make a deployment send more than its budget.
 //! - Lines go out in batches, one message each, at most every [`BATCH_INTERVAL`]
@@ -70,7 +70,7 @@ use tracing::{debug, warn};
 
 use crate::answer::Responder;
 
-pub use batch::{Batch, Batcher, encoded_size};
+pub use batch::{Batch, Batcher};
 pub use lines::{LineSplitter, RawLine};
 pub use redact::{Redactor, as_text};
 
@@ -80,15 +80,15 @@ pub const MAX_LINE_BYTES: usize = 4 * 1024;
 pub const LINE_TRUNCATED_MARKER: &str = "…[truncated]";
 /// Shortest time between two progress messages of a deployment (unless one is full).
 pub const BATCH_INTERVAL: Duration = Duration::from_millis(200);
-/// Lines ([`encoded_size`]) that make a batch due at once.
+/// Lines ([`batch::encoded_size`]) that make a batch due at once.
 pub const MAX_BATCH_BYTES: usize = 64 * 1024;
 /// Lines that make a batch due at once (keeps a message of many short lines small).
 pub const MAX_BATCH_LINES: usize = 1024;
-/// Lines ([`encoded_size`]) sent per deployment at most.
+/// Lines ([`batch::encoded_size`]) sent per deployment at most.
 pub const MAX_PROGRESS_BYTES: usize = 256 * 1024;
 /// Line text waiting to be sent at most (each line counts one more byte); more is dropped
 /// and counted. More than the budget (a line's text is shorter than its
-/// [`encoded_size`]), so that a burst always reaches it and is marked `truncated`.
+/// [`batch::encoded_size`]), so that a burst always reaches it and is marked `truncated`.
 pub const QUEUE_BYTES: usize = MAX_PROGRESS_BYTES + MAX_BATCH_BYTES;
 /// Lines waiting to be sent at most; more are dropped and counted.
 pub const QUEUE_LINES: usize = 16 * 1024;

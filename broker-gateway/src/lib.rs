@@ -21,20 +21,41 @@
 //! - [`serve`]: HTTP connections (bound, header timeout, graceful stop);
 //! - [`link`]: whether the broker connection is up;
 //! - [`state`]: the state directory and the keys only the gateway holds;
-//! - [`tenants`]: one runtime per tenant, the registry, and how tenants are reached;
+//! - [`tenants`]: one runtime per tenant, the registry, and how tenants are reached
+//!   ([`testing`] lends tests a few of its items);
 //! - [`auth`]: bearer tokens, roles and the middleware in front of `/v1`;
 //! - [`tls`]: the HTTPS server configuration and the broker's TLS configuration blocks;
 //! - [`natsauth`]: broker authentication (operator, accounts, users) and `flue-gateway init`.
+//!
+//! # The library's surface
+//!
+//! Every module is the crate's own (`pub(crate)`) but those the binary (`main.rs`), the
+//! fuzz targets and the tests need, and those need nothing but the following, which
+//! `tests/it/structure.rs` holds the tests to:
+//!
+//! - the root: [`Gateway`], [`run`], [`Config`], [`Error`], [`ApiError`];
+//! - [`api`]: the OpenAPI document (`flue-gateway openapi`) and, for the fuzz targets, the
+//!   query types of [`api::deployments`], [`api::stacks`] and [`api::events`];
+//! - operator tools, each a `flue-gateway` subcommand's library, which a test uses as an
+//!   operator with the state directory would: [`auth`] (`token`: minting tokens offline,
+//!   and which role a route allows), [`state`] (the state directory's keys), [`natsauth`]
+//!   (`init`, `tenant create`, `leaf-config`: the operator's keys and what they sign; the
+//!   attack tests forge and push JWTs with it, as an attacker's own tooling would) and
+//!   [`tls`] (the broker's TLS blocks `leaf-config` and `cluster-config` write);
+//! - [`webhooks::target`], the webhook target check a fuzz target runs;
+//! - [`testing`]: what only an in-process test does (a tenant served from a second
+//!   broker, one tenant's runtime stopped).
+//!
+//! The store, the records, the broker handles and the tenant runtimes' insides are not
+//! part of it: a test reads and writes what the gateway keeps through the broker (bucket
+//! and stream names from `flue_proto::subject`), and a rule of the store is unit-tested
+//! here, on the in-memory buckets.
 
-// Public: what `main.rs`, the tests and the fuzz targets use: `api` (the OpenAPI document,
-// the fuzzed query types), `auth` (tokens, roles, `flue-gateway token`), `broker`, `config`,
-// `natsauth` (`init` and the broker's keys), `record`, `state`, `store`, `tenants`, `tls` and
-// `webhooks` (the fuzzed target check). Every other module is the crate's own.
 pub(crate) mod adopt;
 pub mod api;
 pub mod auth;
-pub mod broker;
-pub mod config;
+pub(crate) mod broker;
+pub(crate) mod config;
 pub(crate) mod credentials;
 pub(crate) mod deferred;
 pub(crate) mod deployments;
@@ -50,7 +71,7 @@ pub mod natsauth;
 pub(crate) mod operations;
 pub(crate) mod poll;
 pub(crate) mod presence;
-pub mod record;
+pub(crate) mod record;
 pub(crate) mod replicas;
 pub(crate) mod request_consumers;
 pub(crate) mod responses;
@@ -63,8 +84,9 @@ pub(crate) mod stack_events;
 pub(crate) mod stacks;
 pub(crate) mod startup;
 pub mod state;
-pub mod store;
-pub mod tenants;
+pub(crate) mod store;
+pub(crate) mod tenants;
+pub mod testing;
 pub(crate) mod timeouts;
 pub mod tls;
 pub(crate) mod waiters;

@@ -21,9 +21,8 @@ use flue_proto::{CreateTenant, Tenant, TenantId};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-pub use crate::natsauth::BrokerUsers;
 pub use book::TenantBook;
-pub use connector::{Connection, Connector, TenantConnections};
+pub use connector::{Connector, TenantConnections};
 pub use runtime::{Stopped, TenantRouter, TenantRuntime};
 
 use crate::Config;

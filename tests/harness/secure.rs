@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use flue_gateway::natsauth::NatsAuth;
@@ -11,7 +12,7 @@ use flue_proto::creds::UserCreds;
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
 
-use crate::{Logs, START_WAIT, bin, nats_server_bin};
+use crate::{Gateway, Logs, START_WAIT, bin, nats_server_bin};
 
 /// How long a client connected with minted credentials waits for a JetStream answer: a
 /// call the broker refuses gets none (async-nats reports it as a timeout), so this is what
@@ -134,15 +135,16 @@ pub struct SecureNats {
     /// Mints users with the state directory's keys.
     pub auth: NatsAuth,
     state_dir: PathBuf,
-    _dir: TempDir,
+    dir: Arc<TempDir>,
 }
 
 impl SecureNats {
     /// `flue-gateway init` for the first tenant, `tenant create` for the others, then the
     /// broker; `leafnode_port` opens a leaf node listener on that loopback port.
     pub async fn start(tenants: &[&str], leafnode_port: Option<u16>) -> SecureNats {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let state_dir = dir.path().join("state");
+        let dir = Arc::new(tempfile::tempdir().expect("tempdir"));
+        // Where a gateway started on it looks (`Gateway::start_in`).
+        let state_dir = dir.path().join("gateway");
         let state = state_dir.to_str().expect("utf-8 path");
         let store = dir.path().join("js");
         let mut init = vec![
@@ -168,8 +170,34 @@ impl SecureNats {
             nats,
             auth,
             state_dir,
-            _dir: dir,
+            dir,
         }
+    }
+
+    /// Sets the broker up as the gateway does it, by the gateway: runs `flue-gateway` on
+    /// this state directory (it starts a runtime per tenant `init` and `tenant create`
+    /// made: its streams and buckets), registers `servers` of `tenant` through its API
+    /// (each server's request consumer), and stops it, so that a test then probes the
+    /// broker's rules alone.
+    pub async fn set_up_by_gateway(&self, tenant: &str, servers: &[&str]) {
+        let mut gateway = Gateway::start_in(
+            &self.nats.url(),
+            self.dir.clone(),
+            &["--default-tenant", tenant],
+            None,
+        )
+        .await;
+        let http = gateway.http();
+        for server in servers {
+            let resp = http
+                .post(format!("{}/v1/servers", gateway.url()))
+                .json(&serde_json::json!({"id": server}))
+                .send()
+                .await
+                .expect("register");
+            assert_eq!(resp.status(), reqwest::StatusCode::CREATED, "{server}");
+        }
+        gateway.kill().await;
     }
 
     /// The state directory `init` wrote.

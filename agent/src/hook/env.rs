@@ -66,7 +66,8 @@ impl HookEnv {
     }
 
     /// The variables, in the order they are set.
-    pub fn vars(&self) -> &[(&'static str, OsString)] {
+    #[cfg(test)]
+    pub(crate) fn vars(&self) -> &[(&'static str, OsString)] {
         &self.vars
     }
 }

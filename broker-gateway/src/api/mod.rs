@@ -1,27 +1,27 @@
 //! The HTTP API: routes, and the JSON answers for unknown routes and methods.
 
-pub mod authenticate;
-pub mod builds;
-pub mod configs;
-pub mod dashboard;
+pub(crate) mod authenticate;
+pub(crate) mod builds;
+pub(crate) mod configs;
+pub(crate) mod dashboard;
 pub mod deployments;
-pub mod error;
+pub(crate) mod error;
 pub mod events;
-pub mod extract;
-pub mod guard;
-pub mod health;
-pub mod listeners;
-pub mod listing;
-pub mod metrics;
+pub(crate) mod extract;
+pub(crate) mod guard;
+pub(crate) mod health;
+pub(crate) mod listeners;
+pub(crate) mod listing;
+pub(crate) mod metrics;
 pub mod openapi;
-pub mod operations;
-pub mod poll;
-pub mod servers;
+pub(crate) mod operations;
+pub(crate) mod poll;
+pub(crate) mod servers;
 pub mod stacks;
-pub mod tenants;
-pub mod tokens;
-pub mod transfer;
-pub mod webhooks;
+pub(crate) mod tenants;
+pub(crate) mod tokens;
+pub(crate) mod transfer;
+pub(crate) mod webhooks;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! - [`command`]: `flue-gateway token`, minting offline from the state directory.
 
 pub mod command;
-pub mod revoked;
+pub(crate) mod revoked;
 pub mod roles;
 pub mod token;
 

@@ -18,8 +18,8 @@
 
 pub mod accounts;
 pub mod admin;
-pub mod broker_conf;
-pub mod cluster_conf;
+pub(crate) mod broker_conf;
+pub(crate) mod cluster_conf;
 pub mod jwt;
 pub mod perms;
 pub mod push;

@@ -273,3 +273,236 @@ impl Deployments {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The deployments' compare-and-set on in-memory buckets whose every call first
+    //! yields to the runtime, so that concurrent writers interleave between their read
+    //! and their write as they do on a broker.
+
+    use bytes::Bytes;
+    use flue_proto::subject;
+    use futures_util::FutureExt as _;
+    use futures_util::stream::BoxStream;
+
+    use super::*;
+    use crate::store::error::BoxError;
+    use crate::store::kv::{BoxFut, Change, Entry, Found};
+    use crate::store::memory::Memory;
+
+    /// A bucket that yields before every call.
+    #[derive(Debug)]
+    struct Yielding(Memory);
+
+    impl Yielding {
+        fn shared(name: &'static str) -> Arc<dyn Kv> {
+            Arc::new(Self(Memory::new(name)))
+        }
+    }
+
+    /// `call` after one yield to the runtime.
+    fn after_yield<'a, T: Send + 'a>(call: BoxFut<'a, T>) -> BoxFut<'a, T> {
+        tokio::task::yield_now().then(|()| call).boxed()
+    }
+
+    impl Kv for Yielding {
+        fn name(&self) -> &'static str {
+            self.0.name()
+        }
+        fn get<'a>(&'a self, key: &'a str) -> BoxFut<'a, Result<Option<Entry>, BoxError>> {
+            after_yield(self.0.get(key))
+        }
+        fn entry<'a>(&'a self, key: &'a str) -> BoxFut<'a, Result<Option<Entry>, BoxError>> {
+            after_yield(self.0.entry(key))
+        }
+        fn create<'a>(&'a self, key: &'a str, value: Bytes) -> BoxFut<'a, Result<u64, KvError>> {
+            after_yield(self.0.create(key, value))
+        }
+        fn update<'a>(
+            &'a self,
+            key: &'a str,
+            value: Bytes,
+            revision: u64,
+        ) -> BoxFut<'a, Result<u64, KvError>> {
+            after_yield(self.0.update(key, value, revision))
+        }
+        fn put<'a>(&'a self, key: &'a str, value: Bytes) -> BoxFut<'a, Result<u64, BoxError>> {
+            after_yield(self.0.put(key, value))
+        }
+        fn delete<'a>(
+            &'a self,
+            key: &'a str,
+            revision: Option<u64>,
+        ) -> BoxFut<'a, Result<(), KvError>> {
+            after_yield(self.0.delete(key, revision))
+        }
+        fn purge<'a>(
+            &'a self,
+            key: &'a str,
+            revision: Option<u64>,
+        ) -> BoxFut<'a, Result<(), KvError>> {
+            after_yield(self.0.purge(key, revision))
+        }
+        fn remove<'a>(&'a self, filter: &'a str) -> BoxFut<'a, Result<u64, BoxError>> {
+            after_yield(self.0.remove(filter))
+        }
+        fn keys<'a>(&'a self, filter: &'a str) -> BoxFut<'a, Result<Vec<String>, BoxError>> {
+            after_yield(self.0.keys(filter))
+        }
+        fn next<'a>(
+            &'a self,
+            filter: &'a str,
+            from: u64,
+        ) -> BoxFut<'a, Result<Option<Found>, BoxError>> {
+            after_yield(self.0.next(filter, from))
+        }
+        fn watch(
+            &self,
+        ) -> BoxFut<'_, Result<BoxStream<'static, Result<Change, BoxError>>, BoxError>> {
+            after_yield(self.0.watch())
+        }
+    }
+
+    /// The buckets of one broker: each store over them is one gateway.
+    struct Broker {
+        records: Arc<dyn Kv>,
+        index: Arc<dyn Kv>,
+        pending: Arc<dyn Kv>,
+    }
+
+    impl Broker {
+        fn new() -> Self {
+            Self {
+                records: Yielding::shared(subject::DEPLOYMENTS_BUCKET),
+                index: Yielding::shared(subject::SERVER_DEPLOYMENTS_BUCKET),
+                pending: Yielding::shared(subject::PENDING_BUCKET),
+            }
+        }
+
+        /// A gateway's deployments store on these buckets.
+        fn gateway(&self) -> Deployments {
+            Deployments::new(
+                self.records.clone(),
+                self.index.clone(),
+                self.pending.clone(),
+            )
+        }
+    }
+
+    fn record(id: &str, server: &str) -> DeploymentRecord {
+        let mut r = crate::record::tests::record();
+        r.deployment.id = DeploymentId::new(id).expect("id");
+        r.deployment.server_id = ServerId::new(server).expect("id");
+        r.deployment.deploy_stdout.clear();
+        r
+    }
+
+    #[tokio::test]
+    async fn concurrent_updates_are_all_kept_and_ids_are_listed_per_server() {
+        let store = Broker::new().gateway();
+        let r = record("d1", "s1");
+        assert!(store.create(&r).await.expect("create"));
+        assert!(!store.create(&r).await.expect("second create"));
+
+        let (tenant, id) = (&r.deployment.tenant, &r.deployment.id);
+        let writers = (0..16).map(|i| {
+            let store = store.clone();
+            async move {
+                store
+                    .update(tenant, id, |rec| {
+                        rec.deployment.deploy_stdout.push_str(&format!("{i:02}."));
+                        true
+                    })
+                    .await
+                    .expect("update")
+                    .expect("exists")
+            }
+        });
+        futures_util::future::join_all(writers).await;
+        let stored = store.get(tenant, id).await.expect("read").expect("exists");
+        let mut parts: Vec<&str> = stored
+            .deployment
+            .deploy_stdout
+            .split_terminator('.')
+            .collect();
+        parts.sort_unstable();
+        let expected: Vec<String> = (0..16).map(|i| format!("{i:02}")).collect();
+        assert_eq!(parts, expected, "every concurrent change survived");
+
+        let other = record("d2", "s2");
+        assert!(store.create(&other).await.expect("create"));
+        let listed = store
+            .of_server(tenant, &r.deployment.server_id)
+            .await
+            .expect("list");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].deployment.id, *id);
+        let mut all = store.ids(tenant).await.expect("ids");
+        all.sort();
+        assert_eq!(all, vec![id.clone(), other.deployment.id.clone()]);
+        let t2 = TenantId::new("t2").expect("id");
+        assert!(store.ids(&t2).await.expect("ids").is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_change_another_gateway_made_is_kept_when_this_one_writes_the_record_again() {
+        // Two stores on one broker are two gateways: each remembers what it wrote last and
+        // writes on it unread; the other's change in between must make that write read first.
+        let broker = Broker::new();
+        let (mine, theirs) = (broker.gateway(), broker.gateway());
+        let r = record("d1", "s1");
+        let (tenant, id) = (&r.deployment.tenant, &r.deployment.id);
+        assert!(mine.create(&r).await.expect("create"));
+        let append = async |store: &Deployments, part: &str| {
+            store
+                .update(tenant, id, |rec| {
+                    rec.deployment.deploy_stdout.push_str(part);
+                    true
+                })
+                .await
+                .expect("update")
+                .expect("exists")
+        };
+        append(&mine, "a.").await;
+        append(&theirs, "b.").await;
+        let updated = append(&mine, "c.").await;
+        assert_eq!(updated.record.deployment.deploy_stdout, "a.b.c.");
+        let stored = theirs.get(tenant, id).await.expect("read").expect("exists");
+        assert_eq!(stored.deployment.deploy_stdout, "a.b.c.", "no change lost");
+
+        // A change that does nothing on what this gateway wrote last is decided on the
+        // record as stored: the caller is told the other gateway's change.
+        append(&theirs, "d.").await;
+        let unchanged = mine
+            .update(tenant, id, |rec| rec.deployment.deploy_stdout.is_empty())
+            .await
+            .expect("update")
+            .expect("exists");
+        assert!(!unchanged.changed);
+        assert_eq!(unchanged.record.deployment.deploy_stdout, "a.b.c.d.");
+    }
+
+    #[tokio::test]
+    async fn a_record_turned_terminal_leaves_the_pending_index_and_a_retry_of_it_adds_nothing() {
+        let store = Broker::new().gateway();
+        let r = record("d1", "s1");
+        let (tenant, id) = (&r.deployment.tenant, &r.deployment.id);
+        assert!(store.create(&r).await.expect("create"));
+        assert_eq!(
+            store.pending_ids(tenant).await.expect("pending"),
+            std::slice::from_ref(id)
+        );
+        store
+            .update(tenant, id, |rec| {
+                rec.deployment.status = flue_proto::DeploymentStatus::Failed;
+                true
+            })
+            .await
+            .expect("update")
+            .expect("exists");
+        assert!(store.pending_ids(tenant).await.expect("pending").is_empty());
+        // A retry of the finished one (same id, queued again): refused, no entry left.
+        assert!(!store.create(&r).await.expect("retry"));
+        assert!(store.pending_ids(tenant).await.expect("pending").is_empty());
+    }
+}

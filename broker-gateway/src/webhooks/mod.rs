@@ -19,12 +19,12 @@
 //! the operator's allow list names them ([`address`]): at creation when the URL holds an
 //! address, and on every resolved address at delivery.
 
-pub mod address;
-pub mod deliver;
-pub mod http;
-pub mod position;
-pub mod record;
-pub mod sign;
+pub(crate) mod address;
+pub(crate) mod deliver;
+pub(crate) mod http;
+pub(crate) mod position;
+pub(crate) mod record;
+pub(crate) mod sign;
 pub mod target;
 
 use std::collections::HashMap;

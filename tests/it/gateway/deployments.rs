@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use axum::http::{Method, StatusCode};
-use flue_gateway::store::Store;
 use flue_gateway::{Config, Gateway};
 use flue_proto::seal;
 use flue_proto::signing;
@@ -360,7 +359,7 @@ async fn an_unconfirmed_record_answers_503_and_a_retry_with_the_same_id_goes_thr
     let js = fx.jetstream().await;
     post_deployment(&fx, "d0").await;
     // The deployments bucket refuses new keys: the record's `create` fails.
-    let bucket = format!("KV_{}", flue_gateway::store::DEPLOYMENTS_BUCKET);
+    let bucket = format!("KV_{}", flue_proto::subject::DEPLOYMENTS_BUCKET);
     cap_messages(&js, &bucket, 1).await;
     let body = json!({"id": "d1", "config_id": "c1", "server_id": "web1"});
     let (s, err) = fx
@@ -467,50 +466,59 @@ async fn requests_never_confirmed_are_published_at_start() {
         g.shutdown().await;
     }
 
-    // What a gateway leaves behind when it dies between recording and publishing.
+    // What a gateway leaves behind when it dies between recording and publishing,
+    // written into the buckets as it would have: d1's record, unpublished, copied.
     let js = fx.jetstream().await;
-    let store = Store::open(&js).await.expect("store");
-    let tenant = TenantId::new("default").expect("id");
-    let mut record = store
-        .deployments
-        .get(&tenant, &DeploymentId::new("d1").expect("id"))
+    let kv = fx.deployments_bucket().await;
+    let mut record = fx.stored_record("d1").await.expect("d1 recorded");
+    assert_eq!(record["request_published"], true);
+    record["request_published"] = json!(false);
+    // Two unpublished, whose ids sort against their acceptance order; each marked
+    // pending and listed under its server first, as the gateway does.
+    let d1_created = OffsetDateTime::parse(
+        record["deployment"]["created_at"].as_str().expect("a time"),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .expect("an RFC 3339 time");
+    let pending = js
+        .get_key_value(subject::PENDING_BUCKET)
         .await
-        .expect("read")
-        .expect("d1 recorded");
-    assert!(record.request_published);
-    record.request_published = false;
-    // Two unpublished, whose ids sort against their acceptance order.
-    let d1_created = record.deployment.created_at;
+        .expect("the pending bucket");
+    let listed = js
+        .get_key_value(subject::SERVER_DEPLOYMENTS_BUCKET)
+        .await
+        .expect("the listing index's bucket");
     for (id, later) in [("d2", 1), ("a3", 2)] {
-        record.deployment.id = DeploymentId::new(id).expect("id");
-        record.deployment.created_at = d1_created + time::Duration::seconds(later);
-        assert!(store.deployments.create(&record).await.expect("create"));
-    }
-    record.deployment.id = DeploymentId::new("d2").expect("id");
-    // One bad value does not keep the gateway from starting.
-    let kv = js
-        .get_key_value(flue_gateway::store::DEPLOYMENTS_BUCKET)
+        record["deployment"]["id"] = json!(id);
+        record["deployment"]["created_at"] = json!(
+            (d1_created + time::Duration::seconds(later))
+                .format(&time::format_description::well_known::Rfc3339)
+                .expect("formats")
+        );
+        pending
+            .put(format!("default.{id}"), bytes::Bytes::new())
+            .await
+            .expect("mark pending");
+        listed
+            .put(format!("default.web1.{id}"), bytes::Bytes::new())
+            .await
+            .expect("list under web1");
+        kv.create(
+            format!("default.{id}"),
+            serde_json::to_vec(&record).expect("json").into(),
+        )
         .await
-        .expect("bucket");
+        .expect("create");
+    }
+    // One bad value does not keep the gateway from starting.
     kv.put("default.bad", "not a record".into())
         .await
         .expect("put");
 
-    let mut config = Config::new(fx.nats.url());
-    config.listen = "127.0.0.1:0".parse().expect("addr");
-    config.state_dir = fx.state_dir();
-    config.insecure_dev_broker = true;
-    let gateway = Gateway::start(config).await.expect("second gateway");
-    fx.app = gateway.router();
-    let d2 = record.deployment.id.clone();
-    let republished = store
-        .deployments
-        .get(&tenant, &d2)
-        .await
-        .expect("read")
-        .expect("d2");
-    assert!(
-        republished.request_published,
+    fx.restart_with(|_| {}).await;
+    let republished = fx.stored_record("d2").await.expect("d2");
+    assert_eq!(
+        republished["request_published"], true,
         "marked published by recovery"
     );
     let (first, _) = pull_request(&js).await;
@@ -529,7 +537,7 @@ async fn requests_never_confirmed_are_published_at_start() {
     assert_eq!(
         list.as_array().map(Vec::len),
         Some(3),
-        "recovery indexed d2 and a3: {list}"
+        "d2 and a3 are listed: {list}"
     );
-    gateway.shutdown().await;
+    fx.shutdown().await;
 }

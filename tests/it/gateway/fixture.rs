@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use flue_gateway::{Config, Gateway};
 use flue_proto::creds::AgentCredentials;
-use flue_proto::seal;
+use flue_proto::{seal, subject};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -137,6 +137,43 @@ impl Fixture {
 
     pub async fn jetstream(&self) -> jetstream::Context {
         jetstream::new(async_nats::connect(self.nats.url()).await.expect("connect"))
+    }
+
+    /// Stops the gateway and starts a new one on the same broker and state dir (what a
+    /// restart or a second gateway sees), its config changed by `tweak` first.
+    pub async fn restart_with(&mut self, tweak: impl FnOnce(&mut Config)) {
+        if let Some(g) = self.gateway.take() {
+            g.shutdown().await;
+        }
+        let mut config = Config::new(self.nats.url());
+        config.listen = "127.0.0.1:0".parse().expect("addr");
+        config.timeout_sweep_ms = 50;
+        config.state_dir = self.state_dir();
+        config.insecure_dev_broker = true;
+        tweak(&mut config);
+        let gateway = Gateway::start(config).await.expect("gateway restarts");
+        self.app = gateway.router();
+        self.gateway = Some(gateway);
+    }
+
+    /// The deployments bucket, as any client of the broker reads and writes it.
+    pub async fn deployments_bucket(&self) -> jetstream::kv::Store {
+        self.jetstream()
+            .await
+            .get_key_value(subject::DEPLOYMENTS_BUCKET)
+            .await
+            .expect("the deployments bucket")
+    }
+
+    /// Deployment `id`'s record of tenant `default` as stored (JSON), if there is one.
+    pub async fn stored_record(&self, id: &str) -> Option<Value> {
+        let entry = self
+            .deployments_bucket()
+            .await
+            .get(format!("default.{id}"))
+            .await
+            .expect("read")?;
+        Some(serde_json::from_slice(&entry).expect("a stored record is JSON"))
     }
 
     pub async fn shutdown(mut self) {

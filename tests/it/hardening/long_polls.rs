@@ -26,7 +26,7 @@ fn rand_ms(id: &DeploymentId, range: u64) -> u64 {
 async fn deployments_consumers(flue: &Flue) -> usize {
     let js = async_nats::jetstream::new(flue.nats.client().await);
     let mut stream = js
-        .get_stream(format!("KV_{}", flue_gateway::store::DEPLOYMENTS_BUCKET))
+        .get_stream(format!("KV_{}", flue_proto::subject::DEPLOYMENTS_BUCKET))
         .await
         .expect("deployments stream");
     stream

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use flue_gateway::record::DeploymentRecord;
 use flue_proto::{
     Action, ConfigId, Deployment, DeploymentId, DeploymentStatus, ServerId, TenantId,
 };
@@ -97,41 +96,35 @@ async fn a_request_the_broker_refuses_fails_that_deployment_and_the_server_queue
     flue.gateway.kill().await;
     let now = OffsetDateTime::now_utc();
     let id = DeploymentId::new("huge").expect("id");
-    let record = DeploymentRecord {
-        deployment: Deployment {
-            id: id.clone(),
-            tenant: TenantId::new("default").expect("id"),
-            server_id: ServerId::new("s1").expect("id"),
-            config_id: ConfigId::new("big").expect("id"),
-            group: "ext".into(),
-            name: "huge".into(),
-            action: Action::create(),
-            input_values: BTreeMap::from([("blob".to_owned(), json!("y".repeat(600_000)))]),
-            stack_id: None,
-            resource_name: None,
-            status: DeploymentStatus::Queued,
-            status_reason: None,
-            outputs: BTreeMap::new(),
-            deploy_stdout: String::new(),
-            deploy_stderr: String::new(),
-            deploy_status_code: None,
-            timeout_secs: 3600,
-            created_at: now,
-            updated_at: now,
-            delivered_at: None,
-            started_at: None,
-            finished_at: None,
-            expires_at: now + time::Duration::hours(1),
-        },
-        request_published: false,
-        hidden_inputs: Vec::new(),
-        hidden_outputs: Vec::new(),
-        request_digest: None,
-        agent_jwt: None,
-        polled: false,
+    let deployment = Deployment {
+        id: id.clone(),
+        tenant: TenantId::new("default").expect("id"),
+        server_id: ServerId::new("s1").expect("id"),
+        config_id: ConfigId::new("big").expect("id"),
+        group: "ext".into(),
+        name: "huge".into(),
+        action: Action::create(),
+        input_values: BTreeMap::from([("blob".to_owned(), json!("y".repeat(600_000)))]),
+        stack_id: None,
+        resource_name: None,
+        status: DeploymentStatus::Queued,
+        status_reason: None,
+        outputs: BTreeMap::new(),
+        deploy_stdout: String::new(),
+        deploy_stderr: String::new(),
+        deploy_status_code: None,
+        timeout_secs: 3600,
+        created_at: now,
+        updated_at: now,
+        delivered_at: None,
+        started_at: None,
+        finished_at: None,
+        expires_at: now + time::Duration::hours(1),
     };
+    // As the gateway stores it: the API's deployment and what only the gateway keeps.
+    let record = json!({"deployment": deployment, "request_published": false});
     let js = jetstream::new(flue.nats.client().await);
-    js.get_key_value("flue_deployments")
+    js.get_key_value(flue_proto::subject::DEPLOYMENTS_BUCKET)
         .await
         .expect("bucket")
         .put(
@@ -141,7 +134,7 @@ async fn a_request_the_broker_refuses_fails_that_deployment_and_the_server_queue
         .await
         .expect("put record");
     // Pending, as every gateway marks what it records (`flue_pending`, entry first).
-    js.get_key_value("flue_pending")
+    js.get_key_value(flue_proto::subject::PENDING_BUCKET)
         .await
         .expect("pending bucket")
         .put("default.huge", bytes::Bytes::new())

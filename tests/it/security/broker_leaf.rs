@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
 use bytes::Bytes;
-use flue_gateway::broker::Broker;
 use flue_gateway::natsauth::push;
 use flue_gateway::natsauth::{AccountKind, accounts, perms};
 use flue_proto::creds::UserCreds;
@@ -24,18 +23,10 @@ use super::refusals_at;
 /// node for `acme`'s network connected to it.
 pub(super) async fn hub_and_leaf() -> (SecureNats, NatsProcess, tempfile::TempDir, String) {
     let secure = SecureNats::start(&["acme", "other"], Some(free_port())).await;
+    secure.set_up_by_gateway("acme", &["web1"]).await;
     let (gateway, _) = secure.gateway("acme").await;
     let js = jetstream::new(gateway);
-    let broker = Broker::new(js.clone());
-    broker
-        .ensure_streams(Duration::from_secs(3600), 100, 1)
-        .await
-        .expect("streams");
     let (tenant, server) = ids();
-    broker
-        .ensure_request_consumer(&tenant, &server)
-        .await
-        .expect("consumer");
     js.publish(
         subject::request(&tenant, &server),
         Bytes::from_static(b"request for web1"),

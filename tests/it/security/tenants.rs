@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use flue_gateway::tenants::{Stopped, TenantConnections, TenantError, connector};
+use flue_gateway::testing::{self as connector, Stopped, TenantConnections, TenantError};
 use flue_proto::auth::Role;
 use flue_proto::{Deployment, DeploymentStatus, RegisterServer, Tenant, TenantId};
 use flue_tests::{Flue, Gateway, Nats, WAIT, bin};
