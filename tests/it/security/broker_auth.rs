@@ -68,7 +68,8 @@ async fn a_tenants_gateway_user_never_reaches_another_tenants_streams_or_subject
     let mut everything = alpha.subscribe(">").await.expect("alpha subscribes to >");
     // The broker has alpha's `>` before beta publishes anything. (Its probe, an API
     // request, reaches `>` too, as does the answer: neither is beta's nor a flue subject.)
-    broker_has_read(&alpha, "$JS.API.INFO").await;
+    let [account_info, _] = flue_proto::jsapi::api("INFO");
+    broker_has_read(&alpha, &account_info).await;
     beta_js
         .publish("flue.beta.req.web1", Bytes::from_static(b"beta's request"))
         .await
