@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use flue_client::Client;
 use flue_proto::{ConfigSpec, CreateDeployment, DeploymentStatus, RegisterServer, ServerId};
-use flue_tests::{Agent, Flue, Gateway, Nats, write_executable};
+use flue_tests::{Agent, Flue, Gateway, Nats, broker_has_read, write_executable};
 use futures_util::StreamExt;
 use serde_json::json;
 use tempfile::TempDir;
@@ -448,7 +448,7 @@ impl Listener {
             .subscribe(format!("flue.default.evt.deployment.~.{server}.completed"))
             .await
             .expect("subscribe");
-        client.flush().await.expect("flush");
+        broker_has_read(&client, &client.new_inbox()).await;
         Listener {
             completed,
             _nats: client,

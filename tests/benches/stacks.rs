@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use flue_stack::driver::{self, Options, Source};
 use flue_stack::template::Template;
-use flue_tests::Flue;
 use flue_tests::sim::{self, SimAgents, SimOptions};
+use flue_tests::{Flue, broker_has_read};
 use futures_util::StreamExt;
 
 /// Registrations in flight at once.
@@ -107,6 +107,7 @@ async fn measure(n: usize) {
         .subscribe("$KV.flue_stack_units.>")
         .await
         .expect("subscribe");
+    broker_has_read(&nats, &nats.new_inbox()).await;
     let count = written.clone();
     let counter = tokio::spawn(async move {
         loop {

@@ -45,8 +45,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use flue_proto::{ConfigSpec, CreateDeployment, DeploymentStatus, ServerId};
-use flue_tests::Flue;
 use flue_tests::sim::{self, SimAgents, SimOptions};
+use flue_tests::{Flue, broker_has_read};
 use futures_util::StreamExt;
 use serde_json::json;
 
@@ -366,7 +366,7 @@ async fn listen_completed(flue: &Flue, count: Arc<AtomicU64>) -> tokio::task::Jo
         .subscribe("flue.default.evt.deployment.*.*.completed")
         .await
         .expect("subscribe");
-    client.flush().await.expect("flush");
+    broker_has_read(&client, &client.new_inbox()).await;
     tokio::spawn(async move {
         let _client = client;
         while sub.next().await.is_some() {

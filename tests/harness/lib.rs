@@ -13,6 +13,7 @@ mod logs;
 pub mod netns;
 mod polling;
 mod procs;
+mod round_trip;
 mod secure;
 pub mod sim;
 pub mod tenant_net;
@@ -29,6 +30,7 @@ pub use fixture::Flue;
 pub use logs::Logs;
 pub use polling::{PolledServer, StockTools};
 pub use procs::{Agent, Gateway, Nats};
+pub use round_trip::broker_has_read;
 pub use secure::{NatsProcess, REFUSED_WAIT, SecureNats, admin, connect_options};
 pub use tls::{CertFiles, TestCa, install_crypto_provider};
 

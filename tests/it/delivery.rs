@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use flue_proto::{AgentMessage, DeploymentId, DeploymentResult, DeploymentStatus, subject};
-use flue_tests::{Flue, WAIT, file_lines, wait_until};
+use flue_tests::{Flue, WAIT, broker_has_read, file_lines, wait_until};
 use futures_util::StreamExt;
 
 /// Waits for the agent's `finished` answer for `id` on a core subscription to its
@@ -233,6 +233,7 @@ async fn unanswered_deployment_times_out_and_is_never_run_later() {
         .subscribe(subject::response(&tenant, &"s1".parse().expect("server")))
         .await
         .expect("subscribe");
+    broker_has_read(&client, &client.new_inbox()).await;
     let _agent = flue.agent("s1", &[]).await;
     let answer = next_finished(&mut answers, &d.id, "the agent answers the expired request").await;
     assert_eq!(answer.status, DeploymentStatus::Failed);

@@ -2,6 +2,7 @@
 //! real hooks. Build the binaries first (`bash scripts/test.sh` does).
 
 mod api_errors;
+mod broker_round_trip;
 mod cli;
 mod cluster;
 mod contract;

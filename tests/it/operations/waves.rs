@@ -11,7 +11,7 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flue_proto::operation::OperationState;
-use flue_tests::{Flue, install_crypto_provider};
+use flue_tests::{Flue, broker_has_read, install_crypto_provider};
 use futures_util::StreamExt;
 use serde_json::json;
 
@@ -101,7 +101,7 @@ async fn count_head_writes(flue: &Flue) -> Arc<AtomicUsize> {
         .subscribe("$KV.flue_stacks.>")
         .await
         .expect("subscribe");
-    nats.flush().await.expect("flush");
+    broker_has_read(&nats, &nats.new_inbox()).await;
     let count = Arc::new(AtomicUsize::new(0));
     let seen = count.clone();
     tokio::spawn(async move {

@@ -7,10 +7,10 @@ use base64::Engine as _;
 use bytes::Bytes;
 use flue_gateway::natsauth::AccountKind;
 use flue_proto::creds::UserCreds;
-use flue_proto::jsapi::JS_DOMAIN;
+use flue_proto::jsapi::{self, JS_DOMAIN};
 use flue_proto::subject::{self, DATA_BUCKET, REQUEST_STREAM};
 use flue_proto::{ServerId, StackId, TenantId};
-use flue_tests::{SecureNats, WAIT, wait_until};
+use flue_tests::{SecureNats, WAIT, broker_has_read, wait_until};
 use futures_util::StreamExt as _;
 use nkeys::KeyPair;
 
@@ -96,6 +96,14 @@ impl World {
         self.refused.lock().expect("lock").join("\n")
     }
 
+    /// The JetStream API subject of web1's own consumer's info: a request the agent may
+    /// make and the broker answers ([`broker_has_read`]'s probe).
+    pub(super) fn own_consumer_info(&self) -> String {
+        let own = subject::request_consumer(&tenant(), &server("web1"));
+        let [hub, _] = jsapi::consumer_info(REQUEST_STREAM, &own);
+        hub
+    }
+
     pub(super) async fn consumer_info(&self, server_name: &str) -> consumer::Info {
         let name = subject::request_consumer(&tenant(), &server(server_name));
         let mut consumer: consumer::PullConsumer = self
@@ -142,7 +150,7 @@ async fn an_agent_pulls_acks_and_answers_on_its_own_queue_and_its_stacks_data() 
         .subscribe("flue.acme.hb.*")
         .await
         .expect("subscribe");
-    w.gateway.flush().await.expect("flush");
+    broker_has_read(&w.gateway, &w.gateway.new_inbox()).await;
     w.agent_js
         .publish(
             subject::response(&tenant(), &server("web1")),

@@ -6,6 +6,7 @@ use async_nats::jetstream::consumer;
 use bytes::Bytes;
 use flue_proto::jsapi::JS_DOMAIN;
 use flue_proto::subject::{self, DATA_BUCKET, REQUEST_STREAM, RESPONSE_STREAM};
+use flue_tests::broker_has_read;
 use futures_util::{FutureExt as _, StreamExt as _};
 
 use super::broker_agent::{server, tenant, world};
@@ -53,7 +54,7 @@ async fn an_agent_cannot_publish_another_servers_answer_or_heartbeat() {
         .subscribe("flue.acme.hb.*")
         .await
         .expect("subscribe");
-    w.gateway.flush().await.expect("flush");
+    broker_has_read(&w.gateway, &w.gateway.new_inbox()).await;
     let forged = w
         .agent_js
         .publish(
@@ -136,7 +137,9 @@ async fn an_agent_cannot_subscribe_beyond_its_inbox_and_its_stacks_keys() {
         subject::agent_inbox_prefix(&tenant(), &server("web1"))
     );
     let mut own = w.agent.subscribe(marker.clone()).await.expect("own inbox");
-    w.agent.flush().await.expect("flush");
+    // Every subscription above is the broker's (refused or in place) before the gateway
+    // publishes: a flush would only have written them to the socket.
+    broker_has_read(&w.agent, &w.own_consumer_info()).await;
     w.gateway
         .publish("flue.acme.req.web2", Bytes::from_static(b"x"))
         .await

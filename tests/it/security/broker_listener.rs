@@ -6,11 +6,11 @@ use std::os::unix::fs::PermissionsExt as _;
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
 use flue_proto::event::EVENT_STREAM;
-use flue_proto::jsapi::JS_DOMAIN;
-use flue_tests::{SecureNats, WAIT, repo_root};
+use flue_proto::jsapi::{self, JS_DOMAIN};
+use flue_tests::{SecureNats, WAIT, broker_has_read, repo_root};
 use futures_util::StreamExt as _;
 
-use super::{refusals, until_live, wait_for_marker};
+use super::{refusals, wait_for_marker};
 
 /// Events of `tenant` in its events account: the stream and two events.
 async fn tenant_events(secure: &SecureNats, tenant: &str) -> async_nats::Client {
@@ -109,8 +109,10 @@ async fn a_listener_replays_its_tenants_events_and_can_do_nothing_else() {
         .subscribe("_INBOX.marker")
         .await
         .expect("allowed sub");
-    listener.flush().await.expect("flush");
-    until_live(&mut marker, &alpha_events, "_INBOX.marker").await;
+    // Both subscriptions are the broker's (one refused, one in place) before anything is
+    // published; its probe is a request the listener may make.
+    let [stream_info, _] = jsapi::stream_info(EVENT_STREAM);
+    broker_has_read(&listener, &stream_info).await;
     alpha_main
         .publish("flue.alpha.req.web1", Bytes::from_static(b"a request"))
         .await

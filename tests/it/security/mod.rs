@@ -66,7 +66,9 @@ pub async fn refusals_at(
     (client, errors)
 }
 
-/// The subjects `sub` received up to and including `marker` (bounded by [`WAIT`]).
+/// The subjects `sub` received up to and including `marker` (bounded by [`WAIT`]). When
+/// another connection publishes the marker, `sub` must be the broker's first
+/// ([`flue_tests::broker_has_read`]: a flush does not wait for the broker).
 pub async fn wait_for_marker(sub: &mut async_nats::Subscriber, marker: &str) -> Vec<String> {
     let mut seen = Vec::new();
     loop {
@@ -79,33 +81,6 @@ pub async fn wait_for_marker(sub: &mut async_nats::Subscriber, marker: &str) -> 
         }
         seen.push(msg.subject.to_string());
     }
-}
-
-/// Publishes `marker` on `publisher` until `sub` receives it (every 100 ms, at most [`WAIT`]):
-/// the subscription is in place at the broker from then on, even when the client's flush
-/// came back before the broker had handled the subscription.
-pub async fn until_live(
-    sub: &mut async_nats::Subscriber,
-    publisher: &async_nats::Client,
-    marker: &str,
-) {
-    let attempts = async {
-        loop {
-            publisher
-                .publish(marker.to_owned(), bytes::Bytes::from_static(b"m"))
-                .await
-                .expect("publish");
-            publisher.flush().await.expect("flush");
-            if let Ok(Some(_)) =
-                tokio::time::timeout(std::time::Duration::from_millis(100), sub.next()).await
-            {
-                return;
-            }
-        }
-    };
-    tokio::time::timeout(WAIT, attempts)
-        .await
-        .unwrap_or_else(|_| panic!("{marker} never arrived within {WAIT:?}"));
 }
 
 /// Runs `flue ARGS…` against the gateway with a token of the role the command needs.
