@@ -101,11 +101,10 @@ impl TenantRuntime {
         // A start that fails past here (and is tried again) leaves no task running.
         let stop_if_failed = shutdown.clone().drop_guard();
         let tasks = TaskTracker::new();
-        let webhooks = webhooks::Webhooks::open(
-            &js,
+        let webhooks = webhooks::Webhooks::new(
+            store.webhooks.clone(),
             &events_js,
             config.webhook_policy(),
-            config.replicas(),
             webhooks::Scope {
                 tenant: tenant.id.clone(),
                 settings: config.webhook_settings(),
@@ -113,13 +112,13 @@ impl TenantRuntime {
                 tasks: tasks.clone(),
                 metrics: metrics.clone(),
             },
-        )
-        .await?;
+        );
         broker.response_consumer().await?;
         // Revoked HTTP tokens live in the tenant's own account, like everything of it.
         let revoked = Revoked::open(&js, config.replicas()).await?;
         let operations = crate::operations::Operations::open(
             &js,
+            store.operations.clone(),
             tenant.id.clone(),
             config.replicas(),
             Duration::from_secs(config.engine_lease_secs),
