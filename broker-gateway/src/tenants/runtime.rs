@@ -164,7 +164,7 @@ impl TenantRuntime {
         ));
         tasks.spawn(crate::metrics::pending::run(
             service.config.tenant.clone(),
-            service.store.clone(),
+            service.store.deployments.clone(),
             service.events.metrics().pending().clone(),
             shutdown.child_token(),
         ));
@@ -178,7 +178,8 @@ impl TenantRuntime {
         tasks.spawn(crate::operations::auto::run(
             crate::operations::auto::AutoHandles {
                 tenant: service.config.tenant.clone(),
-                store: service.store.clone(),
+                servers: service.store.servers.clone(),
+                stacks: service.store.stacks.clone(),
                 broker: service.broker.clone(),
                 sealing: service.keys.sealing.clone(),
                 tasks: service.tasks.clone(),
@@ -190,7 +191,7 @@ impl TenantRuntime {
         tasks.spawn(presence::run(
             service.presence.clone(),
             presence::PresenceHandles {
-                store: service.store.clone(),
+                servers: service.store.servers.clone(),
                 events: service.events.clone(),
                 rebuilt: Some(rebuilt),
             },
@@ -205,7 +206,7 @@ impl TenantRuntime {
         for n in 0..service.config.engine_workers {
             let ctx = crate::operations::worker::WorkerContext {
                 operations: operations.clone(),
-                store: service.store.clone(),
+                stacks: service.store.stacks.clone(),
                 sealing: service.keys.sealing.clone(),
                 token_secret: service.keys.token_secret.clone(),
                 api_url: service.config.engine_api_url.clone().unwrap_or_default(),
@@ -223,7 +224,7 @@ impl TenantRuntime {
             ));
         }
         tasks.spawn(waiters::run(
-            service.store.clone(),
+            service.store.deployments.clone(),
             waiters.clone(),
             link.reconnected(),
             shutdown.child_token(),
