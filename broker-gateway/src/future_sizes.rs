@@ -11,7 +11,7 @@ use crate::deployments::Accept;
 use crate::record::DeploymentRecord;
 use crate::servers::Servers;
 use crate::service::Shared;
-use crate::store::Store;
+use crate::store::{Deployments, Store};
 
 /// The size of what `f` returns, without calling it.
 fn returned<A, F: FnOnce(A) -> R, R>(_: &F) -> usize {
@@ -22,11 +22,7 @@ fn returned<A, F: FnOnce(A) -> R, R>(_: &F) -> usize {
 fn store_handles_and_futures_stay_small() {
     let handles = [
         ("Store", size_of::<Store>(), 512),
-        (
-            "store::Deployments",
-            size_of::<crate::store::Deployments>(),
-            128,
-        ),
+        ("store::Deployments", size_of::<Deployments>(), 128),
         ("service::Shared", size_of::<Shared>(), 16 << 10),
     ];
     let futures = [
@@ -42,13 +38,13 @@ fn store_handles_and_futures_stay_small() {
         ),
         (
             "Deployments::create",
-            returned(&|(s, r): (&Store, &DeploymentRecord)| s.deployments.create(r)),
+            returned(&|(d, r): (&Deployments, &DeploymentRecord)| d.create(r)),
             2 << 10,
         ),
         (
             "Deployments::update",
-            returned(&|(s, t, id): (&Store, &TenantId, &DeploymentId)| {
-                s.deployments.update(t, id, |_| false)
+            returned(&|(d, t, id): (&Deployments, &TenantId, &DeploymentId)| {
+                d.update(t, id, |_| false)
             }),
             4 << 10,
         ),

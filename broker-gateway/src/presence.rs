@@ -52,7 +52,7 @@ use crate::config::Config;
 use crate::error::chain;
 use crate::events::Events;
 use crate::metrics::{TenantMetrics, agents};
-use crate::store::{Store, StoreError};
+use crate::store::{self, StoreError};
 
 pub use follow::run;
 pub use state::{Reason, Record, Step};
@@ -62,7 +62,7 @@ pub use state::{Reason, Record, Step};
 #[derive(Debug, Clone)]
 pub struct PresenceHandles {
     /// The server records.
-    pub store: Store,
+    pub servers: store::Servers,
     /// Where `server.online` / `server.offline` go.
     pub events: Events,
     /// Told the id of each server found rebuilt (the stacks' `converge: auto` policy).
@@ -311,7 +311,7 @@ impl PresenceTracker {
             _ => {}
         }
         let now = Instant::now();
-        let found = match service.store.servers.get(&self.inner.tenant, server).await {
+        let found = match service.servers.get(&self.inner.tenant, server).await {
             Ok(Some(s)) => Registered::Yes {
                 name: s.name,
                 checked: now,

@@ -130,7 +130,9 @@ impl Service {
         let signers = Signers::default();
         let publisher = Publisher::new(PublisherHandles {
             tenant: tenant.clone(),
-            store: store.clone(),
+            configs: store.configs.clone(),
+            servers: store.servers.clone(),
+            deployments: store.deployments.clone(),
             broker: broker.clone(),
             events: events.clone(),
             signing: keys.signing.clone(),
@@ -152,7 +154,11 @@ impl Service {
         };
         let stacks = Stacks {
             tenant: tenant.clone(),
-            store: store.clone(),
+            stacks: store.stacks.clone(),
+            data: store.data.clone(),
+            configs: store.configs.clone(),
+            deployments: store.deployments.clone(),
+            servers: store.servers.clone(),
             broker: broker.clone(),
             events: events.clone(),
             rights,

@@ -22,15 +22,23 @@ use crate::events::Events;
 use crate::rights::StackRights;
 use crate::sealing::SealFailure;
 use crate::stack_events::{deleted_stack_events, stack_events};
-use crate::store::{StackChange, StackWrite, Store, StoreError, UnitChanges, Written};
+use crate::store::{self, StackChange, StackWrite, StoreError, UnitChanges, Written};
 
 /// The handles the stack operations need; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Stacks {
     /// The tenant.
     pub tenant: TenantId,
-    /// Stack records, and the configs and deployments an export or adopt reads.
-    pub store: Store,
+    /// Stack heads and units.
+    pub stacks: store::Stacks,
+    /// Stacks' data spaces (exported, adopted, purged with their stack).
+    pub data: store::Data,
+    /// The configs an export reads and an adopt writes.
+    pub configs: store::Configs,
+    /// The deployments an export reads and an adopt writes.
+    pub deployments: store::Deployments,
+    /// The servers an adopt checks.
+    pub servers: store::Servers,
     /// What the broker takes (records' size checks).
     pub broker: Broker,
     /// Stack and group events.
@@ -143,7 +151,7 @@ impl Stacks {
                     },
                     ..head
                 };
-                self.store.stacks.create(&stack).await?
+                self.stacks.create(&stack).await?
             }
             Some(expected) => {
                 let change = StackChange {
@@ -155,10 +163,7 @@ impl Stacks {
                         None => UnitChanges::All(units),
                     },
                 };
-                self.store
-                    .stacks
-                    .update(tenant, &id, expected, change)
-                    .await?
+                self.stacks.update(tenant, &id, expected, change).await?
             }
         };
         let written = written_or_refused(&id, expected_revision, written)?;
@@ -181,15 +186,15 @@ impl Stacks {
     /// purged, so that repeating a delete whose purge failed finishes it.
     pub async fn delete(&self, id: StackId, expected: Option<u64>) -> Result<(), StackError> {
         let tenant = &self.tenant;
-        let written = self.store.stacks.delete(tenant, &id, expected).await?;
+        let written = self.stacks.delete(tenant, &id, expected).await?;
         if let StackWrite::Mismatch { .. } = written {
             return written_or_refused(&id, expected, written).map(drop);
         }
         if let StackWrite::Missing = written {
             // A delete that stopped before its units went: finish it.
-            self.store.stacks.purge_units(tenant, &id).await?;
+            self.stacks.purge_units(tenant, &id).await?;
         }
-        let purged = self.store.data.purge_stack(tenant, &id).await?;
+        let purged = self.data.purge_stack(tenant, &id).await?;
         let stack = written_or_refused(&id, expected, written)?.stack;
         info!(stack.id = %id, data_keys_purged = purged, "stack deleted");
         let servers = stack.state.units.values().map(|unit| &unit.server_id);

@@ -23,7 +23,7 @@ use tracing::{debug, warn};
 
 use crate::error::chain;
 use crate::record::DeploymentRecord;
-use crate::store::{DeploymentChange, Store};
+use crate::store::{DeploymentChange, Deployments};
 
 /// Pause before opening the watch again after it failed or could not be opened.
 const RESTART_PAUSE: Duration = Duration::from_millis(500);
@@ -183,7 +183,7 @@ impl Drop for Waiter {
 /// waiter to read again, hands each write to its waiters; opens it again when it fails or
 /// when the broker connection comes back (`reconnected` changes).
 pub async fn run(
-    store: Store,
+    deployments: Deployments,
     waiters: Waiters,
     mut reconnected: watch::Receiver<u64>,
     shutdown: CancellationToken,
@@ -192,7 +192,7 @@ pub async fn run(
         reconnected.borrow_and_update();
         let opened = tokio::select! {
             () = shutdown.cancelled() => return,
-            opened = store.deployments.watch() => opened,
+            opened = deployments.watch() => opened,
         };
         let mut changes = match opened {
             Ok(changes) => changes,

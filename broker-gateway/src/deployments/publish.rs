@@ -31,7 +31,7 @@ use crate::error::chain;
 use crate::events::Events;
 use crate::record::{DeploymentRecord, apply_published};
 use crate::sealing::{self, SealFailure};
-use crate::store::{Store, StoreError};
+use crate::store::{self, StoreError};
 use crate::timeouts::TimeoutSet;
 
 mod recover;
@@ -100,13 +100,16 @@ enum Unpublished {
 /// Publishes recorded deployments' requests, in each server's acceptance order, and
 /// retries what did not go out; cheap to clone.
 ///
-/// It takes only what publishing needs: the tenant's store, broker and event stream, the
+/// It takes only what publishing needs: the tenant's configs, servers and deployments,
+/// its broker and event stream, the
 /// gateway's request-signing and sealing keys, and the deployments watched for their
 /// timeout (a deployment that can never be published is failed and no longer watched).
 #[derive(Debug, Clone)]
 pub struct Publisher {
     tenant: TenantId,
-    store: Store,
+    configs: store::Configs,
+    servers: store::Servers,
+    deployments: store::Deployments,
     broker: Broker,
     events: Events,
     signing: Arc<nkeys::KeyPair>,
@@ -125,8 +128,12 @@ pub struct Publisher {
 pub struct PublisherHandles {
     /// The tenant whose deployments these are.
     pub tenant: TenantId,
-    /// Its KV state.
-    pub store: Store,
+    /// The configs requests are built from.
+    pub configs: store::Configs,
+    /// The servers requests go to (their keys, their registration order).
+    pub servers: store::Servers,
+    /// The deployment records, their pending index.
+    pub deployments: store::Deployments,
     /// Its request stream.
     pub broker: Broker,
     /// Its event stream (`deployment.queued`, `deployment.failed`).
@@ -146,7 +153,9 @@ impl Publisher {
     pub fn new(h: PublisherHandles) -> Self {
         Self {
             tenant: h.tenant,
-            store: h.store,
+            configs: h.configs,
+            servers: h.servers,
+            deployments: h.deployments,
             broker: h.broker,
             events: h.events,
             signing: h.signing,
@@ -257,8 +266,7 @@ impl Publisher {
     /// Marks a sent deployment's request published.
     async fn mark_published(&self, record: &DeploymentRecord) -> Result<(), PublishError> {
         let d = &record.deployment;
-        self.store
-            .deployments
+        self.deployments
             .update(&d.tenant, &d.id, apply_published)
             .await?;
         debug!(deployment.id = %d.id, server.id = %d.server_id, "deployment request published");
@@ -284,7 +292,7 @@ impl Publisher {
             let none = Err(SealFailure::NoServerKey(d.server_id.clone()));
             return Ok(request(record, config, &self.sealing, none)?);
         }
-        let server = match self.store.servers.get(&d.tenant, &d.server_id).await? {
+        let server = match self.servers.get(&d.tenant, &d.server_id).await? {
             Some(server) => sealing::server_key(&server),
             None => Err(SealFailure::NoServerKey(d.server_id.clone())),
         };
@@ -308,7 +316,6 @@ impl Publisher {
         };
         let now = OffsetDateTime::now_utc();
         let failed = self
-            .store
             .deployments
             .update(&self.tenant, id, |record| {
                 let d = &mut record.deployment;
@@ -343,7 +350,7 @@ impl Publisher {
 
     /// Reads a deployment: its record when its request is still to publish.
     async fn unpublished(&self, id: &DeploymentId) -> Result<Unpublished, PublishError> {
-        let Some(record) = self.store.deployments.get(&self.tenant, id).await? else {
+        let Some(record) = self.deployments.get(&self.tenant, id).await? else {
             return Ok(Unpublished::Missing);
         };
         if record.request_published || record.deployment.status.is_terminal() {
@@ -363,7 +370,6 @@ impl Publisher {
             return Ok(config.clone());
         }
         let config = self
-            .store
             .configs
             .get(&self.tenant, config_id)
             .await?

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::error::chain;
-use crate::store::Store;
+use crate::store::Deployments;
 
 /// How often the pending index is sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(15);
@@ -63,7 +63,7 @@ impl PendingSample {
 /// Samples `tenant`'s pending deployments into `sample` until cancelled.
 pub async fn run(
     tenant: TenantId,
-    store: Store,
+    deployments: Deployments,
     sample: std::sync::Arc<PendingSample>,
     cancel: CancellationToken,
 ) {
@@ -75,7 +75,7 @@ pub async fn run(
             () = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match pass(&tenant, &store, &mut servers).await {
+        match pass(&tenant, &deployments, &mut servers).await {
             Ok(lengths) => sample.record(lengths),
             Err(e) => debug!(error = %e, "cannot sample the pending deployments; trying again"),
         }
@@ -85,11 +85,10 @@ pub async fn run(
 /// One pass: each server's number of pending deployments.
 async fn pass(
     tenant: &TenantId,
-    store: &Store,
+    deployments: &Deployments,
     servers: &mut HashMap<DeploymentId, ServerId>,
 ) -> Result<Vec<u64>, String> {
-    let pending = store
-        .deployments
+    let pending = deployments
         .pending_ids(tenant)
         .await
         .map_err(|e| chain(&e))?;
@@ -100,11 +99,7 @@ async fn pass(
             continue;
         }
         // A record not there (yet, or any more) is counted at the next pass.
-        if let Some(record) = store
-            .deployments
-            .get(tenant, id)
-            .await
-            .map_err(|e| chain(&e))?
+        if let Some(record) = deployments.get(tenant, id).await.map_err(|e| chain(&e))?
             && !record.deployment.status.is_terminal()
         {
             servers.insert(id.clone(), record.deployment.server_id);

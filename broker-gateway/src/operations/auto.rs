@@ -25,15 +25,17 @@ use tracing::{info, warn};
 use super::Operations;
 use super::submit::SubmitError;
 use crate::broker::Broker;
-use crate::store::Store;
+use crate::store;
 
 /// What the policy reads and submits with; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct AutoHandles {
     /// The tenant.
     pub tenant: TenantId,
-    /// Servers' and stacks' records.
-    pub store: Store,
+    /// Servers' records (a rebuilt server's stacks).
+    pub servers: store::Servers,
+    /// Stacks' records (their converge policy and units).
+    pub stacks: store::Stacks,
     /// What the broker takes (the operation's size check).
     pub broker: Broker,
     /// The gateways' sealing key (hidden parameters).
@@ -62,7 +64,7 @@ pub async fn run(
                 None => return,
             },
         };
-        let stacks = match service.store.servers.get(&service.tenant, &server).await {
+        let stacks = match service.servers.get(&service.tenant, &server).await {
             Ok(Some(s)) => s.stacks,
             Ok(None) => continue,
             Err(e) => {
@@ -93,7 +95,7 @@ async fn converge_stack(
 ) {
     let tenant = &service.tenant;
     for _ in 0..MAX_TRIES {
-        let current = match service.store.stacks.get(tenant, stack).await {
+        let current = match service.stacks.get(tenant, stack).await {
             Ok(Some(s)) => s,
             Ok(None) => return,
             Err(e) => {

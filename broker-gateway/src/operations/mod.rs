@@ -12,24 +12,23 @@
 //! another worker once the lease runs out ([`worker`]).
 
 pub mod auto;
-pub mod history;
 pub mod submit;
 pub mod worker;
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer, kv, stream};
-use bytes::Bytes;
+use async_nats::jetstream::{self, consumer, stream};
 use flue_proto::operation::{
-    OPERATIONS_BUCKET, OPERATIONS_CONSUMER, OPERATIONS_STREAM, OPERATIONS_SUBJECTS, OperationState,
-    QueuedOperation, StackOperation, operation_subject,
+    OPERATIONS_CONSUMER, OPERATIONS_STREAM, OPERATIONS_SUBJECTS, OperationState, QueuedOperation,
+    StackOperation, operation_subject,
 };
 use flue_proto::{StackId, TenantId};
 use time::OffsetDateTime;
 use tracing::warn;
 
 use crate::store::StoreError;
-use crate::store::cas::{Absent, Attempts, Change, Outcome, Text, compare_and_set};
+
+pub use crate::store::{Claim, History};
 
 /// Deliveries after which an operation that keeps losing its worker ends FAILED: each
 /// one is a worker that died or gave it back (a gateway unreachable, say).
@@ -68,31 +67,24 @@ pub enum OperationsError {
     },
 }
 
-/// The tenant's operation queue and records; cheap to clone.
+/// The tenant's operation queue, and its records' store; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Operations {
+    /// The queue's JetStream context (a message queue, not an aggregate's record: it
+    /// stays here, out of the store).
     js: jetstream::Context,
-    records: kv::Store,
-    /// The same bucket, for the compare-and-set ([`crate::store::cas::compare_and_set`]).
-    bucket: crate::store::Bucket,
+    /// The records and claims (`flue_ops`).
+    records: crate::store::Operations,
     tenant: TenantId,
     lease: Duration,
 }
 
-/// What became of a claim on a stack ([`Operations::claim`]).
-#[derive(Debug)]
-pub enum Claim {
-    /// The stack is this operation's now.
-    Claimed,
-    /// Another operation is queued or running on it.
-    Busy(String),
-}
-
 impl Operations {
-    /// Opens (creating when missing) the stream, its shared consumer and the records
-    /// bucket, each with `replicas` copies.
+    /// Opens (creating when missing) the stream and its shared consumer, with
+    /// `replicas` copies; the records are `records`, the tenant's store's.
     pub async fn open(
         js: &jetstream::Context,
+        records: crate::store::Operations,
         tenant: TenantId,
         replicas: usize,
         lease: Duration,
@@ -127,10 +119,8 @@ impl Operations {
             )
             .await
             .map_err(|e| setup("consumer")(e.into()))?;
-        let records = crate::store::open_bucket(js, OPERATIONS_BUCKET, replicas).await?;
         Ok(Self {
             js: js.clone(),
-            bucket: crate::store::Bucket::new(records.clone(), OPERATIONS_BUCKET, false),
             records,
             tenant,
             lease,
@@ -152,54 +142,21 @@ impl Operations {
         &self.js
     }
 
-    fn active_key(&self, stack: &StackId) -> String {
-        format!("{}.{stack}", self.tenant)
-    }
-
-    fn record_key(&self, stack: &StackId, op: &str) -> String {
-        format!("{}.{stack}.{op}", self.tenant)
-    }
-
     /// Makes `op` the stack's active operation unless another one is, still
     /// unfinished. A marker left by an operation that ended is taken over.
     pub async fn claim(&self, stack: &StackId, op: &str) -> Result<Claim, OperationsError> {
-        let key = self.active_key(stack);
-        // Until claimed or found busy: each lost race is another claim or release that
-        // got through, and is looked at again.
-        let outcome = compare_and_set::<String, Text, OperationsError, _, _>(
-            &self.bucket,
-            &key,
-            Absent::Create,
-            Attempts::Unbounded,
-            |holder| async move {
-                if let Some(held) = &holder
-                    && self.unfinished(stack, held).await?
-                {
-                    return Ok(Change::Keep(holder));
-                }
-                Ok(Change::Write(op.to_owned()))
-            },
-        )
-        .await?;
-        Ok(match outcome {
-            Outcome::Kept(Some(holder)) => Claim::Busy(holder),
-            _ => Claim::Claimed,
-        })
+        self.records
+            .claim(&self.tenant, stack, op, move |held: String| async move {
+                self.unfinished(stack, &held).await
+            })
+            .await
     }
 
     /// The stack's unfinished operation, if it has one (a read: nothing is claimed).
     pub async fn busy(&self, stack: &StackId) -> Result<Option<String>, OperationsError> {
-        let key = self.active_key(stack);
-        let Some(entry) = self
-            .records
-            .entry(&key)
-            .await
-            .map_err(|e| read_error(&key, e.into()))?
-            .filter(|e| e.operation == kv::Operation::Put)
-        else {
+        let Some(holder) = self.records.holder(&self.tenant, stack).await? else {
             return Ok(None);
         };
-        let holder = String::from_utf8_lossy(&entry.value).into_owned();
         let unfinished = self.unfinished(stack, &holder).await?;
         Ok(unfinished.then_some(holder))
     }
@@ -222,22 +179,14 @@ impl Operations {
         stack: &StackId,
         op: &str,
     ) -> Result<Option<StackOperation>, OperationsError> {
-        let Some((mut record, revision)) = self.get_entry(stack, op).await? else {
+        let Some((record, revision)) = self.get_entry(stack, op).await? else {
             return Ok(None);
         };
         let now = OffsetDateTime::now_utc();
-        if record.state != OperationState::Queued
-            || now - record.submitted_at < QUEUE_GRACE
-            || self.in_queue(stack, op).await?
-        {
+        if !may_be_lost(&record, now) || self.in_queue(stack, op).await? {
             return Ok(Some(record));
         }
-        record.state = OperationState::Failed;
-        record.reason = Some(
-            "never queued: the gateway that accepted it stopped before queuing it; submit it again"
-                .to_owned(),
-        );
-        record.finished_at = Some(now);
+        let record = never_queued(record, now);
         match self.update(&record, revision).await? {
             Some(_) => {
                 warn!(stack.id = %stack, operation.id = %op, "operation found never queued; failed");
@@ -274,25 +223,7 @@ impl Operations {
 
     /// Ends the stack's claim if `op` still holds it.
     pub async fn release(&self, stack: &StackId, op: &str) -> Result<(), OperationsError> {
-        let key = self.active_key(stack);
-        let entry = self
-            .records
-            .entry(&key)
-            .await
-            .map_err(|e| read_error(&key, e.into()))?;
-        let Some(entry) = entry.filter(|e| e.value.as_ref() == op.as_bytes()) else {
-            return Ok(());
-        };
-        match self
-            .records
-            .delete_expect_revision(&key, Some(entry.revision))
-            .await
-        {
-            Ok(()) => Ok(()),
-            // Claimed by another operation meanwhile (after this one was found finished).
-            Err(e) if crate::store::lost_delete_race(&e) => Ok(()),
-            Err(e) => Err(write_error(&key, e.into())),
-        }
+        Ok(self.records.release(&self.tenant, stack, op).await?)
     }
 
     /// Operation `op` of `stack`, if there is one.
@@ -310,55 +241,28 @@ impl Operations {
         stack: &StackId,
         op: &str,
     ) -> Result<Option<(StackOperation, u64)>, OperationsError> {
-        let key = self.record_key(stack, op);
-        let Some(entry) = self
-            .records
-            .entry(&key)
-            .await
-            .map_err(|e| read_error(&key, e.into()))?
-            .filter(|e| e.operation == kv::Operation::Put)
-        else {
-            return Ok(None);
-        };
-        let record = serde_json::from_slice(&entry.value).map_err(|source| StoreError::Decode {
-            bucket: OPERATIONS_BUCKET,
-            key,
-            source,
-        })?;
-        Ok(Some((record, entry.revision)))
+        Ok(self.records.get(&self.tenant, stack, op).await?)
     }
 
     /// Writes a new operation's record (its submitter, before queuing it).
     pub async fn put(&self, record: &StackOperation) -> Result<(), OperationsError> {
-        let key = self.record_key(&record.stack, &record.id);
-        let bytes = serde_json::to_vec(record).expect("operation records always serialise");
-        self.records
-            .put(&key, Bytes::from(bytes))
-            .await
-            .map_err(|e| write_error(&key, e.into()))?;
-        Ok(())
+        Ok(self.records.put(&self.tenant, record).await?)
     }
 
-    /// Writes `record` over the revision its writer last read or wrote; the new
-    /// revision, or `None` when someone else wrote it since. That is how a worker
-    /// learns it lost its lease (stalled past it while another took the operation
-    /// over): it must then stop, never write over the new holder's record.
+    /// Writes `record` over the revision its writer last read or wrote
+    /// ([`crate::store::Operations::update`]): `None` when someone else wrote it since,
+    /// so that a worker that lost its lease stops.
     pub async fn update(
         &self,
         record: &StackOperation,
         revision: u64,
     ) -> Result<Option<u64>, OperationsError> {
-        let key = self.record_key(&record.stack, &record.id);
-        let bytes = serde_json::to_vec(record).expect("operation records always serialise");
-        match self
-            .records
-            .update(&key, Bytes::from(bytes), revision)
-            .await
-        {
-            Ok(revision) => Ok(Some(revision)),
-            Err(e) if crate::store::lost_race(&e) => Ok(None),
-            Err(e) => Err(write_error(&key, e.into())),
-        }
+        Ok(self.records.update(&self.tenant, record, revision).await?)
+    }
+
+    /// Every operation of `stack`, newest first.
+    pub async fn history(&self, stack: &StackId) -> Result<History, OperationsError> {
+        Ok(self.records.history(&self.tenant, stack).await?)
     }
 
     /// Queues `queued` (deduplicated by its id) and waits for the broker's acknowledgement.
@@ -384,6 +288,24 @@ impl Operations {
     }
 }
 
+/// Whether `record` may have been lost between its record and its message: still
+/// queued, [`QUEUE_GRACE`] after it was submitted (whether its message is in the queue
+/// decides).
+fn may_be_lost(record: &StackOperation, now: OffsetDateTime) -> bool {
+    record.state == OperationState::Queued && now - record.submitted_at >= QUEUE_GRACE
+}
+
+/// `record`, lost before it was queued, FAILED at `now`, saying so.
+fn never_queued(mut record: StackOperation, now: OffsetDateTime) -> StackOperation {
+    record.state = OperationState::Failed;
+    record.reason = Some(
+        "never queued: the gateway that accepted it stopped before queuing it; submit it again"
+            .to_owned(),
+    );
+    record.finished_at = Some(now);
+    record
+}
+
 /// This gateway's own API address as the engine workers reach it: a wildcard listen
 /// address is reached on loopback.
 pub fn own_url(addr: std::net::SocketAddr, https: bool) -> String {
@@ -397,20 +319,69 @@ pub fn own_url(addr: std::net::SocketAddr, https: bool) -> String {
     format!("{}://{addr}", if https { "https" } else { "http" })
 }
 
-fn read_error(key: &str, source: BoxError) -> OperationsError {
-    StoreError::Read {
-        bucket: OPERATIONS_BUCKET,
-        key: key.to_owned(),
-        source,
-    }
-    .into()
-}
+#[cfg(test)]
+mod tests {
+    use flue_proto::operation::OperationKind;
 
-fn write_error(key: &str, source: BoxError) -> OperationsError {
-    StoreError::Write {
-        bucket: OPERATIONS_BUCKET,
-        key: key.to_owned(),
-        source,
+    use super::*;
+
+    fn queued_at(submitted: OffsetDateTime) -> StackOperation {
+        StackOperation {
+            id: "op".into(),
+            stack: StackId::new("s").expect("stack"),
+            tenant: TenantId::new("t").expect("tenant"),
+            operation: OperationKind::Create,
+            cause: None,
+            state: OperationState::Queued,
+            worker: None,
+            lease_expires_at: None,
+            attempts: 0,
+            reason: None,
+            stack_status: None,
+            submitted_at: submitted,
+            finished_at: None,
+            progress: Vec::new(),
+            progress_dropped: 0,
+        }
     }
-    .into()
+
+    #[test]
+    fn only_a_queued_record_past_the_grace_may_have_been_lost() {
+        let now = OffsetDateTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let fresh = queued_at(now - QUEUE_GRACE + Duration::from_secs(1));
+        assert!(
+            !may_be_lost(&fresh, now),
+            "its submitter may still be queuing it"
+        );
+        let old = queued_at(now - QUEUE_GRACE);
+        assert!(may_be_lost(&old, now));
+        for state in [
+            OperationState::Running,
+            OperationState::Succeeded,
+            OperationState::Failed,
+        ] {
+            let taken = StackOperation {
+                state,
+                ..old.clone()
+            };
+            assert!(!may_be_lost(&taken, now), "{state}: a worker has it");
+        }
+    }
+
+    #[test]
+    fn a_lost_record_ends_failed_saying_to_submit_again() {
+        let now = OffsetDateTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let failed = never_queued(queued_at(OffsetDateTime::UNIX_EPOCH), now);
+        assert_eq!(failed.state, OperationState::Failed);
+        assert!(failed.state.is_terminal(), "its stack is free again");
+        assert_eq!(failed.finished_at, Some(now));
+        assert!(
+            failed
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.contains("submit it again")),
+            "{:?}",
+            failed.reason
+        );
+    }
 }

@@ -34,7 +34,7 @@ use super::submit::opened_body;
 use super::{MAX_DELIVERIES, Operations};
 use crate::auth::token::{NewToken, mint};
 use crate::error::chain;
-use crate::store::Store;
+use crate::store;
 
 /// How long one worker token lives; renewed when half of it is gone.
 const TOKEN_TTL: Duration = Duration::from_secs(600);
@@ -54,8 +54,8 @@ const GIVE_BACK_DELAY: Duration = Duration::from_secs(2);
 pub struct WorkerContext {
     /// The tenant's queue and records.
     pub operations: Operations,
-    /// The tenant's store (stack records).
-    pub store: Store,
+    /// The stack records (the one an operation starts from).
+    pub stacks: store::Stacks,
     /// Opens the sealed parameter values of queued operations.
     pub sealing: Arc<XKey>,
     /// Signs the worker's own engine tokens.
@@ -312,7 +312,6 @@ async fn run_renewing(
     let body =
         opened_body(queued.body, &ctx.sealing).map_err(|e| Failure::Refused(e.to_string()))?;
     let previous = ctx
-        .store
         .stacks
         .get(ops.tenant(), &queued.stack)
         .await

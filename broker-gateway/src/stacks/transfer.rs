@@ -43,7 +43,6 @@ impl Stacks {
     pub async fn export(&self, id: &StackId) -> Result<StackExport, StackError> {
         let tenant = &self.tenant;
         let stack = self
-            .store
             .stacks
             .get(tenant, id)
             .await?
@@ -52,8 +51,8 @@ impl Stacks {
         let (deployment_ids, mut config_ids) = named_by(&stack);
         let deployments: Vec<DeploymentRecord> = futures_util::stream::iter(deployment_ids)
             .map(|d| {
-                let store = &self.store;
-                async move { store.deployments.get(tenant, &d).await }
+                let deployments = &self.deployments;
+                async move { deployments.get(tenant, &d).await }
             })
             .buffered(READS_IN_FLIGHT)
             .try_filter_map(|r| async move { Ok(r) })
@@ -62,8 +61,8 @@ impl Stacks {
         config_ids.extend(deployments.iter().map(|r| r.deployment.config_id.clone()));
         let configs: Vec<Config> = futures_util::stream::iter(config_ids)
             .map(|c| {
-                let store = &self.store;
-                async move { store.configs.get(tenant, &c).await }
+                let configs = &self.configs;
+                async move { configs.get(tenant, &c).await }
             })
             .buffered(READS_IN_FLIGHT)
             .try_filter_map(|c| async move { Ok(c) })
@@ -107,7 +106,7 @@ impl Stacks {
                 },
             );
         }
-        for (key, value) in self.store.data.of_stack(tenant, id).await? {
+        for (key, value) in self.data.of_stack(tenant, id).await? {
             export.data.insert(key, BASE64.encode(&value));
         }
         Ok(export)
@@ -125,7 +124,6 @@ impl Stacks {
     ) -> Result<(), StackError> {
         let tenant = &self.tenant;
         let head = self
-            .store
             .stacks
             .head(tenant, id)
             .await?
@@ -147,7 +145,7 @@ impl Stacks {
                 head.status
             )));
         }
-        let stack = match self.store.stacks.delete(tenant, id, Some(expected)).await? {
+        let stack = match self.stacks.delete(tenant, id, Some(expected)).await? {
             StackWrite::Written(written) => written.stack,
             StackWrite::Missing => return Err(not_found(id)),
             StackWrite::Mismatch { current } => {
@@ -160,7 +158,7 @@ impl Stacks {
             }
             StackWrite::Exists => return Err(StackError::Internal("unexpected answer".to_owned())),
         };
-        let purged = self.store.data.purge_stack(tenant, id).await?;
+        let purged = self.data.purge_stack(tenant, id).await?;
         info!(stack.id = %id, units = stack.state.units.len(), data_keys_purged = purged, "stack abandoned");
         let servers = stack.state.units.values().map(|unit| &unit.server_id);
         self.rights.leave(id, servers).await;
@@ -206,13 +204,13 @@ impl Stacks {
 
         // Checked: now the writes, the stack's record last.
         for config in &new_configs {
-            self.store.configs.create(tenant, config).await?;
+            self.configs.create(tenant, config).await?;
         }
         for record in &new_records {
-            self.store.deployments.create(record).await?;
+            self.deployments.create(record).await?;
         }
         for (key, value) in data {
-            self.store.data.put(tenant, id, &key, value).await?;
+            self.data.put(tenant, id, &key, value).await?;
         }
         let now = OffsetDateTime::now_utc();
         let new = Stack {
@@ -221,7 +219,7 @@ impl Stacks {
             updated_at: now,
             ..stack
         };
-        let stack = match self.store.stacks.create(&new).await? {
+        let stack = match self.stacks.create(&new).await? {
             StackWrite::Written(written) => written.stack,
             StackWrite::Exists => return Err(StackError::Exists(id.clone())),
             _ => return Err(StackError::Internal("unexpected answer".to_owned())),
@@ -256,7 +254,7 @@ impl Stacks {
                 id.as_str()
             )));
         }
-        if self.store.stacks.head(tenant, id).await?.is_some() {
+        if self.stacks.head(tenant, id).await?.is_some() {
             return Err(StackError::Exists(id.clone()));
         }
         if stack.status.status == OpStatus::InProgress
@@ -280,7 +278,7 @@ impl Stacks {
             .chain(deployments.values().map(|d| &d.deployment.server_id))
             .collect();
         for server in servers {
-            if self.store.servers.get(tenant, server).await?.is_none() {
+            if self.servers.get(tenant, server).await?.is_none() {
                 return Err(StackError::Refused(format!(
                     "server {:?}: not registered in this tenant (register it first)",
                     server.as_str()
@@ -338,7 +336,7 @@ impl Stacks {
                 .map_err(|e| StackError::Refused(format!("configs.{cid}: {e}")))?;
             let mut config = spec.into_config(cid.clone(), created_at);
             seal_config_defaults(&mut config, gateway)?;
-            match self.store.configs.get(tenant, &cid).await? {
+            match self.configs.get(tenant, &cid).await? {
                 Some(stored) if !same_config(&stored, &config) => {
                     return Err(StackError::Conflict(format!(
                         "config {:?} exists here with another content",
@@ -401,7 +399,7 @@ impl Stacks {
             seal_at_rest(&mut d.input_values, &hidden_inputs, gateway)?;
             seal_at_rest(&mut d.outputs, &hidden_outputs, gateway)?;
             d.tenant = tenant.clone();
-            match self.store.deployments.get(tenant, &did).await? {
+            match self.deployments.get(tenant, &did).await? {
                 Some(stored) if !same_deployment(&stored, &d) => {
                     return Err(StackError::Conflict(format!(
                         "deployment {:?} exists here for another server, config, action or stack",
@@ -435,7 +433,7 @@ impl Stacks {
         let (named_deployments, mut named_configs) = named_by(stack);
         named_configs.extend(new_records.iter().map(|r| r.deployment.config_id.clone()));
         for did in named_deployments.difference(&in_record.0) {
-            if self.store.deployments.get(tenant, did).await?.is_none() {
+            if self.deployments.get(tenant, did).await?.is_none() {
                 return Err(StackError::Refused(format!(
                     "deployments: {:?}, named by the stack's units, is neither in the record nor here",
                     did.as_str()
@@ -443,7 +441,7 @@ impl Stacks {
             }
         }
         for cid in named_configs.difference(&in_record.1) {
-            if self.store.configs.get(tenant, cid).await?.is_none() {
+            if self.configs.get(tenant, cid).await?.is_none() {
                 return Err(StackError::Refused(format!(
                     "configs: {:?}, named by the stack, is neither in the record nor here",
                     cid.as_str()

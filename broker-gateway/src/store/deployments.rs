@@ -287,7 +287,7 @@ mod tests {
 
     use super::*;
     use crate::store::error::BoxError;
-    use crate::store::kv::{BoxFut, Change, Entry, Found};
+    use crate::store::kv::{BoxFut, Change, Entry, Found, KeyWrite};
     use crate::store::memory::Memory;
 
     /// A bucket that yields before every call.
@@ -360,6 +360,18 @@ mod tests {
             &self,
         ) -> BoxFut<'_, Result<BoxStream<'static, Result<Change, BoxError>>, BoxError>> {
             after_yield(self.0.watch())
+        }
+        fn values<'a>(
+            &'a self,
+            filter: &'a str,
+        ) -> BoxFut<'a, Result<Vec<(String, Bytes)>, BoxError>> {
+            after_yield(self.0.values(filter))
+        }
+        fn follow<'a>(
+            &'a self,
+            filter: &'a str,
+        ) -> BoxFut<'a, Result<BoxStream<'static, Result<KeyWrite, BoxError>>, BoxError>> {
+            after_yield(self.0.follow(filter))
         }
     }
 

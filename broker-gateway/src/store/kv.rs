@@ -64,6 +64,21 @@ pub struct Change {
     pub value: Bytes,
 }
 
+/// One write of a key as [`Kv::follow`] sees it: a value, or `None` for a delete or
+/// purge marker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyWrite {
+    /// The key written.
+    pub key: String,
+    /// The revision of the write.
+    pub revision: u64,
+    /// The value written; `None` when the key was removed.
+    pub value: Option<Bytes>,
+}
+
+/// How long [`Kv::values`] may take before it counts as failed.
+const VALUES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A key-value bucket with one revision per key; keys are NATS subject tokens, and
 /// filters subject patterns (`*` one token, `>` the rest).
 pub trait Kv: Debug + Send + Sync {
@@ -118,6 +133,17 @@ pub trait Kv: Debug + Send + Sync {
 
     /// Every value written from now on (markers left out), in revision order.
     fn watch(&self) -> BoxFut<'_, Result<BoxStream<'static, Result<Change, BoxError>>, BoxError>>;
+
+    /// The value of every key matching `filter` (removed ones left out), in one read of
+    /// the keys under the filter: its cost is theirs, never the bucket's.
+    fn values<'a>(&'a self, filter: &'a str) -> BoxFut<'a, Result<Vec<(String, Bytes)>, BoxError>>;
+
+    /// The last write of every key matching `filter` (a removed key's marker included),
+    /// then every write of one from now on, in revision order.
+    fn follow<'a>(
+        &'a self,
+        filter: &'a str,
+    ) -> BoxFut<'a, Result<BoxStream<'static, Result<KeyWrite, BoxError>>, BoxError>>;
 }
 
 /// A JetStream KV bucket; cheap to clone.
@@ -343,6 +369,67 @@ impl Kv for Bucket {
                 })
                 .boxed())
         })
+    }
+
+    fn values<'a>(&'a self, filter: &'a str) -> BoxFut<'a, Result<Vec<(String, Bytes)>, BoxError>> {
+        Box::pin(self.last_values(filter))
+    }
+
+    fn follow<'a>(
+        &'a self,
+        filter: &'a str,
+    ) -> BoxFut<'a, Result<BoxStream<'static, Result<KeyWrite, BoxError>>, BoxError>> {
+        Box::pin(async move {
+            let watch = self.store.watch_with_history(filter).await?;
+            Ok(watch
+                .map(|entry| {
+                    let e = entry?;
+                    Ok(KeyWrite {
+                        key: e.key,
+                        revision: e.revision,
+                        value: (e.operation == kv::Operation::Put).then_some(e.value),
+                    })
+                })
+                .boxed())
+        })
+    }
+}
+
+impl Bucket {
+    /// [`Kv::values`]: one ordered consumer filtered to the keys, the last message of each.
+    async fn last_values(&self, filter: &str) -> Result<Vec<(String, Bytes)>, BoxError> {
+        use jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};
+        let consumer = self
+            .store
+            .stream
+            .create_consumer(OrderedConfig {
+                filter_subject: format!("{}{filter}", self.store.prefix),
+                // A key may have been rewritten: only its last value counts.
+                deliver_policy: DeliverPolicy::LastPerSubject,
+                ..Default::default()
+            })
+            .await?;
+        let mut pending = consumer.cached_info().num_pending;
+        let mut values = Vec::new();
+        if pending == 0 {
+            return Ok(values);
+        }
+        let mut messages = consumer.messages().await?;
+        while pending > 0 {
+            let message = tokio::time::timeout(VALUES_TIMEOUT, messages.next())
+                .await?
+                .ok_or("the consumer ended early")??;
+            pending = message.info()?.pending;
+            // Purged or deleted keys carry an empty payload and a marker: nothing to list.
+            if message.payload.is_empty() || message.headers.as_ref().is_some_and(removed) {
+                continue;
+            }
+            let Some(key) = message.subject.strip_prefix(self.store.prefix.as_str()) else {
+                continue;
+            };
+            values.push((key.to_owned(), message.payload.clone()));
+        }
+        Ok(values)
     }
 }
 

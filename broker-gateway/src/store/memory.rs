@@ -13,7 +13,7 @@ use time::OffsetDateTime;
 use tokio::sync::broadcast;
 
 use super::error::BoxError;
-use super::kv::{BoxFut, Change, Entry, Found, Kv, KvError};
+use super::kv::{BoxFut, Change, Entry, Found, KeyWrite, Kv, KvError};
 
 /// One key's last write.
 #[derive(Debug, Clone)]
@@ -74,7 +74,8 @@ impl Inner {
 pub struct Memory {
     name: &'static str,
     inner: Arc<Mutex<Inner>>,
-    changes: broadcast::Sender<Change>,
+    /// Every write, markers included.
+    changes: broadcast::Sender<KeyWrite>,
 }
 
 impl Memory {
@@ -96,11 +97,11 @@ impl Memory {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn wrote(&self, key: &str, revision: u64, value: &Bytes) {
-        let _ = self.changes.send(Change {
+    fn wrote(&self, key: &str, revision: u64, value: Option<&Bytes>) {
+        let _ = self.changes.send(KeyWrite {
             key: key.to_owned(),
             revision,
-            value: value.clone(),
+            value: value.cloned(),
         });
     }
 }
@@ -143,7 +144,7 @@ impl Kv for Memory {
         }
         let revision = inner.write(key, Some(value.clone()));
         drop(inner);
-        self.wrote(key, revision, &value);
+        self.wrote(key, revision, Some(&value));
         ready(Ok(revision))
     }
 
@@ -159,13 +160,13 @@ impl Kv for Memory {
         }
         let revision = inner.write(key, Some(value.clone()));
         drop(inner);
-        self.wrote(key, revision, &value);
+        self.wrote(key, revision, Some(&value));
         ready(Ok(revision))
     }
 
     fn put<'a>(&'a self, key: &'a str, value: Bytes) -> BoxFut<'a, Result<u64, BoxError>> {
         let revision = self.lock().write(key, Some(value.clone()));
-        self.wrote(key, revision, &value);
+        self.wrote(key, revision, Some(&value));
         ready(Ok(revision))
     }
 
@@ -175,9 +176,9 @@ impl Kv for Memory {
         revision: Option<u64>,
     ) -> BoxFut<'a, Result<(), KvError>> {
         let mut inner = self.lock();
-        ready(inner.expect(key, revision).map(|()| {
-            inner.write(key, None);
-        }))
+        let written = inner.expect(key, revision).map(|()| inner.write(key, None));
+        drop(inner);
+        ready(written.map(|revision| self.wrote(key, revision, None)))
     }
 
     fn purge<'a>(&'a self, key: &'a str, revision: Option<u64>) -> BoxFut<'a, Result<(), KvError>> {
@@ -226,17 +227,75 @@ impl Kv for Memory {
     }
 
     fn watch(&self) -> BoxFut<'_, Result<BoxStream<'static, Result<Change, BoxError>>, BoxError>> {
-        let changes = futures_util::stream::unfold(self.changes.subscribe(), |mut rx| async {
-            loop {
-                match rx.recv().await {
-                    Ok(change) => return Some((Ok(change), rx)),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
-            }
+        let changes = writes(self.changes.subscribe(), 0, ">".to_owned()).filter_map(|w| {
+            std::future::ready(w.value.map(|value| {
+                Ok(Change {
+                    key: w.key,
+                    revision: w.revision,
+                    value,
+                })
+            }))
         });
         ready(Ok(changes.boxed()))
     }
+
+    fn values<'a>(&'a self, filter: &'a str) -> BoxFut<'a, Result<Vec<(String, Bytes)>, BoxError>> {
+        let inner = self.lock();
+        ready(Ok(inner
+            .messages
+            .values()
+            .filter(|(key, _)| matches(filter, key))
+            .filter_map(|(key, last)| Some((key.clone(), last.value.clone()?)))
+            .collect()))
+    }
+
+    fn follow<'a>(
+        &'a self,
+        filter: &'a str,
+    ) -> BoxFut<'a, Result<BoxStream<'static, Result<KeyWrite, BoxError>>, BoxError>> {
+        // Subscribed under the lock, so that every write is either in the snapshot or
+        // after it (one in both, sent after the lock was let go, is skipped).
+        let inner = self.lock();
+        let rx = self.changes.subscribe();
+        let now: Vec<Result<KeyWrite, BoxError>> = inner
+            .messages
+            .iter()
+            .filter(|(_, (key, _))| matches(filter, key))
+            .map(|(seq, (key, last))| {
+                Ok(KeyWrite {
+                    key: key.clone(),
+                    revision: *seq,
+                    value: last.value.clone(),
+                })
+            })
+            .collect();
+        let after = inner.seq;
+        drop(inner);
+        let later = writes(rx, after, filter.to_owned()).map(Ok);
+        ready(Ok(futures_util::stream::iter(now).chain(later).boxed()))
+    }
+}
+
+/// The writes `rx` hears past revision `after` of keys matching `filter`.
+fn writes(
+    rx: broadcast::Receiver<KeyWrite>,
+    after: u64,
+    filter: String,
+) -> impl futures_util::Stream<Item = KeyWrite> + Send + 'static {
+    futures_util::stream::unfold(rx, move |mut rx| {
+        let filter = filter.clone();
+        async move {
+            loop {
+                match rx.recv().await {
+                    Ok(w) if w.revision > after && matches(&filter, &w.key) => {
+                        return Some((w, rx));
+                    }
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        }
+    })
 }
 
 #[cfg(test)]

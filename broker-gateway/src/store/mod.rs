@@ -14,17 +14,40 @@
 //! | | `flue_stack_units` | `<tenant>.<stack>.<unit token>` | [`flue_proto::Unit`] JSON ([`flue_proto::stack::unit_token`]) |
 //! | [`Data`] | `flue_data` | `<tenant>.<stack>.<key>` | a hook's value (written by agents) |
 //! | [`Builds`] | `flue_builds` | `<tenant>.<sha256>.<n>` | a chunk of an agent build |
+//! | [`Operations`] | `flue_ops` | `<tenant>.<stack>.<op>` | [`flue_proto::operation::StackOperation`] JSON |
+//! | | | `<tenant>.<stack>` | the id of the stack's active operation (its claim) |
+//! | [`Webhooks`] | `flue_webhooks` | `<tenant>.<webhook>` | [`Subscription`] JSON (with its secret) |
+//!
+//! Not stores, though the broker keeps them too: the operations' work queue (stream
+//! `FLUE_OPS`, in `crate::operations`) and the request, response and event streams
+//! (`crate::broker`, `crate::events`) are message queues, not an aggregate's record: a
+//! message is taken and acknowledged, never read back by key, changed or
+//! compared-and-set. The webhooks' delivery consumers are positions in the event stream
+//! (`crate::webhooks`). Two buckets outside the aggregates stay beside the module that
+//! keeps them: servers' presence (`flue_presence`, `crate::presence`: online / offline,
+//! written on transitions) and revoked tokens (`flue_revoked_tokens`, `crate::auth`,
+//! watched into memory).
+//!
+//! Tenants are no store: there is no tenant bucket, and none is made up here. Which
+//! tenants exist is their NATS accounts' to say (keys and JWTs in the gateway's state
+//! directory, `crate::natsauth`; one default tenant with `--insecure-dev-broker`); what
+//! the gateway adds, a tenant's name and creation time, is a file
+//! `<state-dir>/tenants/<id>.json` (`crate::tenants`' book), read at start and written
+//! when a tenant is created (or first served without one). Each tenant's buckets live in its own account, so a
+//! [`Store`] is one tenant runtime's.
 //!
 //! [`Store`] holds them all (each a few pointers: cheap to clone), so that the wiring
 //! hands every domain operation the ones it needs. Each holds its buckets as
 //! `Arc<dyn` [`Kv`]`>`: [`Bucket`] on the broker, and in unit tests the in-memory double
 //! (`memory::Memory`, [`Store::in_memory`]), so that the domain rules run without one.
 //!
-//! Every bucket keeps one revision per key. Configs, servers and deployments are
-//! created with `create` (refused when the key exists; a deregistered server's key can
-//! be created again); records change through [`cas::compare_and_set`], the one
-//! compare-and-set loop on a key's revision; stack changes name the revision they
-//! replace ([`Stacks::update`]). The gateway only creates the data bucket and purges a
+//! Every bucket keeps one revision per key. Configs, servers, deployments and webhook
+//! subscriptions are created with `create` (refused when the key exists; a
+//! deregistered server's key can be created again); records change through
+//! [`cas::compare_and_set`], the one compare-and-set loop on a key's revision (a stack's
+//! claim by an operation too); stack changes name the revision they replace
+//! ([`Stacks::update`]), and so does an operation's worker ([`Operations::update`]: the
+//! revision it last read or wrote, held across its run). The gateway only creates the data bucket and purges a
 //! deleted stack's keys from it.
 
 mod bucket;
@@ -37,12 +60,14 @@ mod error;
 pub mod kv;
 #[cfg(test)]
 pub(crate) mod memory;
+mod operations;
 pub mod paging;
 pub mod pending;
 mod race;
 mod recent;
 mod servers;
 mod stacks;
+mod webhooks;
 
 use async_nats::jetstream;
 use bytes::Bytes;
@@ -55,17 +80,20 @@ pub use data::Data;
 pub use deployments::{Deployments, Updated};
 pub use error::StoreError;
 pub use kv::{Bucket, Kv};
+pub use operations::{Claim, History, Operations};
 pub use servers::Servers;
 pub use stacks::{StackChange, StackWrite, Stacks, UnitChanges, Written};
+pub use webhooks::{Secret, Subscription, SubscriptionChange, Webhooks, webhook_key};
 
 use crate::record::DeploymentRecord;
 use bucket::decode;
-pub use race::{lost_delete_race, lost_race};
+pub use race::lost_race;
 
 // The buckets' names are the wire vocabulary's (`flue_proto::subject`).
+pub use flue_proto::operation::OPERATIONS_BUCKET;
 pub use flue_proto::subject::{
     CONFIGS_BUCKET, DEPLOYMENTS_BUCKET, PENDING_BUCKET, SERVER_DEPLOYMENTS_BUCKET,
-    SERVER_ORDER_BUCKET, SERVERS_BUCKET, STACK_UNITS_BUCKET, STACKS_BUCKET,
+    SERVER_ORDER_BUCKET, SERVERS_BUCKET, STACK_UNITS_BUCKET, STACKS_BUCKET, WEBHOOKS_BUCKET,
 };
 
 /// Every aggregate store of a tenant runtime; cheap to clone.
@@ -83,6 +111,10 @@ pub struct Store {
     pub data: Data,
     /// Agent builds' chunks.
     pub builds: Builds,
+    /// Stack operations' records and claims.
+    pub operations: Operations,
+    /// Webhook subscriptions.
+    pub webhooks: Webhooks,
 }
 
 impl Store {
@@ -93,7 +125,7 @@ impl Store {
 
     /// [`Store::open`], creating missing buckets with `replicas` copies (`--replicas`).
     pub async fn open_with(js: &jetstream::Context, replicas: usize) -> Result<Self, StoreError> {
-        // On the heap: ten bucket opens side by side in one future would take a debug-built
+        // On the heap: twelve bucket opens side by side in one future would take a debug-built
         // test thread's whole stack (a `#[tokio::test]` keeps its future there).
         Box::pin(Self::open_buckets(js, replicas)).await
     }
@@ -120,6 +152,8 @@ impl Store {
             server_order: open(SERVER_ORDER_BUCKET).await?,
             // Agents read builds but never create anything: it must exist first.
             builds: open(flue_proto::upgrade::BUILDS_BUCKET).await?,
+            operations: open(OPERATIONS_BUCKET).await?,
+            webhooks: open(WEBHOOKS_BUCKET).await?,
         }))
     }
 
@@ -138,6 +172,8 @@ impl Store {
             pending: m(PENDING_BUCKET),
             server_order: m(SERVER_ORDER_BUCKET),
             builds: m(flue_proto::upgrade::BUILDS_BUCKET),
+            operations: m(OPERATIONS_BUCKET),
+            webhooks: m(WEBHOOKS_BUCKET),
         })
     }
 
@@ -149,6 +185,8 @@ impl Store {
             stacks: Stacks::new(b.stacks, b.stack_units),
             data: Data::new(b.data),
             builds: Builds::new(b.builds),
+            operations: Operations::new(b.operations),
+            webhooks: Webhooks::new(b.webhooks),
         }
     }
 }
@@ -165,6 +203,8 @@ struct Buckets {
     pending: std::sync::Arc<dyn Kv>,
     server_order: std::sync::Arc<dyn Kv>,
     builds: std::sync::Arc<dyn Kv>,
+    operations: std::sync::Arc<dyn Kv>,
+    webhooks: std::sync::Arc<dyn Kv>,
 }
 
 /// What a listing read: the records, and how many it left out because they cannot be

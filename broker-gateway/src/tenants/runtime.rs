@@ -101,11 +101,10 @@ impl TenantRuntime {
         // A start that fails past here (and is tried again) leaves no task running.
         let stop_if_failed = shutdown.clone().drop_guard();
         let tasks = TaskTracker::new();
-        let webhooks = webhooks::Webhooks::open(
-            &js,
+        let webhooks = webhooks::Webhooks::new(
+            store.webhooks.clone(),
             &events_js,
             config.webhook_policy(),
-            config.replicas(),
             webhooks::Scope {
                 tenant: tenant.id.clone(),
                 settings: config.webhook_settings(),
@@ -113,13 +112,13 @@ impl TenantRuntime {
                 tasks: tasks.clone(),
                 metrics: metrics.clone(),
             },
-        )
-        .await?;
+        );
         broker.response_consumer().await?;
         // Revoked HTTP tokens live in the tenant's own account, like everything of it.
         let revoked = Revoked::open(&js, config.replicas()).await?;
         let operations = crate::operations::Operations::open(
             &js,
+            store.operations.clone(),
             tenant.id.clone(),
             config.replicas(),
             Duration::from_secs(config.engine_lease_secs),
@@ -165,7 +164,7 @@ impl TenantRuntime {
         ));
         tasks.spawn(crate::metrics::pending::run(
             service.config.tenant.clone(),
-            service.store.clone(),
+            service.store.deployments.clone(),
             service.events.metrics().pending().clone(),
             shutdown.child_token(),
         ));
@@ -179,7 +178,8 @@ impl TenantRuntime {
         tasks.spawn(crate::operations::auto::run(
             crate::operations::auto::AutoHandles {
                 tenant: service.config.tenant.clone(),
-                store: service.store.clone(),
+                servers: service.store.servers.clone(),
+                stacks: service.store.stacks.clone(),
                 broker: service.broker.clone(),
                 sealing: service.keys.sealing.clone(),
                 tasks: service.tasks.clone(),
@@ -191,7 +191,7 @@ impl TenantRuntime {
         tasks.spawn(presence::run(
             service.presence.clone(),
             presence::PresenceHandles {
-                store: service.store.clone(),
+                servers: service.store.servers.clone(),
                 events: service.events.clone(),
                 rebuilt: Some(rebuilt),
             },
@@ -206,7 +206,7 @@ impl TenantRuntime {
         for n in 0..service.config.engine_workers {
             let ctx = crate::operations::worker::WorkerContext {
                 operations: operations.clone(),
-                store: service.store.clone(),
+                stacks: service.store.stacks.clone(),
                 sealing: service.keys.sealing.clone(),
                 token_secret: service.keys.token_secret.clone(),
                 api_url: service.config.engine_api_url.clone().unwrap_or_default(),
@@ -224,7 +224,7 @@ impl TenantRuntime {
             ));
         }
         tasks.spawn(waiters::run(
-            service.store.clone(),
+            service.store.deployments.clone(),
             waiters.clone(),
             link.reconnected(),
             shutdown.child_token(),

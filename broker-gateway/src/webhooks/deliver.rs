@@ -28,10 +28,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::http::AttemptError;
-use super::record::Subscription;
 use super::target::Target;
 use super::{ACK_WAIT, Settings, Webhooks, position, sign};
 use crate::error::chain;
+use crate::store::Subscription;
 
 /// How long one pull request waits for an event. An event published in the last
 /// moments of a shutdown may go to a request nobody reads any more: it is handed out
@@ -342,15 +342,7 @@ impl Task {
         let updated = self
             .webhooks
             .records
-            .update(&self.sub.tenant, &self.sub.id, |sub| {
-                sub.delivered += 1;
-                sub.last_event_id = Some(event.id.clone());
-                if seq.is_some() {
-                    sub.last_seq = seq;
-                }
-                sub.last_error = None;
-                true
-            })
+            .delivered(&self.sub.tenant, &self.sub.id, &event.id, seq)
             .await;
         match updated {
             Ok(Some(_)) => Step::Next,
@@ -368,10 +360,7 @@ impl Task {
         let updated = self
             .webhooks
             .records
-            .update(&self.sub.tenant, &self.sub.id, |sub| {
-                sub.last_error = Some(error.clone());
-                true
-            })
+            .failed(&self.sub.tenant, &self.sub.id, &error)
             .await;
         match updated {
             Ok(Some(_)) => Step::Next,
@@ -391,12 +380,7 @@ impl Task {
             let updated = self
                 .webhooks
                 .records
-                .update(&self.sub.tenant, &self.sub.id, |sub| {
-                    sub.status = WebhookStatus::Parked;
-                    sub.parked_reason = Some(reason.clone());
-                    sub.last_error = Some(last_error.clone());
-                    true
-                })
+                .park(&self.sub.tenant, &self.sub.id, &reason, &last_error)
                 .await;
             match updated {
                 Ok(Some(_)) => {

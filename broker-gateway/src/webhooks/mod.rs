@@ -1,6 +1,6 @@
 //! Webhook subscriptions and their delivery.
 //!
-//! A subscription is a record in KV `flue_webhooks` ([`record`]) and a durable pull
+//! A subscription is a record in KV `flue_webhooks` ([`crate::store::Webhooks`]) and a durable pull
 //! consumer (`wh-<len>-<tenant>-<id>`, max one unacknowledged message), both made by the
 //! gateway at creation. The consumer reads `FLUE_EVT_GW`, the gateway's copy of the event
 //! stream, on which listeners have no rights: a listener may pull from any consumer of
@@ -23,7 +23,6 @@ pub(crate) mod address;
 pub(crate) mod deliver;
 pub(crate) mod http;
 pub(crate) mod position;
-pub(crate) mod record;
 pub(crate) mod sign;
 pub mod target;
 
@@ -32,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer, kv, stream};
+use async_nats::jetstream::{self, consumer, stream};
 use flue_proto::event::{EVENT_STREAM, GATEWAY_EVENT_STREAM};
 use flue_proto::retry::Policy;
 use flue_proto::webhook::{
@@ -49,8 +48,7 @@ use tracing::{debug, info, warn};
 
 use crate::broker::BrokerError;
 use crate::error::chain;
-use crate::store::StoreError;
-use record::{Records, Secret, Subscription};
+use crate::store::{Secret, StoreError, Subscription, SubscriptionChange, webhook_key};
 use target::{Target, TargetError};
 
 /// How long the broker waits for the acknowledgement of an event handed to a delivery
@@ -126,7 +124,9 @@ pub struct Scope {
 #[derive(Debug, Clone)]
 pub struct Webhooks {
     scope: Scope,
-    records: Records,
+    /// The subscriptions' records (`flue_webhooks`, in the tenant account: they hold the
+    /// webhooks' secrets).
+    records: crate::store::Webhooks,
     /// The events account's context: the event stream and the delivery consumers.
     js: jetstream::Context,
     http: http::HttpClient,
@@ -135,26 +135,24 @@ pub struct Webhooks {
 }
 
 impl Webhooks {
-    /// Opens (creating if missing) the subscriptions' bucket in the tenant account
-    /// (`js`: they hold the webhooks' secrets); their consumers are made on the event
-    /// stream through `events_js`, the tenant's events account.
+    /// The subscriptions in `records` (the tenant's store's); their consumers are made on
+    /// the event stream through `events_js`, the tenant's events account.
     /// Deliveries follow `policy` (which addresses they may reach) and run under
-    /// `scope`; a missing bucket is created with `replicas` copies.
-    pub async fn open(
-        js: &jetstream::Context,
+    /// `scope`.
+    pub fn new(
+        records: crate::store::Webhooks,
         events_js: &jetstream::Context,
         policy: address::AddressPolicy,
-        replicas: usize,
         scope: Scope,
-    ) -> Result<Self, StoreError> {
-        Ok(Self {
+    ) -> Self {
+        Self {
             scope,
-            records: Records::open(js, replicas).await?,
+            records,
             js: events_js.clone(),
             http: http::HttpClient::new(policy),
             running: Arc::default(),
             next_run: Arc::default(),
-        })
+        }
     }
 
     /// Checks `body`, creates the subscription's consumer and record, and starts
@@ -227,7 +225,7 @@ impl Webhooks {
         let tenant = &self.scope.tenant;
         let exists = self.records.get(tenant, id).await?.is_some();
         if exists {
-            if let Some(handle) = self.stop(&record::key(tenant, id))
+            if let Some(handle) = self.stop(&webhook_key(tenant, id))
                 && tokio::time::timeout(STOP_WAIT, handle).await.is_err()
             {
                 warn!(webhook.id = %id, "delivery task still running after being stopped");
@@ -244,18 +242,7 @@ impl Webhooks {
     /// Makes a parked subscription active again and restarts its delivery at the event
     /// that was not delivered; for an active one, only makes sure it is delivering.
     pub async fn resume(&self, id: &WebhookId) -> Result<Option<Subscription>, StoreError> {
-        let updated = self
-            .records
-            .update(&self.scope.tenant, id, |sub| {
-                if sub.status == WebhookStatus::Active {
-                    return false;
-                }
-                sub.status = WebhookStatus::Active;
-                sub.parked_reason = None;
-                sub.last_error = None;
-                true
-            })
-            .await?;
+        let updated = self.records.resume(&self.scope.tenant, id).await?;
         if let Some(sub) = &updated {
             info!(webhook.id = %sub.id, "webhook resumed");
             self.ensure_running(sub);
@@ -421,22 +408,20 @@ impl Webhooks {
     }
 
     /// Acts on one change of the bucket: start active subscriptions, stop the others.
-    fn apply(&self, entry: kv::Entry) {
-        match entry.operation {
-            kv::Operation::Put => match record::decode(&entry.key, &entry.value) {
-                Ok(sub) if sub.status == WebhookStatus::Active => {
-                    self.ensure_running(&sub);
-                }
-                Ok(sub) => {
-                    self.stop(&entry.key);
-                    self.move_parked(sub);
-                }
-                Err(e) => {
-                    warn!(error = %chain(&e), key = %entry.key, "webhook record cannot be decoded; not delivered");
-                }
-            },
-            kv::Operation::Delete | kv::Operation::Purge => {
-                self.stop(&entry.key);
+    fn apply(&self, change: SubscriptionChange) {
+        match change {
+            SubscriptionChange::Put(sub) if sub.status == WebhookStatus::Active => {
+                self.ensure_running(&sub);
+            }
+            SubscriptionChange::Put(sub) => {
+                self.stop(&sub.key());
+                self.move_parked(*sub);
+            }
+            SubscriptionChange::Undecodable { key, error } => {
+                warn!(error = %chain(&error), key = %key, "webhook record cannot be decoded; not delivered");
+            }
+            SubscriptionChange::Removed(key) => {
+                self.stop(&key);
             }
         }
     }
@@ -457,19 +442,18 @@ fn is_not_found(e: &stream::ConsumerError) -> bool {
 /// Follows the subscriptions' bucket until cancelled, from its current content on, and
 /// keeps one delivery task running per active subscription.
 pub async fn run(webhooks: Webhooks, cancel: CancellationToken) {
-    let filter = format!("{}.*", webhooks.scope.tenant);
     let mut delays = WATCH_RETRY.delays();
     loop {
-        match webhooks.records.kv().watch_with_history(&filter).await {
+        match webhooks.records.follow(&webhooks.scope.tenant).await {
             Ok(mut watch) => loop {
                 let next = tokio::select! {
                     () = cancel.cancelled() => return,
                     next = watch.next() => next,
                 };
                 match next {
-                    Some(Ok(entry)) => {
+                    Some(Ok(change)) => {
                         delays.reset();
-                        webhooks.apply(entry);
+                        webhooks.apply(change);
                     }
                     Some(Err(e)) => {
                         warn!(error = %chain(&e), "lost the watch on webhook subscriptions; following them again");

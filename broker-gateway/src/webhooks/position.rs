@@ -17,7 +17,7 @@ use async_nats::jetstream::{self, consumer, stream};
 use flue_proto::event::{EVENT_STREAM, SOURCE_HEADER, origin_sequence};
 use flue_proto::webhook::WebhookStart;
 
-use super::record::Subscription;
+use crate::store::Subscription;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

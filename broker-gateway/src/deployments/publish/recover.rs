@@ -56,17 +56,17 @@ impl Publisher {
     /// skipped, one that cannot be read is read again in the background.
     pub async fn recover(&self) -> Result<Recovery, StoreError> {
         let tenant = &self.tenant;
-        let indexing = !self.store.deployments.pending_indexed(tenant).await?;
+        let indexing = !self.deployments.pending_indexed(tenant).await?;
         let ids = if indexing {
             info!("no pending index yet; reading every deployment once to build it");
-            self.store.deployments.ids(tenant).await?
+            self.deployments.ids(tenant).await?
         } else {
-            self.store.deployments.pending_ids(tenant).await?
+            self.deployments.pending_ids(tenant).await?
         };
         let reads: Vec<(DeploymentId, Result<Option<DeploymentRecord>, StoreError>)> =
             futures_util::stream::iter(ids)
                 .map(|id| async move {
-                    let read = self.store.deployments.get(tenant, &id).await;
+                    let read = self.deployments.get(tenant, &id).await;
                     (id, read)
                 })
                 .buffer_unordered(CONCURRENCY)
@@ -82,11 +82,11 @@ impl Publisher {
                     if self.watch(&record) {
                         recovery.pending += 1;
                         if indexing {
-                            self.store.deployments.mark_pending(tenant, &id).await?;
+                            self.deployments.mark_pending(tenant, &id).await?;
                         }
                     } else if !indexing {
                         // Finished, but the gateway stopped before removing the entry.
-                        self.store.deployments.clear_pending(tenant, &id).await?;
+                        self.deployments.clear_pending(tenant, &id).await?;
                         recovery.repaired += 1;
                     }
                 }
@@ -104,7 +104,7 @@ impl Publisher {
                     warn!(error = %chain(&e), deployment.id = %id, "cannot read deployment record; retrying in the background");
                     if indexing {
                         // Kept in the index until a read tells whether it is terminal.
-                        self.store.deployments.mark_pending(tenant, &id).await?;
+                        self.deployments.mark_pending(tenant, &id).await?;
                     }
                     self.unread_insert(id);
                     recovery.unread += 1;
@@ -112,10 +112,10 @@ impl Publisher {
             }
         }
         if indexing {
-            self.store.deployments.mark_pending_indexed(tenant).await?;
+            self.deployments.mark_pending_indexed(tenant).await?;
         }
-        if !self.store.servers.order_indexed(tenant).await? {
-            let servers = self.store.servers.index_order(tenant).await?;
+        if !self.servers.order_indexed(tenant).await? {
+            let servers = self.servers.index_order(tenant).await?;
             info!(servers, "servers put in the listing order index");
         }
         // The deferred queues are ordered by `(created_at, id)`, so each server's
@@ -140,7 +140,7 @@ impl Publisher {
     /// or in another gateway); true when removed.
     async fn drop_if_never_recorded(&self, id: &DeploymentId) -> Result<bool, StoreError> {
         let tenant = &self.tenant;
-        let Some(since) = self.store.deployments.pending_since(tenant, id).await? else {
+        let Some(since) = self.deployments.pending_since(tenant, id).await? else {
             return Ok(false);
         };
         if OffsetDateTime::now_utc() < since + MISSING_RECORD_GRACE {
@@ -148,7 +148,7 @@ impl Publisher {
             return Ok(false);
         }
         info!(deployment.id = %id, "pending entry of a deployment never recorded; removed");
-        self.store.deployments.clear_pending(tenant, id).await?;
+        self.deployments.clear_pending(tenant, id).await?;
         Ok(true)
     }
 
@@ -163,15 +163,11 @@ impl Publisher {
     pub(super) async fn recover_unread(&self) {
         let ids = std::mem::take(&mut *self.unread.lock().unwrap_or_else(|p| p.into_inner()));
         for id in ids {
-            match self.store.deployments.get(&self.tenant, &id).await {
+            match self.deployments.get(&self.tenant, &id).await {
                 Ok(Some(record)) => {
                     info!(deployment.id = %id, "deployment record read at last; recovered");
                     if !self.watch(&record) {
-                        let cleared = self
-                            .store
-                            .deployments
-                            .clear_pending(&self.tenant, &id)
-                            .await;
+                        let cleared = self.deployments.clear_pending(&self.tenant, &id).await;
                         if let Err(e) = cleared {
                             debug!(error = %chain(&e), deployment.id = %id, "cannot remove a finished deployment's pending entry");
                         }
