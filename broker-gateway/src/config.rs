@@ -123,13 +123,21 @@ pub struct Config {
     #[arg(long, env = "FLUE_EVENTS_MAX_BYTES", default_value_t = 1_073_741_824,
           value_parser = clap::value_parser!(i64).range(1_048_576..))]
     pub events_max_bytes: i64,
-    /// Consumers the event stream `FLUE_EVT` allows: one per SSE connection, plus those
-    /// listeners create (each replay is one). Bounds what a listener's credentials can
-    /// make the broker hold (≈ 46 KiB each); webhooks are not counted (their consumers
-    /// live on `FLUE_EVT_GW`).
+    /// Consumers the event stream `FLUE_EVT` allows, all of them NATS listeners' (each
+    /// listener credential at most 8). Bounds what listeners' credentials together can
+    /// make the broker hold (≈ 46 KiB each); SSE connections and webhooks are not counted
+    /// (their consumers live on `FLUE_EVT_GW`).
     #[arg(long, env = "FLUE_EVENTS_MAX_CONSUMERS", default_value_t = 1_000,
           value_parser = clap::value_parser!(i32).range(1..=1_000_000))]
     pub events_max_consumers: i32,
+    /// Seconds a consumer on `FLUE_EVT` (a NATS listener's) may stay idle before the
+    /// broker deletes it: the stream's consumer limit `inactive_threshold`, also the
+    /// default of a consumer that sets none; a consumer asking for more is refused. At
+    /// least 30 (async-nats's ordered consumers ask for 30 s; the broker's sourcing into
+    /// `FLUE_EVT_GW` for 10 s).
+    #[arg(long, env = "FLUE_LISTENER_IDLE_SECS", default_value_t = 3_600,
+          value_parser = clap::value_parser!(u64).range(30..=31_536_000))]
+    pub listener_idle_secs: u64,
     /// Seconds without a heartbeat after which a server is reported offline (checked every
     /// second, so it is reported at most one second later).
     #[arg(long, env = "FLUE_PRESENCE_TIMEOUT_SECS", default_value_t = DEFAULT_PRESENCE_TIMEOUT_SECS,
@@ -278,6 +286,7 @@ impl Config {
             events_max_age_secs: 604_800,
             events_max_bytes: 1_073_741_824,
             events_max_consumers: 1_000,
+            listener_idle_secs: 3_600,
             presence_timeout_secs: DEFAULT_PRESENCE_TIMEOUT_SECS,
             webhook_timeout_ms: 10_000,
             webhook_backoff_ms: 1_000,
@@ -337,6 +346,7 @@ impl Config {
             max_age: Duration::from_secs(self.events_max_age_secs),
             max_bytes: self.events_max_bytes,
             max_consumers: self.events_max_consumers,
+            listener_idle: Duration::from_secs(self.listener_idle_secs),
             replicas: self.replicas(),
         }
     }
@@ -400,6 +410,7 @@ impl fmt::Debug for Config {
             .field("events_max_age_secs", &self.events_max_age_secs)
             .field("events_max_bytes", &self.events_max_bytes)
             .field("events_max_consumers", &self.events_max_consumers)
+            .field("listener_idle_secs", &self.listener_idle_secs)
             .field("presence_timeout_secs", &self.presence_timeout_secs)
             .field("webhook_timeout_ms", &self.webhook_timeout_ms)
             .field("webhook_backoff_ms", &self.webhook_backoff_ms)

@@ -36,6 +36,10 @@ pub struct Retention {
     pub max_bytes: i64,
     /// Consumers the stream allows (`max_consumers`); the broker refuses more.
     pub max_consumers: i32,
+    /// The longest a consumer may stay idle before the broker deletes it (the stream's
+    /// consumer limit `inactive_threshold`, for `FLUE_EVT` only: listeners' consumers);
+    /// zero for none.
+    pub listener_idle: Duration,
     /// Copies the broker keeps (`num_replicas`, `--replicas`), given at creation only:
     /// [`crate::replicas::ensure`] changes the count of an existing stream.
     pub replicas: usize,
@@ -196,10 +200,12 @@ async fn open_event_stream(
         duplicate_window: DUPLICATE_WINDOW,
         max_age: retention.max_age,
         max_bytes: retention.max_bytes,
-        // SSE clients and listeners each hold a consumer; bounded so that a listener
-        // cannot make the broker hold consumers without end. The broker's own sourcing
-        // consumer (for FLUE_EVT_GW) is not counted.
+        // Only NATS listeners hold consumers here (the gateway's SSE and webhook
+        // consumers are on FLUE_EVT_GW); bounded so that listeners cannot make the broker
+        // hold consumers without end, and each deleted once idle for `listener_idle`.
+        // The broker's own sourcing consumer (for FLUE_EVT_GW) is not counted.
         max_consumers: retention.max_consumers,
+        consumer_limits: consumer_limits(retention.listener_idle),
         num_replicas: retention.replicas,
         ..Default::default()
     };
@@ -253,6 +259,7 @@ async fn open_gateway_stream(
         max_age: retention.max_age,
         max_bytes: gateway_max_bytes(retention.max_bytes),
         max_consumers: -1,
+        listener_idle: Duration::ZERO,
         replicas: retention.replicas,
     };
     update_retention(
@@ -275,30 +282,55 @@ fn gateway_max_bytes(max_bytes: i64) -> i64 {
     max_bytes.saturating_add(max_bytes / 4)
 }
 
+/// The consumer limits of a stream whose consumers may stay idle `idle` at most.
+fn consumer_limits(idle: Duration) -> Option<stream::ConsumerLimits> {
+    (!idle.is_zero()).then(|| stream::ConsumerLimits {
+        inactive_threshold: idle,
+        ..Default::default()
+    })
+}
+
 /// Gives stream `name`, found with `found`, the limits of `retention` if it has others
-/// (nats-server 2.15 takes a changed `max_consumers` on an existing stream too).
+/// (nats-server 2.15 takes a changed `max_consumers` on an existing stream too). The
+/// broker refuses a shorter idle limit while a consumer asks for more (one made before
+/// the limit, or under a longer one): the other limits are then still given, the idle
+/// limit left as it was, with a warning (a listener's consumer must not stop the
+/// gateway from starting).
 async fn update_retention(
     js: &jetstream::Context,
     found: stream::Config,
     retention: Retention,
     name: &'static str,
 ) -> Result<(), BoxError> {
+    let limits = consumer_limits(retention.listener_idle);
+    let idle_changed = found.consumer_limits != limits;
     if found.max_age == retention.max_age
         && found.max_bytes == retention.max_bytes
         && found.max_consumers == retention.max_consumers
+        && !idle_changed
     {
         return Ok(());
     }
-    let mut changed = found;
+    let mut changed = found.clone();
     changed.max_age = retention.max_age;
     changed.max_bytes = retention.max_bytes;
     changed.max_consumers = retention.max_consumers;
-    js.update_stream(&changed).await?;
+    changed.consumer_limits = limits;
+    if let Err(e) = js.update_stream(&changed).await {
+        if !idle_changed {
+            return Err(e.into());
+        }
+        warn!(stream = name, error = %e, listener_idle_secs = retention.listener_idle.as_secs(),
+              "cannot change the idle limit of the event stream's consumers; kept as it was");
+        changed.consumer_limits = found.consumer_limits;
+        js.update_stream(&changed).await?;
+    }
     info!(
         stream = name,
         max_age_secs = retention.max_age.as_secs(),
         max_bytes = retention.max_bytes,
         max_consumers = retention.max_consumers,
+        listener_idle_secs = retention.listener_idle.as_secs(),
         "event stream limits changed"
     );
     Ok(())

@@ -8,12 +8,15 @@
     python3 flue_events.py ... --subject 'flue.default.evt.*.*.web1.>'   # one server only
     python3 flue_events.py ... --seq 1 --idle 2                          # stop after 2 s of quiet
     python3 flue_events.py tls://broker:4222 default --ca ca.pem        # TLS, verified against ca.pem
-    python3 flue_events.py ... --creds listener.creds --domain flue      # a secured broker
+    python3 flue_events.py ... --creds listener.creds --domain flue --consumer lsn-…-1   # a secured broker
 
 On a secured broker (operator mode, `flue-gateway init`) connect with a listener's
 credentials: a user of the tenant's events account that may read and replay that tenant's
 events and nothing else. Address the hub's JetStream domain (`flue`), which also works behind
-a leaf node.
+a leaf node, and name the consumer: the credentials allow only their own consumer names
+(`lsn-<listener>-1` to `-8`, printed by `flue events credentials`), one per listener running
+at once. The consumer is deleted when this script ends, and by the broker once idle
+(the gateway's `--listener-idle-secs`, 1 hour by default).
 
 Each line printed: the stream sequence, the CloudEvent type, its subject and id. Events
 live in the JetStream stream FLUE_EVT on subjects
@@ -29,7 +32,10 @@ import sys
 from datetime import datetime
 
 import nats
+import nats.js.errors
 from nats.js.api import ConsumerConfig, DeliverPolicy
+
+STREAM = "FLUE_EVT"
 
 
 async def main() -> None:
@@ -45,15 +51,21 @@ async def main() -> None:
                    "given, the connection is TLS and only this CA is trusted")
     p.add_argument("--creds", help="listener credentials file (.creds) for a secured broker")
     p.add_argument("--domain", help="JetStream domain of the hub broker (flue on a secured one)")
+    p.add_argument("--consumer", help="the consumer's name, one your listener credentials allow "
+                   "(lsn-<listener>-<1..8>); required with --creds")
     args = p.parse_args()
+    if args.creds and not args.consumer:
+        p.error("--consumer is required with --creds: listener credentials create only their own consumer names")
 
     if args.seq is not None:
-        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=args.seq)
+        config = ConsumerConfig(name=args.consumer, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                                opt_start_seq=args.seq)
     elif args.since is not None:
         since = datetime.fromisoformat(args.since.replace("Z", "+00:00"))
-        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=since.isoformat())
+        config = ConsumerConfig(name=args.consumer, deliver_policy=DeliverPolicy.BY_START_TIME,
+                                opt_start_time=since.isoformat())
     else:
-        config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
+        config = ConsumerConfig(name=args.consumer, deliver_policy=DeliverPolicy.NEW)
 
     async def on_error(e: Exception) -> None:
         # A broker whose certificate cannot be verified stays so: stop instead of retrying.
@@ -70,6 +82,16 @@ async def main() -> None:
     nc = await nats.connect(args.url, **options)
     js = nc.jetstream(domain=args.domain)
     subject = args.subject or f"flue.{args.tenant}.evt.>"
+    if args.consumer:
+        # A named consumer left by an earlier run (until it is idle long enough) would
+        # refuse the new start position: start afresh.
+        try:
+            await js.delete_consumer(STREAM, args.consumer)
+        except nats.js.errors.NotFoundError:
+            pass
+    # nats-py re-creates an ordered consumer after a gap under the same name without
+    # deleting the old one first, which the broker refuses (reported to error_cb): then
+    # restart from the last sequence printed + 1.
     sub = await js.subscribe(subject, ordered_consumer=True, config=config)
     try:
         while True:
@@ -82,6 +104,11 @@ async def main() -> None:
             event = json.loads(msg.data)
             print(msg.metadata.sequence.stream, event["type"], event["subject"], event["id"], flush=True)
     finally:
+        if args.consumer:
+            try:
+                await js.delete_consumer(STREAM, args.consumer)
+            except nats.errors.Error as e:
+                print(f"cannot delete consumer {args.consumer}: {e!r}", file=sys.stderr)
         await nc.close()
 
 

@@ -37,8 +37,8 @@ const FLUE_BEGIN: &str = "-----BEGIN FLUE AGENT SETTINGS-----";
 const FLUE_END: &str = "------END FLUE AGENT SETTINGS------";
 
 /// The answer of `POST /v1/listener-credentials`: a new user of the caller's tenant's
-/// events account, allowed to read its events and replay them with ordered consumers,
-/// nothing else. Its `Debug` form hides the credentials.
+/// events account, allowed to read its events and replay them with its own consumers (at
+/// most `consumers`, by those names), nothing else. Its `Debug` form hides the credentials.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
@@ -51,6 +51,14 @@ pub struct ListenerCredentials {
     pub js_domain: String,
     /// The event stream's name.
     pub stream: String,
+    /// The listener's id (`GET /v1/listener-consumers` shows it with each consumer).
+    #[serde(default)]
+    pub listener: String,
+    /// The only consumer names it may create on the stream (`lsn-<listener>-1` …): at
+    /// most this many consumers at once. Give one as the consumer's name (an ordered
+    /// consumer's too); an unnamed consumer is refused.
+    #[serde(default)]
+    pub consumers: Vec<String>,
 }
 
 impl fmt::Debug for ListenerCredentials {
@@ -60,8 +68,45 @@ impl fmt::Debug for ListenerCredentials {
             .field("credentials", &"<hidden>")
             .field("js_domain", &self.js_domain)
             .field("stream", &self.stream)
+            .field("listener", &self.listener)
+            .field("consumers", &self.consumers)
             .finish()
     }
+}
+
+/// A NATS listener's consumer on the event stream, as `GET /v1/listener-consumers` shows
+/// it to its tenant's admin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConsumer {
+    /// Its name: `lsn-<listener>-<n>`, or any name a listener credential minted before
+    /// names were bounded gave it.
+    pub name: String,
+    /// The listener credential whose consumer it is (its `listener` id); absent for a
+    /// name no current credential can make.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<String>,
+    /// When the broker created it.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created: time::OffsetDateTime,
+    /// Events of the stream it has not delivered yet.
+    pub pending: u64,
+    /// The last time it delivered an event, if it did.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub last_active: Option<time::OffsetDateTime>,
+    /// Seconds it may stay idle before the broker deletes it (0: never, a consumer made
+    /// before the stream had an idle limit).
+    pub idle_limit_secs: u64,
+}
+
+/// The answer of `GET /v1/listener-consumers`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConsumers {
+    /// Every listener consumer of the tenant's event stream, by name.
+    pub consumers: Vec<ListenerConsumer>,
 }
 
 /// A NATS user: its JWT (signed by an account) and its nkey seed.

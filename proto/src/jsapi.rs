@@ -48,21 +48,18 @@ pub fn consumer_acks(stream: &str, consumer: &str) -> String {
     format!("$JS.ACK.{stream}.{consumer}.>")
 }
 
-/// Every subject of creating an ephemeral or named consumer on `stream` (older clients
-/// send `CONSUMER.CREATE.<stream>`, newer `CONSUMER.CREATE.<stream>.<name>[.<filter>]`).
-pub fn consumer_create(stream: &str) -> Vec<String> {
-    let mut subjects = api(&format!("CONSUMER.CREATE.{stream}")).to_vec();
-    subjects.extend(api(&format!("CONSUMER.CREATE.{stream}.>")));
+/// Creating the consumer `name` on `stream` (`CONSUMER.CREATE.<stream>.<name>`, with or
+/// without a filter subject after it), and nothing else: a consumer name is one subject
+/// token, so the broker can confine a user to exact names.
+pub fn consumer_create_named(stream: &str, name: &str) -> Vec<String> {
+    let mut subjects = api(&format!("CONSUMER.CREATE.{stream}.{name}")).to_vec();
+    subjects.extend(api(&format!("CONSUMER.CREATE.{stream}.{name}.>")));
     subjects
 }
 
-/// Reading and pulling from any consumer of `stream` (ordered consumers re-create
-/// themselves under new names).
-pub fn any_consumer_of(stream: &str) -> Vec<String> {
-    ["INFO", "MSG.NEXT"]
-        .iter()
-        .flat_map(|op| api(&format!("CONSUMER.{op}.{stream}.*")))
-        .collect()
+/// Deleting the consumer `name` of `stream`.
+pub fn consumer_delete(stream: &str, name: &str) -> [String; 2] {
+    api(&format!("CONSUMER.DELETE.{stream}.{name}"))
 }
 
 /// Reading a stream's info.

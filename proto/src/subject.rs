@@ -59,6 +59,47 @@ pub fn request_consumer(tenant: &TenantId, server: &ServerId) -> String {
     format!("req-{}-{tenant}-{server}", tenant.as_str().len())
 }
 
+/// Consumers one listener credential may hold on the event stream at once: its user may
+/// create (and delete) only the consumers [`listener_consumer`] names for it, `1..=` this.
+pub const LISTENER_CONSUMERS: u32 = 8;
+
+/// What every listener consumer's name starts with.
+pub const LISTENER_CONSUMER_PREFIX: &str = "lsn-";
+
+/// A new listener credential's id: 12 lower-case hex digits from `random` (a consumer
+/// name is one subject token, so the broker can allow exact names only, never a prefix).
+pub fn listener_id(random: u64) -> String {
+    format!("{:012x}", random & 0xffff_ffff_ffff)
+}
+
+/// The name of consumer `n` (`1..=`[`LISTENER_CONSUMERS`]) of the listener `listener`
+/// (a [`listener_id`]): `lsn-<listener>-<n>`.
+pub fn listener_consumer(listener: &str, n: u32) -> String {
+    format!("{LISTENER_CONSUMER_PREFIX}{listener}-{n}")
+}
+
+/// Every consumer name the listener `listener` may use.
+pub fn listener_consumers(listener: &str) -> Vec<String> {
+    (1..=LISTENER_CONSUMERS)
+        .map(|n| listener_consumer(listener, n))
+        .collect()
+}
+
+/// The listener a consumer named by [`listener_consumer`] belongs to; `None` for any
+/// other name.
+pub fn listener_of_consumer(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(LISTENER_CONSUMER_PREFIX)?;
+    let (listener, n) = rest.rsplit_once('-')?;
+    let valid = listener.len() == 12
+        && listener
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && n.parse::<u32>().is_ok_and(|k| {
+            (1..=LISTENER_CONSUMERS).contains(&k) && listener_consumer(listener, k) == name
+        });
+    valid.then_some(listener)
+}
+
 /// Inbox prefix an agent uses for its request/reply traffic, so that broker
 /// permissions can confine it to its own replies.
 pub fn agent_inbox_prefix(tenant: &TenantId, server: &ServerId) -> String {
@@ -168,6 +209,29 @@ pub fn data_key_subject(tenant: &TenantId, stack: &StackId, key: &str) -> String
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn listener_consumers_are_named_after_their_listener_and_only_those_names_parse() {
+        let id = super::listener_id(0x0123_4567_89ab_cdef);
+        assert_eq!(id, "456789abcdef");
+        let names = super::listener_consumers(&id);
+        assert_eq!(names.len(), 8);
+        assert_eq!(names[0], "lsn-456789abcdef-1");
+        for name in &names {
+            assert_eq!(super::listener_of_consumer(name), Some(id.as_str()));
+        }
+        for other in [
+            "lsn-456789abcdef-0",
+            "lsn-456789abcdef-9",
+            "lsn-456789abcdef-01",
+            "lsn-456789ABCDEF-1",
+            "lsn-456789abcde-1",
+            "flue-sse-1",
+            "wh-4-acme-x",
+        ] {
+            assert_eq!(super::listener_of_consumer(other), None, "{other}");
+        }
+    }
+
     use super::*;
 
     fn t(s: &str) -> TenantId {

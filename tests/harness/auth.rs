@@ -88,7 +88,11 @@ impl Tokens {
                 ..,
             ] => self.get(Role::Admin),
             ["tenant", ..] => self.get(Role::Operator),
-            ["events", "credentials", ..] => self.get(Role::Admin),
+            [
+                "events",
+                "credentials" | "consumers" | "delete-consumer",
+                ..,
+            ] => self.get(Role::Admin),
             _ => self.get(Role::Engine),
         }
     }

@@ -115,6 +115,8 @@ pub(crate) fn tenant_routes() -> OpenApiRouter<Service> {
         .routes(routes!(events::stream))
         .routes(routes!(tokens::create_ticket))
         .routes(routes!(listeners::create))
+        .routes(routes!(listeners::list_consumers))
+        .routes(routes!(listeners::delete_consumer))
         .routes(routes!(tokens::create_token))
         .routes(routes!(tokens::revoke_token))
         .routes(routes!(webhooks::create, webhooks::list))

@@ -32,6 +32,8 @@ pub fn allowed(method: &Method, path: &str) -> &'static [Role] {
         // Credentials (server rotation, listener credentials) are the admin's.
         ("POST", ["v1", "servers", _, "credentials"]) => ADMIN,
         (_, ["v1", "listener-credentials"]) => ADMIN,
+        // Listeners' consumers on the event stream: listed and deleted by the admin.
+        (_, ["v1", "listener-consumers", ..]) => ADMIN,
         // Agent builds are signed offline; uploading one changes nothing by itself.
         ("PUT", ["v1", "agent-builds", _, "chunks", _]) => ENGINE_OR_ADMIN,
         ("POST", ["v1", "configs"]) | ("POST", ["v1", "deployments"]) => ENGINE,
@@ -106,6 +108,8 @@ mod tests {
                 &[Role::Admin, Role::Engine, Role::Listener, Role::Viewer],
             ),
             (Method::POST, "/v1/webhooks", &[Role::Listener]),
+            (Method::GET, "/v1/listener-consumers", &[Role::Admin]),
+            (Method::DELETE, "/v1/listener-consumers/c", &[Role::Admin]),
             (Method::GET, "/v1/webhooks/w", &[Role::Listener]),
             (
                 Method::GET,

@@ -335,13 +335,19 @@ impl NatsAuth {
         )
     }
 
-    /// A new listener user of `tenant`'s events account ([`perms::listener`]).
-    pub fn listener_creds(&self, tenant: &TenantId) -> Result<UserCreds, NatsAuthError> {
-        accounts::mint_user(
+    /// A new listener user of `tenant`'s events account ([`perms::listener`]) and its
+    /// listener id ([`flue_proto::subject::listener_id`], random), which names the
+    /// consumers it may hold.
+    pub fn listener_creds(&self, tenant: &TenantId) -> Result<(String, UserCreds), NatsAuthError> {
+        let random = u64::try_from(uuid::Uuid::new_v4().as_u128() & u128::from(u64::MAX))
+            .expect("masked to 64 bits");
+        let listener = flue_proto::subject::listener_id(random);
+        let creds = accounts::mint_user(
             &self.account(tenant, AccountKind::Events)?.key,
-            &format!("listener {tenant}"),
-            perms::listener(tenant),
-        )
+            &format!("listener {tenant} {listener}"),
+            perms::listener(tenant, &listener),
+        )?;
+        Ok((listener, creds))
     }
 
     /// A new leaf node user of `tenant`'s account (the whole account: the leaf node

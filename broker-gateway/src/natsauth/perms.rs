@@ -65,27 +65,30 @@ pub fn agent(tenant: &TenantId, server: &ServerId, stacks: &[StackId]) -> Permis
     perms
 }
 
-/// A listener's rights in its tenant's events account: reading the event stream (info,
-/// message and direct get), creating, reading and pulling from consumers on it (ordered
-/// consumers re-create theirs), their flow control and acks, subscribing to the tenant's
-/// event subjects and to inboxes. It cannot publish an event (no publish right names one),
-/// list or delete consumers (an ephemeral consumer goes away by itself once idle), nor
-/// touch the gateway's copy of the stream, `FLUE_EVT_GW`: pulling is granted on any
-/// consumer of `FLUE_EVT` (ordered consumers' names are random), so the gateway's durable
-/// webhook consumers, whose names are known, live there instead. The gateway's SSE
-/// consumers stay on `FLUE_EVT`: random names nobody can list, and a pull from one only
-/// makes its ordered consumer start again after the last sequence it had.
-pub fn listener(tenant: &TenantId) -> Permissions {
+/// The rights of the listener `listener` (a [`subject::listener_id`]) in its tenant's
+/// events account: reading the event stream (info, message and direct get); creating,
+/// reading, pulling from, acknowledging and deleting its own consumers on it, the
+/// [`subject::LISTENER_CONSUMERS`] names [`subject::listener_consumers`] gives, and no
+/// other (no unnamed create: the broker could not tell whose consumer it made); push
+/// consumers' flow control; subscribing to the tenant's event subjects and to inboxes.
+/// It cannot publish an event (no publish right names one), list consumers, nor touch
+/// another listener's consumers or the gateway's copy of the stream, `FLUE_EVT_GW`, where
+/// the gateway's own SSE and webhook consumers live.
+pub fn listener(tenant: &TenantId, listener: &str) -> Permissions {
     let mut perms = Permissions::default();
     let publish = &mut perms.publish.allow;
-    publish.extend(jsapi::consumer_create(EVENT_STREAM));
-    publish.extend(jsapi::any_consumer_of(EVENT_STREAM));
+    for name in subject::listener_consumers(listener) {
+        publish.extend(jsapi::consumer_create_named(EVENT_STREAM, &name));
+        publish.extend(jsapi::consumer_info(EVENT_STREAM, &name));
+        publish.extend(jsapi::consumer_next(EVENT_STREAM, &name));
+        publish.extend(jsapi::consumer_delete(EVENT_STREAM, &name));
+        publish.push(jsapi::consumer_acks(EVENT_STREAM, &name));
+    }
     publish.extend(jsapi::stream_info(EVENT_STREAM));
     publish.extend(jsapi::stream_get(EVENT_STREAM));
     // nats-py looks the stream up by subject before subscribing.
     publish.extend(jsapi::api("STREAM.NAMES"));
     publish.push(jsapi::flow_control(EVENT_STREAM));
-    publish.push(jsapi::consumer_acks(EVENT_STREAM, "*"));
     let subscribe = &mut perms.subscribe.allow;
     // Inboxes of the events account carry nothing but this tenant's events and the
     // JetStream API's answers about them.
@@ -149,7 +152,7 @@ mod tests {
 
     #[test]
     fn a_listener_publishes_no_flue_subject() {
-        let perms = listener(&id("acme"));
+        let perms = listener(&id("acme"), "0123456789ab");
         assert!(
             perms.publish.allow.iter().all(|s| s.starts_with("$JS.")),
             "{:?}",
@@ -165,6 +168,41 @@ mod tests {
                 .all(|s| !s.contains(flue_proto::event::GATEWAY_EVENT_STREAM)
                     && !s.contains("CONSUMER.LIST")
                     && !s.contains("CONSUMER.NAMES")),
+            "{:?}",
+            perms.publish.allow
+        );
+        // Only its own consumers, by exact name: no unnamed create, no wildcard name.
+        let consumers: Vec<&String> = perms
+            .publish
+            .allow
+            .iter()
+            .filter(|s| s.contains(".CONSUMER."))
+            .collect();
+        assert_eq!(consumers.len(), 8 * 10, "{consumers:?}");
+        for s in consumers {
+            let name = s
+                .split('.')
+                .find(|t| t.starts_with("lsn-"))
+                .unwrap_or_else(|| panic!("{s} names no listener consumer"));
+            assert_eq!(
+                subject::listener_of_consumer(name),
+                Some("0123456789ab"),
+                "{s}"
+            );
+            assert!(!s.contains('*'), "{s}");
+        }
+        assert!(
+            perms
+                .publish
+                .allow
+                .contains(&"$JS.ACK.FLUE_EVT.lsn-0123456789ab-8.>".to_owned())
+        );
+        assert!(
+            perms
+                .publish
+                .allow
+                .iter()
+                .all(|s| !s.starts_with("$JS.ACK.") || s.contains("lsn-0123456789ab-")),
             "{:?}",
             perms.publish.allow
         );

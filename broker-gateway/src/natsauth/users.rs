@@ -49,8 +49,8 @@ impl BrokerUsers {
             .await
     }
 
-    /// A new listener user of the tenant's events account.
-    pub fn listener_creds(&self) -> Result<UserCreds, NatsAuthError> {
+    /// A new listener user of the tenant's events account, with its listener id.
+    pub fn listener_creds(&self) -> Result<(String, UserCreds), NatsAuthError> {
         self.auth.listener_creds(&self.tenant)
     }
 }

@@ -156,8 +156,9 @@ pub struct EventsArgs {
 #[derive(Debug, Subcommand)]
 pub enum EventsCommand {
     /// Mint NATS credentials for an event listener of your tenant (admin): read its
-    /// events and replay them with ordered consumers, nothing else. Written with mode
-    /// 0600; use them with `nats --creds FILE` or nats-py (`--creds FILE --domain flue`).
+    /// events and replay them with its own consumers (at most 8, whose names are
+    /// printed), nothing else. Written with mode 0600; use them with `nats --creds FILE`
+    /// or nats-py (`--creds FILE --domain flue --consumer NAME`).
     Credentials {
         /// Where to write the `.creds` file.
         #[arg(long)]
@@ -165,6 +166,17 @@ pub enum EventsCommand {
         /// Overwrite the file if it exists.
         #[arg(long)]
         force: bool,
+    },
+    /// List the NATS listeners' consumers on your tenant's event stream (admin).
+    Consumers {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a NATS listener's consumer from your tenant's event stream (admin).
+    DeleteConsumer {
+        /// The consumer's name, as `flue events consumers` lists it.
+        name: String,
     },
 }
 

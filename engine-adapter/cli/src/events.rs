@@ -16,25 +16,73 @@ const RECONNECT_PAUSE: Duration = Duration::from_secs(2);
 /// Reconnections in a row a replay (no `--follow`) tries before giving up.
 const REPLAY_RECONNECTS: u32 = 5;
 
+/// Prints listener consumers as a table: name, listener, pending events, idle limit,
+/// last delivery.
+fn consumers_table(
+    consumers: &[flue_proto::creds::ListenerConsumer],
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    let format = &time::format_description::well_known::Rfc3339;
+    writeln!(
+        out,
+        "{:<28} {:<14} {:>9} {:>9}  LAST ACTIVE",
+        "NAME", "LISTENER", "PENDING", "IDLE (s)"
+    )?;
+    for c in consumers {
+        let last = c
+            .last_active
+            .and_then(|at| at.format(format).ok())
+            .unwrap_or_else(|| "-".to_owned());
+        writeln!(
+            out,
+            "{:<28} {:<14} {:>9} {:>9}  {last}",
+            c.name,
+            c.listener.as_deref().unwrap_or("-"),
+            c.pending,
+            c.idle_limit_secs
+        )?;
+    }
+    Ok(())
+}
+
 /// Runs `flue events`.
 pub(crate) async fn run(
     client: &Client,
     args: EventsArgs,
     out: &mut impl Write,
 ) -> Result<Outcome, CliError> {
-    if let Some(EventsCommand::Credentials { out: path, force }) = args.command {
-        super::creds::check_writable(&path, force)?;
-        let minted = client.create_listener_credentials().await?;
-        super::creds::write(&path, &minted.credentials, force)?;
-        writeln!(
-            out,
-            "listener credentials of tenant {} written to {} (JetStream domain {:?}, stream {})",
-            minted.tenant,
-            path.display(),
-            minted.js_domain,
-            minted.stream
-        )?;
-        return Ok(Outcome::Success);
+    match args.command {
+        Some(EventsCommand::Credentials { out: path, force }) => {
+            super::creds::check_writable(&path, force)?;
+            let minted = client.create_listener_credentials().await?;
+            super::creds::write(&path, &minted.credentials, force)?;
+            writeln!(
+                out,
+                "listener {} of tenant {} written to {} (JetStream domain {:?}, stream {}); its consumer names: {}",
+                minted.listener,
+                minted.tenant,
+                path.display(),
+                minted.js_domain,
+                minted.stream,
+                minted.consumers.join(" ")
+            )?;
+            return Ok(Outcome::Success);
+        }
+        Some(EventsCommand::Consumers { json }) => {
+            let listed = client.list_listener_consumers().await?;
+            if json {
+                write!(out, "{}", super::render::pretty_json(&listed))?;
+            } else {
+                consumers_table(&listed.consumers, out)?;
+            }
+            return Ok(Outcome::Success);
+        }
+        Some(EventsCommand::DeleteConsumer { name }) => {
+            client.delete_listener_consumer(&name).await?;
+            writeln!(out, "listener consumer {name} deleted")?;
+            return Ok(Outcome::Success);
+        }
+        None => {}
     }
     let start = match (args.after, args.since, args.all) {
         (Some(seq), _, _) => EventStart::After(seq),

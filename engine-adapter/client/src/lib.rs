@@ -229,6 +229,30 @@ impl Client {
         .await
     }
 
+    /// `GET /v1/listener-consumers` (admin): the NATS listeners' consumers on the
+    /// tenant's event stream.
+    pub async fn list_listener_consumers(
+        &self,
+    ) -> Result<flue_proto::creds::ListenerConsumers, ClientError> {
+        self.get("v1/listener-consumers").await
+    }
+
+    /// `DELETE /v1/listener-consumers/{name}` (admin).
+    pub async fn delete_listener_consumer(&self, name: &str) -> Result<(), ClientError> {
+        let mut url = self.url("v1/listener-consumers")?;
+        let base = url.to_string();
+        url.path_segments_mut()
+            .map_err(|()| ClientError::InvalidUrl {
+                url: base,
+                reason: "the gateway URL cannot take a path".to_owned(),
+            })?
+            .push(name);
+        let request = self
+            .request(Method::DELETE, url.clone())
+            .timeout(REQUEST_TIMEOUT);
+        self.send_bytes(request, &url).await.map(drop)
+    }
+
     /// `GET /v1/servers/{id}`.
     pub async fn get_server(&self, id: &ServerId) -> Result<Server, ClientError> {
         self.get(&format!("v1/servers/{id}")).await

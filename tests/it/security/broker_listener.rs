@@ -1,5 +1,6 @@
 //! A listener's NATS user: it reads and replays its tenant's events (Rust ordered consumer
-//! and the README's nats-py listener), and can do nothing else.
+//! and the README's nats-py listener, each under one of its own consumer names), and can
+//! do nothing else.
 
 use std::os::unix::fs::PermissionsExt as _;
 
@@ -7,6 +8,7 @@ use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
 use flue_proto::event::EVENT_STREAM;
 use flue_proto::jsapi::{self, JS_DOMAIN};
+use flue_proto::subject::listener_consumer;
 use flue_tests::{SecureNats, WAIT, broker_has_read, repo_root};
 use futures_util::StreamExt as _;
 
@@ -44,7 +46,7 @@ async fn a_listener_replays_its_tenants_events_and_can_do_nothing_else() {
     let alpha_events = tenant_events(&secure, "alpha").await;
     let _beta_events = tenant_events(&secure, "beta").await;
     let (alpha_main, _) = secure.gateway("alpha").await;
-    let creds = secure
+    let (id, creds) = secure
         .auth
         .listener_creds(&"alpha".parse().expect("id"))
         .expect("listener");
@@ -58,6 +60,7 @@ async fn a_listener_replays_its_tenants_events_and_can_do_nothing_else() {
         .expect("listener reads the stream info");
     let replay = stream
         .create_consumer(consumer::pull::OrderedConfig {
+            name: Some(listener_consumer(&id, 1)),
             deliver_policy: consumer::DeliverPolicy::All,
             ..Default::default()
         })
@@ -167,7 +170,7 @@ async fn a_listener_cannot_delete_the_gateways_consumers() {
         })
         .await
         .expect("the gateway's durable consumer");
-    let creds = secure
+    let (_, creds) = secure
         .auth
         .listener_creds(&"alpha".parse().expect("id"))
         .expect("listener");
@@ -195,10 +198,11 @@ async fn the_python_listener_replays_its_tenants_events_with_listener_credential
     let secure = SecureNats::start(&["alpha", "beta"], None).await;
     let _alpha = tenant_events(&secure, "alpha").await;
     let _beta = tenant_events(&secure, "beta").await;
-    let creds = secure
+    let (id, creds) = secure
         .auth
         .listener_creds(&"alpha".parse().expect("id"))
         .expect("listener");
+    let consumer = listener_consumer(&id, 1);
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("listener.creds");
     std::fs::write(&file, creds.to_text()).expect("write creds");
@@ -218,6 +222,7 @@ async fn the_python_listener_replays_its_tenants_events_with_listener_credential
             ])
             .arg("--creds")
             .arg(&file)
+            .args(["--consumer", consumer.as_str()])
             .output()
     };
     let out = tokio::time::timeout(WAIT, run("alpha"))

@@ -16,11 +16,11 @@ use flue_tests::{Flue, WAIT};
 use futures_util::StreamExt as _;
 use serde_json::json;
 
-use super::{Refusals, flue_cli, refusals_at};
+use super::{Refusals, consumer_names, flue_cli, refusals_at};
 use crate::events::webhooks::receiver::{Mode, Receiver};
 
 /// Waits until the broker has told the listener it refused a publish to `subject`.
-async fn refused(errors: &Refusals, subject: &str) {
+pub(super) async fn refused(errors: &Refusals, subject: &str) {
     let wanted = format!("Permissions Violation for Publish to \"{subject}\"");
     let wait = async {
         loop {
@@ -77,6 +77,7 @@ async fn a_listener_can_neither_pull_nor_ack_nor_list_the_webhook_consumers_and_
     let path = file.display().to_string();
     let out = flue_cli(&flue, &["events", "credentials", "--out", path.as_str()]).await;
     assert!(out.status.success(), "{out:?}");
+    let mine = consumer_names(&out);
     let creds = UserCreds::parse(&std::fs::read_to_string(&file).expect("read")).expect("creds");
     let (listener, errors) = refusals_at(&flue.nats.url(), &creds, None).await;
 
@@ -122,9 +123,9 @@ async fn a_listener_can_neither_pull_nor_ack_nor_list_the_webhook_consumers_and_
     js.set_timeout(Duration::from_secs(1));
     assert!(js.get_stream(GATEWAY_EVENT_STREAM).await.is_err());
 
-    // Where an older gateway kept the webhook's consumer, FLUE_EVT, pulling is a
-    // listener's right (ordered consumers have names nobody knows in advance): a pull
-    // left waiting there would take the next events. The consumer is not there.
+    // Where an older gateway kept the webhook's consumer, FLUE_EVT: a listener may pull
+    // only from its own consumers there, so this pull is refused; and the consumer is not
+    // there anyway.
     let stolen_inbox = listener.new_inbox();
     let mut stolen = listener.subscribe(stolen_inbox.clone()).await.expect("sub");
     listener
@@ -136,6 +137,11 @@ async fn a_listener_can_neither_pull_nor_ack_nor_list_the_webhook_consumers_and_
         .await
         .expect("publish");
     listener.flush().await.expect("flush");
+    refused(
+        &errors,
+        &js_api(&format!("CONSUMER.MSG.NEXT.{EVENT_STREAM}.{name}")),
+    )
+    .await;
 
     // The webhook still gets every event, each once, in order.
     flue.register("s2").await;
@@ -164,6 +170,7 @@ async fn a_listener_can_neither_pull_nor_ack_nor_list_the_webhook_consumers_and_
     let stream = js.get_stream(EVENT_STREAM).await.expect("the event stream");
     let replay = stream
         .create_consumer(consumer::pull::OrderedConfig {
+            name: Some(mine[0].clone()),
             filter_subject: "flue.default.evt.server.>".to_owned(),
             deliver_policy: consumer::DeliverPolicy::All,
             ..Default::default()
@@ -187,7 +194,7 @@ async fn a_listener_can_neither_pull_nor_ack_nor_list_the_webhook_consumers_and_
 }
 
 #[tokio::test]
-async fn a_listener_cannot_make_more_consumers_than_the_event_stream_allows_and_webhooks_go_on() {
+async fn a_listener_at_the_event_streams_consumer_limit_starves_neither_sse_nor_webhooks() {
     let flue = Flue::start_operator(&[
         "--webhook-allow",
         "127.0.0.1/32",
@@ -212,19 +219,20 @@ async fn a_listener_cannot_make_more_consumers_than_the_event_stream_allows_and_
     let path = file.display().to_string();
     let out = flue_cli(&flue, &["events", "credentials", "--out", path.as_str()]).await;
     assert!(out.status.success(), "{out:?}");
+    let mine = consumer_names(&out);
     let creds = UserCreds::parse(&std::fs::read_to_string(&file).expect("read")).expect("creds");
     let (listener, _errors) = refusals_at(&flue.nats.url(), &creds, None).await;
     let js = jetstream::with_domain(listener, JS_DOMAIN);
     let stream = js.get_stream(EVENT_STREAM).await.expect("the event stream");
-    let make = |n: u32| {
+    let make = |n: usize| {
         stream.create_consumer(consumer::pull::Config {
-            name: Some(format!("mine-{n}")),
+            name: Some(mine[n].clone()),
             ..Default::default()
         })
     };
-    make(1).await.expect("first consumer");
-    make(2).await.expect("second consumer");
-    let third = make(3).await.expect_err("a third consumer");
+    make(0).await.expect("first consumer");
+    make(1).await.expect("second consumer");
+    let third = make(2).await.expect_err("a third consumer");
     assert!(
         third
             .to_string()
@@ -232,8 +240,39 @@ async fn a_listener_cannot_make_more_consumers_than_the_event_stream_allows_and_
         "{third}"
     );
 
-    // The webhook's consumer is not on that stream: it goes on delivering.
+    // SSE's consumers are not on that stream: a client is answered 200 and streams.
+    let response = flue
+        .http()
+        .get(format!(
+            "{}/v1/events?type=server.registered",
+            flue.gateway.url()
+        ))
+        .send()
+        .await
+        .expect("GET /v1/events");
+    assert_eq!(
+        response.status(),
+        200,
+        "SSE with the event stream's consumers all taken"
+    );
     flue.register("s1").await;
+    let mut response = response;
+    let streamed = async {
+        let mut text = String::new();
+        while !text.contains("server:s1:registered") {
+            let chunk = response
+                .chunk()
+                .await
+                .expect("a chunk")
+                .expect("the stream goes on");
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    tokio::time::timeout(WAIT, streamed)
+        .await
+        .expect("s1's registration streamed over SSE");
+
+    // Nor is the webhook's: it goes on delivering.
     receiver
         .wait_for("s1's registration", |got| {
             got.iter().any(|r| r.event_id.starts_with("server:s1:"))

@@ -14,6 +14,7 @@ mod http_ops;
 mod http_roles;
 mod http_tickets;
 mod leaf_repush;
+mod listener_consumers;
 mod netns;
 mod netns_tenants;
 mod operator;
@@ -64,6 +65,17 @@ pub async fn refusals_at(
     }
     let client = options.connect(url).await.expect("minted user connects");
     (client, errors)
+}
+
+/// The consumer names `flue events credentials` printed (`… its consumer names: lsn-…-1
+/// lsn-…-2 …`).
+pub fn consumer_names(out: &std::process::Output) -> Vec<String> {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let names = stdout
+        .split_once("its consumer names: ")
+        .unwrap_or_else(|| panic!("no consumer names in {stdout:?}"))
+        .1;
+    names.split_whitespace().map(str::to_owned).collect()
 }
 
 /// The subjects `sub` received up to and including `marker` (bounded by [`WAIT`]). When

@@ -380,6 +380,7 @@ async fn listener_credentials_from_the_cli_let_the_python_listener_replay_its_te
     let args = ["events", "credentials", "--out", path.as_str()];
     let out = flue_cli(&flue, &args).await;
     assert!(out.status.success(), "{out:?}");
+    let consumer = super::consumer_names(&out)[0].clone();
     let mode = std::fs::metadata(&file)
         .expect("written")
         .permissions()
@@ -410,6 +411,8 @@ async fn listener_credentials_from_the_cli_let_the_python_listener_replay_its_te
             subject::JETSTREAM_DOMAIN,
             "--creds",
             path.as_str(),
+            "--consumer",
+            consumer.as_str(),
         ])
         .kill_on_drop(true)
         .output();
