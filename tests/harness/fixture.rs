@@ -223,7 +223,7 @@ impl Flue {
     }
 
     /// The flags an event listener (`examples/listeners/flue_events.py`) needs for this
-    /// broker: `--creds FILE --domain flue` with listener credentials minted through the API
+    /// broker: `--creds FILE --domain flue --consumer NAME` with listener credentials minted through the API
     /// (`POST /v1/listener-credentials`) in operator mode; none on the development broker.
     pub async fn listener_flags(&self) -> Vec<String> {
         let Ok(minted) = self.admin_client().create_listener_credentials().await else {
@@ -236,6 +236,9 @@ impl Flue {
             path.display().to_string(),
             "--domain".to_owned(),
             minted.js_domain,
+            // The first of the consumer names the credentials allow (runs take turns).
+            "--consumer".to_owned(),
+            minted.consumers[0].clone(),
         ]
     }
 
