@@ -59,10 +59,12 @@ pub async fn create(
     ))
 }
 
-/// `GET /v1/listener-consumers` (admin): every NATS listener's consumer on the tenant's
-/// event stream, by name, with the listener credential it belongs to. The gateway's own
-/// consumers are not on that stream (SSE and webhooks read `FLUE_EVT_GW`), except a
-/// webhook's an older gateway left there, which is not shown.
+/// `GET /v1/listener-consumers` (admin): every consumer on the tenant's event stream, by
+/// name, with the listener credential it belongs to. They are all NATS listeners': the
+/// gateway's own consumers are on `FLUE_EVT_GW` (only an older gateway's SSE or webhook
+/// consumer can be on `FLUE_EVT`, listed without a listener, as is a consumer made with
+/// listener credentials minted before consumer names were bounded). Nothing is hidden,
+/// so nothing can hide there.
 #[utoipa::path(
     get,
     operation_id = "list_listener_consumers",
@@ -81,9 +83,6 @@ pub async fn list_consumers(
     let mut consumers = Vec::new();
     while let Some(info) = infos.next().await {
         let info = info.map_err(|e| consumer_error("*", e.into()))?;
-        if is_gateways(&info.name) {
-            continue;
-        }
         consumers.push(ListenerConsumer {
             listener: listener_of_consumer(&info.name).map(str::to_owned),
             created: info.created,
@@ -120,9 +119,6 @@ pub async fn delete_consumer(
 ) -> Result<StatusCode, ApiError> {
     check_consumer_name(&name)?;
     let not_found = || ApiError::NotFound(format!("no listener consumer named {name:?}"));
-    if is_gateways(&name) {
-        return Err(not_found());
-    }
     let stream = event_stream(&service).await?;
     match stream.delete_consumer(&name).await {
         Ok(_) => {
@@ -161,13 +157,6 @@ fn consumer_error(name: &str, source: BoxError) -> ApiError {
 fn is_not_found(e: &stream::ConsumerError) -> bool {
     matches!(e.kind(), stream::ConsumerErrorKind::JetStream(j)
         if j.error_code() == async_nats::jetstream::ErrorCode::CONSUMER_NOT_FOUND)
-}
-
-/// Whether `name` is a consumer the gateway made on `FLUE_EVT`: a webhook's that an older
-/// gateway left there (moved to `FLUE_EVT_GW` by its delivery task) or an older gateway's
-/// SSE client's (gone within 30 s of its client).
-fn is_gateways(name: &str) -> bool {
-    name.starts_with("wh-") || name.starts_with("flue-sse-")
 }
 
 /// A consumer name as the broker takes one: 1–255 bytes, no `.`, `*`, `>`, path
