@@ -302,35 +302,35 @@ async fn update_retention(
     retention: Retention,
     name: &'static str,
 ) -> Result<(), BoxError> {
-    let limits = consumer_limits(retention.listener_idle);
-    let idle_changed = found.consumer_limits != limits;
-    if found.max_age == retention.max_age
-        && found.max_bytes == retention.max_bytes
-        && found.max_consumers == retention.max_consumers
-        && !idle_changed
-    {
-        return Ok(());
-    }
     let mut changed = found.clone();
     changed.max_age = retention.max_age;
     changed.max_bytes = retention.max_bytes;
     changed.max_consumers = retention.max_consumers;
-    changed.consumer_limits = limits;
+    changed.consumer_limits = consumer_limits(retention.listener_idle);
+    if changed == found {
+        return Ok(());
+    }
     if let Err(e) = js.update_stream(&changed).await {
-        if !idle_changed {
+        if changed.consumer_limits == found.consumer_limits {
             return Err(e.into());
         }
         warn!(stream = name, error = %e, listener_idle_secs = retention.listener_idle.as_secs(),
-              "cannot change the idle limit of the event stream's consumers; kept as it was");
-        changed.consumer_limits = found.consumer_limits;
+              "cannot change the idle limit of the event stream's consumers (a consumer asks for longer); kept as it was");
+        changed.consumer_limits = found.consumer_limits.clone();
+        if changed == found {
+            return Ok(());
+        }
         js.update_stream(&changed).await?;
     }
     info!(
         stream = name,
-        max_age_secs = retention.max_age.as_secs(),
-        max_bytes = retention.max_bytes,
-        max_consumers = retention.max_consumers,
-        listener_idle_secs = retention.listener_idle.as_secs(),
+        max_age_secs = changed.max_age.as_secs(),
+        max_bytes = changed.max_bytes,
+        max_consumers = changed.max_consumers,
+        listener_idle_secs = changed
+            .consumer_limits
+            .as_ref()
+            .map_or(0, |l| l.inactive_threshold.as_secs()),
         "event stream limits changed"
     );
     Ok(())

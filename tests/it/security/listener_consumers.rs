@@ -298,3 +298,61 @@ async fn an_idle_listener_consumer_is_deleted_by_the_broker_and_a_longer_idle_li
         .expect("a body");
     assert!(body.contains("server:s1:registered"), "{body}");
 }
+
+#[tokio::test]
+async fn a_gateway_given_a_shorter_idle_limit_than_a_consumer_asks_starts_and_keeps_the_old_one_until_it_goes()
+ {
+    let flue = Flue::start_operator(&[]).await;
+    let (mine, client, _) = listener(&flue, "listener.creds").await;
+    let stream = jetstream::with_domain(client, JS_DOMAIN)
+        .get_stream(EVENT_STREAM)
+        .await
+        .expect("the event stream");
+    stream
+        .create_consumer(named(&mine[0]))
+        .await
+        .expect("a consumer idle up to an hour");
+    let events = jetstream::new(flue.nats.events_client().await);
+    let idle_limit = || async {
+        let mut stream = events.get_stream(EVENT_STREAM).await.expect("stream");
+        let config = stream.info().await.expect("info").config.clone();
+        config.consumer_limits.map(|l| l.inactive_threshold)
+    };
+    assert_eq!(idle_limit().await, Some(Duration::from_secs(3_600)));
+
+    // The broker refuses the shorter limit while that consumer asks for more: the
+    // gateway says so and serves, the limit as it was.
+    let mut second = flue_tests::Gateway::start_like(
+        &flue.gateway,
+        &flue.nats.url(),
+        &["--listener-idle-secs", "30"],
+    )
+    .await;
+    second.logs().wait_for("kept as it was", WAIT).await;
+    assert_eq!(idle_limit().await, Some(Duration::from_secs(3_600)));
+    let response = reqwest::Client::new()
+        .get(format!("{}/v1/listener-consumers", second.url()))
+        .bearer_auth(second.tokens().get(Role::Admin))
+        .send()
+        .await
+        .expect("the second gateway answers");
+    assert_eq!(response.status(), StatusCode::OK);
+
+    // Once the consumer is gone, the next start gives the stream the shorter limit.
+    let response = call(
+        &flue,
+        flue.gateway.tokens().get(Role::Admin),
+        Method::DELETE,
+        Some(&mine[0]),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    let mark = second.logs().lines().len();
+    second.restart().await;
+    let changed = second
+        .logs()
+        .wait_for_after(mark, "event stream limits changed", WAIT)
+        .await;
+    assert!(changed.contains("listener_idle_secs=30"), "{changed}");
+    assert_eq!(idle_limit().await, Some(Duration::from_secs(30)));
+}
