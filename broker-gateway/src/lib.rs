@@ -56,6 +56,7 @@ pub mod api;
 pub mod auth;
 pub(crate) mod broker;
 pub(crate) mod config;
+pub(crate) mod configs;
 pub(crate) mod credentials;
 pub(crate) mod deferred;
 pub(crate) mod deployments;

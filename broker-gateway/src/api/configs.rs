@@ -9,8 +9,8 @@ use tracing::info;
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId};
+use crate::configs::{self, Created};
 use crate::record::redacted_config;
-use crate::sealing::seal_config_defaults;
 use crate::service::Service;
 
 /// `POST /v1/configs`: 201 with the new config; 200 with the stored one when the same
@@ -40,42 +40,22 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<Config>), ApiError> {
     spec.validate()?;
     let id = spec.id.clone().unwrap_or_else(ConfigId::random);
-    let mut config = spec.into_config(id, OffsetDateTime::now_utc());
-    seal_config_defaults(&mut config, &service.keys.sealing)?;
-    service.broker.fits_json("config", &config)?;
-    let tenant = &service.config.tenant;
-    let Some(stored) = service.store.configs.create(tenant, &config).await? else {
-        info!(config.id = %config.id, group = %config.group, "config created");
-        return Ok((StatusCode::CREATED, Json(redacted_config(config))));
-    };
-    if has_hidden_default(&stored) {
-        return Err(ApiError::Conflict(format!(
-            "config {:?} already exists; configs with hidden defaults are not compared, use a new id",
-            config.id.as_str()
-        )));
-    }
-    if !same_body(&stored, &config) {
-        return Err(ApiError::Conflict(format!(
-            "config {:?} already exists with a different body",
-            config.id.as_str()
-        )));
-    }
-    Ok((StatusCode::OK, Json(redacted_config(stored))))
-}
-
-/// True when two configs differ at most by their creation time.
-fn same_body(stored: &Config, new: &Config) -> bool {
-    let mut new = new.clone();
-    new.created_at = stored.created_at;
-    stored == &new
-}
-
-/// True when the config declares a hidden input with a default (a secret of its own).
-fn has_hidden_default(config: &Config) -> bool {
-    config
-        .inputs
-        .iter()
-        .any(|i| i.hidden && i.default.is_some())
+    let config = spec.into_config(id, OffsetDateTime::now_utc());
+    let created = configs::create(
+        &service.store.configs,
+        &service.broker,
+        &service.keys.sealing,
+        &service.config.tenant,
+        config,
+    )
+    .await?;
+    Ok(match created {
+        Created::New(config) => {
+            info!(config.id = %config.id, group = %config.group, "config created");
+            (StatusCode::CREATED, Json(redacted_config(config)))
+        }
+        Created::Same(stored) => (StatusCode::OK, Json(redacted_config(stored))),
+    })
 }
 
 /// `GET /v1/configs/{id}`.

@@ -9,6 +9,7 @@ use flue_proto::{ConfigError, ErrorBody, ErrorDetail, PutStackError};
 use tracing::{error, warn};
 
 use crate::broker::{BrokerError, TooLarge};
+use crate::configs::CreateConfigError;
 use crate::error::chain;
 use crate::operations::OperationsError;
 use crate::operations::submit::SubmitError;
@@ -135,6 +136,19 @@ impl From<BrokerError> for ApiError {
 
 // The domain's errors, as the API answers them: each domain module says why it failed,
 // only here is that made a status and a body.
+
+impl From<CreateConfigError> for ApiError {
+    fn from(e: CreateConfigError) -> Self {
+        match e {
+            CreateConfigError::HiddenDefaults(_) | CreateConfigError::Different(_) => {
+                ApiError::Conflict(e.to_string())
+            }
+            CreateConfigError::Seal(e) => e.into(),
+            CreateConfigError::TooLarge(e) => e.into(),
+            CreateConfigError::Store(e) => e.into(),
+        }
+    }
+}
 
 impl From<SealFailure> for ApiError {
     fn from(e: SealFailure) -> Self {
