@@ -16,6 +16,7 @@ mod procs;
 mod round_trip;
 mod secure;
 pub mod sim;
+mod stored;
 pub mod tenant_net;
 mod tls;
 
@@ -32,6 +33,7 @@ pub use polling::{PolledServer, StockTools};
 pub use procs::{Agent, Gateway, Nats};
 pub use round_trip::broker_has_read;
 pub use secure::{NatsProcess, REFUSED_WAIT, SecureNats, admin, connect_options};
+pub use stored::queued_deployment;
 pub use tls::{CertFiles, TestCa, install_crypto_provider};
 
 /// Upper bound for any single wait in a test; generous because CI machines are shared.

@@ -337,18 +337,7 @@ async fn answers_handled_twice_and_a_gateway_restart_report_nothing_twice() {
     // whose ack is not yet comes again to the next gateway, which reports it again (one
     // event within the duplicate window, which this test outlived; before the pinned
     // consumer the copy came only after the ack wait, after this test looked).
-    let settled = async {
-        let mut tick = tokio::time::interval(Duration::from_millis(50));
-        loop {
-            tick.tick().await;
-            if response_backlog(&env).await == (0, 0) {
-                return;
-            }
-        }
-    };
-    tokio::time::timeout(WAIT, settled)
-        .await
-        .expect("the answers settled");
+    answers_settled(&env, WAIT, "the answers settled").await;
 
     env.gateway.restart().await;
     let third = env.deploy("quick", "web", &[]).await;
@@ -362,6 +351,21 @@ async fn answers_handled_twice_and_a_gateway_restart_report_nothing_twice() {
         );
     }
     assert_unique_ids(&tap);
+}
+
+/// Waits (at most `limit`, else panics with `what`) until the gateway's response consumer
+/// has nothing pending and nothing delivered unacknowledged.
+async fn answers_settled(env: &Flue, limit: Duration, what: &str) {
+    let settled = async {
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            tick.tick().await;
+            if response_backlog(env).await == (0, 0) {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(limit, settled).await.expect(what);
 }
 
 /// The pending messages of the gateway's response consumer and those delivered but not
@@ -458,18 +462,12 @@ async fn answers_held_by_a_gateway_that_died_never_come_out_of_order() {
 
     env.gateway.restart().await;
     wait_event(&mut tap, &d.id, EventType::DeploymentCompleted).await;
-    let drained = async {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        loop {
-            tick.tick().await;
-            if response_backlog(&env).await == (0, 0) {
-                return;
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(40), drained)
-        .await
-        .expect("the held answers came back and were handled");
+    answers_settled(
+        &env,
+        Duration::from_secs(40),
+        "the held answers came back and were handled",
+    )
+    .await;
     // Events are in stream order: once this one is read, every event about `d` is.
     let after = env.deploy("quick", "web", &[]).await;
     wait_event(&mut tap, &after.id, EventType::DeploymentCompleted).await;
@@ -526,18 +524,7 @@ async fn answers_a_stalled_gateway_holds_past_the_takeover_still_report_every_st
             .await
             .expect("handed back");
     }
-    let drained = async {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        loop {
-            tick.tick().await;
-            if response_backlog(&env).await == (0, 0) {
-                return;
-            }
-        }
-    };
-    tokio::time::timeout(WAIT, drained)
-        .await
-        .expect("the held answers were handled");
+    answers_settled(&env, WAIT, "the held answers were handled").await;
     let after = env.deploy("quick", "web", &[]).await;
     wait_event(&mut tap, &after.id, EventType::DeploymentCompleted).await;
     // The steps the result went past are reported before it, from the record, as the

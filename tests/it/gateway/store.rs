@@ -5,13 +5,9 @@
 //! Compare-and-set on the records is unit-tested in the gateway's crate
 //! (`store::deployments::tests`, on in-memory buckets).
 
-use std::collections::BTreeMap;
-
-use flue_proto::{
-    Action, ConfigId, Deployment, DeploymentId, DeploymentStatus, ServerId, TenantId, subject,
-};
+use flue_proto::{DeploymentStatus, subject};
+use flue_tests::queued_deployment;
 use serde_json::{Value, json};
-use time::OffsetDateTime;
 
 use super::fixture::Fixture;
 
@@ -19,33 +15,7 @@ use super::fixture::Fixture;
 /// stores it in `flue_deployments` (`default.<id>`): the API's deployment and what only
 /// the gateway keeps beside it. Published, expiring in an hour.
 pub(super) fn record(id: &str) -> Value {
-    let now = OffsetDateTime::now_utc();
-    let deployment = Deployment {
-        id: DeploymentId::new(id).expect("id"),
-        tenant: TenantId::new("default").expect("id"),
-        server_id: ServerId::new("web1").expect("id"),
-        config_id: ConfigId::new("c1").expect("id"),
-        group: "script".into(),
-        name: id.into(),
-        action: Action::create(),
-        input_values: BTreeMap::new(),
-        stack_id: None,
-        resource_name: None,
-        status: DeploymentStatus::Queued,
-        status_reason: None,
-        outputs: BTreeMap::new(),
-        deploy_stdout: String::new(),
-        deploy_stderr: String::new(),
-        deploy_status_code: None,
-        timeout_secs: 3600,
-        created_at: now,
-        updated_at: now,
-        delivered_at: None,
-        started_at: None,
-        finished_at: None,
-        expires_at: now + time::Duration::hours(1),
-    };
-    json!({"deployment": deployment, "request_published": true})
+    json!({"deployment": queued_deployment(id, "web1", "c1"), "request_published": true})
 }
 
 /// `record(id)` with status `status`.

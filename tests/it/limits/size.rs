@@ -6,13 +6,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use flue_proto::{
-    Action, ConfigId, Deployment, DeploymentId, DeploymentStatus, ServerId, TenantId,
-};
-use flue_tests::Flue;
+use flue_proto::{DeploymentStatus, ServerId};
+use flue_tests::{Flue, queued_deployment};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use time::OffsetDateTime;
 
 use super::expect_error;
 
@@ -94,33 +91,10 @@ async fn a_request_the_broker_refuses_fails_that_deployment_and_the_server_queue
     // A record accepted by an older gateway (or written by another client) and marked
     // pending: its request, config plus input, is larger than the broker takes.
     flue.gateway.kill().await;
-    let now = OffsetDateTime::now_utc();
-    let id = DeploymentId::new("huge").expect("id");
-    let deployment = Deployment {
-        id: id.clone(),
-        tenant: TenantId::new("default").expect("id"),
-        server_id: ServerId::new("s1").expect("id"),
-        config_id: ConfigId::new("big").expect("id"),
-        group: "ext".into(),
-        name: "huge".into(),
-        action: Action::create(),
-        input_values: BTreeMap::from([("blob".to_owned(), json!("y".repeat(600_000)))]),
-        stack_id: None,
-        resource_name: None,
-        status: DeploymentStatus::Queued,
-        status_reason: None,
-        outputs: BTreeMap::new(),
-        deploy_stdout: String::new(),
-        deploy_stderr: String::new(),
-        deploy_status_code: None,
-        timeout_secs: 3600,
-        created_at: now,
-        updated_at: now,
-        delivered_at: None,
-        started_at: None,
-        finished_at: None,
-        expires_at: now + time::Duration::hours(1),
-    };
+    let mut deployment = queued_deployment("huge", "s1", "big");
+    deployment.group = "ext".into();
+    deployment.input_values = BTreeMap::from([("blob".to_owned(), json!("y".repeat(600_000)))]);
+    let id = deployment.id.clone();
     // As the gateway stores it: the API's deployment and what only the gateway keeps.
     let record = json!({"deployment": deployment, "request_published": false});
     let js = jetstream::new(flue.nats.client().await);
