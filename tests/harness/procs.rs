@@ -25,6 +25,38 @@ fn dump_on_panic(name: &str, logs: &[&Logs]) {
     }
 }
 
+/// Sends SIGSTOP to `child` and returns once every one of its threads is stopped: kill(2)
+/// only starts a group stop, and a thread still finishing a system call (a broker's fsync)
+/// could answer one more message after it returned.
+fn stop(child: &Child) {
+    signal(child, "-STOP");
+    let pid = child.id().expect("child still running");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !all_threads_stopped(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} not stopped 10 s after SIGSTOP"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Whether every thread of process `pid` is in the stopped state (`T`), as
+/// `/proc/<pid>/task/*/stat` shows it.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // The state is the first field after the command name's closing parenthesis.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+                .is_some_and(|state| state == 'T' || state == 't')
+        })
+    })
+}
+
 fn signal(child: &Child, sig: &str) {
     let pid = child.id().expect("child still running");
     let ok = std::process::Command::new("kill")
@@ -333,7 +365,7 @@ impl Nats {
     /// Freezes the server (SIGSTOP): connections stay open but nothing is answered, as
     /// with a hung broker. [`Nats::resume`] thaws it.
     pub fn pause(&self) {
-        signal(self.child.as_ref().expect("nats-server running"), "-STOP");
+        stop(self.child.as_ref().expect("nats-server running"));
     }
 
     /// Thaws a server frozen by [`Nats::pause`] (SIGCONT).
@@ -639,7 +671,7 @@ impl Gateway {
     /// Freezes it (SIGSTOP), as a machine that stalls would: its connections stay open,
     /// nothing it holds is renewed. [`Gateway::resume`] thaws it.
     pub fn pause(&self) {
-        signal(self.child.as_ref().expect("gateway running"), "-STOP");
+        stop(self.child.as_ref().expect("gateway running"));
     }
 
     /// Thaws a gateway frozen by [`Gateway::pause`] (SIGCONT).
