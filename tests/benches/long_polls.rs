@@ -18,13 +18,14 @@
 //! (debug; `ulimit -n 20000` first: the bench and the gateway hold a socket per poll).
 
 use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use flue_proto::{Deployment, DeploymentId, DeploymentStatus};
 use flue_tests::{Flue, RecordReads};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 
 /// Requests in flight while setting up.
 const IN_FLIGHT: usize = 16;
@@ -36,6 +37,8 @@ struct Answer {
     id: DeploymentId,
     /// The HTTP status, or the transport error.
     status: Result<u16, String>,
+    /// The body when it is no deployment (an error's).
+    error: Option<String>,
     deployment: Option<Deployment>,
     /// Since the polls started.
     at: Duration,
@@ -109,24 +112,40 @@ async fn main() {
             let url = format!("{base}/v1/deployments/{id}?wait_secs={secs}");
             let http = http.clone();
             tokio::spawn(async move {
-                let (status, deployment) = match http.get(&url).send().await {
+                let (status, body) = match http.get(&url).send().await {
                     Ok(resp) => {
                         let status = resp.status().as_u16();
-                        let body = resp.text().await.unwrap_or_default();
-                        (Ok(status), serde_json::from_str(&body).ok())
+                        (Ok(status), resp.text().await.unwrap_or_default())
                     }
-                    Err(e) => (Err(e.to_string()), None),
+                    Err(e) => (Err(e.to_string()), String::new()),
                 };
+                let deployment = serde_json::from_str(&body).ok();
                 Answer {
                     id,
                     status,
+                    error: deployment.is_none().then_some(body),
                     deployment,
                     at: t0.elapsed(),
                 }
             })
         })
         .collect();
-    let _agent = flue.agent("runs", &[]).await;
+    // A gateway that answers 503 under the polls (the old one did) may refuse the agent's
+    // start-up calls too: it is started again, a few times at most.
+    let mut agent = None;
+    for _ in 0..5 {
+        match AssertUnwindSafe(flue.agent("runs", &[]))
+            .catch_unwind()
+            .await
+        {
+            Ok(started) => {
+                agent = Some(started);
+                break;
+            }
+            Err(_) => println!("the agent could not start (see above); starting it again"),
+        }
+    }
+    let _agent = agent.expect("the agent starts");
     let mut answers = Vec::with_capacity(polls);
     for task in tasks {
         answers.push(task.await.expect("poll task"));
@@ -136,6 +155,7 @@ async fn main() {
     let peak = peak.load(Ordering::Relaxed);
 
     let mut by_status = BTreeMap::<String, usize>::new();
+    let mut errors = BTreeMap::<String, usize>::new();
     let mut late = Vec::new();
     let (mut complete, mut running) = (0, 0);
     for a in &answers {
@@ -144,10 +164,12 @@ async fn main() {
             Err(e) => format!("error: {e}"),
         };
         *by_status.entry(key).or_default() += 1;
+        if let Some(body) = a.error.clone().filter(|b| !b.is_empty()) {
+            *errors.entry(body).or_default() += 1;
+        }
         if runs[&a.id] {
             running += 1;
-            if a
-                .deployment
+            if a.deployment
                 .as_ref()
                 .is_some_and(|d| d.status == DeploymentStatus::Complete)
             {
@@ -162,8 +184,30 @@ async fn main() {
         late.get(((late.len() as f64 * q) as usize).min(late.len().saturating_sub(1)))
             .map_or(f64::NAN, |d| d.as_secs_f64())
     };
-    println!("{polls} long polls ({distinct} on distinct deployments, {} on {shared} of them), wait_secs {wait}", polls - distinct);
+    println!(
+        "{polls} long polls ({distinct} on distinct deployments, {} on {shared} of them), wait_secs {wait}",
+        polls - distinct
+    );
     println!("answers by status: {by_status:?}");
+    if !errors.is_empty() {
+        println!("error bodies: {errors:?}");
+        let warnings = flue.gateway.logs().lines();
+        let mut kinds = BTreeMap::<String, usize>::new();
+        for line in warnings.iter().filter(|l| l.contains(" WARN ")) {
+            // The message and the cause, without the time and the key read.
+            let text = line.split_once(" WARN ").map_or(line.as_str(), |(_, t)| t);
+            let text = match text.split_once("cannot read \"") {
+                Some((head, tail)) => {
+                    let tail = tail.split_once('"').map_or("", |(_, t)| t);
+                    format!("{head}cannot read …{tail}")
+                }
+                None => text.to_owned(),
+            };
+            let text: String = text.chars().take(240).collect();
+            *kinds.entry(text).or_default() += 1;
+        }
+        println!("gateway warnings: {kinds:#?}");
+    }
     println!(
         "all answered {:.1} s after the first was sent; QUEUED polls answered past their wait_secs by p50 {:.2} s, max {:.2} s",
         all.as_secs_f64(),

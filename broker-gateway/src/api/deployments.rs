@@ -179,9 +179,10 @@ pub async fn get(
 /// failed or ran out of time, 500 when the record cannot be decoded, as a read of its own.
 fn read_failed(e: ReadFailed) -> ApiError {
     match e.cause() {
-        StoreError::Decode { .. } => {
-            ApiError::Internal(format!("deployment record cannot be decoded: {}", chain(&e)))
-        }
+        StoreError::Decode { .. } => ApiError::Internal(format!(
+            "deployment record cannot be decoded: {}",
+            chain(&e)
+        )),
         _ => ApiError::Unavailable("the broker did not complete the read; retry later".into()),
     }
 }

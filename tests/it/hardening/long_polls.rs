@@ -67,22 +67,21 @@ async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_ea
         .await;
     flue.register("runs").await;
     flue.register("idle").await;
-    let created: Vec<(DeploymentId, DeploymentStatus)> =
-        futures_util::stream::iter(0..DEPLOYMENTS)
-            .map(|i| {
-                let flue = &flue;
-                async move {
-                    let (server, status) = if i % RUNS_EVERY == 0 {
-                        ("runs", DeploymentStatus::Complete)
-                    } else {
-                        ("idle", DeploymentStatus::Queued)
-                    };
-                    (flue.deploy("c", server, &[]).await.id, status)
-                }
-            })
-            .buffered(16)
-            .collect()
-            .await;
+    let created: Vec<(DeploymentId, DeploymentStatus)> = futures_util::stream::iter(0..DEPLOYMENTS)
+        .map(|i| {
+            let flue = &flue;
+            async move {
+                let (server, status) = if i % RUNS_EVERY == 0 {
+                    ("runs", DeploymentStatus::Complete)
+                } else {
+                    ("idle", DeploymentStatus::Queued)
+                };
+                (flue.deploy("c", server, &[]).await.id, status)
+            }
+        })
+        .buffered(16)
+        .collect()
+        .await;
     let expected: BTreeMap<DeploymentId, DeploymentStatus> = created.iter().cloned().collect();
     let base = flue.gateway.url().to_owned();
     let before = deployments_consumers(&flue).await;
@@ -100,7 +99,9 @@ async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_ea
     // below is for every poll to be either waiting or answered.
     let answered = Arc::new(AtomicUsize::new(0));
     let polls = (0..POLLS).map(|i| {
-        let id = created[if i < DEPLOYMENTS { i } else { i % SHARED }].0.clone();
+        let id = created[if i < DEPLOYMENTS { i } else { i % SHARED }]
+            .0
+            .clone();
         // Long enough for all 2,000 to be waiting at once on a busy machine.
         let wait = if expected[&id] == DeploymentStatus::Complete {
             60
