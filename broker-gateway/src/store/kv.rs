@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
+use flue_proto::jsapi;
 use futures_util::stream::BoxStream;
 use futures_util::{StreamExt, TryStreamExt};
 use time::OffsetDateTime;
@@ -87,10 +88,6 @@ pub const GET_MANY_BATCH: usize = 256;
 /// How long one batch direct get may take before it counts as failed (callers bound it
 /// further: the long polls' reader by the broker deadline).
 const GET_MANY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// The JetStream API prefix of the gateway's contexts (built without a domain,
-/// `tenants/runtime.rs`), for the one call async-nats has no method for.
-const JS_API: &str = "$JS.API";
 
 /// A key-value bucket with one revision per key; keys are NATS subject tokens, and
 /// filters subject patterns (`*` one token, `>` the rest).
@@ -470,12 +467,11 @@ impl Bucket {
         let inbox = self.client.new_inbox();
         // On this connection the subscription reaches the broker before the request does.
         let mut answers = self.client.subscribe(inbox.clone()).await?;
+        // The gateway's contexts have no JetStream domain (`tenants/runtime.rs`): the
+        // `$JS.API` spelling, the first.
+        let [request, _] = jsapi::api(&format!("DIRECT.GET.{}", self.store.stream_name));
         self.client
-            .publish_with_reply(
-                format!("{JS_API}.DIRECT.GET.{}", self.store.stream_name),
-                inbox,
-                body.into(),
-            )
+            .publish_with_reply(request, inbox, body.into())
             .await?;
         while let Some(message) = answers.next().await {
             match message.status {
