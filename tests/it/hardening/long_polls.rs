@@ -224,3 +224,53 @@ async fn a_long_poll_waiting_across_a_broker_restart_still_sees_the_deployment_f
         .expect("poll task");
     assert_eq!(answered.status, DeploymentStatus::Complete, "{answered:?}");
 }
+
+#[tokio::test]
+async fn polls_of_records_and_of_missing_ids_read_together_answer_each_its_own() {
+    let flue = Flue::start().await;
+    flue.script_config("c", "#!/bin/sh\necho done\n", &[], &[])
+        .await;
+    flue.register("idle").await;
+    let mut ids = Vec::new();
+    for _ in 0..40 {
+        ids.push(flue.deploy("c", "idle", &[]).await.id);
+    }
+    let base = flue.gateway.url().to_owned();
+    let http = flue.http();
+    // Started together, so that the reader's batches mix keys with records and keys
+    // without (the broker leaves those out of a batch's answer).
+    let polls = (0..80).map(|i| {
+        let (http, base) = (http.clone(), base.clone());
+        let id = if i % 2 == 0 {
+            Some(ids[i / 2].clone())
+        } else {
+            None
+        };
+        async move {
+            let path = id
+                .as_ref()
+                .map_or_else(|| format!("missing-{i}"), ToString::to_string);
+            let resp = http
+                .get(format!("{base}/v1/deployments/{path}?wait_secs=1"))
+                .send()
+                .await
+                .expect("long poll sent");
+            let status = resp.status();
+            let text = resp.text().await.expect("body");
+            (id, status, text)
+        }
+    });
+    let answers = tokio::time::timeout(WAIT, join_all(polls))
+        .await
+        .expect("every long poll answers");
+    for (id, status, text) in answers {
+        match id {
+            Some(id) => {
+                assert_eq!(status, reqwest::StatusCode::OK, "{id}: {text}");
+                let d: Deployment = serde_json::from_str(&text).expect("a deployment");
+                assert_eq!((d.id, d.status), (id, DeploymentStatus::Queued));
+            }
+            None => assert_eq!(status, reqwest::StatusCode::NOT_FOUND, "{text}"),
+        }
+    }
+}
