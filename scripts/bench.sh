@@ -21,6 +21,9 @@
 #                                    point 6; FLUE_BENCH_AGENTS, _CLIENTS, _SECS, _N).
 #   bash scripts/bench.sh stacks [N…] one group stack over N simulated servers (default 1000 3000):
 #                                    create, update, delete; time and bytes written per operation.
+#   bash scripts/bench.sh long-polls N concurrent long polls on one gateway, default settings
+#                                    (FLUE_BENCH_POLLS, default 10000; FLUE_BENCH_WAIT, default 30 s):
+#                                    answers by status, time to answer all, record reads, gateway RSS.
 #   bash scripts/bench.sh poll       a polling server (stock os-collect-config, installed by
 #                                    scripts/test.sh) against a flue-agent (FLUE_BENCH_N default 20).
 set -euo pipefail
@@ -35,6 +38,11 @@ elif [[ "${1:-}" == throughput ]]; then
   shift
   ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
   cargo bench -p flue-tests --bench throughput -- "$@"
+elif [[ "${1:-}" == long-polls ]]; then
+  shift
+  # A socket per poll in the bench and in the gateway.
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  cargo bench -p flue-tests --bench long_polls -- "$@"
 elif [[ "${1:-}" == stacks ]]; then
   shift
   ulimit -n "$(ulimit -Hn)" 2>/dev/null || true

@@ -12,7 +12,6 @@ use flue_proto::{
 };
 use futures_util::StreamExt;
 use serde::Deserialize;
-use tracing::warn;
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathId, PathIdKind, inner_text};
@@ -23,9 +22,8 @@ use crate::error::chain;
 use crate::record::DeploymentRecord;
 use crate::rights::RightsError;
 use crate::service::Service;
-use crate::store::Listing;
-use crate::store::deployment_key;
-use crate::waiters::{Waiters, Wake};
+use crate::store::{Listing, StoreError, deployment_key};
+use crate::waiters::{ReadFailed, Seen, Waiters};
 
 /// `POST /v1/deployments`: records the deployment (QUEUED), publishes its request and
 /// answers 202 ([`crate::deployments::Accept::accept`] says what is checked). The work runs on its own task
@@ -102,8 +100,10 @@ pub struct WaitQuery {
 /// With `wait_secs`, answers as soon as the status differs from `after_status` (or,
 /// without it, is terminal), or when the time is up, with the record as it then is.
 /// Waiting shares the gateway's one watch of the deployments bucket ([`Waiters`]): the
-/// waiter is registered before the first read, so no change is missed, and a long poll
-/// costs the broker nothing while it waits.
+/// waiter is registered before the record is read, so no change is missed, and a long
+/// poll costs the broker nothing while it waits. The read is shared too: polls of a key
+/// already waited on read nothing, and the others' keys are read in batches, so polls
+/// starting together are never one broker call each (10,000 at once: none answered 503).
 #[utoipa::path(
     get,
     operation_id = "get_deployment",
@@ -148,41 +148,43 @@ pub async fn get(
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
     let mut waiter = waiters.wait_for(deployment_key(tenant, &id));
-    let (record, mut revision) = service
-        .store
-        .deployments
-        .get_at(tenant, &id)
-        .await?
-        .ok_or_else(not_found)?;
-    let mut latest = Arc::new(record);
-    while !done(latest.deployment.status) {
-        let wake = tokio::select! {
+    let first = tokio::select! {
+        biased;
+        first = waiter.first() => first.map_err(read_failed)?,
+        // The shared reader stops with the runtime: a key it had not read yet is read
+        // here, once, so that the poll still ends with the record.
+        () = service.shutdown.cancelled() => service
+            .store
+            .deployments
+            .get_at(tenant, &id)
+            .await?
+            .map(|(record, revision)| Seen { revision, record: Arc::new(record) }),
+    };
+    let mut latest = first.ok_or_else(not_found)?;
+    while !done(latest.record.deployment.status) {
+        let seen = tokio::select! {
             () = service.shutdown.cancelled() => break,
             () = tokio::time::sleep_until(deadline) => break,
-            wake = waiter.next() => wake,
+            seen = waiter.changed() => seen,
         };
-        match wake {
-            // Writes can reach a waiter out of order with its own read: keep the newest.
-            Wake::Changed(seen) if seen.revision > revision => {
-                latest = seen.record;
-                revision = seen.revision;
-            }
-            Wake::Changed(_) => {}
-            Wake::Reread => match service.store.deployments.get_at(tenant, &id).await {
-                Ok(Some((record, at))) if at > revision => {
-                    latest = Arc::new(record);
-                    revision = at;
-                }
-                Ok(_) => {}
-                // The broker is away: keep waiting on what is known; the watch asks again
-                // once it is back.
-                Err(e) => {
-                    warn!(error = %chain(&e), deployment.id = %id, "cannot read the deployment again while waiting")
-                }
-            },
+        // The slot keeps the newest; a waiter may still see its first read after a write.
+        if seen.revision > latest.revision {
+            latest = seen;
         }
     }
-    Ok(Json(latest.redacted()))
+    Ok(Json(latest.record.redacted()))
+}
+
+/// A long poll's first read failed (logged where it did): 503 when the broker call
+/// failed or ran out of time, 500 when the record cannot be decoded, as a read of its own.
+fn read_failed(e: ReadFailed) -> ApiError {
+    match e.cause() {
+        StoreError::Decode { .. } => ApiError::Internal(format!(
+            "deployment record cannot be decoded: {}",
+            chain(&e)
+        )),
+        _ => ApiError::Unavailable("the broker did not complete the read; retry later".into()),
+    }
 }
 
 /// Deployment records read at once while listing.

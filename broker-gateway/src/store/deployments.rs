@@ -2,6 +2,7 @@
 //! pending index ([`super::pending`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use flue_proto::{DeploymentId, ServerId, TenantId};
 use futures_util::{Stream, StreamExt};
@@ -61,6 +62,40 @@ impl Deployments {
         id: &DeploymentId,
     ) -> Result<Option<(DeploymentRecord, u64)>, StoreError> {
         get(&*self.records, &key2(tenant, id)).await
+    }
+
+    /// The last write of each of `keys` ([`super::deployment_key`]), in their order, `None`
+    /// for a key without a record: one request of the bucket per
+    /// [`super::kv::GET_MANY_BATCH`] keys, however many there are (the long polls' reads,
+    /// [`crate::waiters`]), failed past `deadline`. Decoded by whoever wants them.
+    pub async fn last_writes(
+        &self,
+        keys: &[String],
+        deadline: Duration,
+    ) -> Result<Vec<Option<DeploymentChange>>, StoreError> {
+        let read = tokio::time::timeout(deadline, self.records.get_many(keys))
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {deadline:?}").into()));
+        let entries = read.map_err(|source| StoreError::Read {
+            bucket: self.records.name(),
+            key: match keys {
+                [one] => one.clone(),
+                [first, rest @ ..] => format!("{first} and {} more", rest.len()),
+                [] => String::new(),
+            },
+            source,
+        })?;
+        Ok(keys
+            .iter()
+            .zip(entries)
+            .map(|(key, entry)| {
+                entry.map(|e| DeploymentChange {
+                    key: key.clone(),
+                    revision: e.revision,
+                    value: e.value,
+                })
+            })
+            .collect())
     }
 
     /// Stores a new deployment record; false when the id is already used.

@@ -7,6 +7,7 @@
 //! call on it one allocation, however large the JetStream client's handle and its
 //! futures are.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 
 use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
+use flue_proto::jsapi;
 use futures_util::stream::BoxStream;
 use futures_util::{StreamExt, TryStreamExt};
 use time::OffsetDateTime;
@@ -79,6 +81,14 @@ pub struct KeyWrite {
 /// How long [`Kv::values`] may take before it counts as failed.
 const VALUES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Most keys [`Kv::get_many`] names in one batch direct get (nats-server answers up to
+/// 1,024 subjects in one).
+pub const GET_MANY_BATCH: usize = 256;
+
+/// How long one batch direct get may take before it counts as failed (callers bound it
+/// further: the long polls' reader by the broker deadline).
+const GET_MANY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A key-value bucket with one revision per key; keys are NATS subject tokens, and
 /// filters subject patterns (`*` one token, `>` the rest).
 pub trait Kv: Debug + Send + Sync {
@@ -89,6 +99,17 @@ pub trait Kv: Debug + Send + Sync {
     /// is asked again of the stream's leader ([`Bucket`]), so that what was just written
     /// is never reported missing.
     fn get<'a>(&'a self, key: &'a str) -> BoxFut<'a, Result<Option<Entry>, BoxError>>;
+
+    /// [`Kv::get`] of each of `keys`, in their order, in as few requests as the bucket
+    /// allows (JetStream: one batch direct get per [`GET_MANY_BATCH`] keys).
+    fn get_many<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> BoxFut<'a, Result<Vec<Option<Entry>>, BoxError>> {
+        Box::pin(futures_util::future::try_join_all(
+            keys.iter().map(|key| self.get(key)),
+        ))
+    }
 
     /// [`Kv::get`] without asking the leader again on a miss.
     fn entry<'a>(&'a self, key: &'a str) -> BoxFut<'a, Result<Option<Entry>, BoxError>>;
@@ -150,16 +171,25 @@ pub trait Kv: Debug + Send + Sync {
 #[derive(Debug, Clone)]
 pub struct Bucket {
     store: kv::Store,
+    /// The connection the store's context uses, for the batch direct get ([`Kv::get_many`]).
+    client: async_nats::Client,
     name: &'static str,
     /// Whether a miss is asked again of the leader ([`Kv::get`]).
     replicated: bool,
 }
 
 impl Bucket {
-    /// `store`, named `name`; `replicated` when it has more than one copy.
-    pub fn new(store: kv::Store, name: &'static str, replicated: bool) -> Self {
+    /// `store` over `client` (its context's), named `name`; `replicated` when it has more
+    /// than one copy.
+    pub fn new(
+        store: kv::Store,
+        client: async_nats::Client,
+        name: &'static str,
+        replicated: bool,
+    ) -> Self {
         Self {
             store,
+            client,
             name,
             replicated,
         }
@@ -232,6 +262,30 @@ impl Kv for Bucket {
                 None if self.replicated => self.read_leader(key).await,
                 None => Ok(None),
             }
+        })
+    }
+
+    fn get_many<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> BoxFut<'a, Result<Vec<Option<Entry>>, BoxError>> {
+        Box::pin(async move {
+            let mut found = HashMap::with_capacity(keys.len());
+            for batch in keys.chunks(GET_MANY_BATCH) {
+                tokio::time::timeout(GET_MANY_TIMEOUT, self.last_of(batch, &mut found))
+                    .await
+                    .map_err(|_| "the batch direct get timed out")??;
+            }
+            let mut entries = Vec::with_capacity(keys.len());
+            for key in keys {
+                entries.push(match found.remove(key.as_str()) {
+                    Some(entry) => entry,
+                    // Not in the answer: a key never written, or one the batch left out;
+                    // asked alone, as a get would (the leader too on a replicated bucket).
+                    None => self.get(key).await?,
+                });
+            }
+            Ok(entries)
         })
     }
 
@@ -396,6 +450,58 @@ impl Kv for Bucket {
 }
 
 impl Bucket {
+    /// The last write of each of `keys` (at most [`GET_MANY_BATCH`]) in one batch direct
+    /// get (`multi_last`, nats-server 2.11 and later), into `found` by key: `None` for a
+    /// removed key; a key without any write is not answered. The answers come as one
+    /// message each on an inbox of their own, then an end-of-batch status (204).
+    async fn last_of(
+        &self,
+        keys: &[String],
+        found: &mut HashMap<String, Option<Entry>>,
+    ) -> Result<(), BoxError> {
+        let subjects: Vec<String> = keys
+            .iter()
+            .map(|key| format!("{}{key}", self.store.prefix))
+            .collect();
+        let body = serde_json::to_vec(&serde_json::json!({ "multi_last": subjects }))?;
+        let inbox = self.client.new_inbox();
+        // On this connection the subscription reaches the broker before the request does.
+        let mut answers = self.client.subscribe(inbox.clone()).await?;
+        // The gateway's contexts have no JetStream domain (`tenants/runtime.rs`): the
+        // `$JS.API` spelling, the first.
+        let [request, _] = jsapi::api(&format!("DIRECT.GET.{}", self.store.stream_name));
+        self.client
+            .publish_with_reply(request, inbox, body.into())
+            .await?;
+        while let Some(message) = answers.next().await {
+            match message.status {
+                None => {}
+                // End of the batch, or none of the keys has a write.
+                Some(s) if s.as_u16() == 204 || s == async_nats::StatusCode::NOT_FOUND => {
+                    return Ok(());
+                }
+                Some(s) => {
+                    return Err(format!(
+                        "batch direct get answered {s}: {}",
+                        message.description.as_deref().unwrap_or_default()
+                    )
+                    .into());
+                }
+            }
+            let message = jetstream::message::StreamMessage::try_from(message)?;
+            let Some(key) = message.subject.strip_prefix(self.store.prefix.as_str()) else {
+                continue;
+            };
+            let entry = (!removed(&message.headers)).then(|| Entry {
+                value: message.payload,
+                revision: message.sequence,
+                created: message.time,
+            });
+            found.insert(key.to_owned(), entry);
+        }
+        Err("the batch direct get's inbox closed".into())
+    }
+
     /// [`Kv::values`]: one ordered consumer filtered to the keys, the last message of each.
     async fn last_values(&self, filter: &str) -> Result<Vec<(String, Bytes)>, BoxError> {
         use jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};

@@ -136,7 +136,7 @@ impl Store {
         let replicated = replicas > 1;
         let open = async |name: &'static str| -> Result<std::sync::Arc<dyn Kv>, StoreError> {
             let store = bucket::bucket(js, name, replicas).await?;
-            Ok(Bucket::new(store, name, replicated).shared())
+            Ok(Bucket::new(store, js.client(), name, replicated).shared())
         };
         let index = open(SERVER_DEPLOYMENTS_BUCKET).await?;
         Ok(Self::with(Buckets {

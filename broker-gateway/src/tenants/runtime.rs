@@ -227,6 +227,7 @@ impl TenantRuntime {
             service.store.deployments.clone(),
             waiters.clone(),
             link.reconnected(),
+            service.config.broker_timeout(),
             shutdown.child_token(),
         ));
         info!(tenant = %tenant.id, "tenant runtime started");

@@ -1,27 +1,28 @@
-//! Long polls share one broker watch: 2,000 clients waiting at once cost the broker no
-//! consumer each, and every one of them gets the right answer.
+//! Long polls share one broker watch and read the records they wait on together: 2,000
+//! clients waiting at once, on distinct deployments and on the same ones, on default
+//! settings, cost the broker no consumer and no read each, none is answered 503, and every
+//! one of them gets the right answer.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flue_proto::{Deployment, DeploymentId, DeploymentStatus};
-use flue_tests::{Flue, WAIT};
+use flue_tests::{Flue, RecordReads, WAIT};
+use futures_util::StreamExt;
 use futures_util::future::join_all;
 
 use super::health_until;
 
 const POLLS: usize = 2_000;
-const DEPLOYMENTS: usize = 250;
-/// Tries a poll answered 503 ("retry later") gets before the test gives up on it.
-const RETRIES_503: u32 = 5;
-
-/// A spread of up to `range` ms, derived from the deployment id (no random source needed).
-fn rand_ms(id: &DeploymentId, range: u64) -> u64 {
-    id.as_str()
-        .bytes()
-        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
-        % range
-}
+/// One poll each (distinct deployments), and [`SHARED`] of them polled by more.
+const DEPLOYMENTS: usize = 1_000;
+/// The first this many deployments get the polls past [`DEPLOYMENTS`] too (six each).
+const SHARED: usize = 200;
+/// Every this-many-th deployment runs (its agent starts once every poll waits); the rest
+/// stay QUEUED, so their polls end with the unchanged record.
+const RUNS_EVERY: usize = 10;
 
 async fn deployments_consumers(flue: &Flue) -> usize {
     let js = async_nats::jetstream::new(flue.nats.client().await);
@@ -60,25 +61,31 @@ fn raise_open_file_limit(wanted: libc::rlim_t) {
 #[tokio::test]
 async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_each() {
     raise_open_file_limit(8192);
+    // Default settings: the broker deadline (`--broker-timeout-ms`) is the default 2 s.
     let flue = Flue::start().await;
     flue.script_config("c", "#!/bin/sh\necho done\n", &[], &[])
         .await;
-    // Deployments of "runs" complete during the wait (its agent starts once every poll
-    // waits); those of "idle" stay QUEUED, so their polls end with the unchanged record.
     flue.register("runs").await;
     flue.register("idle").await;
-    let mut expected: BTreeMap<DeploymentId, DeploymentStatus> = BTreeMap::new();
-    for i in 0..DEPLOYMENTS {
-        let (server, status) = if i % 2 == 0 {
-            ("runs", DeploymentStatus::Complete)
-        } else {
-            ("idle", DeploymentStatus::Queued)
-        };
-        expected.insert(flue.deploy("c", server, &[]).await.id, status);
-    }
-    let ids: Vec<DeploymentId> = expected.keys().cloned().collect();
+    let created: Vec<(DeploymentId, DeploymentStatus)> = futures_util::stream::iter(0..DEPLOYMENTS)
+        .map(|i| {
+            let flue = &flue;
+            async move {
+                let (server, status) = if i % RUNS_EVERY == 0 {
+                    ("runs", DeploymentStatus::Complete)
+                } else {
+                    ("idle", DeploymentStatus::Queued)
+                };
+                (flue.deploy("c", server, &[]).await.id, status)
+            }
+        })
+        .buffered(16)
+        .collect()
+        .await;
+    let expected: BTreeMap<DeploymentId, DeploymentStatus> = created.iter().cloned().collect();
     let base = flue.gateway.url().to_owned();
     let before = deployments_consumers(&flue).await;
+    let reads = RecordReads::count(&flue).await;
 
     // One connection per poll (HTTP/1.1 holds one request at a time).
     let http = flue.gateway.http_with(
@@ -88,8 +95,13 @@ async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_ea
             .build()
             .expect("http client"),
     );
+    // Polls answered before the agent starts are refusals (counted at the end): the wait
+    // below is for every poll to be either waiting or answered.
+    let answered = Arc::new(AtomicUsize::new(0));
     let polls = (0..POLLS).map(|i| {
-        let id = ids[i % ids.len()].clone();
+        let id = created[if i < DEPLOYMENTS { i } else { i % SHARED }]
+            .0
+            .clone();
         // Long enough for all 2,000 to be waiting at once on a busy machine.
         let wait = if expected[&id] == DeploymentStatus::Complete {
             60
@@ -97,28 +109,13 @@ async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_ea
             25
         };
         let url = format!("{base}/v1/deployments/{id}?wait_secs={wait}");
-        let http = http.clone();
+        let (http, answered) = (http.clone(), answered.clone());
         tokio::spawn(async move {
-            // A 503 is the gateway saying "retry later" (a broker call past its deadline
-            // while 2,000 polls start on a busy machine): a client polls again, and so
-            // does this one, a few times at most.
-            let mut attempt = 0;
-            loop {
-                attempt += 1;
-                let resp = http.get(&url).send().await.expect("long poll sent");
-                let status = resp.status();
-                let text = resp.text().await.expect("long poll body");
-                if status == reqwest::StatusCode::SERVICE_UNAVAILABLE && attempt < RETRIES_503 {
-                    eprintln!("long poll of {id}: 503 (attempt {attempt}), polling again");
-                    // Retry backoff, spread so the retries do not arrive together.
-                    let pause = 250 * u64::from(attempt) + rand_ms(&id, 250);
-                    tokio::time::sleep(Duration::from_millis(pause)).await;
-                    continue;
-                }
-                assert!(status.is_success(), "long poll of {id}: {status} {text}");
-                let d: Deployment = serde_json::from_str(&text).expect("a deployment");
-                return (id, d);
-            }
+            let resp = http.get(&url).send().await.expect("long poll sent");
+            let status = resp.status();
+            let text = resp.text().await.expect("long poll body");
+            answered.fetch_add(1, Ordering::SeqCst);
+            (id, status, text)
         })
     });
     let started = std::time::Instant::now();
@@ -129,15 +126,22 @@ async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_ea
         &health_client,
         &base,
         "/readyz",
-        "every long poll to wait",
+        "every long poll to wait (or be answered)",
         WAIT,
-        |_, h| h.long_polls == POLLS,
+        |_, h| h.long_polls + answered.load(Ordering::SeqCst) == POLLS,
     )
     .await;
     let during = deployments_consumers(&flue).await;
+    let reads = reads.so_far();
     eprintln!(
-        "{POLLS} long polls waiting after {:?}; consumers on the deployments stream: {before} before, {during} during",
+        "{POLLS} long polls waiting after {:?}, {reads} broker reads of their records; consumers on the deployments stream: {before} before, {during} during",
         started.elapsed()
+    );
+    // One read per poll would be 2,000: a key waited on is read once at most, and keys
+    // starting together are read in batches (how many depends on how fast they come).
+    assert!(
+        reads <= DEPLOYMENTS,
+        "{reads} broker reads of deployment records for {POLLS} long polls on {DEPLOYMENTS} deployments"
     );
     assert!(
         during <= before.max(1) + 1,
@@ -148,8 +152,24 @@ async fn two_thousand_long_polls_answer_right_and_cost_the_broker_no_consumer_ea
     let answers = tokio::time::timeout(WAIT + Duration::from_secs(30), join_all(polls))
         .await
         .expect("every long poll answers");
+    let mut refused = BTreeMap::<u16, usize>::new();
+    let mut first_refusal = None;
+    let mut bodies = Vec::with_capacity(POLLS);
     for answer in answers {
-        let (id, d) = answer.expect("poll task");
+        let (id, status, text) = answer.expect("poll task");
+        if status.is_success() {
+            bodies.push((id, text));
+        } else {
+            *refused.entry(status.as_u16()).or_default() += 1;
+            first_refusal.get_or_insert(format!("{id}: {status} {text}"));
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "of {POLLS} long polls, refused by status: {refused:?} (first: {first_refusal:?})"
+    );
+    for (id, text) in bodies {
+        let d: Deployment = serde_json::from_str(&text).expect("a deployment");
         assert_eq!(d.id, id);
         assert_eq!(d.status, expected[&id], "{d:?}");
     }
@@ -203,4 +223,54 @@ async fn a_long_poll_waiting_across_a_broker_restart_still_sees_the_deployment_f
         .expect("the long poll answers")
         .expect("poll task");
     assert_eq!(answered.status, DeploymentStatus::Complete, "{answered:?}");
+}
+
+#[tokio::test]
+async fn polls_of_records_and_of_missing_ids_read_together_answer_each_its_own() {
+    let flue = Flue::start().await;
+    flue.script_config("c", "#!/bin/sh\necho done\n", &[], &[])
+        .await;
+    flue.register("idle").await;
+    let mut ids = Vec::new();
+    for _ in 0..40 {
+        ids.push(flue.deploy("c", "idle", &[]).await.id);
+    }
+    let base = flue.gateway.url().to_owned();
+    let http = flue.http();
+    // Started together, so that the reader's batches mix keys with records and keys
+    // without (the broker leaves those out of a batch's answer).
+    let polls = (0..80).map(|i| {
+        let (http, base) = (http.clone(), base.clone());
+        let id = if i % 2 == 0 {
+            Some(ids[i / 2].clone())
+        } else {
+            None
+        };
+        async move {
+            let path = id
+                .as_ref()
+                .map_or_else(|| format!("missing-{i}"), ToString::to_string);
+            let resp = http
+                .get(format!("{base}/v1/deployments/{path}?wait_secs=1"))
+                .send()
+                .await
+                .expect("long poll sent");
+            let status = resp.status();
+            let text = resp.text().await.expect("body");
+            (id, status, text)
+        }
+    });
+    let answers = tokio::time::timeout(WAIT, join_all(polls))
+        .await
+        .expect("every long poll answers");
+    for (id, status, text) in answers {
+        match id {
+            Some(id) => {
+                assert_eq!(status, reqwest::StatusCode::OK, "{id}: {text}");
+                let d: Deployment = serde_json::from_str(&text).expect("a deployment");
+                assert_eq!((d.id, d.status), (id, DeploymentStatus::Queued));
+            }
+            None => assert_eq!(status, reqwest::StatusCode::NOT_FOUND, "{text}"),
+        }
+    }
 }
