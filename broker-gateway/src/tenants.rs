@@ -10,6 +10,7 @@
 
 pub mod book;
 pub mod connector;
+pub mod readiness;
 mod repush;
 pub mod runtime;
 

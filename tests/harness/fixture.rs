@@ -146,6 +146,28 @@ impl Flue {
         }
     }
 
+    /// Sets the broker's JetStream file store limit (`max_file_store`, nats-server's
+    /// size syntax: `32MB`) in the configuration `flue-gateway init` wrote (operator
+    /// mode) and restarts the broker with it; the gateway reconnects by itself.
+    pub async fn limit_file_store(&mut self, limit: &str) {
+        let conf = self.gateway.state_dir().join("broker/nats-server.conf");
+        let text = std::fs::read_to_string(&conf).expect("the broker's configuration");
+        let text = match text.find("\n  max_file_store:") {
+            Some(at) => {
+                let end = at + 1 + text[at + 1..].find('\n').expect("a line");
+                format!("{}\n  max_file_store: {limit}{}", &text[..at], &text[end..])
+            }
+            None => text.replacen(
+                "jetstream {",
+                &format!("jetstream {{\n  max_file_store: {limit}"),
+                1,
+            ),
+        };
+        std::fs::write(&conf, text).expect("write the configuration");
+        self.nats.kill().await;
+        self.nats.start_again().await;
+    }
+
     /// A typed client for the current gateway.
     pub fn client(&self) -> Client {
         self.gateway.client()
