@@ -154,6 +154,13 @@ async fn a_full_store_is_a_507_naming_it_readyz_says_so_and_writes_resume_once_t
     )
     .await;
     assert_eq!(ready.reason, None);
+    // Probed all along, the state streams hold no probe: no deployment record and no
+    // request is stored yet (the refused create left none either).
+    for stream in ["KV_flue_deployments", flue_proto::subject::REQUEST_STREAM] {
+        let mut stream = js.get_stream(stream).await.expect("a state stream");
+        let state = stream.info().await.expect("stream info").state.clone();
+        assert_eq!(state.messages, 0, "{state:?}");
+    }
     let (status, answer) = create(&flue, &body).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
     let done = flue.finished(&"d-full".parse().expect("id")).await;
