@@ -113,6 +113,26 @@ async fn a_full_store_is_a_507_naming_it_readyz_says_so_and_writes_resume_once_t
         StatusCode::NOT_FOUND,
         "nothing of it was accepted"
     );
+    // Any other write is refused the same way, without Retry-After; reads are served.
+    let config = http
+        .post(format!("{base}/v1/configs"))
+        .json(&json!({"id": "c-full", "group": "script", "config": "#!/bin/sh\n"}))
+        .send()
+        .await
+        .expect("the gateway answers");
+    assert_eq!(config.status(), StatusCode::INSUFFICIENT_STORAGE);
+    assert!(config.headers().get(reqwest::header::RETRY_AFTER).is_none());
+    let error: ErrorBody = config.json().await.expect("an error body");
+    assert!(
+        error.error.message.contains("bucket flue_configs"),
+        "{error:?}"
+    );
+    let read = http
+        .get(format!("{base}/v1/configs/c"))
+        .send()
+        .await
+        .expect("the gateway answers");
+    assert_eq!(read.status(), StatusCode::OK, "reads are served while full");
 
     // /readyz says so, with the reason and no tenant; /livez stays up.
     let not_ready = health_until(
