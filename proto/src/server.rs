@@ -188,6 +188,10 @@ pub enum NotReadyCode {
     NoQuorum,
     /// The broker's JetStream does not answer (disabled, or not enabled for the account).
     JetstreamUnavailable,
+    /// The broker holds a state stream broken by a failed write (its disk was full) and
+    /// drops its writes until nats-server is restarted, even once there is room (nats-server's
+    /// own health check says so): writes answer 503 until then.
+    BrokerNeedsRestart,
 }
 
 /// The error code of a write the broker refused for lack of JetStream storage (507):

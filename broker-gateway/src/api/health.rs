@@ -57,7 +57,7 @@ pub async fn healthz(state: State<Tenants>) -> Json<Health> {
     summary = "Readiness: every tenant's broker link is up and its state streams take writes",
     responses(
         (status = 200, description = "Every tenant's broker connections are up and its state streams take writes.", body = flue_proto::Health),
-        (status = 503, description = "Not ready; `reason` says why (`broker_disconnected`, `store_full`, `no_quorum`, `jetstream_unavailable`), naming what cannot take writes but no tenant.", body = flue_proto::Health),
+        (status = 503, description = "Not ready; `reason` says why (`broker_disconnected`, `store_full`, `no_quorum`, `jetstream_unavailable`, `broker_needs_restart`), naming what cannot take writes but no tenant.", body = flue_proto::Health),
     )
 )]
 pub async fn readyz(State(tenants): State<Tenants>) -> (StatusCode, Json<Health>) {
@@ -75,7 +75,10 @@ fn survey(tenants: &Tenants) -> Health {
     let runtimes = tenants.runtimes();
     let connected = runtimes.iter().all(|r| r.is_connected());
     let long_polls = runtimes.iter().map(|r| r.long_polls()).sum();
-    let reason: Option<NotReady> = runtimes.iter().find_map(|r| r.not_ready());
+    let reason: Option<NotReady> = runtimes
+        .iter()
+        .find_map(|r| r.not_ready())
+        .or_else(|| tenants.broker_not_ready());
     Health {
         status: if reason.is_some() {
             HealthStatus::Unavailable

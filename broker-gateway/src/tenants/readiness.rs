@@ -12,10 +12,10 @@
 //! never stored. A stream without a leader (no quorum) does not answer at all.
 //!
 //! What the probe cannot see: a disk that fills before `max_file_store` is reached. A
-//! write then fails inside nats-server ("no space left on device"): on a single server
-//! the publish gets no answer and writes resume once there is room (measured on 2.15.1);
-//! in a cluster nats-server disables JetStream on that node ("JetStream out of space, will
-//! be DISABLED") until it is restarted. Hence `docs/operations.md`: keep `max_file_store`
+//! write then fails inside nats-server ("no space left on device"), unanswered, and the
+//! stream that failed can keep that error until nats-server is restarted, while refusals
+//! before the store (this probe's) are still answered. nats-server's own health check says
+//! so; [`super::broker_health`] asks it. Hence `docs/broker.md`: keep `max_file_store`
 //! below the disk's free space, so that a full store is a refusal the gateway reports.
 
 use std::time::Duration;

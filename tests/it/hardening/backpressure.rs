@@ -253,3 +253,111 @@ async fn with_two_of_three_nodes_stopped_readyz_is_503_on_both_gateways_with_the
         assert_eq!(body.reason, None);
     }
 }
+
+/// The disk fills before the broker's `max_file_store`: nats-server fails the write inside
+/// ("no space left on device") and answers nothing, so a create is a 503 to retry with the
+/// same id. nats-server 2.15.1 keeps that stream's write error: its writes are dropped even
+/// once there is room, until it is restarted. `/readyz` says so, from the broker's own
+/// health check, naming the stream and not the tenant.
+#[tokio::test]
+async fn a_broker_whose_disk_filled_is_503_and_readyz_says_it_needs_a_restart_even_once_there_is_room()
+ {
+    let flue = Flue::start_operator_on_small_disk(&["--events-max-bytes", "1048576"], "48m").await;
+    let base = flue.gateway.url().to_owned();
+    let http = flue.http();
+    flue.script_config("c", "#!/bin/sh\necho done\n", &[], &[])
+        .await;
+    flue.register("s1").await;
+    health_until(
+        &http,
+        &base,
+        "/readyz",
+        "ready on an empty disk",
+        WAIT,
+        |s, _| s == 200,
+    )
+    .await;
+
+    let js = jetstream::new(flue.nats.client().await);
+    js.create_stream(stream::Config {
+        name: "BALLAST".to_owned(),
+        subjects: vec!["ballast".to_owned()],
+        storage: stream::StorageType::File,
+        ..Default::default()
+    })
+    .await
+    .expect("create the ballast stream");
+    let payload = bytes::Bytes::from(vec![b'x'; BALLAST_MESSAGE]);
+    let mut refused = None;
+    for _ in 0..4096 {
+        let answer = match js.publish("ballast", payload.clone()).await {
+            Ok(ack) => ack.await.err(),
+            Err(e) => Some(e),
+        };
+        if answer.is_some() {
+            refused = answer;
+            break;
+        }
+    }
+    assert!(refused.is_some(), "the disk took 1 GiB");
+    flue.nats
+        .logs()
+        .wait_for("no space left on device", WAIT)
+        .await;
+
+    // Creates until one is not stored: a write fails once its stream needs a page the
+    // disk no longer has (another stream's may still fit in pages it holds).
+    let mut failed = None;
+    for n in 0..200 {
+        let body = json!({"id": format!("d-disk-{n}"), "config_id": "c", "server_id": "s1"});
+        let (status, answer) = create(&flue, &body).await;
+        if status == StatusCode::ACCEPTED {
+            continue;
+        }
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+        assert_eq!(answer["error"]["code"], "unavailable", "{answer}");
+        failed = Some(body);
+        break;
+    }
+    let body = failed.expect("a create fails on the full disk");
+    let needs_restart = |s: u16, h: &Health| {
+        s == 503
+            && h.reason
+                .as_ref()
+                .is_some_and(|r| r.code == NotReadyCode::BrokerNeedsRestart)
+    };
+    let body_seen = health_until(
+        &http,
+        &base,
+        "/readyz",
+        "readyz: restart the broker",
+        WAIT,
+        needs_restart,
+    )
+    .await;
+    let reason = body_seen.reason.expect("a reason");
+    assert!(
+        ["stream FLUE_", "stream KV_flue_"]
+            .iter()
+            .any(|named| reason.message.starts_with(named)),
+        "names the broken state stream: {reason:?}"
+    );
+    for said in ["disk was full", "restart nats-server"] {
+        assert!(reason.message.contains(said), "{said:?} in {reason:?}");
+    }
+    assert!(
+        !serde_json::to_string(&reason)
+            .expect("json")
+            .contains("default"),
+        "no tenant named: {reason:?}"
+    );
+
+    // Room again: the broken stream still drops writes, and /readyz still says why.
+    js.delete_stream("BALLAST")
+        .await
+        .expect("delete the ballast");
+    let (status, answer) = create(&flue, &body).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+    let (status, after) = health(&http, &base, "/readyz").await;
+    assert!(needs_restart(status, &after), "{after:?}");
+}
