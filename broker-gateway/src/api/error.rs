@@ -309,7 +309,7 @@ impl ApiError {
         );
         let what = what.unwrap_or_else(|| "the broker's JetStream store".to_owned());
         format!(
-            "{refusal}: {what} refused the write, nothing was stored and this request was not accepted; \
+            "{refusal}: {what} refused the write, which was not made, and this request was not accepted; \
              send it again once the broker has room (free JetStream storage, or raise the broker's \
              max_file_store or the account's storage limit)"
         )
@@ -429,7 +429,7 @@ mod tests {
                 said,
                 "bucket flue_deployments",
                 "not accepted",
-                "nothing was stored",
+                "which was not made",
             ] {
                 assert!(message.contains(inside), "{inside:?} not in {message:?}");
             }

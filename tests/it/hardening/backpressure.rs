@@ -99,7 +99,7 @@ async fn a_full_store_is_a_507_naming_it_readyz_says_so_and_writes_resume_once_t
         "max_file_store",
         "bucket flue_",
         "not accepted",
-        "nothing was stored",
+        "which was not made",
     ] {
         assert!(error.error.message.contains(said), "{said:?} in {error:?}");
     }
