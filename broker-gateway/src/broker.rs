@@ -65,11 +65,57 @@ pub struct TooLarge {
     pub limit: usize,
 }
 
-/// Whether the broker refused a stream somewhere in `error`'s chain for lack of JetStream
-/// storage (error 10047: the streams' reservations would exceed its `max_file_store`).
-/// Retrying cannot help; an operator must give the broker room.
+/// Why the broker refused a write (or a stream) for lack of JetStream storage: the
+/// broker's own answer, one of four JetStream error codes. Nothing was stored; trying
+/// again cannot help until an operator gives the broker room (then writes resume by
+/// themselves: nats-server checks its limits on every write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageRefusal {
+    /// 10023 "insufficient resources": the server's JetStream store is over its
+    /// `max_file_store` (or `max_memory_store`); every account on it is refused.
+    Server,
+    /// 10002 "resource limits exceeded for account": the account's JetStream storage
+    /// limit (its JWT's `disk_storage` / `mem_storage`) is reached.
+    Account,
+    /// 10047 "insufficient storage resources available": a stream's reservation
+    /// (`max_bytes`) would exceed what the server has left to reserve.
+    Reservation,
+    /// 10028 "insufficient memory resources available".
+    Memory,
+}
+
+impl std::fmt::Display for StorageRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Server => {
+                "the broker's JetStream store is full (its max_file_store or max_memory_store is reached)"
+            }
+            Self::Account => "the broker account's JetStream storage limit is reached",
+            Self::Reservation => "the broker has no JetStream storage left to reserve",
+            Self::Memory => "the broker's JetStream memory store is full",
+        })
+    }
+}
+
+impl StorageRefusal {
+    /// The refusal somewhere in `error`'s chain, if the broker refused for storage.
+    pub fn of(error: &(dyn std::error::Error + 'static)) -> Option<Self> {
+        use async_nats::jetstream::ErrorCode;
+        match jetstream_code(error)? {
+            ErrorCode::INSUFFICIENT_RESOURCES => Some(Self::Server),
+            ErrorCode::ACCOUNT_RESOURCES_EXCEEDED => Some(Self::Account),
+            ErrorCode::STORAGE_RESOURCES_EXCEEDED => Some(Self::Reservation),
+            ErrorCode::MEMORY_RESOURCES_EXCEEDED => Some(Self::Memory),
+            _ => None,
+        }
+    }
+}
+
+/// Whether the broker refused a write or a stream somewhere in `error`'s chain for lack
+/// of JetStream storage ([`StorageRefusal`]). Retrying cannot help; an operator must give
+/// the broker room.
 pub fn out_of_storage(error: &(dyn std::error::Error + 'static)) -> bool {
-    jetstream_code(error) == Some(async_nats::jetstream::ErrorCode::STORAGE_RESOURCES_EXCEEDED)
+    StorageRefusal::of(error).is_some()
 }
 
 /// Why a broker operation failed.
@@ -129,6 +175,18 @@ pub enum BrokerError {
         #[source]
         source: BoxError,
     },
+}
+
+impl BrokerError {
+    /// The stream the failed call was on, when there is one (a 507 names it).
+    pub fn stream(&self) -> Option<&'static str> {
+        match self {
+            Self::Stream { stream, .. } | Self::Consumer { stream, .. } => Some(stream),
+            Self::Event { .. } => Some(flue_proto::event::EVENT_STREAM),
+            Self::Publish { .. } => Some(subject::REQUEST_STREAM),
+            Self::RequestTooLarge { .. } | Self::ConsumerLimit { .. } => None,
+        }
+    }
 }
 
 /// The error of an operation on one server's request consumer `name`.
@@ -575,7 +633,7 @@ pub fn cluster_forming(error: &(dyn std::error::Error + 'static)) -> bool {
 /// The JetStream error code somewhere in `error`'s chain: a bare JetStream answer, or
 /// one inside the async-nats error of a stream create, a stream read or a consumer call
 /// (which carry it in their kind, not as their source).
-fn jetstream_code(
+pub(crate) fn jetstream_code(
     error: &(dyn std::error::Error + 'static),
 ) -> Option<async_nats::jetstream::ErrorCode> {
     use async_nats::jetstream::context::{

@@ -9,7 +9,9 @@
 //! found there.
 
 pub mod book;
+pub mod broker_health;
 pub mod connector;
+pub mod readiness;
 mod repush;
 pub mod runtime;
 
@@ -85,6 +87,9 @@ struct Inner {
     /// Serialises creations, so that two requests for one new tenant start one runtime.
     creating: tokio::sync::Mutex<()>,
     shutdown: CancellationToken,
+    /// What the broker's own health check says of the Flue streams (operator mode only:
+    /// it needs the system account), [`broker_health`].
+    broker_health: Option<tokio::sync::watch::Receiver<Option<flue_proto::NotReady>>>,
 }
 
 impl Tenants {
@@ -99,6 +104,18 @@ impl Tenants {
         shutdown: CancellationToken,
     ) -> Result<Self, Error> {
         let book = TenantBook::open(&config.state_dir)?;
+        let broker_health = match &connector {
+            Connector::Operator(operator) => {
+                let (found, health) = tokio::sync::watch::channel(None);
+                tokio::spawn(broker_health::run(
+                    operator.system().client.clone(),
+                    found,
+                    shutdown.child_token(),
+                ));
+                Some(health)
+            }
+            Connector::Dev(_) => None,
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
@@ -110,8 +127,18 @@ impl Tenants {
                 runtimes: RwLock::default(),
                 creating: tokio::sync::Mutex::new(()),
                 shutdown,
+                broker_health,
             }),
         })
+    }
+
+    /// A Flue stream the broker holds broken until it is restarted, as its own health
+    /// check said at the last probe ([`broker_health`]; never in development mode).
+    pub fn broker_not_ready(&self) -> Option<flue_proto::NotReady> {
+        self.inner
+            .broker_health
+            .as_ref()
+            .and_then(|health| health.borrow().clone())
     }
 
     /// The gateway's configuration (`tenant` is the default tenant).

@@ -68,7 +68,7 @@ pub use ids::{
 };
 pub use server::{
     AgentBootstrap, BrokerState, ErrorBody, ErrorDetail, HTTPS_REQUIRED, Health, HealthStatus,
-    RegisterServer, Registration, Server, ServerKeys,
+    INSUFFICIENT_STORAGE, NotReady, NotReadyCode, RegisterServer, Registration, Server, ServerKeys,
 };
 pub use stack::{
     ActionResult, ActionRun, ConvergePolicy, InputMade, InputSource, MappedResource, OpStatus,

@@ -156,7 +156,47 @@ pub struct Health {
     pub broker: BrokerState,
     /// Long polls (`GET /v1/deployments/{id}?wait_secs=N`) waiting right now.
     pub long_polls: usize,
+    /// Why `/readyz` answers 503; absent when it answers 200 and on `/livez`. Names what
+    /// cannot take writes (a stream, the broker's store, its cluster), never a tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<NotReady>,
 }
+
+/// Why the gateway is not ready (`Health::reason`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NotReady {
+    /// Stable machine-readable code.
+    pub code: NotReadyCode,
+    /// What cannot take writes and what would change it, for a human.
+    pub message: String,
+}
+
+/// `NotReady::code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum NotReadyCode {
+    /// A broker connection of the gateway is down (it reconnects by itself).
+    BrokerDisconnected,
+    /// The broker refuses writes for lack of JetStream storage (its `max_file_store`, or
+    /// the account's storage limit): writes answer 507 `insufficient_storage` until
+    /// there is room, then resume by themselves.
+    StoreFull,
+    /// The JetStream cluster has no metadata leader, or a state stream no leader (too few
+    /// of its nodes are up for a quorum): writes answer 503 until they return.
+    NoQuorum,
+    /// The broker's JetStream does not answer (disabled, or not enabled for the account).
+    JetstreamUnavailable,
+    /// The broker holds a state stream broken by a failed write (its disk was full) and
+    /// drops its writes until nats-server is restarted, even once there is room (nats-server's
+    /// own health check says so): writes answer 503 until then.
+    BrokerNeedsRestart,
+}
+
+/// The error code of a write the broker refused for lack of JetStream storage (507):
+/// nothing was stored, the request was not accepted.
+pub const INSUFFICIENT_STORAGE: &str = "insufficient_storage";
 
 /// `Health::status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -77,12 +77,32 @@ impl Flue {
     async fn start_operator_on(gateway_flags: &[&str], leafnode_port: Option<u16>) -> Flue {
         let state = std::sync::Arc::new(tempfile::tempdir().expect("tempdir"));
         let state_dir = state.path().join("gateway");
-        let mut nats = match leafnode_port {
+        let nats = match leafnode_port {
             None => Nats::start_operator(&state_dir).await,
             Some(port) => {
                 Nats::start_operator_leafnodes(&state_dir, &format!("127.0.0.1:{port}")).await
             }
         };
+        Flue::with_operator_broker(nats, state, gateway_flags).await
+    }
+
+    /// [`Flue::start_operator`] with the broker's store on a disk of `size` (`64m`) of its
+    /// own, which fills before its `max_file_store` ([`Nats::start_operator_on_small_disk`];
+    /// needs root).
+    pub async fn start_operator_on_small_disk(gateway_flags: &[&str], size: &str) -> Flue {
+        let state = std::sync::Arc::new(tempfile::tempdir().expect("tempdir"));
+        let state_dir = state.path().join("gateway");
+        let nats = Nats::start_operator_on_small_disk(&state_dir, size).await;
+        Flue::with_operator_broker(nats, state, gateway_flags).await
+    }
+
+    /// The gateway on `state`, over `nats` started in operator mode from it.
+    async fn with_operator_broker(
+        mut nats: Nats,
+        state: std::sync::Arc<TempDir>,
+        gateway_flags: &[&str],
+    ) -> Flue {
+        let state_dir = state.path().join("gateway");
         let auth = flue_gateway::natsauth::NatsAuth::open(&state_dir).expect("initialised");
         let (tenant, events) = auth
             .gateway_creds(&"default".parse().expect("tenant id"))
@@ -144,6 +164,28 @@ impl Flue {
             agent_flags: vec!["--nats-ca".to_owned(), ca_file],
             ca: Some(ca),
         }
+    }
+
+    /// Sets the broker's JetStream file store limit (`max_file_store`, nats-server's
+    /// size syntax: `32MB`) in the configuration `flue-gateway init` wrote (operator
+    /// mode) and restarts the broker with it; the gateway reconnects by itself.
+    pub async fn limit_file_store(&mut self, limit: &str) {
+        let conf = self.gateway.state_dir().join("broker/nats-server.conf");
+        let text = std::fs::read_to_string(&conf).expect("the broker's configuration");
+        let text = match text.find("\n  max_file_store:") {
+            Some(at) => {
+                let end = at + 1 + text[at + 1..].find('\n').expect("a line");
+                format!("{}\n  max_file_store: {limit}{}", &text[..at], &text[end..])
+            }
+            None => text.replacen(
+                "jetstream {",
+                &format!("jetstream {{\n  max_file_store: {limit}"),
+                1,
+            ),
+        };
+        std::fs::write(&conf, text).expect("write the configuration");
+        self.nats.kill().await;
+        self.nats.start_again().await;
     }
 
     /// A typed client for the current gateway.

@@ -92,6 +92,9 @@ pub struct Nats {
     /// The configuration names the store dir itself (written by `flue-gateway init`), so
     /// `-sd` is not given (nats-server refuses both).
     store_in_config: bool,
+    /// The size of a tmpfs the store lives on, mounted in a mount namespace of the
+    /// broker's own (`unshare -m`, root): a disk that fills ([`Nats::start_operator_on_small_disk`]).
+    disk: Option<String>,
 }
 
 impl Nats {
@@ -153,6 +156,7 @@ impl Nats {
             logs: Logs::default(),
             users: None,
             store_in_config: false,
+            disk: None,
         };
         nats.spawn().await;
         nats
@@ -209,6 +213,43 @@ impl Nats {
             logs: Logs::default(),
             users: None,
             store_in_config: true,
+            disk: None,
+        };
+        nats.spawn().await;
+        nats
+    }
+
+    /// [`Nats::start_operator`] with the store on a tmpfs of `size` (`64m`) of its own, and
+    /// `max_file_store` far above it: writes then fail when the disk is full ("no space
+    /// left on device"), not at nats-server's limit. Needs root (`unshare -m`, `mount`);
+    /// a restart starts on a new, empty disk.
+    pub async fn start_operator_on_small_disk(state_dir: &Path, size: &str) -> Nats {
+        install_crypto_provider();
+        let store = tempfile::tempdir().expect("tempdir");
+        let init = [
+            "init",
+            "--state-dir",
+            &state_dir.display().to_string(),
+            "--store-dir",
+            &store.path().display().to_string(),
+        ]
+        .map(str::to_owned);
+        crate::admin(&init.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        let config = state_dir.join("broker/nats-server.conf");
+        let text = std::fs::read_to_string(&config).expect("the broker's configuration");
+        let text = text.replacen("jetstream {", "jetstream {\n  max_file_store: 1GB", 1);
+        std::fs::write(&config, text).expect("write the configuration");
+        let mut nats = Nats {
+            child: None,
+            port: 0,
+            store,
+            config,
+            ca_file: None,
+            _conf_dir: None,
+            logs: Logs::default(),
+            users: None,
+            store_in_config: true,
+            disk: Some(size.to_owned()),
         };
         nats.spawn().await;
         nats
@@ -228,6 +269,7 @@ impl Nats {
             logs: Logs::default(),
             users: None,
             store_in_config: true,
+            disk: None,
         };
         nats.spawn().await;
         nats
@@ -268,7 +310,21 @@ impl Nats {
             p => p.to_string(),
         };
         // The documented broker: the shipped config, with a free port and a temp store.
-        let mut command = Command::new(nats_server_bin());
+        let mut command = match &self.disk {
+            None => Command::new(nats_server_bin()),
+            Some(size) => {
+                // `sh` mounts the tmpfs over the store in the new namespace, then becomes
+                // nats-server (same pid: signals reach the broker).
+                let mut command = Command::new("unshare");
+                command
+                    .args(["-m", "--propagation", "private", "sh", "-c"])
+                    .arg(r#"mount -t tmpfs -o "size=$1" flue-test-disk "$2" && shift 2 && exec "$@""#)
+                    .args(["sh", size])
+                    .arg(self.store.path())
+                    .arg(nats_server_bin());
+                command
+            }
+        };
         command
             .arg("-c")
             .arg(&self.config)

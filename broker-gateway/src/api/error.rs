@@ -5,10 +5,10 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flue_proto::auth;
 use flue_proto::limits::LimitError;
-use flue_proto::{ConfigError, ErrorBody, ErrorDetail, PutStackError};
+use flue_proto::{ConfigError, ErrorBody, ErrorDetail, INSUFFICIENT_STORAGE, PutStackError};
 use tracing::{error, warn};
 
-use crate::broker::{BrokerError, TooLarge};
+use crate::broker::{BrokerError, StorageRefusal, TooLarge};
 use crate::configs::CreateConfigError;
 use crate::error::chain;
 use crate::operations::OperationsError;
@@ -94,7 +94,8 @@ pub enum ApiError {
     #[error("the request body did not arrive within {0} ms")]
     BodyTimeout(u64),
     /// The state store failed: 503 (a broker call failed or ran out of time) unless the
-    /// stored value cannot be decoded (500).
+    /// stored value cannot be decoded (500) or the broker refused the write for lack of
+    /// JetStream storage (507 `insufficient_storage`, [`StorageRefusal`]).
     #[error("state store failure")]
     Store(#[from] StoreError),
     /// The broker refused a server's request consumer for its consumer limit (one per
@@ -111,7 +112,8 @@ pub enum ApiError {
     /// to change): 507, since retrying cannot help. Not `internal`: nothing failed.
     #[error("{0}")]
     OutOfStorage(String),
-    /// The broker failed: 503, retry later.
+    /// The broker failed: 503, retry later; 507 `insufficient_storage` when it refused
+    /// for lack of JetStream storage ([`StorageRefusal`]).
     #[error("broker failure")]
     Broker(#[source] BrokerError),
     /// A task doing the work panicked or was aborted.
@@ -234,7 +236,10 @@ impl ApiError {
             Self::ConsumerLimit { .. } => {
                 (StatusCode::INSUFFICIENT_STORAGE, "consumer_limit_reached")
             }
-            Self::OutOfStorage(_) => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),
+            Self::OutOfStorage(_) => (StatusCode::INSUFFICIENT_STORAGE, INSUFFICIENT_STORAGE),
+            _ if self.storage_refusal().is_some() => {
+                (StatusCode::INSUFFICIENT_STORAGE, INSUFFICIENT_STORAGE)
+            }
             Self::Store(StoreError::Decode { .. })
             | Self::Task(_)
             | Self::Panic
@@ -258,6 +263,10 @@ impl ApiError {
                 error!(error = %chain(self), "request failed");
                 "internal error; see the gateway log".to_owned()
             }
+            Self::Store(_) | Self::Broker(_) if self.storage_refusal().is_some() => {
+                warn!(error = %chain(self), "the broker refused a write for lack of storage; answering 507");
+                self.storage_message()
+            }
             Self::Store(_) | Self::Broker(_) => {
                 warn!(error = %chain(self), "broker call failed; answering 503");
                 "the broker did not complete the call; retry later".to_owned()
@@ -265,6 +274,45 @@ impl ApiError {
             // Written for the client by the code that fails; no cause in them.
             _ => self.to_string(),
         }
+    }
+}
+
+impl ApiError {
+    /// The broker's refusal for lack of storage behind a store or broker failure: the
+    /// call was refused, not lost, so it is a 507 naming what is full, not a 503.
+    fn storage_refusal(&self) -> Option<StorageRefusal> {
+        match self {
+            Self::Store(e) => StorageRefusal::of(e),
+            Self::Broker(e) => StorageRefusal::of(e),
+            _ => None,
+        }
+    }
+
+    /// A 507's message: what refused the write, that nothing of this request was
+    /// accepted, and what gives the broker room. The bucket or stream is named (the
+    /// operator must know what is full); the cause's text is not.
+    fn storage_message(&self) -> String {
+        let (refusal, what) = match self {
+            Self::Store(e) => (
+                StorageRefusal::of(e),
+                e.bucket().map(|b| format!("bucket {b}")),
+            ),
+            Self::Broker(e) => (
+                StorageRefusal::of(e),
+                e.stream().map(|s| format!("stream {s}")),
+            ),
+            _ => (None, None),
+        };
+        let refusal = refusal.map_or_else(
+            || "the broker has no JetStream storage left".to_owned(),
+            |r| r.to_string(),
+        );
+        let what = what.unwrap_or_else(|| "the broker's JetStream store".to_owned());
+        format!(
+            "{refusal}: {what} refused the write, which was not made, and this request was not accepted; \
+             send it again once the broker has room (free JetStream storage, or raise the broker's \
+             max_file_store or the account's storage limit)"
+        )
     }
 }
 
@@ -337,6 +385,71 @@ mod tests {
                 assert!(!body.error.message.contains(inside), "{body:?}");
             }
         }
+    }
+
+    /// The broker's answer to a write it refuses for lack of storage, as it arrives.
+    fn refusal(err_code: u64, description: &str) -> async_nats::jetstream::Error {
+        serde_json::from_value(serde_json::json!({
+            "code": 503,
+            "err_code": err_code,
+            "description": description
+        }))
+        .expect("a JetStream error")
+    }
+
+    #[tokio::test]
+    async fn a_write_the_broker_refuses_for_storage_is_a_507_naming_what_is_full_and_not_accepted()
+    {
+        use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+        let full = |err_code, description| StoreError::Write {
+            bucket: "flue_deployments",
+            key: "default.secret-key".to_owned(),
+            source: PublishError::with_source(
+                PublishErrorKind::Other,
+                refusal(err_code, description),
+            )
+            .into(),
+        };
+        for (e, said) in [
+            (
+                full(10023, "insufficient resources"),
+                "JetStream store is full",
+            ),
+            (
+                full(10002, "resource limits exceeded for account"),
+                "account's JetStream storage limit",
+            ),
+        ] {
+            let (status, retry, body) = answer(ApiError::Store(e)).await;
+            assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE);
+            assert_eq!(retry, None, "retrying cannot help until there is room");
+            assert_eq!(body.error.code, "insufficient_storage");
+            let message = &body.error.message;
+            for inside in [
+                said,
+                "bucket flue_deployments",
+                "not accepted",
+                "which was not made",
+            ] {
+                assert!(message.contains(inside), "{inside:?} not in {message:?}");
+            }
+            assert!(!message.contains("secret-key"), "{message}");
+        }
+        // Any other broker answer is still a 503 to retry.
+        let other = StoreError::Write {
+            bucket: "flue_deployments",
+            key: "default.d1".to_owned(),
+            source: PublishError::with_source(
+                PublishErrorKind::Other,
+                refusal(10008, "JetStream system temporarily unavailable"),
+            )
+            .into(),
+        };
+        let (status, _, body) = answer(ApiError::Store(other)).await;
+        assert_eq!(
+            (status, body.error.code.as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+        );
     }
 
     #[tokio::test]

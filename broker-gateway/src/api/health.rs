@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use flue_proto::{BrokerState, Health, HealthStatus};
+use flue_proto::{BrokerState, Health, HealthStatus, NotReady};
 
 use crate::tenants::Tenants;
 
@@ -21,8 +21,12 @@ use crate::tenants::Tenants;
     )
 )]
 pub async fn livez(State(tenants): State<Tenants>) -> Json<Health> {
-    let (connected, long_polls) = survey(&tenants);
-    Json(health(HealthStatus::Ok, connected, long_polls))
+    let survey = survey(&tenants);
+    Json(Health {
+        status: HealthStatus::Ok,
+        reason: None,
+        ..survey
+    })
 }
 
 /// `GET /healthz`: the same as [`livez`], under the name some probes expect.
@@ -40,47 +44,53 @@ pub async fn healthz(state: State<Tenants>) -> Json<Health> {
     livez(state).await
 }
 
-/// `GET /readyz`: 200 while every tenant's broker connections are up, 503 while one is
-/// not (that tenant's calls that need the broker answer 503 then too).
+/// `GET /readyz`: 200 while every tenant's broker connections are up and its state
+/// streams take writes; 503 with the reason otherwise (a connection down, the broker's
+/// JetStream store full, a cluster without quorum, JetStream not answering). Whether the
+/// streams take writes is the last background probe's answer
+/// ([`crate::tenants::readiness`], every 2 s), so a probe request costs the broker nothing.
 #[utoipa::path(
     get,
     operation_id = "readyz",
     path = "/readyz",
     tag = "health",
-    summary = "Readiness: every tenant's broker link is up",
+    summary = "Readiness: every tenant's broker link is up and its state streams take writes",
     responses(
-        (status = 200, description = "Every tenant's broker connections are up.", body = flue_proto::Health),
-        (status = 503, description = "A tenant's broker connections are down.", body = flue_proto::Health),
+        (status = 200, description = "Every tenant's broker connections are up and its state streams take writes.", body = flue_proto::Health),
+        (status = 503, description = "Not ready; `reason` says why (`broker_disconnected`, `store_full`, `no_quorum`, `jetstream_unavailable`, `broker_needs_restart`), naming what cannot take writes but no tenant.", body = flue_proto::Health),
     )
 )]
 pub async fn readyz(State(tenants): State<Tenants>) -> (StatusCode, Json<Health>) {
-    let (connected, long_polls) = survey(&tenants);
-    if connected {
-        let body = health(HealthStatus::Ok, connected, long_polls);
-        (StatusCode::OK, Json(body))
-    } else {
-        let body = health(HealthStatus::Unavailable, connected, long_polls);
-        (StatusCode::SERVICE_UNAVAILABLE, Json(body))
-    }
+    let body = survey(&tenants);
+    let status = match body.status {
+        HealthStatus::Ok => StatusCode::OK,
+        HealthStatus::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, Json(body))
 }
 
-/// Whether every runtime is connected, and the long polls of all of them. No tenant is
-/// named: these endpoints answer anyone.
-fn survey(tenants: &Tenants) -> (bool, usize) {
+/// How every runtime is, and the long polls of all of them: the first reason one is not
+/// ready, if any. No tenant is named: these endpoints answer anyone.
+fn survey(tenants: &Tenants) -> Health {
     let runtimes = tenants.runtimes();
-    let connected = runtimes.iter().all(|r| r.is_ready());
+    let connected = runtimes.iter().all(|r| r.is_connected());
     let long_polls = runtimes.iter().map(|r| r.long_polls()).sum();
-    (connected, long_polls)
-}
-
-fn health(status: HealthStatus, connected: bool, long_polls: usize) -> Health {
+    let reason: Option<NotReady> = runtimes
+        .iter()
+        .find_map(|r| r.not_ready())
+        .or_else(|| tenants.broker_not_ready());
     Health {
-        status,
+        status: if reason.is_some() {
+            HealthStatus::Unavailable
+        } else {
+            HealthStatus::Ok
+        },
         broker: if connected {
             BrokerState::Connected
         } else {
             BrokerState::Disconnected
         },
         long_polls,
+        reason,
     }
 }

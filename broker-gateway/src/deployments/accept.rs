@@ -159,6 +159,9 @@ impl Accept {
         match self.deployments.create(&record).await {
             Ok(true) => {}
             Ok(false) => return self.repeated(&record, &config).await.map(Created::Accepted),
+            // The broker's own refusal for lack of storage: nothing was written, so
+            // nothing is watched; the client is told the request was not accepted (507).
+            Err(e) if crate::broker::out_of_storage(&e) => return Err(e.into()),
             Err(e) => {
                 // The write may still have happened (a lost acknowledgement, a timed-out
                 // request): watch the id as if it had, so that a record that is there gets

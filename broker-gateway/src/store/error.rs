@@ -87,3 +87,19 @@ pub enum StoreError {
         source: BoxError,
     },
 }
+
+impl StoreError {
+    /// The bucket the failed call was on, when there is one (a 507 names it).
+    pub fn bucket(&self) -> Option<&'static str> {
+        match self {
+            Self::Open { bucket, .. }
+            | Self::Read { bucket, .. }
+            | Self::Write { bucket, .. }
+            | Self::List { bucket, .. }
+            | Self::Decode { bucket, .. }
+            | Self::Purge { bucket, .. }
+            | Self::Watch { bucket, .. } => Some(bucket),
+            Self::Contention { .. } => None,
+        }
+    }
+}

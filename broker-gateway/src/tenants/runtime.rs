@@ -11,12 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use flue_proto::{Tenant, TenantId};
+use flue_proto::{NotReady, NotReadyCode, Tenant, TenantId};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use super::connector::TenantConnections;
+use super::readiness::{self, Readiness};
 use crate::auth::{Revocations, Revoked};
 use crate::broker::{self, Broker};
 use crate::error;
@@ -58,6 +59,7 @@ pub struct TenantRuntime {
     waiters: Waiters,
     router: axum::Router,
     connections: TenantConnections,
+    readiness: Readiness,
 }
 
 impl TenantRuntime {
@@ -148,6 +150,13 @@ impl TenantRuntime {
         if let Some(events) = &connections.events {
             link = link.with_events(events.client.clone());
         }
+        let (probed, readiness) = readiness::channel();
+        service.tasks.spawn(readiness::run(
+            readiness::Probe::new(js.clone(), &tenant.id),
+            link.clone(),
+            probed,
+            shutdown.child_token(),
+        ));
         let waiters = Waiters::default();
         let router = router(service.clone(), link.clone(), waiters.clone())
             .layer(axum::Extension(operations.clone()));
@@ -239,6 +248,7 @@ impl TenantRuntime {
             waiters,
             router,
             connections,
+            readiness,
         })
     }
 
@@ -263,8 +273,22 @@ impl TenantRuntime {
     }
 
     /// True while its broker connections are up (its `/v1` calls can be served).
-    pub fn is_ready(&self) -> bool {
+    pub fn is_connected(&self) -> bool {
         self.link.is_connected()
+    }
+
+    /// Why its `/v1` writes cannot be served now, if so: a broker connection down, or
+    /// (at the last background probe, [`readiness`]) a state stream that cannot take
+    /// writes (the broker's store full, no quorum, JetStream not answering).
+    pub fn not_ready(&self) -> Option<NotReady> {
+        if !self.link.is_connected() {
+            return Some(NotReady {
+                code: NotReadyCode::BrokerDisconnected,
+                message: "a broker connection of the gateway is down; it reconnects by itself"
+                    .to_owned(),
+            });
+        }
+        self.readiness.not_ready()
     }
 
     /// Long polls waiting right now.

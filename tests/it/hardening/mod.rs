@@ -1,8 +1,10 @@
 //! Issue 9, hardening: each module reproduces one point against real processes — hooks that
 //! outlive their agent, the gateway's HTTP side under load, outages and slow clients, stray
-//! requests, the broker's consumer limit, event fixes, generated hostile requests (real
-//! nats-server, real gateway process, real agents, raw sockets where it matters).
+//! requests, the broker's consumer limit, a full store and a cluster without quorum (issue
+//! 24, point 5), event fixes, generated hostile requests (real nats-server, real gateway
+//! process, real agents, raw sockets where it matters).
 
+mod backpressure;
 mod consumer_limit;
 mod hook_lifetime;
 mod hostile;

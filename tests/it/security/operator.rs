@@ -525,25 +525,10 @@ async fn served(flue: &Flue) -> Vec<String> {
     tenants.into_iter().map(|t| t.id.to_string()).collect()
 }
 
-/// Sets the broker's JetStream file store limit (`max_file_store`) in its configuration
-/// and restarts it with it.
+/// Sets the broker's JetStream file store limit (`max_file_store`), restarts it with it
+/// and waits until the gateway is ready again.
 async fn limit_file_store(flue: &mut Flue, limit: &str) {
-    let conf = flue.gateway.state_dir().join("broker/nats-server.conf");
-    let text = std::fs::read_to_string(&conf).expect("the broker's configuration");
-    let text = match text.find("\n  max_file_store:") {
-        Some(at) => {
-            let end = at + 1 + text[at + 1..].find('\n').expect("a line");
-            format!("{}\n  max_file_store: {limit}{}", &text[..at], &text[end..])
-        }
-        None => text.replacen(
-            "jetstream {",
-            &format!("jetstream {{\n  max_file_store: {limit}"),
-            1,
-        ),
-    };
-    std::fs::write(&conf, text).expect("write the configuration");
-    flue.nats.kill().await;
-    flue.nats.start_again().await;
+    flue.limit_file_store(limit).await;
     ready(flue).await;
 }
 
