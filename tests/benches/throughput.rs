@@ -13,7 +13,9 @@
 //!    record's own timestamps (`created_at`, taken when the gateway accepted it, →
 //!    `updated_at`, when the result was stored) and as a client sees it (POST sent →
 //!    the long poll returns COMPLETE); p50 / p99 and the ratio of each p50 to the floor's
-//!    (raw round trip p50 + hook spawn p50);
+//!    (raw round trip p50 + hook spawn p50). Around them, what the broker did per
+//!    deployment ([`count`]): messages each connection sent it and got from it, and
+//!    appends to each stream, asked of the broker itself;
 //! 3. **the ceiling** ([`ceiling`]): the least JetStream work of a durable deployment, with
 //!    no Flue code, pipelined by as many agents and producers as the throughput phase
 //!    uses, for the same window: bare, then with four lifecycle events; its rate and its
@@ -31,6 +33,10 @@
 //! ([`floor::durable_write`]: 4 KiB appended and fsynced) and the *durable floor*, floor +
 //! that write: what an agent keeping exactly-once across an OS crash must pay at least
 //! (its `started` entry durable before the hook runs). Each latency p50 is also divided by it.
+//!
+//! The last lines are issue 24's targets, each against its reference of the same run:
+//! answered overall / the ceiling with events (≥ 0.8), broker CPU per deployment / the
+//! ceiling's with events (≤ 1.2×), latency p50 / the floor (≤ 2×).
 //!
 //! Settings (environment): `FLUE_BENCH_N` latency samples (default 200),
 //! `FLUE_BENCH_AGENTS` simulated agents (200), `FLUE_BENCH_CLIENTS` HTTP clients (64),
