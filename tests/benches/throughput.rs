@@ -13,7 +13,9 @@
 //!    record's own timestamps (`created_at`, taken when the gateway accepted it, →
 //!    `updated_at`, when the result was stored) and as a client sees it (POST sent →
 //!    the long poll returns COMPLETE); p50 / p99 and the ratio of each p50 to the floor's
-//!    (raw round trip p50 + hook spawn p50);
+//!    (raw round trip p50 + hook spawn p50). Around them, what the broker did per
+//!    deployment ([`count`]): messages each connection sent it and got from it, and
+//!    appends to each stream, asked of the broker itself;
 //! 3. **the ceiling** ([`ceiling`]): the least JetStream work of a durable deployment, with
 //!    no Flue code, pipelined by as many agents and producers as the throughput phase
 //!    uses, for the same window: bare, then with four lifecycle events; its rate and its
@@ -31,6 +33,10 @@
 //! ([`floor::durable_write`]: 4 KiB appended and fsynced) and the *durable floor*, floor +
 //! that write: what an agent keeping exactly-once across an OS crash must pay at least
 //! (its `started` entry durable before the hook runs). Each latency p50 is also divided by it.
+//!
+//! The last lines are issue 24's targets, each against its reference of the same run:
+//! answered overall / the ceiling with events (≥ 0.8), broker CPU per deployment / the
+//! ceiling's with events (≤ 1.2×), latency p50 / the floor (≤ 2×).
 //!
 //! Settings (environment): `FLUE_BENCH_N` latency samples (default 200),
 //! `FLUE_BENCH_AGENTS` simulated agents (200), `FLUE_BENCH_CLIENTS` HTTP clients (64),
@@ -52,6 +58,8 @@ use serde_json::json;
 
 #[path = "ceiling.rs"]
 mod ceiling;
+#[path = "count.rs"]
+mod count;
 #[path = "floor.rs"]
 mod floor;
 
@@ -59,6 +67,12 @@ mod floor;
 const TARGET_PER_SEC: f64 = 5000.0;
 /// Latency the issue allows, as a multiple of the floor.
 const TARGET_RATIO: f64 = 1.5;
+/// Issue 24: latency p50 at most this multiple of the floor.
+const TARGET_LATENCY: f64 = 2.0;
+/// Issue 24: answered overall at least this share of the ceiling with events.
+const TARGET_SHARE: f64 = 0.8;
+/// Issue 24: broker CPU per deployment at most this multiple of the ceiling's with events.
+const TARGET_BROKER_CPU: f64 = 1.2;
 /// Registrations in flight at once.
 const REGISTER_AT_ONCE: usize = 16;
 /// Simulated agents connecting at once.
@@ -119,6 +133,8 @@ async fn main() {
     let mut stored = Vec::with_capacity(samples);
     let mut observed = Vec::with_capacity(samples);
     let mut segments: [Vec<Duration>; 4] = Default::default();
+    let system = count::system_client(&flue.gateway.state_dir(), &flue.nats.url()).await;
+    let counted_before = count::snapshot(&system).await;
     for _ in 0..samples {
         let t = Instant::now();
         let d = client
@@ -148,7 +164,9 @@ async fn main() {
             segments[3].push(gap(finished, done.updated_at));
         }
     }
+    let counted_after = count::snapshot(&system).await;
     drop(agent);
+    count::print_per_deployment(&counted_before, &counted_after, samples);
     stored.sort();
     observed.sort();
     let latency = [
@@ -177,8 +195,14 @@ async fn main() {
         );
     }
     println!("load average after the latency runs: {}", loadavg());
+    let latency_target = format!(
+        "target: latency p50 (accepted → stored) / floor = {:.2}× (≤ {TARGET_LATENCY}×); POST → COMPLETE {:.2}×",
+        ms(pct(&stored, 50)) / floor_ms,
+        ms(pct(&observed, 50)) / floor_ms,
+    );
     if window.is_zero() {
         println!("FLUE_BENCH_SECS=0: throughput not measured");
+        println!("{latency_target}");
         return;
     }
 
@@ -208,7 +232,7 @@ async fn main() {
             cores(),
             cores() as f64 * 1e6 / cpu_per,
         );
-        ceilings.push(overall);
+        ceilings.push((overall, per(c.broker_cpu)));
     }
     println!("load average after the ceiling: {}", loadavg());
 
@@ -333,12 +357,9 @@ async fn main() {
         agents.answered(),
         agents.rejected()
     );
-    if let Some(raw) = ceilings.last() {
-        println!(
-            "  answered overall / the ceiling with events ({raw:.0}/s overall): {:.3}",
-            total as f64 / drained / raw
-        );
-    }
+    let (raw, raw_broker_us) = *ceilings.last().expect("the ceiling with events ran");
+    let share = total as f64 / drained / raw;
+    println!("  answered overall / the ceiling with events ({raw:.0}/s overall): {share:.3}");
     let names = ["broker", "gateway", "bench (simulated agents + clients)"];
     for (i, name) in names.iter().enumerate() {
         let used = cpu_after[i] - cpu_before[i];
@@ -356,6 +377,15 @@ async fn main() {
         );
     }
     agents.stop().await;
+    let broker_us = (cpu_after[0] - cpu_before[0]) * 1e6 / accepted_in_window.max(1) as f64;
+    println!(
+        "target: throughput (answered overall) / ceiling with events = {share:.3} (≥ {TARGET_SHARE})"
+    );
+    println!(
+        "target: broker CPU per deployment / ceiling with events = {:.2}× ({broker_us:.0} / {raw_broker_us:.0} µs; ≤ {TARGET_BROKER_CPU}×)",
+        broker_us / raw_broker_us
+    );
+    println!("{latency_target}");
 }
 
 /// Counts `deployment.completed` events on the tenant's event subjects (the gateway

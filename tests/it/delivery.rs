@@ -95,6 +95,88 @@ async fn deployment_created_while_agent_offline_is_applied_when_it_connects() {
     assert_eq!(file_lines(&counter), vec!["one"]);
 }
 
+/// The writes of deployment `id`'s record in `writes` (a watch of the whole bucket that
+/// began before it was created), as JSON, up to and including `last`.
+async fn record_writes(
+    writes: &mut async_nats::jetstream::kv::Watch,
+    id: &DeploymentId,
+    last: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    let key = format!("default.{id}");
+    let collect = async {
+        let mut seen = Vec::new();
+        loop {
+            let entry = writes.next().await.expect("watch open").expect("entry");
+            if entry.key != key {
+                continue;
+            }
+            let record: serde_json::Value =
+                serde_json::from_slice(&entry.value).expect("record json");
+            let done = last(&record);
+            seen.push(record);
+            if done {
+                return seen;
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, collect)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for the writes of {id}"))
+}
+
+#[tokio::test]
+async fn a_request_is_marked_published_by_its_agents_first_answer_or_after_a_while_by_the_gateway()
+{
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    flue.script_config("c", "#!/bin/sh\necho ok\n", &[], &[])
+        .await;
+    let js = jetstream::new(flue.nats.client().await);
+    let bucket = js
+        .get_key_value(subject::DEPLOYMENTS_BUCKET)
+        .await
+        .expect("deployments bucket");
+    let mut writes = bucket.watch_all().await.expect("watch");
+
+    // No agent: no answer marks it, so the gateway does, in a write of its own.
+    let offline = flue.deploy("c", "s1", &[]).await;
+    let seen = record_writes(&mut writes, &offline.id, |r| r["request_published"] == true).await;
+    assert_eq!(seen.len(), 2, "recorded, then marked: {seen:#?}");
+    assert_eq!(seen[1]["deployment"]["status"], "QUEUED");
+    assert!(seen[1]["deployment"]["delivered_at"].is_null());
+
+    // With its agent: recorded, then every write is an answer's, the first of which
+    // marks it; no write of the mark alone.
+    let agent = flue.agent("s1", &[]).await;
+    assert_eq!(
+        flue.finished(&offline.id).await.status,
+        DeploymentStatus::Complete
+    );
+    let d = flue.deploy("c", "s1", &[]).await;
+    let seen = record_writes(&mut writes, &d.id, |r| {
+        r["deployment"]["status"] == "COMPLETE"
+    })
+    .await;
+    assert_eq!(seen[0]["request_published"], false, "{seen:#?}");
+    for (before, after) in seen.iter().zip(&seen[1..]) {
+        let answered = |r: &serde_json::Value| {
+            let d = &r["deployment"];
+            (
+                d["delivered_at"].clone(),
+                d["started_at"].clone(),
+                d["status"].clone(),
+            )
+        };
+        assert_ne!(
+            answered(before),
+            answered(after),
+            "each write after the first applies an answer: {seen:#?}"
+        );
+        assert_eq!(after["request_published"], true, "{seen:#?}");
+    }
+    drop(agent);
+}
+
 #[tokio::test]
 async fn one_deployment_at_a_time_in_queue_order() {
     let flue = Flue::start().await;

@@ -8,12 +8,21 @@
 //! doubles as the JetStream message id (and the event's id is derived from it), so a
 //! retry that races a lost acknowledgement is dropped by the broker's de-duplication.
 //!
+//! At acceptance the mark is left to the agent: its first answer marks the record
+//! published as it applies (`apply_started`, `apply_finished`), so a separate write
+//! would be one append, one round trip and one watch update more per deployment, on the
+//! client's path. A request that no answer marks within [`MARK_AFTER`] (its agent is
+//! offline or busy) is marked then by [`republish`], and every one still unmarked when
+//! the runtime stops. A crash before that leaves the record unmarked, as a crash between
+//! the publish and the mark always could: recovery publishes it again, and the broker
+//! drops the copy (same message id) within its duplicate window.
+//!
 //! A server applies its requests in queue order, so retries keep each server's
 //! acceptance order: see [`crate::deferred`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flue_proto::retry::Policy;
 use flue_proto::{
@@ -42,6 +51,11 @@ const PUBLISH_ATTEMPTS: u32 = 3;
 const PUBLISH_RETRY: Policy = Policy::new(Duration::from_millis(100), Duration::from_millis(200));
 /// Interval of the background retry of unpublished requests.
 const REPUBLISH_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a request published at acceptance waits for its agent's first answer to
+/// mark it published before [`republish`] writes the mark itself: well past a
+/// deployment's usual first answer, well short of another gateway's adoption of
+/// unpublished deployments (10 s, [`crate::adopt`]).
+const MARK_AFTER: Duration = Duration::from_secs(5);
 /// Deployments read at once during recovery, and servers whose deferred requests are
 /// published at once.
 const CONCURRENCY: usize = 32;
@@ -86,6 +100,31 @@ impl PublishError {
     }
 }
 
+/// A request published at acceptance, to be marked published unless an answer does.
+#[derive(Debug)]
+struct Unmarked {
+    /// When [`republish`] marks it.
+    due: Instant,
+    /// Its server and acceptance time: its place in the deferred queue, should the mark fail.
+    server: ServerId,
+    created_at: OffsetDateTime,
+    id: DeploymentId,
+}
+
+/// Which unmarked requests [`Publisher::mark_due`] marks.
+#[derive(Debug, Clone, Copy)]
+enum Due {
+    /// Those published [`MARK_AFTER`] ago.
+    Now,
+    /// Every one (the runtime stops).
+    All,
+}
+
+/// `mutex` locked, also after a panic elsewhere (the lists it guards stay consistent).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A deployment read for publishing.
 #[derive(Debug)]
 enum Unpublished {
@@ -119,6 +158,8 @@ pub struct Publisher {
     deferred: Deferred,
     /// Deployments recovery could not read, read again in the background.
     unread: Arc<Mutex<BTreeSet<DeploymentId>>>,
+    /// Requests published at acceptance and not marked yet, oldest first.
+    unmarked: Arc<Mutex<VecDeque<Unmarked>>>,
     /// Cancelled when the runtime stops: a publish stops retrying in place.
     shutdown: CancellationToken,
 }
@@ -163,6 +204,7 @@ impl Publisher {
             timeouts: h.timeouts,
             deferred: Deferred::default(),
             unread: Arc::default(),
+            unmarked: Arc::default(),
             shutdown: h.shutdown,
         }
     }
@@ -223,8 +265,10 @@ impl Publisher {
         self.deferred.insert(&d.server_id, d.created_at, &d.id);
     }
 
-    /// Reports (`deployment.queued`), publishes and marks published one recorded
-    /// deployment.
+    /// Reports (`deployment.queued`) and publishes one recorded deployment, and has it
+    /// marked published: by its agent's first answer, or after [`MARK_AFTER`]
+    /// ([`Publisher::mark_due`]). A polling server's record is marked at once: the mark
+    /// is what serves it in the server's metadata.
     ///
     /// The event goes out just before the request, so that it always precedes what the
     /// agent reports (`delivered` may otherwise overtake it), and both before the mark:
@@ -237,7 +281,60 @@ impl Publisher {
         config: &StoredConfig,
     ) -> Result<(), PublishError> {
         self.send(record, config).await?;
-        self.mark_published(record).await
+        if record.polled {
+            return self.mark_published(record).await;
+        }
+        let d = &record.deployment;
+        lock(&self.unmarked).push_back(Unmarked {
+            due: Instant::now() + MARK_AFTER,
+            server: d.server_id.clone(),
+            created_at: d.created_at,
+            id: d.id.clone(),
+        });
+        Ok(())
+    }
+
+    /// Marks published the requests published at acceptance [`MARK_AFTER`] ago (`All`:
+    /// every one, as the runtime stops) that no answer marked meanwhile; returns how many
+    /// it wrote. A deployment no longer watched for its timeout has ended and needs no
+    /// mark; one whose record this gateway last wrote marked needs no write. A mark that
+    /// fails is left to the deferred queue, which publishes the request again (the
+    /// broker drops the copy) and marks it.
+    async fn mark_due(&self, which: Due) -> usize {
+        let now = Instant::now();
+        let due: Vec<Unmarked> = {
+            let mut unmarked = lock(&self.unmarked);
+            let n = match which {
+                Due::All => unmarked.len(),
+                Due::Now => unmarked.iter().take_while(|u| u.due <= now).count(),
+            };
+            unmarked.drain(..n).collect()
+        };
+        let marks = due
+            .into_iter()
+            .filter(|u| {
+                self.timeouts.contains(&u.id) && !self.deployments.marked_here(&self.tenant, &u.id)
+            })
+            .map(|u| async move {
+                let marked = self
+                    .deployments
+                    .update(&self.tenant, &u.id, apply_published)
+                    .await;
+                (u, marked)
+            });
+        let mut written = 0;
+        let mut marks = futures_util::stream::iter(marks).buffer_unordered(CONCURRENCY);
+        while let Some((u, marked)) = marks.next().await {
+            match marked {
+                Ok(Some(updated)) if updated.changed => written += 1,
+                Ok(_) => {}
+                Err(e) => {
+                    debug!(error = %chain(&e), deployment.id = %u.id, server.id = %u.server, "marking a request published failed; publishing it again");
+                    self.deferred.insert(&u.server, u.created_at, &u.id);
+                }
+            }
+        }
+        written
     }
 
     /// Reports (`deployment.queued`) and publishes one recorded deployment's request,
@@ -535,17 +632,22 @@ pub fn request(
     })
 }
 
-/// Every second until cancelled: reads the records recovery could not read, and
-/// publishes the deferred requests, each server's in acceptance order.
+/// Every second until cancelled: reads the records recovery could not read, publishes
+/// the deferred requests, each server's in acceptance order, and marks published the
+/// requests no answer marked in time; when cancelled, marks every one still unmarked.
 pub async fn republish(publisher: Publisher, cancel: CancellationToken) {
     let mut tick = tokio::time::interval(REPUBLISH_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            () = cancel.cancelled() => return,
+            () = cancel.cancelled() => {
+                publisher.mark_due(Due::All).await;
+                return;
+            }
             _ = tick.tick() => {}
         }
         publisher.recover_unread().await;
+        publisher.mark_due(Due::Now).await;
         publisher.publish_deferred().await;
     }
 }

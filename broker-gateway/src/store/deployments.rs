@@ -138,6 +138,15 @@ impl Deployments {
         }
     }
 
+    /// Whether the record of deployment `id` this gateway wrote last is marked published
+    /// (an answer applied here marks it): then a mark needs no write. False when this
+    /// gateway keeps no such record (it ended, or was written elsewhere).
+    pub fn marked_here(&self, tenant: &TenantId, id: &DeploymentId) -> bool {
+        self.recent
+            .get(&key2(tenant, id))
+            .is_some_and(|(record, _)| record.request_published)
+    }
+
     /// Changes deployment `id` with `change` under compare-and-set, retrying on a lost race.
     ///
     /// `change` gets the current record and returns whether it changed it; it may run
