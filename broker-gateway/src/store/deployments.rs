@@ -6,7 +6,7 @@ use std::sync::Arc;
 use flue_proto::{DeploymentId, ServerId, TenantId};
 use futures_util::{Stream, StreamExt};
 
-use super::bucket::{create_entry, encode, get, keys, write_error};
+use super::bucket::{create_entry, decode, encode, get, keys, write_error};
 use super::cas::{self, Json, Outcome};
 use super::kv::{Kv, KvError};
 use super::{DeploymentChange, Listing, StoreError, key2, recent};
@@ -61,6 +61,34 @@ impl Deployments {
         id: &DeploymentId,
     ) -> Result<Option<(DeploymentRecord, u64)>, StoreError> {
         get(&*self.records, &key2(tenant, id)).await
+    }
+
+    /// [`Deployments::get`] that keeps the record read, with its revision, as the hint of
+    /// its next write ([`recent`]): recovery reads every pending record at start, and the
+    /// answers waiting for them then go straight to their compare-and-set, unread.
+    pub async fn get_kept(
+        &self,
+        tenant: &TenantId,
+        id: &DeploymentId,
+    ) -> Result<Option<DeploymentRecord>, StoreError> {
+        let key = key2(tenant, id);
+        let bucket = self.records.name();
+        let found = self
+            .records
+            .get(&key)
+            .await
+            .map_err(|source| StoreError::Read {
+                bucket,
+                key: key.clone(),
+                source,
+            })?;
+        let Some(entry) = found else {
+            return Ok(None);
+        };
+        let record: DeploymentRecord = decode(bucket, &key, &entry.value)?;
+        self.recent
+            .wrote(&key, &record, entry.revision, entry.value.len());
+        Ok(Some(record))
     }
 
     /// Stores a new deployment record; false when the id is already used.
