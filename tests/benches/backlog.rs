@@ -97,8 +97,10 @@ async fn main() {
             .map(|i| {
                 let (client, ids) = (&client, &ids);
                 async move {
-                    let body =
-                        CreateDeployment::new("noop".parse().expect("id"), ids[i % ids.len()].clone());
+                    let body = CreateDeployment::new(
+                        "noop".parse().expect("id"),
+                        ids[i % ids.len()].clone(),
+                    );
                     client.create_deployment(&body).await.expect("create").id
                 }
             })
@@ -322,7 +324,11 @@ async fn raw_drain(nats: &Nats, n: usize, cpu: fn(u32) -> f64) -> (f64, f64) {
             }
         })
         .await;
-    assert_eq!(answered.load(Ordering::Relaxed), want, "every answer applied");
+    assert_eq!(
+        answered.load(Ordering::Relaxed),
+        want,
+        "every answer applied"
+    );
     let figures = (t.elapsed().as_secs_f64(), cpu(broker) - cpu_before);
     for name in ["RAWBRESP", "RAWBEVT"] {
         let _ = js.delete_stream(name).await;

@@ -154,7 +154,11 @@ async fn consume_until_error(service: &Answers, takeover: &mut Takeover) -> Resu
 }
 
 /// Handles `message` of `lane` to its settlement; returns the lane.
-async fn handle_in(service: &Answers, owners: &Owners, (lane, message): (String, Message)) -> String {
+async fn handle_in(
+    service: &Answers,
+    owners: &Owners,
+    (lane, message): (String, Message),
+) -> String {
     handle(service, owners, message).await;
     lane
 }
@@ -188,11 +192,17 @@ mod tests {
     fn a_servers_answers_have_a_lane_per_deployment_and_what_names_none_its_servers() {
         let subject = "flue.t1.resp.s1";
         let answer = |id: &str| {
-            format!(r#"{{"kind":"started","v":1,"deployment_id":"{id}","at":"2026-01-01T00:00:00Z"}}"#)
+            format!(
+                r#"{{"kind":"started","v":1,"deployment_id":"{id}","at":"2026-01-01T00:00:00Z"}}"#
+            )
         };
         let d1 = lane(subject, answer("d1").as_bytes());
         assert_eq!(d1, "flue.t1.resp.s1 d1");
-        assert_eq!(lane(subject, answer("d1").as_bytes()), d1, "the same lane again");
+        assert_eq!(
+            lane(subject, answer("d1").as_bytes()),
+            d1,
+            "the same lane again"
+        );
         assert_ne!(lane(subject, answer("d2").as_bytes()), d1, "side by side");
         assert_ne!(
             lane("flue.t1.resp.s2", answer("d1").as_bytes()),
