@@ -19,6 +19,10 @@
 #                                    simulated agents, and a no-op deployment's latency against
 #                                    the physical floor measured in the same run (issue 11,
 #                                    point 6; FLUE_BENCH_AGENTS, _CLIENTS, _SECS, _N).
+#   bash scripts/bench.sh backlog    a gateway killed, N deployments answered while it is down
+#                                    (FLUE_BENCH_N, default 10000, over FLUE_BENCH_AGENTS servers,
+#                                    100), then started: time to ready, time to drain, the drain
+#                                    rate against the ceilings measured in the same run (issue 24).
 #   bash scripts/bench.sh stacks [N…] one group stack over N simulated servers (default 1000 3000):
 #                                    create, update, delete; time and bytes written per operation.
 #   bash scripts/bench.sh long-polls N concurrent long polls on one gateway, default settings
@@ -43,6 +47,10 @@ elif [[ "${1:-}" == long-polls ]]; then
   # A socket per poll in the bench and in the gateway.
   ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
   cargo bench -p flue-tests --bench long_polls -- "$@"
+elif [[ "${1:-}" == backlog ]]; then
+  shift
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  cargo bench -p flue-tests --bench backlog -- "$@"
 elif [[ "${1:-}" == stacks ]]; then
   shift
   ulimit -n "$(ulimit -Hn)" 2>/dev/null || true

@@ -25,11 +25,13 @@
 //! unsigned, badly signed or from a server without a key is terminated, logged and
 //! reported as `server.answer_rejected`, and nothing of it is applied.
 //!
-//! Messages of one server (one subject) are handled one after the other in stream
-//! order, different servers' side by side, so a deployment's events come out in the
+//! Messages of one deployment are handled one after the other in stream order,
+//! different deployments' side by side (those of one server too: a backlog of a few
+//! servers drains as fast as one of many), so a deployment's events come out in the
 //! order its agent reported them: `delivered`, `started`, its progress, then how it
-//! ended. A message whose effect cannot be stored or reported yet is retried in place
-//! (see [`ATTEMPTS`]), never handed back behind later ones. Should one still come after
+//! ended. A message naming no deployment (`rejected`) has its server's lane. A message
+//! whose effect cannot be stored or reported yet is retried in place (see
+//! [`ATTEMPTS`]), never handed back behind later ones. Should one still come after
 //! later ones were reported (its ack wait ran out while its gateway was stalled), it is
 //! not reported when that would put it out of order: a `delivered` once the deployment
 //! started, a `started` or a progress batch once it ended, a progress batch behind a
@@ -84,7 +86,7 @@ pub use signers::{SignedMessage, Signers};
 /// store or the event stream unreachable: a NATS node lost, a leader being elected): it
 /// would come again after the ones that followed it, and its event would be lost. It is
 /// retried in place, kept from redelivery by in-progress acknowledgements, and its
-/// server's later messages wait behind it.
+/// deployment's later messages wait behind it.
 const ATTEMPTS: u32 = 4;
 /// Pauses between two attempts at a message: 100 ms doubling up to 2 s.
 const ATTEMPT_RETRY: Policy = Policy::new(Duration::from_millis(100), Duration::from_secs(2));
@@ -175,13 +177,13 @@ pub fn parse_subject(subject: &str) -> Option<(TenantId, ServerId)> {
     Some((TenantId::new(tenant).ok()?, ServerId::new(server).ok()?))
 }
 
-/// Handles one message to its settlement; returns its subject (its lane).
-async fn handle(service: &Answers, owners: &Owners, message: Message) -> String {
-    let subject = message.subject.to_string();
-    let Some((tenant, server)) = parse_subject(&subject) else {
+/// Handles one message to its settlement.
+async fn handle(service: &Answers, owners: &Owners, message: Message) {
+    let subject = message.subject.as_str();
+    let Some((tenant, server)) = parse_subject(subject) else {
         warn!(subject, "agent message on an unexpected subject; dropped");
         settle(&message, AckKind::Term).await;
-        return subject;
+        return;
     };
     let mut delays = ATTEMPT_RETRY.delays();
     loop {
@@ -190,7 +192,7 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) -> String 
             Ok(Err(refusal)) => {
                 refuse(service, (&tenant, &server), &message, refusal).await;
                 settle(&message, AckKind::Term).await;
-                return subject;
+                return;
             }
             Err(e) => {
                 debug!(error = %chain(&e), server.id = %server, "cannot read the server's key to check an answer; retrying");
@@ -203,7 +205,7 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) -> String 
         Err(e) => {
             warn!(error = %e, subject, "unparseable agent message; dropped");
             settle(&message, AckKind::Term).await;
-            return subject;
+            return;
         }
     };
     // A message handled before (by a gateway that died, or handed back) may have had its
@@ -227,16 +229,16 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) -> String 
         match applied {
             Ok(()) => {
                 settle(&message, AckKind::Ack).await;
-                return subject;
+                return;
             }
             Err(HandleError::Store(StoreError::Decode { key, source, .. })) => {
                 // No retry can decode it: terminate the message, so that it is never
-                // offered again and the server's lane moves on. It stays in the stream
+                // offered again and its lane moves on. It stays in the stream
                 // (parked) until its max age; the broker reports the termination as an
                 // advisory.
                 warn!(key, error = %source, deployment.id = ?parsed.deployment_id(), server.id = %server, kind = kind(&parsed), "agent message for an undecodable deployment record; parked");
                 settle(&message, AckKind::Term).await;
-                return subject;
+                return;
             }
             Err(e) if attempt >= ATTEMPTS => {
                 warn!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), kind = kind(&parsed), attempt, "cannot store or report an agent message; retrying");
@@ -248,7 +250,6 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) -> String 
             }
         }
     }
-    subject
 }
 
 /// Before another attempt at `message`: tells the broker it is still being handled (so it

@@ -1,10 +1,11 @@
-//! Keeping each server's agent messages in stream order while handling different
-//! servers' side by side, and holding them all back while a takeover settles.
+//! Keeping each lane's agent messages (a deployment's, see `pull::lane`) in stream order
+//! while handling different lanes side by side, and holding them all back while a
+//! takeover settles.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 
-/// Messages taken from the consumer, in one lane per subject: the first of a lane is
+/// Messages taken from the consumer, in one lane per key: the first of a lane is
 /// being handled, the others wait for it in stream order (a redelivered message that
 /// comes late goes before the later ones still waiting).
 #[derive(Debug)]
@@ -15,7 +16,7 @@ pub(super) struct Lanes<M> {
     paused: bool,
 }
 
-/// One subject's messages: whether its first is being handled, and those waiting.
+/// One lane's messages: whether its first is being handled, and those waiting.
 #[derive(Debug)]
 struct Lane<M> {
     running: bool,
@@ -34,12 +35,12 @@ impl<M> Default for Lanes<M> {
 }
 
 impl<M> Lanes<M> {
-    /// Takes `message` (stream sequence `seq`) of `subject` in: returns it when its lane
+    /// Takes `message` (stream sequence `seq`) of lane `key` in: returns it when its lane
     /// was idle and nothing is paused (handle it now), else keeps it in stream order until
     /// the messages before it are done. A message already waiting with the same sequence
     /// (delivered again) is replaced: only the newest delivery can be acknowledged.
-    pub(super) fn admit(&mut self, subject: String, seq: u64, message: M) -> Option<M> {
-        let lane = match self.lanes.entry(subject) {
+    pub(super) fn admit(&mut self, key: String, seq: u64, message: M) -> Option<M> {
+        let lane = match self.lanes.entry(key) {
             Entry::Occupied(lane) => lane.into_mut(),
             Entry::Vacant(lane) => lane.insert(Lane {
                 running: false,
@@ -61,14 +62,14 @@ impl<M> Lanes<M> {
         lane.waiting.pop_front().map(|(_, m)| m)
     }
 
-    /// The message being handled on `subject` is done: returns the next one of its
+    /// The message being handled in lane `key` is done: returns the next one of its
     /// lane, if any and nothing is paused.
-    pub(super) fn done(&mut self, subject: &str) -> Option<M> {
+    pub(super) fn done(&mut self, key: &str) -> Option<M> {
         self.held = self.held.saturating_sub(1);
-        let lane = self.lanes.get_mut(subject)?;
+        let lane = self.lanes.get_mut(key)?;
         lane.running = false;
         if lane.waiting.is_empty() {
-            self.lanes.remove(subject);
+            self.lanes.remove(key);
             return None;
         }
         if self.paused {

@@ -1,5 +1,6 @@
 //! Pulling the response consumer: one gateway at a time (the broker's pin), each
-//! server's answers in stream order, different servers' side by side, and the pull got
+//! deployment's answers in stream order, different deployments' side by side (also of
+//! one server: a backlog of few servers drains as fast as one of many), and the pull got
 //! back after any failure.
 
 use std::time::Duration;
@@ -15,14 +16,15 @@ use tracing::{debug, warn};
 use super::Answers;
 use super::lanes::Lanes;
 use super::takeover::{self, Takeover};
-use super::{Owners, handle};
+use super::{Owners, handle, parse_subject};
 use crate::error::chain;
 
 /// Pauses between two attempts to get the consumer back: 100 ms doubling up to 2 s.
 const RETRY: Policy = Policy::new(Duration::from_millis(100), Duration::from_secs(2));
 /// Agent messages one gateway holds at once: being handled, or waiting behind an
-/// earlier message of the same server.
-const MAX_HELD: usize = 64;
+/// earlier message of the same deployment. Well below the broker's `max_ack_pending`
+/// (1,000), so that a takeover's count of answers held elsewhere stays meaningful.
+const MAX_HELD: usize = 256;
 /// Agent messages held while waiting for those another gateway held ([`takeover`]):
 /// more than the broker delivers unacknowledged (its default `max_ack_pending`, 1,000).
 const MAX_HELD_TAKING_OVER: usize = 4096;
@@ -76,8 +78,8 @@ async fn release_pin(service: &Answers, takeover: &mut Takeover) {
 }
 
 /// Pulls the consumer (in the pinned priority group, see [`takeover`]) until its message
-/// stream fails or ends, holding up to [`MAX_HELD`] messages: one at a time per subject,
-/// in stream order, subjects side by side.
+/// stream fails or ends, holding up to [`MAX_HELD`] messages: one at a time per
+/// deployment ([`lane`]), in stream order, deployments side by side.
 async fn consume_until_error(service: &Answers, takeover: &mut Takeover) -> Result<(), String> {
     let consumer = service
         .broker
@@ -94,7 +96,7 @@ async fn consume_until_error(service: &Answers, takeover: &mut Takeover) -> Resu
         .map_err(|e| chain(&e))?;
     debug!("response consumer pulling");
     let owners = Owners::default();
-    let mut lanes: Lanes<Message> = Lanes::default();
+    let mut lanes: Lanes<(String, Message)> = Lanes::default();
     let mut check = tokio::time::interval(takeover::CHECK_EVERY);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut running = FuturesUnordered::new();
@@ -107,23 +109,23 @@ async fn consume_until_error(service: &Answers, takeover: &mut Takeover) -> Resu
             MAX_HELD
         };
         tokio::select! {
-            Some(subject) = running.next(), if !running.is_empty() => {
-                let subject: String = subject;
-                if let Some(next) = lanes.done(&subject) {
-                    running.push(handle(service, &owners, next));
+            Some(lane) = running.next(), if !running.is_empty() => {
+                let lane: String = lane;
+                if let Some(next) = lanes.done(&lane) {
+                    running.push(handle_in(service, &owners, next));
                 }
             }
             _ = check.tick(), if lanes.paused() => {
                 if takeover.settled(&consumer, lanes.held()).await {
                     for now in lanes.resume() {
-                        running.push(handle(service, &owners, now));
+                        running.push(handle_in(service, &owners, now));
                     }
                 }
             }
             next = messages.next(), if lanes.held() < room => match next {
                 Some(Ok(message)) => {
                     takeover.note_pin(message.headers.as_ref());
-                    let subject = message.subject.to_string();
+                    let key = lane(message.subject.as_str(), &message.payload);
                     let (seq, delivery) = message
                         .info()
                         .map_or((0, 0), |i| (i.stream_sequence, i.consumer_sequence));
@@ -133,8 +135,8 @@ async fn consume_until_error(service: &Answers, takeover: &mut Takeover) -> Resu
                     {
                         lanes.pause();
                     }
-                    if let Some(now) = lanes.admit(subject, seq, message) {
-                        running.push(handle(service, &owners, now));
+                    if let Some(now) = lanes.admit(key.clone(), seq, (key, message)) {
+                        running.push(handle_in(service, &owners, now));
                     }
                 }
                 Some(Err(e)) => break Err(chain(&e)),
@@ -143,10 +145,73 @@ async fn consume_until_error(service: &Answers, takeover: &mut Takeover) -> Resu
         }
     };
     // Finish what was taken, in order; whatever is not acknowledged comes again anyway.
-    while let Some(subject) = running.next().await {
-        if let Some(next) = lanes.done(&subject) {
-            running.push(handle(service, &owners, next));
+    while let Some(lane) = running.next().await {
+        if let Some(next) = lanes.done(&lane) {
+            running.push(handle_in(service, &owners, next));
         }
     }
     stopped
+}
+
+/// Handles `message` of `lane` to its settlement; returns the lane.
+async fn handle_in(
+    service: &Answers,
+    owners: &Owners,
+    (lane, message): (String, Message),
+) -> String {
+    handle(service, owners, message).await;
+    lane
+}
+
+/// The lane of an agent message: its deployment on its server (`<subject> <deployment>`),
+/// so that one deployment's answers are applied in stream order, which is all its events'
+/// order needs. A message naming no deployment (`rejected`, or one that does not parse)
+/// has its server's lane, its subject; signatures are checked later, in [`handle`]: a
+/// forgery naming a deployment only waits in that deployment's lane, as it waited in its
+/// server's.
+fn lane(subject: &str, payload: &[u8]) -> String {
+    /// The one field a lane needs; the rest of the body is skipped.
+    #[derive(serde::Deserialize)]
+    struct Named {
+        deployment_id: Option<flue_proto::DeploymentId>,
+    }
+    let named = parse_subject(subject)
+        .and_then(|_| serde_json::from_slice::<Named>(payload).ok())
+        .and_then(|n| n.deployment_id);
+    match named {
+        Some(id) => format!("{subject} {id}"),
+        None => subject.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lane;
+
+    #[test]
+    fn a_servers_answers_have_a_lane_per_deployment_and_what_names_none_its_servers() {
+        let subject = "flue.t1.resp.s1";
+        let answer = |id: &str| {
+            format!(
+                r#"{{"kind":"started","v":1,"deployment_id":"{id}","at":"2026-01-01T00:00:00Z"}}"#
+            )
+        };
+        let d1 = lane(subject, answer("d1").as_bytes());
+        assert_eq!(d1, "flue.t1.resp.s1 d1");
+        assert_eq!(
+            lane(subject, answer("d1").as_bytes()),
+            d1,
+            "the same lane again"
+        );
+        assert_ne!(lane(subject, answer("d2").as_bytes()), d1, "side by side");
+        assert_ne!(
+            lane("flue.t1.resp.s2", answer("d1").as_bytes()),
+            d1,
+            "another server's message naming the deployment is not in its lane"
+        );
+        let rejected = br#"{"kind":"rejected","v":1,"stream_seq":4,"reason":"x"}"#;
+        assert_eq!(lane(subject, rejected), subject);
+        assert_eq!(lane(subject, b"not json"), subject);
+        assert_eq!(lane(subject, answer("bad id!").as_bytes()), subject);
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use flue_proto::{DeploymentId, ServerId, TenantId};
 use futures_util::{Stream, StreamExt};
 
-use super::bucket::{create_entry, encode, get, keys, write_error};
+use super::bucket::{create_entry, decode, encode, get, keys, write_error};
 use super::cas::{self, Json, Outcome};
 use super::kv::{Kv, KvError};
 use super::{DeploymentChange, Listing, StoreError, key2, recent};
@@ -96,6 +96,34 @@ impl Deployments {
                 })
             })
             .collect())
+    }
+
+    /// [`Deployments::get`] that keeps the record read, with its revision, as the hint of
+    /// its next write ([`recent`]): recovery reads every pending record at start, and the
+    /// answers waiting for them then go straight to their compare-and-set, unread.
+    pub async fn get_kept(
+        &self,
+        tenant: &TenantId,
+        id: &DeploymentId,
+    ) -> Result<Option<DeploymentRecord>, StoreError> {
+        let key = key2(tenant, id);
+        let bucket = self.records.name();
+        let found = self
+            .records
+            .get(&key)
+            .await
+            .map_err(|source| StoreError::Read {
+                bucket,
+                key: key.clone(),
+                source,
+            })?;
+        let Some(entry) = found else {
+            return Ok(None);
+        };
+        let record: DeploymentRecord = decode(bucket, &key, &entry.value)?;
+        self.recent
+            .wrote(&key, &record, entry.revision, entry.value.len());
+        Ok(Some(record))
     }
 
     /// Stores a new deployment record; false when the id is already used.
@@ -324,6 +352,8 @@ mod tests {
     //! yields to the runtime, so that concurrent writers interleave between their read
     //! and their write as they do on a broker.
 
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use bytes::Bytes;
     use flue_proto::subject;
     use futures_util::FutureExt as _;
@@ -334,13 +364,17 @@ mod tests {
     use crate::store::kv::{BoxFut, Change, Entry, Found, KeyWrite};
     use crate::store::memory::Memory;
 
-    /// A bucket that yields before every call.
+    /// A bucket that yields before every call, counting its reads in `.1`.
     #[derive(Debug)]
-    struct Yielding(Memory);
+    struct Yielding(Memory, Arc<AtomicUsize>);
 
     impl Yielding {
         fn shared(name: &'static str) -> Arc<dyn Kv> {
-            Arc::new(Self(Memory::new(name)))
+            Self::counted(name, Arc::default())
+        }
+
+        fn counted(name: &'static str, reads: Arc<AtomicUsize>) -> Arc<dyn Kv> {
+            Arc::new(Self(Memory::new(name), reads))
         }
     }
 
@@ -354,9 +388,11 @@ mod tests {
             self.0.name()
         }
         fn get<'a>(&'a self, key: &'a str) -> BoxFut<'a, Result<Option<Entry>, BoxError>> {
+            self.1.fetch_add(1, Ordering::Relaxed);
             after_yield(self.0.get(key))
         }
         fn entry<'a>(&'a self, key: &'a str) -> BoxFut<'a, Result<Option<Entry>, BoxError>> {
+            self.1.fetch_add(1, Ordering::Relaxed);
             after_yield(self.0.entry(key))
         }
         fn create<'a>(&'a self, key: &'a str, value: Bytes) -> BoxFut<'a, Result<u64, KvError>> {
@@ -422,14 +458,18 @@ mod tests {
     /// The buckets of one broker: each store over them is one gateway.
     struct Broker {
         records: Arc<dyn Kv>,
+        /// Reads of `records` so far.
+        reads: Arc<AtomicUsize>,
         index: Arc<dyn Kv>,
         pending: Arc<dyn Kv>,
     }
 
     impl Broker {
         fn new() -> Self {
+            let reads = Arc::<AtomicUsize>::default();
             Self {
-                records: Yielding::shared(subject::DEPLOYMENTS_BUCKET),
+                records: Yielding::counted(subject::DEPLOYMENTS_BUCKET, reads.clone()),
+                reads,
                 index: Yielding::shared(subject::SERVER_DEPLOYMENTS_BUCKET),
                 pending: Yielding::shared(subject::PENDING_BUCKET),
             }
@@ -536,6 +576,46 @@ mod tests {
             .expect("exists");
         assert!(!unchanged.changed);
         assert_eq!(unchanged.record.deployment.deploy_stdout, "a.b.c.d.");
+    }
+
+    #[tokio::test]
+    async fn a_record_recovery_read_is_written_next_on_its_revision_unread_and_a_change_since_is_kept()
+     {
+        let broker = Broker::new();
+        let r = record("d1", "s1");
+        let (tenant, id) = (&r.deployment.tenant, &r.deployment.id);
+        assert!(broker.gateway().create(&r).await.expect("create"));
+        // A restarted gateway: nothing of its own in memory but what recovery read.
+        let restarted = broker.gateway();
+        restarted
+            .get_kept(tenant, id)
+            .await
+            .expect("read")
+            .expect("exists");
+        let append = async |store: &Deployments, part: &str| {
+            store
+                .update(tenant, id, |rec| {
+                    rec.deployment.deploy_stdout.push_str(part);
+                    true
+                })
+                .await
+                .expect("update")
+                .expect("exists")
+        };
+        let reads = broker.reads.load(Ordering::Relaxed);
+        assert!(append(&restarted, "a.").await.changed);
+        assert_eq!(
+            broker.reads.load(Ordering::Relaxed),
+            reads,
+            "written on the revision recovery read, not read again"
+        );
+        // Another gateway's write since: the kept revision is refused, the record read.
+        append(&broker.gateway(), "b.").await;
+        let updated = append(&restarted, "c.").await;
+        assert_eq!(
+            updated.record.deployment.deploy_stdout, "a.b.c.",
+            "no change lost"
+        );
     }
 
     #[tokio::test]

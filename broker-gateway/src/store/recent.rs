@@ -1,6 +1,7 @@
-//! The deployment records this gateway wrote last, with their KV revisions: a hint that
-//! lets [`super::Deployments::update`] go straight to the compare-and-set instead of
-//! reading the record first.
+//! The deployment records this gateway wrote last (or recovery read at start,
+//! [`super::Deployments::get_kept`]), with their KV revisions: a hint that lets
+//! [`super::Deployments::update`] go straight to the compare-and-set instead of reading
+//! the record first.
 //!
 //! A deployment in flight is written several times by the gateway that accepted it
 //! (created, marked published, then `delivered`, `started` and `finished` applied), and

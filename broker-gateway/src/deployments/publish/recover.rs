@@ -6,10 +6,14 @@ use futures_util::StreamExt;
 use time::OffsetDateTime;
 use tracing::{debug, info, warn};
 
-use super::{CONCURRENCY, MISSING_RECORD_GRACE, Publisher};
+use super::{MISSING_RECORD_GRACE, Publisher};
 use crate::error::chain;
 use crate::record::{DeploymentRecord, timeout_deadline};
 use crate::store::StoreError;
+
+/// Records read at once at start: the broker answers reads side by side, and the start
+/// waits for all of them (10,000 pending deployments are 10,000 reads).
+const READ_AT_ONCE: usize = 256;
 
 /// What recovery found at start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,10 +70,12 @@ impl Publisher {
         let reads: Vec<(DeploymentId, Result<Option<DeploymentRecord>, StoreError>)> =
             futures_util::stream::iter(ids)
                 .map(|id| async move {
-                    let read = self.deployments.get(tenant, &id).await;
+                    // Kept as the hint of the record's next write: the answers that wait
+                    // for it (a backlog, after a restart) then write it unread.
+                    let read = self.deployments.get_kept(tenant, &id).await;
                     (id, read)
                 })
-                .buffer_unordered(CONCURRENCY)
+                .buffer_unordered(READ_AT_ONCE)
                 .collect()
                 .await;
         let mut recovery = Recovery {
