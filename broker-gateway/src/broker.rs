@@ -620,13 +620,18 @@ impl Broker {
 /// Whether `error` says the JetStream cluster cannot place a stream yet: no peers known
 /// for its replicas, no cluster available, or the chosen peer failing to create its store
 /// (all seen from a cluster in its first second; the last also from a node that sets up
-/// the account's JetStream while the stream is created on it).
+/// the account's JetStream while the stream is created on it), or a peer that does not
+/// know the account yet (10035 "account not found": an account JWT pushed a moment ago is
+/// confirmed by the first node that takes it, and a chosen peer that has not taken it yet
+/// refuses the stream assignment, nats-server `processStreamAssignment`; seen once in a
+/// fresh-clone CI as a 3-node cluster's gateway started).
 pub fn cluster_forming(error: &(dyn std::error::Error + 'static)) -> bool {
     use async_nats::jetstream::ErrorCode;
     jetstream_code(error).is_some_and(|code| {
         code == ErrorCode::CLUSTER_NO_PEERS
             || code == ErrorCode::CLUSTER_NOT_AVAILABLE
             || code == ErrorCode::STREAM_CREATE
+            || code == ErrorCode::NO_ACCOUNT
     })
 }
 
@@ -756,5 +761,24 @@ mod tests {
             source: Box::new(answer()),
         };
         assert!(cluster_forming(&bare) && transient(&bare));
+    }
+
+    /// A stream placed on a peer that has not yet taken the account's JWT (pushed to
+    /// another node a moment before) is refused with "account not found": the cluster
+    /// is still forming for that account, not broken.
+    #[test]
+    fn a_peer_that_does_not_know_the_account_yet_is_a_cluster_still_forming() {
+        use async_nats::jetstream::context::{CreateStreamError, CreateStreamErrorKind};
+        let answer: async_nats::jetstream::Error = serde_json::from_value(serde_json::json!({
+            "code": 503,
+            "err_code": 10035,
+            "description": "account not found"
+        }))
+        .expect("a JetStream error");
+        let wrapped = BrokerError::Stream {
+            stream: "FLUE_REQ",
+            source: CreateStreamError::new(CreateStreamErrorKind::JetStream(answer)).into(),
+        };
+        assert!(cluster_forming(&wrapped));
     }
 }
