@@ -14,6 +14,11 @@ pub const JS_DOMAIN: &str = "flue";
 /// answers whether it took the JWT).
 pub const CLAIMS_UPDATE: &str = "$SYS.REQ.CLAIMS.UPDATE";
 
+/// Subject every server of the broker answers with its own health check (one answer from
+/// a single server, one from each node of a cluster), asked over a system-account
+/// connection: it reports a stream that keeps a write error until nats-server restarts.
+pub const SERVER_HEALTHZ: &str = "$SYS.REQ.SERVER.PING.HEALTHZ";
+
 /// Subject one account's JWT updates are published on (a request, like [`CLAIMS_UPDATE`]).
 /// The gateway pushes here rather than on [`CLAIMS_UPDATE`] so that a tenant network's leaf
 /// node, whose system user may subscribe to this subject for its own account only, learns

@@ -22,7 +22,7 @@ use tracing::{info, warn};
 use super::readiness::PROBE_INTERVAL;
 
 /// Every server of the broker answers it (one for a single server, each node of a cluster).
-const HEALTHZ: &str = "$SYS.REQ.SERVER.PING.HEALTHZ";
+const HEALTHZ: &str = flue_proto::jsapi::SERVER_HEALTHZ;
 
 /// How long the answers of every server are gathered.
 const GATHER: Duration = Duration::from_millis(500);

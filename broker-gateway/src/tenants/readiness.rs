@@ -101,7 +101,7 @@ impl Probe {
             .iter()
             .map(|bucket| Target {
                 stream: format!("KV_{bucket}"),
-                subject: format!("$KV.{bucket}.{PROBE_TOKEN}"),
+                subject: flue_proto::jsapi::kv_watch(bucket, PROBE_TOKEN),
             })
             .collect();
         for (stream, kind) in [
