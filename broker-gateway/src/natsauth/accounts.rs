@@ -4,11 +4,14 @@
 //! |---|---|
 //! | `operator.nk`, `operator.jwt` | the operator: signs every account JWT |
 //! | `system.nk`, `system.jwt` | the system account (the broker's own; account JWTs are pushed through it) |
-//! | `accounts/<tenant>/account.nk`, `.jwt` | the tenant's account: its streams, KV buckets, heartbeats; signs its users |
+//! | `accounts/<tenant>/account.nk`, `.jwt` | the tenant's (state) account: its streams, KV buckets, heartbeats, the gateway's users; exports the agents' services ([`super::edge`]) |
 //! | `accounts/<tenant>/events.nk`, `.jwt` | the tenant's events account: only the event stream `FLUE_EVT` |
+//! | `accounts/<tenant>/edge.nk`, `.jwt` | the tenant's edge account: no JetStream, imports the agents' services; its agents and leaf nodes |
 //!
 //! Keys are made once and kept; an account JWT is re-signed (a later `iat`) when a user is
-//! revoked, never made afresh, so revocations survive.
+//! revoked, never made afresh, so revocations survive. A state directory written before
+//! the edge account existed (issue 22) is brought to this layout when its accounts are
+//! read: the state account re-signed with its exports, the edge account made.
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -17,8 +20,8 @@ use flue_proto::TenantId;
 use flue_proto::creds::UserCreds;
 use nkeys::KeyPair;
 
-use super::NatsAuthError;
 use super::jwt::{self, Account, AccountLimits, Claims, Permissions, User};
+use super::{NatsAuthError, edge};
 use crate::state::StateDir;
 
 /// Operator seed file.
@@ -32,23 +35,28 @@ pub const SYSTEM_JWT: &str = "system.jwt";
 /// Directory of the tenants' accounts.
 pub const ACCOUNTS_DIR: &str = "accounts";
 
-/// Which of a tenant's two accounts.
+/// Which of a tenant's three accounts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AccountKind {
-    /// The tenant account: requests, responses, KV buckets, heartbeats.
+    /// The tenant (state) account: requests, responses, KV buckets, heartbeats; only the
+    /// gateway's users.
     Tenant,
     /// The events account: the event stream only.
     Events,
+    /// The edge account: no JetStream, the agents' services imported from the tenant
+    /// account; agents and leaf nodes.
+    Edge,
 }
 
 impl AccountKind {
-    /// Both kinds, tenant account first.
-    pub const BOTH: [Self; 2] = [Self::Tenant, Self::Events];
+    /// Every kind, tenant account first (the edge account imports from it).
+    pub const ALL: [Self; 3] = [Self::Tenant, Self::Events, Self::Edge];
 
     fn stem(self) -> &'static str {
         match self {
             Self::Tenant => "account",
             Self::Events => "events",
+            Self::Edge => "edge",
         }
     }
 
@@ -56,6 +64,23 @@ impl AccountKind {
         match self {
             Self::Tenant => tenant.to_string(),
             Self::Events => format!("{tenant} events"),
+            Self::Edge => format!("{tenant} edge"),
+        }
+    }
+
+    /// What the account JWT holds besides its revocations: limits, imports, exports.
+    /// `tenant_key` is the public key of the tenant account (what the edge imports from).
+    fn shape(self, tenant: &TenantId, tenant_key: &str) -> Account {
+        match self {
+            Self::Tenant => Account {
+                exports: edge::exports(tenant),
+                ..Account::new(AccountLimits::unlimited_with_jetstream())
+            },
+            Self::Events => Account::new(AccountLimits::unlimited_with_jetstream()),
+            Self::Edge => Account {
+                imports: edge::imports(tenant, tenant_key),
+                ..Account::new(AccountLimits::unlimited_without_jetstream())
+            },
         }
     }
 }
@@ -139,19 +164,44 @@ pub struct AccountKeys {
     pub jwt: String,
 }
 
-/// Loads (or makes, signed by `operator`) one of `tenant`'s accounts.
+/// Loads (or makes, signed by `operator`) one of `tenant`'s accounts. One whose JWT lacks
+/// the imports or exports of today's layout (a state directory of an older gateway) is
+/// re-signed with them, its revocations kept.
 pub fn account(
     dir: &StateDir,
     tenant: &TenantId,
     kind: AccountKind,
     operator: &KeyPair,
 ) -> Result<AccountKeys, NatsAuthError> {
-    let key = key(dir, &format!("{}.nk", kind.stem()), KeyPair::new_account)?;
-    let jwt = jwt_file(dir, &format!("{}.jwt", kind.stem()), || {
-        let account = Account::new(AccountLimits::unlimited_with_jetstream());
-        let mut claims = Claims::new(key.public_key(), kind.name(tenant), account);
+    let tenant_key = key(dir, &format!("{}.nk", AccountKind::Tenant.stem()), KeyPair::new_account)?;
+    let key = match kind {
+        AccountKind::Tenant => tenant_key.clone(),
+        _ => key(dir, &format!("{}.nk", kind.stem()), KeyPair::new_account)?,
+    };
+    let shape = kind.shape(tenant, &tenant_key.public_key());
+    let name = format!("{}.jwt", kind.stem());
+    let jwt = jwt_file(dir, &name, || {
+        let mut claims = Claims::new(key.public_key(), kind.name(tenant), shape.clone());
         jwt::encode(operator, &mut claims, now())
     })?;
+    let current: Claims<Account> = jwt::decode(&jwt)?;
+    if current.nats.imports == shape.imports && current.nats.exports == shape.exports {
+        return Ok(AccountKeys { key, jwt });
+    }
+    let _locked = lock(dir, kind)?;
+    // Read again under the lock: another process may have re-signed it meanwhile.
+    let text = dir.load_or_create(&name, || Err("the account JWT is missing".into()))?;
+    let mut claims: Claims<Account> = jwt::decode(&text)?;
+    if claims.nats.imports == shape.imports && claims.nats.exports == shape.exports {
+        return Ok(AccountKeys { key, jwt: text });
+    }
+    claims.nats.imports = shape.imports;
+    claims.nats.exports = shape.exports;
+    claims.nats.limits = shape.limits;
+    let issued = now().max(claims.iat + 1);
+    let jwt = jwt::encode(operator, &mut claims, issued)?;
+    dir.write_secret(&name, &jwt)?;
+    tracing::info!(%tenant, account = kind.stem(), "account JWT re-signed for the state and edge layout");
     Ok(AccountKeys { key, jwt })
 }
 

@@ -218,7 +218,7 @@ async fn a_revoked_agent_behind_a_leaf_node_is_cut_off_at_once_without_a_reload(
     let system = secure.system().await;
     secure
         .auth
-        .revoke_user(&tenant, AccountKind::Tenant, &key.public_key(), &system)
+        .revoke_user(&tenant, AccountKind::Edge, &key.public_key(), &system)
         .await
         .expect("revoked on the hub");
     // The hub forwards the re-signed account JWT to the leaf's system remote: the leaf
