@@ -173,7 +173,11 @@ pub fn account(
     kind: AccountKind,
     operator: &KeyPair,
 ) -> Result<AccountKeys, NatsAuthError> {
-    let tenant_key = key(dir, &format!("{}.nk", AccountKind::Tenant.stem()), KeyPair::new_account)?;
+    let tenant_key = key(
+        dir,
+        &format!("{}.nk", AccountKind::Tenant.stem()),
+        KeyPair::new_account,
+    )?;
     let key = match kind {
         AccountKind::Tenant => tenant_key.clone(),
         _ => key(dir, &format!("{}.nk", kind.stem()), KeyPair::new_account)?,

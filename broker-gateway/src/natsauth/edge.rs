@@ -161,7 +161,10 @@ mod tests {
             "$JS.flue.API.DIRECT.GET.KV_flue_data.$KV.flue_data.acme.>",
             "$JS.flue.API.DIRECT.GET.KV_flue_builds.$KV.flue_builds.acme.>",
         ] {
-            assert!(local.contains(&subject), "{subject} not imported: {local:?}");
+            assert!(
+                local.contains(&subject),
+                "{subject} not imported: {local:?}"
+            );
         }
         // Domain spellings map to the state account's own subjects.
         let put = imports

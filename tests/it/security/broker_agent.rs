@@ -235,8 +235,8 @@ async fn a_revoked_agent_is_disconnected_at_once_and_cannot_reconnect() {
         "{e}"
     );
     // The edge account's JWT on disk carries the revocation, so a restarted broker keeps it.
-    let account = std::fs::read_to_string(w.secure.state_dir().join("accounts/acme/edge.jwt"))
-        .expect("jwt");
+    let account =
+        std::fs::read_to_string(w.secure.state_dir().join("accounts/acme/edge.jwt")).expect("jwt");
     // A JWT's claims are its middle part, base64url JSON: anyone can read them.
     let claims = account.trim().split('.').nth(1).expect("a JWT");
     let claims: serde_json::Value = serde_json::from_slice(

@@ -155,7 +155,12 @@ async fn an_agent_cannot_subscribe_beyond_its_inbox_and_its_stacks_keys() {
     // The agent is a user of the edge account: what reaches it is published there (the
     // gateway's publishes above, in the state account, never do). A user of the whole
     // edge account publishes the same subjects, then the marker, in order.
-    let edge = w.secure.nats.connect(&w.edge_user()).await.expect("edge user");
+    let edge = w
+        .secure
+        .nats
+        .connect(&w.edge_user())
+        .await
+        .expect("edge user");
     broker_has_read(&w.gateway, &w.gateway.new_inbox()).await;
     for subject in ["flue.acme.req.web2", "_INBOX.someone"] {
         edge.publish(subject, Bytes::from_static(b"x"))

@@ -92,7 +92,11 @@ async fn victim_and_thief() -> (Flue, DeploymentId) {
     for key in [&d.id, &own.id].map(|id| format!("default.{id}")) {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
-            let entry = deployments.get(&key).await.expect("read").expect("recorded");
+            let entry = deployments
+                .get(&key)
+                .await
+                .expect("read")
+                .expect("recorded");
             let record: serde_json::Value = serde_json::from_slice(&entry).expect("json");
             if record["request_published"] == true {
                 break;
@@ -169,10 +173,7 @@ async fn snapshot(flue: &Flue) -> Snapshot {
         .await;
     let mut consumers = BTreeMap::new();
     for name in names {
-        let info = requests
-            .consumer_info(&name)
-            .await
-            .expect("consumer info");
+        let info = requests.consumer_info(&name).await.expect("consumer info");
         consumers.insert(
             name,
             (
@@ -480,11 +481,19 @@ async fn nothing_but_a_gateway_puts_a_message_on_a_request_queue() {
         let own = subject::request_consumer(&tenant(), &id(THIEF));
         let [probe, _] = jsapi::consumer_info(REQUEST_STREAM, &own);
         broker_has_read(&client, &probe).await;
-        assert_eq!(count().await, before, "{who} put a message on a request queue");
+        assert_eq!(
+            count().await,
+            before,
+            "{who} put a message on a request queue"
+        );
     }
     // The gateway does.
     flue.deploy("hello", "victim", &[]).await;
-    assert_eq!(count().await, before + 1, "the gateway's deployment is queued");
+    assert_eq!(
+        count().await,
+        before + 1,
+        "the gateway's deployment is queued"
+    );
 }
 
 /// Turns the gateway's state directory back into the layout before the edge account: the
