@@ -24,7 +24,7 @@ pub mod accounts;
 pub mod admin;
 pub(crate) mod broker_conf;
 pub(crate) mod cluster_conf;
-pub mod edge;
+pub(crate) mod edge;
 pub mod jwt;
 pub mod perms;
 pub mod push;
