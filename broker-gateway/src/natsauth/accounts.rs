@@ -205,7 +205,11 @@ pub fn account(
     let issued = now().max(claims.iat + 1);
     let jwt = jwt::encode(operator, &mut claims, issued)?;
     dir.write_secret(&name, &jwt)?;
-    tracing::info!(%tenant, account = kind.stem(), "account JWT re-signed for the state and edge layout");
+    tracing::warn!(
+        %tenant,
+        account = kind.stem(),
+        "account JWT re-signed for the state and edge layout (issue 22): agents minted before keep working until their server's credentials are rotated (`flue server rotate-credentials`); rotate every server, and run `flue-gateway leaf-config` again for each tenant network"
+    );
     Ok(AccountKeys { key, jwt })
 }
 
@@ -301,5 +305,53 @@ fn check_user_key(user_pub: &str) -> Result<(), NatsAuthError> {
     match KeyPair::from_public_key(user_pub).map(|k| k.key_pair_type()) {
         Ok(nkeys::KeyPairType::User) => Ok(()),
         _ => Err(NatsAuthError::NotAUserKey(user_pub.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_older_state_account_is_re_signed_with_its_exports_and_keeps_its_revocations() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let operator = KeyPair::new_operator();
+        let tenant: TenantId = "acme".parse().expect("id");
+        let dir = tenant_dir(root.path(), &tenant).expect("dir");
+        // The layout before the edge account: the tenant account alone, no exports, one
+        // revoked user.
+        let key = key(&dir, "account.nk", KeyPair::new_account).expect("key");
+        let mut old = Claims::new(
+            key.public_key(),
+            "acme",
+            Account::new(AccountLimits::unlimited_with_jetstream()),
+        );
+        let revoked = KeyPair::new_user().public_key();
+        old.nats.revocations.insert(revoked.clone(), 1_000);
+        let far_future = now() + 1_000;
+        let jwt = jwt::encode(&operator, &mut old, far_future).expect("signed");
+        dir.write_secret("account.jwt", &jwt).expect("written");
+
+        let state = account(&dir, &tenant, AccountKind::Tenant, &operator).expect("state");
+        let claims: Claims<Account> = jwt::decode(&state.jwt).expect("claims");
+        assert_eq!(claims.nats.exports, edge::exports(&tenant));
+        assert_eq!(claims.nats.revocations.get(&revoked), Some(&1_000));
+        assert!(
+            claims.iat > far_future,
+            "not newer than the JWT the broker holds"
+        );
+        let stored = std::fs::read_to_string(dir.path().join("account.jwt")).expect("read");
+        assert_eq!(stored.trim(), state.jwt, "the re-signed JWT is stored");
+
+        let edge_account = account(&dir, &tenant, AccountKind::Edge, &operator).expect("edge");
+        let edge: Claims<Account> = jwt::decode(&edge_account.jwt).expect("claims");
+        assert_eq!(edge.nats.imports, edge::imports(&tenant, &key.public_key()));
+        assert_eq!(
+            edge.nats.limits,
+            AccountLimits::unlimited_without_jetstream()
+        );
+        // Read again, nothing changes.
+        let again = account(&dir, &tenant, AccountKind::Tenant, &operator).expect("state");
+        assert_eq!(again.jwt, state.jwt);
     }
 }
