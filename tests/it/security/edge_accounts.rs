@@ -259,11 +259,14 @@ fn changes(before: &Snapshot, after: &Snapshot) -> Vec<String> {
     changed
 }
 
-/// `subject` with each wildcard made a concrete token.
+/// `subject` with each wildcard made a concrete token: the tenant's in a Flue subject's
+/// tenant place (`flue.*.…`), `victim` elsewhere.
 fn concrete(subject: &str) -> String {
     subject
         .split('.')
-        .map(|t| match t {
+        .enumerate()
+        .map(|(i, t)| match t {
+            "*" if i == 1 && subject.starts_with("flue.") => "default",
             "*" | ">" => "victim",
             t => t,
         })
@@ -301,7 +304,16 @@ async fn replies(flue: &Flue, before: &Snapshot) -> Vec<String> {
             jsapi::consumer_acks(REQUEST_STREAM, consumer).trim_end_matches('>')
         ));
     }
-    replies.insert(subject::request(&tenant(), &id("victim")));
+    // The victim's own subjects and records, stored yet or not.
+    let victim: ServerId = id("victim");
+    replies.insert(subject::request(&tenant(), &victim));
+    replies.insert(subject::response(&tenant(), &victim));
+    replies.insert(subject::heartbeat(&tenant(), &victim));
+    for name in before.streams.keys() {
+        if let Some(bucket) = name.split_once("/KV_").map(|(_, b)| b) {
+            replies.insert(jsapi::kv_watch(bucket, "default.victim"));
+        }
+    }
     replies.into_iter().collect()
 }
 
@@ -371,8 +383,23 @@ async fn every_subject_an_agent_may_publish_with_every_state_reply_changes_no_st
     let creds = thief_creds(&flue, AccountKind::Edge);
     let before = snapshot(&flue).await;
     let replies = replies(&flue, &before).await;
+    for expected in [
+        "$KV.flue_servers.default.victim",
+        "$KV.flue_stacks.default.victim",
+        "$KV.flue_data.default.st-victim.k",
+        "flue.default.req.victim",
+        "flue.default.resp.victim",
+        "$JS.API.STREAM.DELETE.FLUE_REQ",
+        "$JS.flue.API.STREAM.PURGE.KV_flue_deployments",
+        "$JS.API.STREAM.DELETE.FLUE_EVT",
+    ] {
+        assert!(
+            replies.iter().any(|r| r == expected),
+            "{expected}: {replies:?}"
+        );
+    }
     assert!(
-        replies.iter().any(|r| r.starts_with("$KV.flue_servers.")),
+        replies.iter().any(|r| r.starts_with("flue.default.evt.")),
         "{replies:?}"
     );
     let published = attack(&flue, &creds, &replies).await;
