@@ -56,7 +56,7 @@ pub struct Minted {
 
 /// Mints new keys for `server` of the minter's tenant.
 ///
-/// In operator mode the NATS user JWT is signed by the tenant account for the new user
+/// In operator mode the NATS user JWT is signed by the tenant's edge account for the new user
 /// key (the agent's permissions, [`crate::natsauth::perms::agent`]); with
 /// `--insecure-dev-broker` it is left empty (the broker checks no user). It grants the
 /// data-space keys of `stacks`: none at registration, the server's recorded stacks at a

@@ -37,6 +37,13 @@ pub fn api(rest: &str) -> [String; 2] {
     api_prefixes().map(|p| format!("{p}.{rest}"))
 }
 
+/// The account's JetStream info (`$JS.API.INFO`): an account that imports it answers the
+/// JetStream API through its imports only (nats-server then gives it no system import of
+/// `$JS.API.>`, the "JetStream not enabled" answer, nor the domain mappings).
+pub fn account_info() -> [String; 2] {
+    api("INFO")
+}
+
 /// Reading one consumer's info.
 pub fn consumer_info(stream: &str, consumer: &str) -> [String; 2] {
     api(&format!("CONSUMER.INFO.{stream}.{consumer}"))

@@ -36,6 +36,11 @@ pub fn response(tenant: &TenantId, server: &ServerId) -> String {
     format!("flue.{tenant}.resp.{server}")
 }
 
+/// Subjects of the responses of every agent of `tenant`.
+pub fn tenant_responses(tenant: &TenantId) -> String {
+    format!("flue.{tenant}.resp.*")
+}
+
 /// Subject an agent publishes its heartbeats on (core NATS, no stream).
 pub fn heartbeat(tenant: &TenantId, server: &ServerId) -> String {
     format!("flue.{tenant}.hb.{server}")

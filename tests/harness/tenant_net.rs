@@ -307,6 +307,26 @@ impl TenantNetworks {
         path
     }
 
+    /// A credentials file of a new user with the whole of `tenant`'s edge account (minted
+    /// with the account's seed from the state directory): what a tenant network's leaf node
+    /// admits and links to the hub, the agents' account.
+    pub fn edge_user_creds(&self, tenant: &str) -> PathBuf {
+        let seed = std::fs::read_to_string(
+            self.state_dir
+                .join(flue_gateway::natsauth::accounts::ACCOUNTS_DIR)
+                .join(tenant)
+                .join("edge.nk"),
+        )
+        .expect("the edge account's seed");
+        let edge = nkeys::KeyPair::from_seed(seed.trim()).expect("a seed");
+        let user =
+            flue_gateway::natsauth::accounts::mint_user(&edge, "whole edge", Default::default())
+                .expect("minted");
+        let path = self.path(&format!("{tenant}-edge-{}.creds", self.tenants.len()));
+        write_secret(&path, &user.to_text());
+        path
+    }
+
     /// A path inside the scratch dir (shared by every namespace: they share the filesystem).
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)

@@ -4,11 +4,14 @@
 //! |---|---|
 //! | `operator.nk`, `operator.jwt` | the operator: signs every account JWT |
 //! | `system.nk`, `system.jwt` | the system account (the broker's own; account JWTs are pushed through it) |
-//! | `accounts/<tenant>/account.nk`, `.jwt` | the tenant's account: its streams, KV buckets, heartbeats; signs its users |
+//! | `accounts/<tenant>/account.nk`, `.jwt` | the tenant's (state) account: its streams, KV buckets, heartbeats, the gateway's users; exports the agents' services ([`super::edge`]) |
 //! | `accounts/<tenant>/events.nk`, `.jwt` | the tenant's events account: only the event stream `FLUE_EVT` |
+//! | `accounts/<tenant>/edge.nk`, `.jwt` | the tenant's edge account: no JetStream, imports the agents' services; its agents and leaf nodes |
 //!
 //! Keys are made once and kept; an account JWT is re-signed (a later `iat`) when a user is
-//! revoked, never made afresh, so revocations survive.
+//! revoked, never made afresh, so revocations survive. A state directory written before
+//! the edge account existed (issue 22) is brought to this layout when its accounts are
+//! read: the state account re-signed with its exports, the edge account made.
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -17,8 +20,8 @@ use flue_proto::TenantId;
 use flue_proto::creds::UserCreds;
 use nkeys::KeyPair;
 
-use super::NatsAuthError;
 use super::jwt::{self, Account, AccountLimits, Claims, Permissions, User};
+use super::{NatsAuthError, edge};
 use crate::state::StateDir;
 
 /// Operator seed file.
@@ -32,23 +35,28 @@ pub const SYSTEM_JWT: &str = "system.jwt";
 /// Directory of the tenants' accounts.
 pub const ACCOUNTS_DIR: &str = "accounts";
 
-/// Which of a tenant's two accounts.
+/// Which of a tenant's three accounts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AccountKind {
-    /// The tenant account: requests, responses, KV buckets, heartbeats.
+    /// The tenant (state) account: requests, responses, KV buckets, heartbeats; only the
+    /// gateway's users.
     Tenant,
     /// The events account: the event stream only.
     Events,
+    /// The edge account: no JetStream, the agents' services imported from the tenant
+    /// account; agents and leaf nodes.
+    Edge,
 }
 
 impl AccountKind {
-    /// Both kinds, tenant account first.
-    pub const BOTH: [Self; 2] = [Self::Tenant, Self::Events];
+    /// Every kind, tenant account first (the edge account imports from it).
+    pub const ALL: [Self; 3] = [Self::Tenant, Self::Events, Self::Edge];
 
     fn stem(self) -> &'static str {
         match self {
             Self::Tenant => "account",
             Self::Events => "events",
+            Self::Edge => "edge",
         }
     }
 
@@ -56,6 +64,23 @@ impl AccountKind {
         match self {
             Self::Tenant => tenant.to_string(),
             Self::Events => format!("{tenant} events"),
+            Self::Edge => format!("{tenant} edge"),
+        }
+    }
+
+    /// What the account JWT holds besides its revocations: limits, imports, exports.
+    /// `tenant_key` is the public key of the tenant account (what the edge imports from).
+    fn shape(self, tenant: &TenantId, tenant_key: &str) -> Account {
+        match self {
+            Self::Tenant => Account {
+                exports: edge::exports(tenant),
+                ..Account::new(AccountLimits::unlimited_with_jetstream())
+            },
+            Self::Events => Account::new(AccountLimits::unlimited_with_jetstream()),
+            Self::Edge => Account {
+                imports: edge::imports(tenant, tenant_key),
+                ..Account::new(AccountLimits::unlimited_without_jetstream())
+            },
         }
     }
 }
@@ -139,19 +164,52 @@ pub struct AccountKeys {
     pub jwt: String,
 }
 
-/// Loads (or makes, signed by `operator`) one of `tenant`'s accounts.
+/// Loads (or makes, signed by `operator`) one of `tenant`'s accounts. One whose JWT lacks
+/// the imports or exports of today's layout (a state directory of an older gateway) is
+/// re-signed with them, its revocations kept.
 pub fn account(
     dir: &StateDir,
     tenant: &TenantId,
     kind: AccountKind,
     operator: &KeyPair,
 ) -> Result<AccountKeys, NatsAuthError> {
-    let key = key(dir, &format!("{}.nk", kind.stem()), KeyPair::new_account)?;
-    let jwt = jwt_file(dir, &format!("{}.jwt", kind.stem()), || {
-        let account = Account::new(AccountLimits::unlimited_with_jetstream());
-        let mut claims = Claims::new(key.public_key(), kind.name(tenant), account);
+    let tenant_key = key(
+        dir,
+        &format!("{}.nk", AccountKind::Tenant.stem()),
+        KeyPair::new_account,
+    )?;
+    let key = match kind {
+        AccountKind::Tenant => tenant_key.clone(),
+        _ => key(dir, &format!("{}.nk", kind.stem()), KeyPair::new_account)?,
+    };
+    let shape = kind.shape(tenant, &tenant_key.public_key());
+    let name = format!("{}.jwt", kind.stem());
+    let jwt = jwt_file(dir, &name, || {
+        let mut claims = Claims::new(key.public_key(), kind.name(tenant), shape.clone());
         jwt::encode(operator, &mut claims, now())
     })?;
+    let current: Claims<Account> = jwt::decode(&jwt)?;
+    if current.nats.imports == shape.imports && current.nats.exports == shape.exports {
+        return Ok(AccountKeys { key, jwt });
+    }
+    let _locked = lock(dir, kind)?;
+    // Read again under the lock: another process may have re-signed it meanwhile.
+    let text = dir.load_or_create(&name, || Err("the account JWT is missing".into()))?;
+    let mut claims: Claims<Account> = jwt::decode(&text)?;
+    if claims.nats.imports == shape.imports && claims.nats.exports == shape.exports {
+        return Ok(AccountKeys { key, jwt: text });
+    }
+    claims.nats.imports = shape.imports;
+    claims.nats.exports = shape.exports;
+    claims.nats.limits = shape.limits;
+    let issued = now().max(claims.iat + 1);
+    let jwt = jwt::encode(operator, &mut claims, issued)?;
+    dir.write_secret(&name, &jwt)?;
+    tracing::warn!(
+        %tenant,
+        account = kind.stem(),
+        "account JWT re-signed for the state and edge layout (issue 22): agents minted before keep working until their server's credentials are rotated (`flue server rotate-credentials`); rotate every server, and run `flue-gateway leaf-config` again for each tenant network"
+    );
     Ok(AccountKeys { key, jwt })
 }
 
@@ -247,5 +305,53 @@ fn check_user_key(user_pub: &str) -> Result<(), NatsAuthError> {
     match KeyPair::from_public_key(user_pub).map(|k| k.key_pair_type()) {
         Ok(nkeys::KeyPairType::User) => Ok(()),
         _ => Err(NatsAuthError::NotAUserKey(user_pub.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_older_state_account_is_re_signed_with_its_exports_and_keeps_its_revocations() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let operator = KeyPair::new_operator();
+        let tenant: TenantId = "acme".parse().expect("id");
+        let dir = tenant_dir(root.path(), &tenant).expect("dir");
+        // The layout before the edge account: the tenant account alone, no exports, one
+        // revoked user.
+        let key = key(&dir, "account.nk", KeyPair::new_account).expect("key");
+        let mut old = Claims::new(
+            key.public_key(),
+            "acme",
+            Account::new(AccountLimits::unlimited_with_jetstream()),
+        );
+        let revoked = KeyPair::new_user().public_key();
+        old.nats.revocations.insert(revoked.clone(), 1_000);
+        let far_future = now() + 1_000;
+        let jwt = jwt::encode(&operator, &mut old, far_future).expect("signed");
+        dir.write_secret("account.jwt", &jwt).expect("written");
+
+        let state = account(&dir, &tenant, AccountKind::Tenant, &operator).expect("state");
+        let claims: Claims<Account> = jwt::decode(&state.jwt).expect("claims");
+        assert_eq!(claims.nats.exports, edge::exports(&tenant));
+        assert_eq!(claims.nats.revocations.get(&revoked), Some(&1_000));
+        assert!(
+            claims.iat > far_future,
+            "not newer than the JWT the broker holds"
+        );
+        let stored = std::fs::read_to_string(dir.path().join("account.jwt")).expect("read");
+        assert_eq!(stored.trim(), state.jwt, "the re-signed JWT is stored");
+
+        let edge_account = account(&dir, &tenant, AccountKind::Edge, &operator).expect("edge");
+        let edge: Claims<Account> = jwt::decode(&edge_account.jwt).expect("claims");
+        assert_eq!(edge.nats.imports, edge::imports(&tenant, &key.public_key()));
+        assert_eq!(
+            edge.nats.limits,
+            AccountLimits::unlimited_without_jetstream()
+        );
+        // Read again, nothing changes.
+        let again = account(&dir, &tenant, AccountKind::Tenant, &operator).expect("state");
+        assert_eq!(again.jwt, state.jwt);
     }
 }

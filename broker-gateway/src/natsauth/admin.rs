@@ -100,7 +100,7 @@ pub struct ClusterArgs {
 /// `flue-gateway tenant …`.
 #[derive(Debug, Clone, Subcommand)]
 pub enum TenantCommand {
-    /// Creates a tenant's two accounts and writes the broker configuration again (the
+    /// Creates a tenant's three accounts and writes the broker configuration again (the
     /// broker preloads them at its next start; a running gateway pushes them itself).
     Create {
         /// The tenant id.

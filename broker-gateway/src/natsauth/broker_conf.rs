@@ -121,11 +121,11 @@ pub struct LeafSettings {
     pub hub: String,
     /// The leaf user's `.creds` file.
     pub credentials: PathBuf,
-    /// The tenant account's public key: local clients are bound to it.
+    /// The tenant's edge account's public key: local clients are bound to it.
     pub account: String,
     /// CA the hub's certificate is verified against.
     pub hub_ca: Option<PathBuf>,
-    /// The leaf's system user's `.creds` file: it may only receive the tenant account's
+    /// The leaf's system user's `.creds` file: it may only receive the edge account's
     /// JWT updates from the hub.
     pub system_credentials: PathBuf,
     /// Where the leaf's resolver keeps the account JWTs it holds.
@@ -133,11 +133,11 @@ pub struct LeafSettings {
 }
 
 /// A leaf node's configuration: operator mode with the hub's operator, a full resolver
-/// preloaded with only the tenant's account and the system account it requires (so only
-/// that tenant's users connect), and two remotes to the hub: one bound to the tenant
-/// account (the tenant's traffic), one bound to the system account whose user may only
-/// receive the tenant account's JWT updates, so a revocation pushed to the hub reaches
-/// the leaf at once.
+/// preloaded with only the tenant's edge account, a stub of its state account
+/// ([`super::edge::stub_state_jwt`]) and the system account it requires (so only that
+/// tenant's users connect), and two remotes to the hub: one bound to the edge account (the
+/// tenant's traffic), one bound to the system account whose user may only receive the edge
+/// account's JWT updates, so a revocation pushed to the hub reaches the leaf at once.
 pub fn leaf(settings: &LeafSettings, trust: &Trust<'_>) -> String {
     let mut out = String::from(
         "# Written by `flue-gateway leaf-config`: a leaf node for one tenant network.\n\

@@ -113,6 +113,13 @@ pub struct Account {
     /// Permissions of users whose JWT sets none.
     #[serde(default, skip_serializing_if = "Permissions::is_empty")]
     pub default_permissions: Permissions,
+    /// Subjects of other accounts this one reaches (a tenant's edge account: the agent
+    /// services of its state account, [`super::edge`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub imports: Vec<Import>,
+    /// Subjects other accounts may import (a tenant's state account: the agent services).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exports: Vec<Export>,
     /// `account`.
     #[serde(rename = "type")]
     pub kind: String,
@@ -127,10 +134,70 @@ impl Account {
             limits,
             revocations: BTreeMap::new(),
             default_permissions: Permissions::default(),
+            imports: Vec::new(),
+            exports: Vec::new(),
             kind: "account".into(),
             version: VERSION,
         }
     }
+}
+
+/// An export of an account JWT (`nats-io/jwt` v2 `Export`): a service only (Flue exports
+/// no streams). Public: no activation token, so any account may import it, and only the
+/// operator (the gateway's state directory) signs accounts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Export {
+    /// A name for people.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// The subject (wildcards allowed) requests are published on.
+    pub subject: String,
+    /// `service`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `Stream` when one request gets several answers (a pull of a batch), absent for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_type: Option<String>,
+}
+
+impl Export {
+    /// A public service export of `subject`, one answer per request.
+    pub fn service(name: impl Into<String>, subject: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            subject: subject.into(),
+            kind: "service".into(),
+            response_type: None,
+        }
+    }
+
+    /// A public service export of `subject` whose requests may get several answers.
+    pub fn streamed_service(name: impl Into<String>, subject: impl Into<String>) -> Self {
+        Self {
+            response_type: Some("Stream".into()),
+            ..Self::service(name, subject)
+        }
+    }
+}
+
+/// An import of an account JWT (`nats-io/jwt` v2 `Import`), a service: a request published
+/// on `local_subject` (or `subject` when absent) in the importing account is published on
+/// `subject` in `account`, and its answers come back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Import {
+    /// A name for people.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// The subject in the exporting account.
+    pub subject: String,
+    /// The exporting account's public key.
+    pub account: String,
+    /// The subject the importer's clients publish on, when not `subject`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_subject: Option<String>,
+    /// `service`.
+    #[serde(rename = "type")]
+    pub kind: String,
 }
 
 /// `limits` of an account JWT (`OperatorLimits`: NATS, account and JetStream limits

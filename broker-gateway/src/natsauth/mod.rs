@@ -2,13 +2,17 @@
 //! tenant (plus one holding only its events), users minted by the gateway.
 //!
 //! Key hierarchy: the **operator** (`O…`) signs the **accounts** (`A…`): the system
-//! account and, per tenant, its tenant account and its events account; each account
-//! signs its **users** (`U…`): the gateway's own users (whole account), agents (their own
-//! queue, answers, heartbeats, inbox and stacks' data keys: [`perms::agent`]), listeners
-//! (the events account, read only: [`perms::listener`]) and leaf nodes (the tenant
-//! account). Every seed but the users' stays in the gateway's state directory.
+//! account and, per tenant, its tenant (state) account, its events account and its edge
+//! account; each account signs its **users** (`U…`): the gateway's own users (the whole
+//! state and events accounts), agents (edge account: their own queue, answers,
+//! heartbeats, inbox and stacks' data keys: [`perms::agent`]), listeners (the events
+//! account, read only: [`perms::listener`]) and leaf nodes (the edge account). The edge
+//! account holds no stream: it reaches the state account only through the services
+//! [`edge`] exports, so no reply subject of an agent can touch the tenant's state. Every
+//! seed but the users' stays in the gateway's state directory.
 //!
 //! - [`jwt`]: NATS JWT claims and their encoding;
+//! - [`edge`]: the state account's exports and the edge account's imports;
 //! - [`perms`]: the agent's and the listener's permission sets;
 //! - [`accounts`]: keys and account JWTs in the state directory, minting users;
 //! - [`broker_conf`]: the hub's and a leaf node's nats-server configuration;
@@ -20,6 +24,7 @@ pub mod accounts;
 pub mod admin;
 pub(crate) mod broker_conf;
 pub(crate) mod cluster_conf;
+pub(crate) mod edge;
 pub mod jwt;
 pub mod perms;
 pub mod push;
@@ -163,11 +168,12 @@ impl NatsAuth {
         Ok(self.account(tenant, kind)?.key.public_key())
     }
 
-    /// Makes `tenant`'s two accounts in the state directory (kept if they exist); the
-    /// broker learns of them at its next start (preload) or by [`NatsAuth::push_all`].
+    /// Makes `tenant`'s three accounts in the state directory (kept if they exist, brought
+    /// to today's layout if older); the broker learns of them at its next start (preload)
+    /// or by [`NatsAuth::push_all`].
     pub fn create_tenant_offline(&self, tenant: &TenantId) -> Result<(), NatsAuthError> {
         let dir = accounts::tenant_dir(&self.root, tenant)?;
-        for kind in AccountKind::BOTH {
+        for kind in AccountKind::ALL {
             accounts::account(&dir, tenant, kind, &self.operator)?;
         }
         Ok(())
@@ -181,7 +187,7 @@ impl NatsAuth {
     ) -> Result<(), NatsAuthError> {
         let _updating = self.updates.lock().await;
         self.create_tenant_offline(tenant)?;
-        for kind in AccountKind::BOTH {
+        for kind in AccountKind::ALL {
             push::push(system, &self.account(tenant, kind)?.jwt).await?;
         }
         Ok(())
@@ -197,11 +203,12 @@ impl NatsAuth {
         Ok(())
     }
 
-    /// Every account JWT by public key: the system account's, then each tenant's two.
+    /// Every account JWT by public key: the system account's, then each tenant's three
+    /// (state, events, edge: an exporter before its importer).
     pub fn account_jwts(&self) -> Result<Vec<(String, String)>, NatsAuthError> {
         let mut all = vec![(self.system.public_key(), self.system_jwt.to_string())];
         for tenant in self.tenants()? {
-            for kind in AccountKind::BOTH {
+            for kind in AccountKind::ALL {
                 let account = self.account(&tenant, kind)?;
                 all.push((account.key.public_key(), account.jwt));
             }
@@ -226,9 +233,12 @@ impl NatsAuth {
 
     /// Writes a leaf node's configuration and its leaf user's credentials for `tenant`'s
     /// network into `out` (`leaf.conf`, `leaf.creds`, both 0600). `listen` is the leaf's
-    /// client listener, `hub` the hub's leaf node URL. The leaf user of `tenant`'s account
-    /// whose credentials `out` held (an earlier run) is revoked in the account JWT stored
-    /// here; the broker learns it at the gateway's next push of the accounts.
+    /// client listener, `hub` the hub's leaf node URL. The leaf node is bound to the
+    /// tenant's edge account (its agents are edge users) and preloads a stub of the state
+    /// account ([`edge::stub_state_jwt`]). The leaf user whose credentials `out` held (an
+    /// earlier run, of the edge account or, written before the edge account existed, of
+    /// the tenant account) is revoked in the account JWT stored here; the broker learns it
+    /// at the gateway's next push of the accounts.
     pub fn write_leaf_conf(
         &self,
         tenant: &TenantId,
@@ -238,18 +248,21 @@ impl NatsAuth {
         out: &Path,
     ) -> Result<LeafConf, NatsAuthError> {
         let dir = StateDir::open(out)?;
-        let account = self.account(tenant, AccountKind::Tenant)?;
+        let account = self.account(tenant, AccountKind::Edge)?;
+        let state = self.account(tenant, AccountKind::Tenant)?.key.public_key();
         // The leaf user these files replace is revoked first: should writing fail, the
         // files left behind hold a revoked user and a new run revokes it again, harmlessly.
-        let replaced = replaced_leaf_user(&dir, &account.key.public_key());
-        if let Some(old) = &replaced {
-            accounts::revoke(
-                &self.tenant_dir(tenant)?,
-                AccountKind::Tenant,
-                &self.operator,
-                old,
-            )?;
+        let mut replaced = None;
+        for (kind, issuer) in [
+            (AccountKind::Edge, account.key.public_key()),
+            (AccountKind::Tenant, state.clone()),
+        ] {
+            if let Some(old) = replaced_leaf_user(&dir, &issuer) {
+                accounts::revoke(&self.tenant_dir(tenant)?, kind, &self.operator, &old)?;
+                replaced = Some(old);
+            }
         }
+        let account = self.account(tenant, AccountKind::Edge)?;
         let creds = self.leaf_creds(tenant)?;
         dir.write_secret(LEAF_CREDS, &creds.to_text())?;
         let system_creds = self.leaf_system_creds(&account.key.public_key())?;
@@ -270,6 +283,10 @@ impl NatsAuth {
             // JWT is public and no user of it is bound to the hub through this leaf.
             accounts: vec![
                 (self.system.public_key(), self.system_jwt.to_string()),
+                (
+                    state.clone(),
+                    edge::stub_state_jwt(&self.operator, &state, tenant)?,
+                ),
                 (account.key.public_key(), account.jwt),
             ],
         };
@@ -318,8 +335,8 @@ impl NatsAuth {
     }
 
     /// The user JWT of server `server`'s agent, for the user key `user_pub` (the agent's
-    /// seed is made by registration, not here), allowing exactly [`perms::agent`].
-    /// Joining another stack needs a new JWT.
+    /// seed is made by registration, not here), a user of `tenant`'s edge account allowed
+    /// exactly [`perms::agent`]. Joining another stack needs a new JWT.
     pub fn agent_jwt(
         &self,
         tenant: &TenantId,
@@ -328,7 +345,7 @@ impl NatsAuth {
         stacks: &[StackId],
     ) -> Result<String, NatsAuthError> {
         accounts::sign_user(
-            &self.account(tenant, AccountKind::Tenant)?.key,
+            &self.account(tenant, AccountKind::Edge)?.key,
             user_pub,
             &format!("agent {tenant}/{server}"),
             perms::agent(tenant, server, stacks),
@@ -350,12 +367,12 @@ impl NatsAuth {
         Ok((listener, creds))
     }
 
-    /// A new leaf node user of `tenant`'s account (the whole account: the leaf node
-    /// checks its own clients' permissions). Only a leaf node's link may use it: the broker
-    /// refuses it to a plain client.
+    /// A new leaf node user of `tenant`'s edge account (the whole edge account: the leaf
+    /// node checks its own clients' permissions). Only a leaf node's link may use it: the
+    /// broker refuses it to a plain client.
     pub fn leaf_creds(&self, tenant: &TenantId) -> Result<UserCreds, NatsAuthError> {
         accounts::mint_leaf_user(
-            &self.account(tenant, AccountKind::Tenant)?.key,
+            &self.account(tenant, AccountKind::Edge)?.key,
             &format!("leaf {tenant}"),
             Permissions::default(),
         )

@@ -2,8 +2,10 @@
 //! listener may publish and subscribe to. Everything not allowed is refused by the broker.
 //!
 //! Gateway, system and leaf users carry no permissions: each has its whole account (the
-//! account is the boundary between tenants). The one exception is a leaf node's system
-//! user ([`leaf_system`]): the system account spans every tenant.
+//! account is the boundary between tenants; a leaf user's is the tenant's edge account,
+//! which holds nothing but imports of the agents' services, [`super::edge`]). The one
+//! exception is a leaf node's system user ([`leaf_system`]): the system account spans every
+//! tenant.
 
 use flue_proto::event::{EVENT_STREAM, tenant_events};
 use flue_proto::jsapi;
@@ -13,7 +15,8 @@ use flue_proto::{ServerId, StackId, TenantId};
 use super::jwt::Permissions;
 
 /// A tenant leaf node's system user's rights: receiving the JWT updates of the tenant's
-/// `account` (the gateway pushes each on the account's own subject) and nothing else;
+/// edge `account` (the gateway pushes each on the account's own subject; never the state
+/// account's, whose stub the leaf must keep) and nothing else;
 /// publishing nothing. Through this leaf remote the hub forwards exactly that subject, so
 /// the leaf's resolver learns a revocation at once, while another account's claims, claim
 /// lookups, server requests and every other system subject stay out of reach. (The

@@ -42,11 +42,16 @@ impl BrokerUsers {
     }
 
     /// Revokes the agent user `user_pub` at the broker: its connections are closed and its
-    /// JWTs refused from now on.
+    /// JWTs refused from now on. Agents are users of the edge account; one whose
+    /// credentials were minted before the edge account existed is a user of the tenant
+    /// account until it is rotated, so the key is revoked in both.
     pub async fn revoke_agent(&self, user_pub: &str) -> Result<(), NatsAuthError> {
-        self.auth
-            .revoke_user(&self.tenant, AccountKind::Tenant, user_pub, &self.system)
-            .await
+        for kind in [AccountKind::Edge, AccountKind::Tenant] {
+            self.auth
+                .revoke_user(&self.tenant, kind, user_pub, &self.system)
+                .await?;
+        }
+        Ok(())
     }
 
     /// A new listener user of the tenant's events account, with its listener id.

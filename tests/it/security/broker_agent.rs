@@ -96,6 +96,16 @@ impl World {
         self.refused.lock().expect("lock").join("\n")
     }
 
+    /// A new user of the whole edge account of `acme` (what a leaf node's link holds),
+    /// minted with the account's seed from the state directory.
+    pub(super) fn edge_user(&self) -> UserCreds {
+        let seed = std::fs::read_to_string(self.secure.state_dir().join("accounts/acme/edge.nk"))
+            .expect("the edge account's seed");
+        let edge = KeyPair::from_seed(seed.trim()).expect("a seed");
+        flue_gateway::natsauth::accounts::mint_user(&edge, "whole edge", Default::default())
+            .expect("minted")
+    }
+
     /// The JetStream API subject of web1's own consumer's info: a request the agent may
     /// make and the broker answers ([`broker_has_read`]'s probe).
     pub(super) fn own_consumer_info(&self) -> String {
@@ -205,7 +215,7 @@ async fn a_revoked_agent_is_disconnected_at_once_and_cannot_reconnect() {
     let system = w.secure.system().await;
     w.secure
         .auth
-        .revoke_user(&tenant(), AccountKind::Tenant, &w.key.public_key(), &system)
+        .revoke_user(&tenant(), AccountKind::Edge, &w.key.public_key(), &system)
         .await
         .expect("revoked and pushed");
     let refused = w.refused.clone();
@@ -224,9 +234,9 @@ async fn a_revoked_agent_is_disconnected_at_once_and_cannot_reconnect() {
         e.to_lowercase().contains("authorization") || e.contains("revoked"),
         "{e}"
     );
-    // The account JWT on disk carries the revocation, so a restarted broker keeps it.
-    let account = std::fs::read_to_string(w.secure.state_dir().join("accounts/acme/account.jwt"))
-        .expect("jwt");
+    // The edge account's JWT on disk carries the revocation, so a restarted broker keeps it.
+    let account =
+        std::fs::read_to_string(w.secure.state_dir().join("accounts/acme/edge.jwt")).expect("jwt");
     // A JWT's claims are its middle part, base64url JSON: anyone can read them.
     let claims = account.trim().split('.').nth(1).expect("a JWT");
     let claims: serde_json::Value = serde_json::from_slice(

@@ -34,7 +34,7 @@ async fn an_agent_cannot_read_another_servers_queue() {
         "nothing of web2's queue was delivered"
     );
     assert_eq!(web2.num_pending, 1);
-    // The hub checks the subject after mapping its domain to `$JS.API`.
+    // Refused as published, in either spelling (an edge account has no domain mapping).
     let refused = w.refused();
     assert!(
         refused.contains(&format!("CONSUMER.INFO.{REQUEST_STREAM}.{other}\"")),
@@ -152,8 +152,22 @@ async fn an_agent_cannot_subscribe_beyond_its_inbox_and_its_stacks_keys() {
         .put("acme.st2.secret", Bytes::from_static(b"changed"))
         .await
         .expect("put");
-    w.gateway
-        .publish(marker.clone(), Bytes::from_static(b"m"))
+    // The agent is a user of the edge account: what reaches it is published there (the
+    // gateway's publishes above, in the state account, never do). A user of the whole
+    // edge account publishes the same subjects, then the marker, in order.
+    let edge = w
+        .secure
+        .nats
+        .connect(&w.edge_user())
+        .await
+        .expect("edge user");
+    broker_has_read(&w.gateway, &w.gateway.new_inbox()).await;
+    for subject in ["flue.acme.req.web2", "_INBOX.someone"] {
+        edge.publish(subject, Bytes::from_static(b"x"))
+            .await
+            .expect("publish");
+    }
+    edge.publish(marker.clone(), Bytes::from_static(b"m"))
         .await
         .expect("publish");
     let _ = wait_for_marker(&mut own, &marker).await;
@@ -220,7 +234,8 @@ async fn an_agent_cannot_create_a_consumer() {
     );
     let refused = w.refused();
     assert!(
-        refused.contains("Permissions Violation for Publish to \"$JS.API.CONSUMER.CREATE.FLUE_REQ"),
+        refused.contains("API.CONSUMER.CREATE.FLUE_REQ")
+            && refused.contains("Permissions Violation for Publish to \"$JS."),
         "{refused}"
     );
 }

@@ -1,7 +1,7 @@
 //! A tenant network's leaf node written by `flue-gateway leaf-config`, on loopback: an
 //! agent connected to it reaches its queue on the hub; another tenant's user is refused; a
-//! revocation reaches the leaf node at once (its system remote hears the tenant account's
-//! updates), while the leaf's system user may do nothing else system-wide.
+//! revocation reaches the leaf node at once (its system remote hears the tenant's edge
+//! account's updates), while the leaf's system user may do nothing else system-wide.
 
 use std::time::Duration;
 
@@ -218,7 +218,7 @@ async fn a_revoked_agent_behind_a_leaf_node_is_cut_off_at_once_without_a_reload(
     let system = secure.system().await;
     secure
         .auth
-        .revoke_user(&tenant, AccountKind::Tenant, &key.public_key(), &system)
+        .revoke_user(&tenant, AccountKind::Edge, &key.public_key(), &system)
         .await
         .expect("revoked on the hub");
     // The hub forwards the re-signed account JWT to the leaf's system remote: the leaf
@@ -254,7 +254,7 @@ async fn a_leaf_nodes_users_are_refused_to_a_plain_client_of_the_hub() {
     let (tenant, _) = ids();
     let acme = secure
         .auth
-        .account_public_key(&tenant, AccountKind::Tenant)
+        .account_public_key(&tenant, AccountKind::Edge)
         .expect("acme");
     for (what, creds) in [
         ("leaf", secure.auth.leaf_creds(&tenant).expect("leaf user")),
@@ -287,11 +287,11 @@ async fn a_leaf_nodes_system_user_hears_only_its_tenants_account_updates_and_ask
     let secure = SecureNats::start(&["acme", "other"], None).await;
     let acme = secure
         .auth
-        .account_public_key(&"acme".parse().expect("id"), AccountKind::Tenant)
+        .account_public_key(&"acme".parse().expect("id"), AccountKind::Edge)
         .expect("acme");
     let other = secure
         .auth
-        .account_public_key(&"other".parse().expect("id"), AccountKind::Tenant)
+        .account_public_key(&"other".parse().expect("id"), AccountKind::Edge)
         .expect("other");
     // The rights of the user `leaf-config` writes for acme's leaf node, straight on the hub:
     // whatever a compromised tenant network could do with it through a leaf node of its

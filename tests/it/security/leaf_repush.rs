@@ -163,7 +163,7 @@ async fn a_leaf_node_that_missed_a_revocation_admits_the_user_until_the_account_
     let system = secure.system().await;
     secure
         .auth
-        .revoke_user(&tenant, AccountKind::Tenant, &key.public_key(), &system)
+        .revoke_user(&tenant, AccountKind::Edge, &key.public_key(), &system)
         .await
         .expect("revoked on the hub");
     leaf.start_again().await;

@@ -9,6 +9,7 @@ mod broker_listener_webhooks;
 mod broker_tls;
 mod credentials;
 mod datakeys;
+mod edge_accounts;
 mod http_auth;
 mod http_ops;
 mod http_roles;

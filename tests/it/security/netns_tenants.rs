@@ -1,5 +1,5 @@
 //! Issue 10 point 9, tenants apart: two tenant networks in network namespaces
-//! ([`TenantNetworks`]), each with its leaf node bound to its own tenant's account and linked
+//! ([`TenantNetworks`]), each with its leaf node bound to its own tenant's edge account and linked
 //! to the hub over TLS. The second hears none of the first's subjects and finds none of its
 //! streams' consumers, and a leaf node that does not trust the hub's certificate never links.
 
@@ -54,12 +54,12 @@ fn tenant(id: &str) -> TenantId {
     TenantId::new(id).expect("tenant id")
 }
 
-/// Whether a client with the whole of tenant network `net`'s account, connected to its
+/// Whether a client with the whole of tenant network `net`'s edge account, connected to its
 /// leaf node, finds `consumer` on the request stream (JetStream domain `flue`, across the
 /// leaf node): `found`, or `not found: …` with what JetStream answered.
 async fn consumer_lookup(env: &TenantNetworks, net: usize, consumer: &str) -> String {
     let net = &env.tenants[net];
-    let creds = env.tenant_user_creds(&net.name);
+    let creds = env.edge_user_creds(&net.name);
     let run = net
         .ns
         .command(flue_tests::repo_root().join(".venv/bin/python"))
@@ -109,7 +109,8 @@ asyncio.run(main())
 /// `second`, is the control: once it heard two heartbeats after both spies were ready, the
 /// first of them had a whole heartbeat interval to reach the second network, so the
 /// second network's spy has heard it or never will. Each spy has the whole of its own
-/// tenant's account and subscribes to every Flue subject.
+/// tenant's edge account (the one its leaf node is bound to) and subscribes to every Flue
+/// subject.
 async fn second_tenant_hears_the_first_tenants_subjects(
     env: &TenantNetworks,
     first: usize,
@@ -118,11 +119,11 @@ async fn second_tenant_hears_the_first_tenants_subjects(
 ) -> bool {
     let wildcard = "flue.>";
     let (first, second) = (&env.tenants[first], &env.tenants[second]);
-    let creds = env.tenant_user_creds(&second.name);
+    let creds = env.edge_user_creds(&second.name);
     let spy = env
         .subject_spy(&second.ns, TENANT_NATS_PORT, &creds, false, wildcard)
         .await;
-    let creds = env.tenant_user_creds(&first.name);
+    let creds = env.edge_user_creds(&first.name);
     let control = env
         .subject_spy(&first.ns, TENANT_NATS_PORT, &creds, false, wildcard)
         .await;
