@@ -16,8 +16,9 @@ pub const DEFAULT_HOOK_DIR: &str = "/var/lib/heat-config/hooks";
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// Default number of days a finished deployment stays in the ledger.
 pub const DEFAULT_LEDGER_RETENTION_DAYS: u64 = 30;
-/// Default interval between two heartbeats.
-pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
+/// Default interval between two heartbeats: a fallback, since a gateway in operator mode
+/// learns of a closed agent connection from the broker itself (`heartbeat.rs`).
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
 /// Longest accepted heartbeat interval, in seconds.
 pub const MAX_HEARTBEAT_SECS: u64 = 60;
 /// Seconds in one day of ledger retention.
@@ -163,8 +164,9 @@ pub struct RunArgs {
     #[arg(long, env = "FLUE_LEDGER_RETENTION_DAYS", default_value_t = DEFAULT_LEDGER_RETENTION_DAYS,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub ledger_retention_days: u64,
-    /// Seconds between two presence heartbeats (1 to 60); keep it well below the gateway's
-    /// --presence-timeout-secs.
+    /// Seconds between two presence heartbeats (1 to 60). A fallback: in operator mode the
+    /// gateway hears of a closed connection from the broker; a silent agent is reported
+    /// offline after twice this (or the gateway's --presence-timeout-secs if longer).
     #[arg(long, env = "FLUE_HEARTBEAT_SECS", default_value_t = DEFAULT_HEARTBEAT_INTERVAL.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=MAX_HEARTBEAT_SECS))]
     pub heartbeat_secs: u64,
@@ -303,7 +305,7 @@ mod tests {
     #[test]
     fn heartbeat_interval_is_given_in_seconds() {
         let c = parse(&["--server-id", "s"]).expect("parses");
-        assert_eq!(c.heartbeat_interval, Duration::from_secs(3));
+        assert_eq!(c.heartbeat_interval, Duration::from_secs(30));
         let c = parse(&["--server-id", "s", "--heartbeat-secs", "60"]).expect("parses");
         assert_eq!(c.heartbeat_interval, Duration::from_secs(60));
     }

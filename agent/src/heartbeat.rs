@@ -1,11 +1,16 @@
 //! Presence heartbeats on `flue.<tenant>.hb.<server>` (core NATS, no stream).
 //!
-//! The agent announces itself at start, every `--heartbeat-secs` (default 3) after that, and
+//! The agent announces itself at start, every `--heartbeat-secs` (default 30) after that, and
 //! at once after every reconnection to the broker, so that a broker restart leaves no gap
 //! longer than the reconnection itself. Every heartbeat carries the process's random
-//! `instance` (a new one tells the gateway the agent restarted), a `seq` counting up from 1
-//! and the interval until the next one. On a clean shutdown the agent's last heartbeat says
-//! `stopping`, and the gateway reports the server offline at once.
+//! `instance` (a new one tells the gateway the agent restarted), a `seq` counting up from 1,
+//! the interval until the next one and the broker connection it was sent on (the server's
+//! id and the client id the broker gave it): a gateway following the broker's disconnect
+//! advisories (operator mode) reports the server offline as soon as that connection
+//! closes, so heartbeats are only the fallback for what the broker cannot see (a
+//! connection open but the agent silent, a leaf node, development mode), which is why
+//! they can be rare. On a clean shutdown the agent's last heartbeat says `stopping`, and
+//! the gateway reports the server offline at once.
 //!
 //! Heartbeats run in their own task and never wait for deployment work, nor make it wait: a
 //! heartbeat is skipped while the connection is down (the reconnection sends one), so they
@@ -17,7 +22,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::connection::State;
-use flue_proto::{Heartbeat, HeartbeatState, PROTOCOL_VERSION, ServerId, TenantId, subject};
+use flue_proto::{
+    BrokerConnection, Heartbeat, HeartbeatState, PROTOCOL_VERSION, ServerId, TenantId, subject,
+};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
@@ -105,6 +112,7 @@ impl Heartbeats {
             }),
             ledger_created_at: self.ledger_created_at,
             agent_version: self.version.clone(),
+            connection: connection(&self.client),
         }
     }
 
@@ -154,6 +162,16 @@ impl Heartbeats {
             Err(_) => debug!("flushing the stopping heartbeat timed out"),
         }
     }
+}
+
+/// The broker connection `client` is on, as the broker names it; `None` before the
+/// first `INFO` (or from a server that gives no client id).
+fn connection(client: &async_nats::Client) -> Option<BrokerConnection> {
+    let info = client.server_info();
+    (info.client_id != 0 && !info.server_id.is_empty()).then_some(BrokerConnection {
+        server_id: info.server_id,
+        client_id: info.client_id,
+    })
 }
 
 /// Sends heartbeats until `cancel`: one now, one every interval, and one right after each

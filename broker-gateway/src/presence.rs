@@ -1,13 +1,29 @@
-//! Presence: online / offline derived from agents' heartbeats, emitted as events.
+//! Presence: online / offline derived from agents' heartbeats and the broker's own
+//! disconnect advisories, emitted as events.
 //!
 //! The gateway follows `flue.<tenant>.hb.*` (core NATS). A registered server goes
 //! **online** on its first heartbeat (or the first after being offline), and **offline**
 //! at once on its agent's `stopping` heartbeat (reason `agent stopped`), when a new agent
-//! instance replaces the one online (`agent restarted`, then online again), or after a
-//! silence (`no heartbeat for N s`). The silence limit is `--presence-timeout-secs`
-//! (default 10), or twice the agent's heartbeat interval when that is longer, and it is
-//! checked every second ([`CHECK_INTERVAL`]): a killed agent is reported offline at most
-//! limit + 1 s after its last heartbeat.
+//! instance replaces the one online (`agent restarted`, then online again), when the
+//! broker reports the agent's connection closed (`agent disconnected (…)`, below), or
+//! after a silence (`no heartbeat for N s`). The silence limit is `--presence-timeout-secs`
+//! (default 10), or twice the agent's heartbeat interval when that is longer (60 s with
+//! the agent's default 30 s), and it is checked every second ([`CHECK_INTERVAL`]): a
+//! silent agent is reported offline at most limit + 1 s after its last heartbeat.
+//!
+//! In operator mode the gateway also follows its tenant account's disconnect advisories
+//! (`$SYS.ACCOUNT.<account>.DISCONNECT`, over its system-account connection,
+//! [`advisories`]): each heartbeat names the broker connection it came on
+//! ([`flue_proto::BrokerConnection`]), and when the broker reports the connection of the
+//! instance online closed by its agent, broken, or stale ([`Disconnect`]), the server
+//! goes offline once [`DISCONNECT_GRACE`] passed without a heartbeat on a new connection
+//! (a reconnection). A killed agent is so reported offline within about 2–3 s, whatever
+//! its heartbeat interval, and heartbeats are only the fallback: for an agent whose
+//! connection stays open while it is silent, a connection the gateway has not yet seen a
+//! heartbeat on (an agent older than this, a gateway just started), agents behind a
+//! tenant network's leaf node (their broker's advisories stay in it) and development mode
+//! (no system account). A broker shutting down is not an agent leaving: its advisories
+//! are ignored.
 //!
 //! The state of each server is kept in the KV bucket [`PRESENCE_BUCKET`] (`<tenant>.<server>`,
 //! see [`Record`]), written only on transitions, each one a compare-and-set on the key's
@@ -29,6 +45,7 @@
 //! registration is read from the store on a server's first heartbeat and re-read every
 //! minute (every 5 s while unregistered), not on each heartbeat.
 
+mod advisories;
 mod bucket;
 mod follow;
 mod state;
@@ -41,8 +58,8 @@ use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
 use flue_proto::event::ServerEventData;
 use flue_proto::{
-    AgentMetrics, CloudEvent, EventType, Heartbeat, HeartbeatState, Presence, PresenceStatus,
-    ServerId, TenantId,
+    AgentMetrics, BrokerConnection, CloudEvent, EventType, Heartbeat, HeartbeatState, Presence,
+    PresenceStatus, ServerId, TenantId,
 };
 use time::OffsetDateTime;
 use tokio::time::Instant;
@@ -54,8 +71,9 @@ use crate::events::Events;
 use crate::metrics::{TenantMetrics, agents};
 use crate::store::{self, StoreError};
 
+pub use advisories::{Advisories, follow_disconnects};
 pub use follow::run;
-pub use state::{Reason, Record, Step};
+pub use state::{Disconnect, Reason, Record, Step};
 
 /// What following presence takes besides the tracker: the server records (a heartbeat
 /// counts only from a registered server) and the event stream; cheap to clone.
@@ -74,6 +92,10 @@ use bucket::{bucket, key, load, read};
 pub use flue_proto::subject::PRESENCE_BUCKET;
 /// How often silences are checked.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// How long after the broker reported the connection of a server's agent closed the
+/// server goes offline, unless a heartbeat came on a new connection meanwhile (an agent
+/// reconnecting sends one at once). Checked with silences, so offline comes 2–3 s after.
+pub const DISCONNECT_GRACE: Duration = Duration::from_secs(2);
 /// How long a server found registered is trusted before its registration is read again.
 const REGISTERED_RECHECK: Duration = Duration::from_secs(60);
 /// How long a server found unregistered is ignored before its registration is read again.
@@ -98,6 +120,9 @@ struct Inner {
     tenant: TenantId,
     timeout: Duration,
     servers: Mutex<HashMap<ServerId, Tracked>>,
+    /// The broker connection of each server's instance online, as its last heartbeat
+    /// named it, for the disconnect advisories (never locked with `servers` held).
+    connections: Mutex<HashMap<BrokerConnection, ServerId>>,
 }
 
 /// Whether a server is registered, as last read from the store.
@@ -136,6 +161,10 @@ struct Tracked {
     agent_counts: Option<(String, AgentMetrics)>,
     /// The version its agent's last heartbeat named, with that agent's instance.
     agent_version: Option<(String, String)>,
+    /// The broker connection the instance online last sent a heartbeat on.
+    connection: Option<BrokerConnection>,
+    /// When the broker reported that connection closed, and how; cleared by a heartbeat.
+    disconnected: Option<(Instant, Disconnect)>,
 }
 
 impl Tracked {
@@ -151,6 +180,8 @@ impl Tracked {
             rival_logged: None,
             agent_counts: None,
             agent_version: None,
+            connection: None,
+            disconnected: None,
         }
     }
 }
@@ -202,6 +233,7 @@ impl PresenceTracker {
                 tenant,
                 timeout,
                 servers: Mutex::new(servers),
+                connections: Mutex::new(HashMap::new()),
             }),
             metrics: TenantMetrics::default(),
         })
@@ -339,6 +371,7 @@ impl PresenceTracker {
             let online = self.with(server, |t| {
                 t.last_beat = None;
                 t.pending_stop = false;
+                t.disconnected = None;
                 t.record.as_ref().is_some_and(Record::is_online)
             });
             if !online {
@@ -386,13 +419,51 @@ impl PresenceTracker {
             let limit = state::silence_limit(self.inner.timeout, beat.interval_ms);
             // A version is a short token (`0.1.0+<build id>`); anything longer is not kept.
             let version = beat.agent_version.clone().filter(|v| v.len() <= 64);
-            self.with(&server, |t| {
+            let (old, new) = self.with(&server, |t| {
                 t.last_beat = Some(now.0);
                 t.last_seen = Some(now.1);
                 t.limit = limit;
                 t.agent_version = version.map(|v| (beat.instance.clone(), v));
+                // A heartbeat is a connection alive: any closed one is behind it.
+                t.disconnected = None;
+                let online = t.record.as_ref().is_some_and(Record::is_online);
+                let new = beat.connection.clone().filter(|_| online);
+                (std::mem::replace(&mut t.connection, new.clone()), new)
             });
+            if old.is_some() || new.is_some() {
+                let mut connections = self.connections();
+                if let Some(old) = old.filter(|old| Some(old) != new.as_ref()) {
+                    connections.remove(&old);
+                }
+                if let Some(new) = new {
+                    connections.insert(new, server);
+                }
+            }
         }
+    }
+
+    /// The broker reported the connection `closed` ended, `how`: if it is the one the
+    /// instance online of a server sent its heartbeats on, that server goes offline after
+    /// [`DISCONNECT_GRACE`] unless a heartbeat comes first ([`Self::check`], in [`run`]).
+    /// Memory only: no broker call.
+    fn disconnected(&self, closed: &BrokerConnection, how: Disconnect) {
+        let Some(server) = self.connections().remove(closed) else {
+            return;
+        };
+        self.with(&server, |t| {
+            if t.connection.as_ref() == Some(closed) {
+                debug!(server.id = %server, %how, "the broker reports the agent's connection closed");
+                t.connection = None;
+                t.disconnected = Some((Instant::now(), how));
+            }
+        });
+    }
+
+    fn connections(&self) -> MutexGuard<'_, HashMap<BrokerConnection, ServerId>> {
+        self.inner
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// True when `beat` is a [`state::rival`]'s: it neither changes the presence nor keeps
@@ -448,7 +519,21 @@ impl PresenceTracker {
                 let step = if t.pending_stop && online {
                     Some(Step::Offline(Reason::Stopped))
                 } else {
-                    state::after_silence(t.record.as_ref(), t.last_beat, grace_from, t.limit, now)
+                    state::after_disconnect(
+                        t.record.as_ref(),
+                        t.disconnected,
+                        DISCONNECT_GRACE,
+                        now,
+                    )
+                    .or_else(|| {
+                        state::after_silence(
+                            t.record.as_ref(),
+                            t.last_beat,
+                            grace_from,
+                            t.limit,
+                            now,
+                        )
+                    })
                 };
                 step.map(|s| (server.clone(), s))
             })
@@ -569,6 +654,9 @@ impl PresenceTracker {
         match self.inner.kv.update(&key, value, revision).await {
             Ok(revision) => {
                 self.with(server, |t| {
+                    if !record.is_online() {
+                        t.disconnected = None;
+                    }
                     t.record = Some(record.clone());
                     t.revision = revision;
                     t.pending_stop = false;

@@ -5,7 +5,10 @@
 //! storage (the default) nats-server 2.15 stops each one in turn at shutdown and waits
 //! ~10 ms for its state flusher (`consumerFileStore.waitOnFlusher` sleeps 10 ms), so a
 //! broker's shutdown or restart takes ~10.7 ms per registered server: 107 s at 10,000,
-//! ~9 min at 50,000 (docs/benchmarks.md). Memory storage has no flusher and stops at once.
+//! ~9 min at 50,000 (docs/benchmarks.md). No broker setting changes it (the wait is a
+//! sleep, not a disk write: `sync_interval: always`, a store on RAM, more streams, no
+//! client connected all measured the same); it is nats-server's code (issue 24, point 7,
+//! not met). Memory storage has no flusher and stops at once.
 //! Its cost is durability: a single broker forgets memory consumers when it restarts, so
 //! they are allowed only where JetStream replicates them (`--replicas` 3 or more), and a
 //! restart of *every* node at once starts them over from the stream's first message.

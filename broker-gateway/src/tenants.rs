@@ -273,7 +273,16 @@ impl Tenants {
             .await
         };
         let runtime = match start.await {
-            Ok(runtime) => Arc::new(runtime),
+            Ok(runtime) => {
+                // Connections the operator connector made (with broker users): their
+                // account's disconnect advisories come over its system connection.
+                if connections.users.is_some()
+                    && let Some(advisories) = self.inner.connector.advisories(id)
+                {
+                    runtime.follow_disconnects(advisories);
+                }
+                Arc::new(runtime)
+            }
             Err(source) => {
                 // Nothing holds them: a failed start leaves no connection behind.
                 connections.drain().await;

@@ -665,6 +665,24 @@ pub struct Heartbeat {
     /// agents older than agent upgrades.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_version: Option<String>,
+    /// The broker connection this heartbeat was sent on, as the broker names it: the
+    /// gateway matches it against the broker's own disconnect advisories, so that a
+    /// server whose agent's connection closed goes offline at once. Absent from older
+    /// agents (their servers go offline after a silence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<BrokerConnection>,
+}
+
+/// One client connection as nats-server names it: the id of the server (node) it is
+/// connected to, and its client id there (the `client_id` of that server's `INFO`; the
+/// `server.id` and `client.id` of its connect and disconnect advisories).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BrokerConnection {
+    /// The broker server's id (`N…`).
+    pub server_id: String,
+    /// The connection's client id on that server.
+    pub client_id: u64,
 }
 
 /// What an agent counted since its process started, carried by its heartbeats: the

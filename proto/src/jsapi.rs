@@ -19,6 +19,13 @@ pub const CLAIMS_UPDATE: &str = "$SYS.REQ.CLAIMS.UPDATE";
 /// connection: it reports a stream that keeps a write error until nats-server restarts.
 pub const SERVER_HEALTHZ: &str = "$SYS.REQ.SERVER.PING.HEALTHZ";
 
+/// Subject nats-server announces each closed client connection of `account` on (a
+/// `DisconnectEventMsg`, to the system account; sent by every node of a cluster for its
+/// own clients). The gateway follows its tenants' accounts for presence.
+pub fn account_disconnects(account: &str) -> String {
+    format!("$SYS.ACCOUNT.{account}.DISCONNECT")
+}
+
 /// Subject one account's JWT updates are published on (a request, like [`CLAIMS_UPDATE`]).
 /// The gateway pushes here rather than on [`CLAIMS_UPDATE`] so that a tenant network's leaf
 /// node, whose system user may subscribe to this subject for its own account only, learns

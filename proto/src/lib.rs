@@ -60,8 +60,8 @@ pub use deployment::{
 };
 pub use digest::RequestDigest;
 pub use event::{
-    AgentMetrics, CloudEvent, EventFilter, EventKind, EventType, Heartbeat, HeartbeatState,
-    Presence, PresenceStatus,
+    AgentMetrics, BrokerConnection, CloudEvent, EventFilter, EventKind, EventType, Heartbeat,
+    HeartbeatState, Presence, PresenceStatus,
 };
 pub use ids::{
     ConfigId, DeploymentId, IdError, MAX_ID_LEN, ServerId, StackId, TenantId, WebhookId,

@@ -11,8 +11,10 @@
 //! - registration of N servers through the API (16 at a time): time and rate;
 //! - broker and gateway RSS (`/proc/<pid>/status` VmRSS) before, after registration and
 //!   with every agent connected and pulling: per registered server and per connected agent;
-//! - presence at idle: CPU seconds of broker, gateway and the load generator over 30 s
-//!   (`/proc/<pid>/stat` utime + stime);
+//! - idle: CPU seconds of broker, gateway and the load generator over 30 s
+//!   (`/proc/<pid>/stat` utime + stime) with every agent connected, and the same with no
+//!   server registered yet (the same-run reference: the gateway's own probes, per tenant),
+//!   the difference per 1,000 agents printed against issue 24's goal (≤ 2 % of a core);
 //! - `GET /v1/servers` with N servers: time and size;
 //! - one no-op deployment to every server at once (POSTed 32 at a time): time until all
 //!   are accepted, until all results are stored, and accepted → result stored (the
@@ -26,7 +28,8 @@
 //!   worker), submitted → the last member's result stored, and each member's
 //!   deployment created → result stored (gateway clock) at p50 / p99 / max;
 //! - broker shutdown (SIGTERM → exit) with every agent connected, then with the agents
-//!   stopped its start-up on the same store and its shutdown again.
+//!   stopped its start-up on the same store and its shutdown again; per server, printed
+//!   against issue 24's goal (independent of the number of servers).
 //!
 //! With `--cluster` the same runs on the local 3-node cluster (`flue-gateway
 //! cluster-config`, [`Cluster`]) with `--replicas 3`, `--consumers file|memory` picks
@@ -37,6 +40,11 @@
 //! node SIGTERMed at once with no agent until all have exited. The group stack runs there
 //! too, through the same gateway.
 //!
+//! With `--idle-only` a size runs registration, the agents, the idle windows and the broker
+//! restarts only: the two idle figures of issue 24 (point 7) in a minute or two per size.
+//! `--heartbeat-secs S` sets the simulated agents' heartbeat interval (default: the real
+//! agent's default, [`flue_agent::config::DEFAULT_HEARTBEAT_INTERVAL`]).
+//!
 //! With `--stack-only` a size runs registration, the agents and the group stack only
 //! (no idle window, no listing, no deployment to every server, no broker restarts): the
 //! stack figure in a few minutes at 10,000 rather than a quarter of an hour.
@@ -45,7 +53,7 @@
 //! `--no-deployments` skips the deployment to every server (its figures NaN) and measures
 //! a second idle window instead.
 //!
-//! `bash scripts/bench.sh scale [--cluster] [--consumers memory] [--consumer-replicas 1] [--no-deployments] [N…]` (release build
+//! `bash scripts/bench.sh scale [--cluster] [--consumers memory] [--consumer-replicas 1] [--no-deployments] [--idle-only] [--heartbeat-secs S] [N…]` (release build
 //! first). Not part of the test suite.
 
 use std::sync::Arc;
@@ -100,12 +108,16 @@ struct Setup {
     deployments: bool,
     /// Registration, agents and the group stack only (`--stack-only`).
     stack_only: bool,
+    /// Registration, agents, idle windows and broker restarts only (`--idle-only`).
+    idle_only: bool,
+    /// The simulated agents' heartbeat interval (`--heartbeat-secs`).
+    heartbeat: Duration,
 }
 
 impl Setup {
     /// The setup and the sizes the command line asks for: `--cluster`, `--consumers S`,
-    /// `--consumer-replicas N`, `--no-deployments`, `--stack-only`, and the sizes as bare
-    /// numbers.
+    /// `--consumer-replicas N`, `--no-deployments`, `--stack-only`, `--idle-only`,
+    /// `--heartbeat-secs S`, and the sizes as bare numbers.
     fn parse(args: &[String]) -> (Setup, Vec<usize>) {
         let mut setup = Setup {
             cluster: false,
@@ -113,6 +125,8 @@ impl Setup {
             consumer_replicas: None,
             deployments: true,
             stack_only: false,
+            idle_only: false,
+            heartbeat: flue_agent::config::DEFAULT_HEARTBEAT_INTERVAL,
         };
         let mut sizes = Vec::new();
         let mut args = args.iter();
@@ -124,6 +138,11 @@ impl Setup {
                 "--consumer-replicas" => setup.consumer_replicas = Some(value()),
                 "--no-deployments" => setup.deployments = false,
                 "--stack-only" => setup.stack_only = true,
+                "--idle-only" => setup.idle_only = true,
+                "--heartbeat-secs" => {
+                    let secs = value().parse().expect("--heartbeat-secs: seconds");
+                    setup.heartbeat = Duration::from_secs(secs);
+                }
                 size => sizes.extend(size.parse::<usize>().ok()),
             }
         }
@@ -197,8 +216,8 @@ async fn main() {
         .as_deref()
         .map_or_else(|| "the stream's".to_owned(), |r| format!("R{r}"));
     println!(
-        "Flue scale benchmark: N simulated agents (one process) on {brokers} and one gateway, {} request consumers, {consumer_replicas} replicas",
-        setup.consumers
+        "Flue scale benchmark: N simulated agents (one process, a heartbeat every {:?}) on {brokers} and one gateway, {} request consumers, {consumer_replicas} replicas",
+        setup.heartbeat, setup.consumers
     );
     println!("sizes: {sizes:?}; load average at start: {}", loadavg());
     let mut runs = Vec::new();
@@ -224,6 +243,19 @@ async fn measure(setup: &Setup, n: usize) -> Run {
     let rss = |pid| rss_kib(pid);
     run.broker_rss_kib[0] = broker(rss_kib);
     run.gateway_rss_kib[0] = rss(gateway);
+    let me = std::process::id();
+    if setup.stack_only {
+        run.empty_cpu_secs = [f64::NAN; 2];
+    } else {
+        // The same-run reference: what broker and gateway spend with no server at all.
+        let before = [broker_cpu(), cpu_secs(gateway)];
+        tokio::time::sleep(IDLE_WINDOW).await;
+        run.empty_cpu_secs = [broker_cpu() - before[0], cpu_secs(gateway) - before[1]];
+        println!(
+            "idle {IDLE_WINDOW:?}, no server registered: CPU s broker/gateway {:?}",
+            run.empty_cpu_secs
+        );
+    }
 
     let t = Instant::now();
     let servers = bounded(
@@ -244,7 +276,7 @@ async fn measure(setup: &Setup, n: usize) -> Run {
     let options = SimOptions {
         nats_url: flue.nats.url(),
         tenant: "default".parse().expect("tenant"),
-        heartbeat: Duration::from_secs(3),
+        heartbeat: setup.heartbeat,
         connecting_at_once: CONNECT_AT_ONCE,
     };
     let t = Instant::now();
@@ -267,7 +299,6 @@ async fn measure(setup: &Setup, n: usize) -> Run {
     }
 
     // The window is the measurement itself: nothing is waited for here.
-    let me = std::process::id();
     let before = [broker_cpu(), cpu_secs(gateway), cpu_secs(me)];
     tokio::time::sleep(IDLE_WINDOW).await;
     let after = [broker_cpu(), cpu_secs(gateway), cpu_secs(me)];
@@ -278,6 +309,16 @@ async fn measure(setup: &Setup, n: usize) -> Run {
         "idle {IDLE_WINDOW:?}: CPU s broker/gateway/generator {:?}",
         run.idle_cpu_secs
     );
+    if setup.idle_only {
+        run.skipped();
+        match &mut brokers {
+            Brokers::Single(flue) => broker_restarts(&mut run, &mut flue.nats, agents, n).await,
+            Brokers::Cluster(cluster) => node_restarts(&mut run, cluster, agents, n).await,
+        }
+        run.load = [load_before, loadavg()];
+        drop(brokers);
+        return run;
+    }
 
     let t = Instant::now();
     let listed = flue

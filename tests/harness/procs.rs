@@ -904,6 +904,13 @@ impl Agent {
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(Child::id)
     }
+
+    /// Freezes it (SIGSTOP), as a server that stalls would: its broker connection stays
+    /// open (the broker notices only after its pings go unanswered, minutes), no heartbeat
+    /// is sent. Killed on drop as any agent.
+    pub fn pause(&self) {
+        stop(self.child.as_ref().expect("agent running"));
+    }
 }
 
 impl Drop for Agent {

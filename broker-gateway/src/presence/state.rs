@@ -76,6 +76,9 @@ pub enum Reason {
     Restarted,
     /// No heartbeat for this long.
     Silent(Duration),
+    /// The broker reported the connection of the agent online closed, and no heartbeat
+    /// came on a new one.
+    Disconnected(Disconnect),
     /// The server was deregistered (reported by its `deregistered` event, not an `offline`).
     Deregistered,
 }
@@ -86,8 +89,45 @@ impl fmt::Display for Reason {
             Self::Stopped => f.write_str("agent stopped"),
             Self::Restarted => f.write_str("agent restarted"),
             Self::Silent(limit) => write!(f, "no heartbeat for {} s", limit.as_secs()),
+            Self::Disconnected(how) => write!(f, "agent disconnected ({how})"),
             Self::Deregistered => f.write_str("server deregistered"),
         }
+    }
+}
+
+/// How an agent's broker connection ended, as the broker's disconnect advisory says: only
+/// the ends that mean the agent is gone. Others (the broker shutting down, a slow
+/// consumer, an authorization change) are left to heartbeats: the agent reconnects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disconnect {
+    /// Its side closed it: the agent's process ended or was killed (`Client Closed`).
+    Closed,
+    /// It broke (`Read Error`: reset by the agent's host or the network).
+    Broken,
+    /// The agent stopped answering the broker's pings (`Stale Connection`).
+    Stale,
+}
+
+impl Disconnect {
+    /// The end nats-server's advisory `reason` names, if it is one that means the agent
+    /// is gone.
+    pub fn from_reason(reason: &str) -> Option<Self> {
+        match reason {
+            "Client Closed" => Some(Self::Closed),
+            "Read Error" => Some(Self::Broken),
+            "Stale Connection" => Some(Self::Stale),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Disconnect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Closed => "connection closed",
+            Self::Broken => "connection broken",
+            Self::Stale => "no answer to the broker's pings",
+        })
     }
 }
 
@@ -179,6 +219,22 @@ pub fn after_silence(
         .then_some(Step::Offline(Reason::Silent(limit)))
 }
 
+/// `Offline(Disconnected)` when an online server's agent connection was reported closed
+/// at `at` and `grace` passed since without a heartbeat on a new connection (a heartbeat
+/// clears it: the agent reconnected).
+pub fn after_disconnect(
+    stored: Option<&Record>,
+    disconnected: Option<(Instant, Disconnect)>,
+    grace: Duration,
+    now: Instant,
+) -> Option<Step> {
+    if !stored.is_some_and(Record::is_online) {
+        return None;
+    }
+    let (at, how) = disconnected?;
+    (now.saturating_duration_since(at) >= grace).then_some(Step::Offline(Reason::Disconnected(how)))
+}
+
 /// The record after `step`.
 pub fn next_record(stored: Option<&Record>, step: &Step, now: OffsetDateTime) -> Record {
     let epoch = stored.map_or(0, |r| r.epoch);
@@ -256,6 +312,7 @@ mod tests {
             metrics: None,
             ledger_created_at: None,
             agent_version: None,
+            connection: None,
         }
     }
 
@@ -400,6 +457,48 @@ mod tests {
             after_silence(Some(&offline), Some(t0), t0, limit, at(99)),
             None
         );
+    }
+
+    #[test]
+    fn a_closed_connection_takes_an_online_server_offline_after_the_grace_only() {
+        let online = apply(
+            None,
+            &after_heartbeat(None, &beat("a", HeartbeatState::Alive)).expect("step"),
+        );
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(2);
+        let at = |secs| t0 + Duration::from_secs(secs);
+        let closed = Some((t0, Disconnect::Closed));
+        assert_eq!(after_disconnect(Some(&online), None, grace, at(99)), None);
+        assert_eq!(after_disconnect(Some(&online), closed, grace, at(1)), None);
+        let step = after_disconnect(Some(&online), closed, grace, at(2)).expect("offline");
+        assert_eq!(
+            step,
+            Step::Offline(Reason::Disconnected(Disconnect::Closed))
+        );
+        let offline = apply(Some(online), &step);
+        assert_eq!(
+            offline.reason.as_deref(),
+            Some("agent disconnected (connection closed)")
+        );
+        assert_eq!(after_disconnect(Some(&offline), closed, grace, at(9)), None);
+        // Only the ends that mean the agent is gone count.
+        assert_eq!(
+            Disconnect::from_reason("Stale Connection"),
+            Some(Disconnect::Stale)
+        );
+        assert_eq!(
+            Disconnect::from_reason("Read Error"),
+            Some(Disconnect::Broken)
+        );
+        for other in [
+            "Server Shutdown",
+            "Slow Consumer (Write Deadline)",
+            "Authentication Revoked",
+            "",
+        ] {
+            assert_eq!(Disconnect::from_reason(other), None, "{other}");
+        }
     }
 
     #[test]

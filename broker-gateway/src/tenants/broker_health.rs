@@ -1,6 +1,8 @@
 //! Whether the broker itself holds a Flue stream broken until it is restarted: nats-server's
 //! own health check (`$SYS.REQ.SERVER.PING.HEALTHZ`, over the operator's system-account
-//! connection), every [`PROBE_INTERVAL`], for `/readyz`.
+//! connection), every [`PROBE_INTERVAL`] × [`STREAMS_EVERY`] (10 s) while it finds none,
+//! every [`PROBE_INTERVAL`] while it does, for `/readyz`. (On a cluster each node's answer
+//! walks its every stream and consumer: at idle, the rarer the better.)
 //!
 //! Why the tenant runtimes' probe ([`super::readiness`]) cannot see it: a stream whose write
 //! failed inside nats-server (its disk full: "no space left on device") keeps that error
@@ -19,7 +21,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::readiness::PROBE_INTERVAL;
+use super::readiness::{PROBE_INTERVAL, STREAMS_EVERY};
 
 /// Every server of the broker answers it (one for a single server, each node of a cluster).
 const HEALTHZ: &str = flue_proto::jsapi::SERVER_HEALTHZ;
@@ -99,8 +101,9 @@ async fn probe(system: &async_nats::Client) -> Option<NotReady> {
     verdict(&found)
 }
 
-/// Asks every [`PROBE_INTERVAL`] over `system` (the operator's system-account connection),
-/// keeping `found` current and logging each change, until `shutdown`.
+/// Asks over `system` (the operator's system-account connection) every [`PROBE_INTERVAL`]
+/// while a broken stream is found, every [`STREAMS_EVERY`] of them otherwise, keeping
+/// `found` current and logging each change, until `shutdown`.
 pub async fn run(
     system: async_nats::Client,
     found: watch::Sender<Option<NotReady>>,
@@ -108,11 +111,17 @@ pub async fn run(
 ) {
     let mut tick = tokio::time::interval(PROBE_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut since = STREAMS_EVERY;
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
+        if found.borrow().is_none() && since < STREAMS_EVERY {
+            since += 1;
+            continue;
+        }
+        since = 1;
         let verdict = tokio::select! {
             () = shutdown.cancelled() => return,
             verdict = probe(&system) => verdict,

@@ -23,7 +23,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::natsauth::{BrokerUsers, NatsAuth, NatsAuthError};
+use crate::natsauth::{AccountKind, BrokerUsers, NatsAuth, NatsAuthError};
+use crate::presence::Advisories;
 use crate::startup::{ConnectorError, Error};
 
 /// Longest wait for a drained connection to close.
@@ -266,6 +267,25 @@ impl Connector {
                 served: dev.tenant.clone(),
             }),
             Self::Operator(op) => Ok(op.auth.create_tenant(tenant, &op.system.client).await?),
+        }
+    }
+
+    /// Where the broker's disconnect advisories of `tenant`'s account are read (presence):
+    /// the system-account connection, in operator mode only (development mode has no
+    /// system account); `None` too when the account's key cannot be read (logged).
+    pub fn advisories(&self, tenant: &TenantId) -> Option<Advisories> {
+        let Self::Operator(op) = self else {
+            return None;
+        };
+        match op.auth.account_public_key(tenant, AccountKind::Tenant) {
+            Ok(account) => Some(Advisories {
+                system: op.system.client.clone(),
+                account,
+            }),
+            Err(e) => {
+                warn!(error = %e, tenant = %tenant, "cannot read the tenant account's key; presence follows heartbeats only");
+                None
+            }
         }
     }
 

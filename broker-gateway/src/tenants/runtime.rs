@@ -252,6 +252,16 @@ impl TenantRuntime {
         })
     }
 
+    /// Follows the broker's disconnect advisories of the tenant's account for presence
+    /// (operator mode; see [`presence`]), until the runtime stops.
+    pub fn follow_disconnects(&self, advisories: presence::Advisories) {
+        self.service.tasks.spawn(presence::follow_disconnects(
+            self.service.presence.clone(),
+            advisories,
+            self.service.shutdown.child_token(),
+        ));
+    }
+
     /// The tenant served.
     pub fn tenant(&self) -> &Tenant {
         &self.tenant

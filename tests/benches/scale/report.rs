@@ -13,6 +13,8 @@ pub struct Run {
     pub gateway_rss_kib: [u64; 3],
     /// CPU seconds over the idle window: broker, gateway, load generator.
     pub idle_cpu_secs: [f64; 3],
+    /// CPU seconds over the same window before any server was registered: broker, gateway.
+    pub empty_cpu_secs: [f64; 2],
     /// `GET /v1/servers`, milliseconds.
     pub list_servers_ms: f64,
     /// Its body, KiB.
@@ -61,6 +63,31 @@ pub struct StackRun {
     /// When the operation was accepted.
     pub submitted_at: Option<time::OffsetDateTime>,
 }
+
+impl Run {
+    /// Marks the figures of the phases `--idle-only` skips as not measured.
+    pub fn skipped(&mut self) {
+        self.list_servers_ms = f64::NAN;
+        self.list_servers_kib = f64::NAN;
+        self.accept_all_secs = f64::NAN;
+        self.results_all_secs = f64::NAN;
+        self.latency_ms = [f64::NAN; 3];
+        self.split_ms = [f64::NAN; 2];
+    }
+
+    /// Broker + gateway CPU at idle with `n` agents connected, above the same window with
+    /// no server registered, in % of a core per 1,000 agents.
+    pub fn idle_per_thousand(&self, n: usize) -> f64 {
+        let busy = self.idle_cpu_secs[0] + self.idle_cpu_secs[1];
+        let empty = self.empty_cpu_secs[0] + self.empty_cpu_secs[1];
+        (busy - empty) / IDLE_SECS * 100.0 * 1000.0 / n as f64
+    }
+}
+
+/// The idle window, seconds (the bench's `IDLE_WINDOW`).
+const IDLE_SECS: f64 = 30.0;
+/// Issue 24's goal for presence at idle: broker + gateway, % of a core per 1,000 agents.
+const IDLE_GOAL: f64 = 2.0;
 
 impl Default for StackRun {
     fn default() -> Self {
@@ -156,8 +183,23 @@ pub fn print_table(sizes: &[usize], runs: &[Run]) {
             "idle, broker + gateway CPU per 1,000 agents",
             "% of a core",
             Box::new(|r, n| {
-                (r.idle_cpu_secs[0] + r.idle_cpu_secs[1]) / 30.0 * 100.0 * 1000.0 / n as f64
+                (r.idle_cpu_secs[0] + r.idle_cpu_secs[1]) / IDLE_SECS * 100.0 * 1000.0 / n as f64
             }),
+        ),
+        (
+            "idle 30 s before registration (no server): broker CPU",
+            "s",
+            Box::new(|r, _| r.empty_cpu_secs[0]),
+        ),
+        (
+            "idle 30 s before registration (no server): gateway CPU",
+            "s",
+            Box::new(|r, _| r.empty_cpu_secs[1]),
+        ),
+        (
+            "idle, broker + gateway CPU per 1,000 agents above no server",
+            "% of a core",
+            Box::new(|r, n| r.idle_per_thousand(n)),
         ),
         ("GET /v1/servers", "ms", Box::new(|r, _| r.list_servers_ms)),
         (
@@ -295,6 +337,39 @@ pub fn print_table(sizes: &[usize], runs: &[Run]) {
         println!(
             "load average, N={n}: before {} / after {}",
             run.load[0], run.load[1]
+        );
+    }
+    print_goals(sizes, runs);
+}
+
+/// Issue 24 point 7's two figures against their goals.
+fn print_goals(sizes: &[usize], runs: &[Run]) {
+    println!();
+    for (run, &n) in runs.iter().zip(sizes) {
+        let idle = run.idle_per_thousand(n);
+        println!(
+            "GOAL idle, N={n}: broker + gateway {} % of a core per 1,000 idle agents (above {} % with no server: probes) — goal ≤ {IDLE_GOAL} %: {}",
+            fmt(idle),
+            fmt((run.empty_cpu_secs[0] + run.empty_cpu_secs[1]) / IDLE_SECS * 100.0),
+            if idle <= IDLE_GOAL { "met" } else { "NOT met" }
+        );
+        println!(
+            "GOAL broker stop, N={n}: {} s with agents connected ({} ms per server), {} s without ({} ms per server)",
+            fmt(run.broker_shutdown_secs),
+            fmt(run.broker_shutdown_secs * 1000.0 / n as f64),
+            fmt(run.broker_idle_shutdown_secs),
+            fmt(run.broker_idle_shutdown_secs * 1000.0 / n as f64),
+        );
+    }
+    if let ([first, .., last], [a, .., b]) = (sizes, runs) {
+        let ratio = b.broker_shutdown_secs / a.broker_shutdown_secs;
+        let grown = *last as f64 / *first as f64;
+        println!(
+            "GOAL broker stop scales ×{} for ×{} servers (N={first} → N={last}) — goal: independent of N (×1, read as ≤ ×1.5): {}",
+            fmt(ratio),
+            fmt(grown),
+            // Within the noise of one run on a shared VM: half as long again at most.
+            if ratio <= 1.5 { "met" } else { "NOT met" }
         );
     }
 }

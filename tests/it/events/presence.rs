@@ -1,7 +1,8 @@
 //! Events: presence. Agents' heartbeats make servers online; a killed agent is reported
-//! offline within the documented bound, a clean stop at once, and neither a broker nor a
-//! gateway restart makes a running agent's server flap, nor do two agents claiming one
-//! server id.
+//! offline from the broker's disconnect advisory within the documented bound (whatever
+//! its heartbeat interval), a silent one after the presence timeout, a clean stop at once,
+//! and neither a broker nor a gateway restart makes a running agent's server flap, nor do
+//! two agents claiming one server id.
 
 use std::time::{Duration, Instant};
 
@@ -10,9 +11,12 @@ use flue_proto::{CloudEvent, DeploymentStatus, EventType, Presence, PresenceStat
 use flue_tests::{Agent, EventTap, Flue, WAIT, wait_until};
 
 /// The documented bound for a SIGKILLed agent with default settings, the 15 s.
-/// The gateway reports it at most 10 s (presence timeout) + 1 s (check interval) after its
-/// last heartbeat, which came at or before the kill.
+/// The broker reports its connection closed at once; the gateway waits 2 s for a
+/// reconnection and checks every second. Its heartbeats (every 30 s by default) would
+/// only tell after 60 s.
 const DEFAULT_OFFLINE_BOUND: Duration = Duration::from_secs(15);
+/// The reason a killed agent's server goes offline with.
+const CLOSED: &str = "agent disconnected (connection closed)";
 
 /// Short settings for the tests that do not measure the default bound.
 const FAST_GATEWAY: &[&str] = &["--presence-timeout-secs", "3"];
@@ -51,7 +55,7 @@ async fn presence(flue: &Flue, server: &str) -> Presence {
 }
 
 #[tokio::test]
-async fn online_at_start_and_offline_within_the_bound_after_sigkill() {
+async fn online_at_start_and_offline_from_the_disconnect_advisory_after_sigkill() {
     let flue = Flue::start().await;
     flue.register("s").await;
     assert_eq!(presence(&flue, "s").await.status, PresenceStatus::Unknown);
@@ -91,12 +95,75 @@ async fn online_at_start_and_offline_within_the_bound_after_sigkill() {
     eprintln!("offline reported {latency:?} after SIGKILL (bound {DEFAULT_OFFLINE_BOUND:?})");
     assert_eq!(offline.id, "server:s:offline:1");
     let d = data(&offline);
-    assert_eq!(d.reason.as_deref(), Some("no heartbeat for 10 s"));
+    // The broker's advisory, not a silence: that would say "no heartbeat for 60 s".
+    assert_eq!(d.reason.as_deref(), Some(CLOSED));
     assert_eq!(d.agent_instance.as_deref(), Some(instance.as_str()));
     assert!(d.last_seen.is_some(), "{d:?}");
     let seen = presence(&flue, "s").await;
     assert_eq!(seen.status, PresenceStatus::Offline);
-    assert_eq!(seen.reason.as_deref(), Some("no heartbeat for 10 s"));
+    assert_eq!(seen.reason.as_deref(), Some(CLOSED));
+}
+
+#[tokio::test]
+async fn a_killed_agent_goes_offline_without_waiting_for_its_heartbeat_timeout() {
+    // Heartbeats every 60 s and a 120 s timeout: nothing but the broker's disconnect
+    // advisory can report the agent gone within the wait below.
+    let flue = Flue::start_with(&["--presence-timeout-secs", "120"]).await;
+    flue.register("s").await;
+    let mut tap = tap(&flue).await;
+    let mut agent = start_agent(&flue, "s", &["--heartbeat-secs", "60"]).await;
+    tap.wait_for("server.online", WAIT, about(EventType::ServerOnline, "s"))
+        .await;
+    agent.kill9().await;
+    let offline = tap
+        .wait_for(
+            "server.offline",
+            PROMPT,
+            about(EventType::ServerOffline, "s"),
+        )
+        .await;
+    assert_eq!(offline.id, "server:s:offline:1");
+    assert_eq!(data(&offline).reason.as_deref(), Some(CLOSED));
+}
+
+#[tokio::test]
+async fn a_silent_agent_whose_connection_stays_open_goes_offline_after_the_timeout() {
+    // The heartbeats' part: a stalled server's connection stays open (the broker's pings
+    // take minutes), so no advisory comes.
+    let flue = Flue::start_with(FAST_GATEWAY).await;
+    flue.register("s").await;
+    let mut tap = tap(&flue).await;
+    let agent = start_agent(&flue, "s", FAST_AGENT).await;
+    tap.wait_for("server.online", WAIT, about(EventType::ServerOnline, "s"))
+        .await;
+    agent.pause();
+    let offline = tap
+        .wait_for("server.offline", WAIT, about(EventType::ServerOffline, "s"))
+        .await;
+    assert_eq!(
+        data(&offline).reason.as_deref(),
+        Some("no heartbeat for 3 s")
+    );
+}
+
+#[tokio::test]
+async fn without_advisories_a_killed_agent_goes_offline_after_the_timeout() {
+    // The development broker has no system account: heartbeats alone.
+    let flue = Flue::start_dev_broker(FAST_GATEWAY).await;
+    flue.register("s").await;
+    let mut tap = tap(&flue).await;
+    let mut agent = flue.spawn_agent_as_is("s", "agent-s", &[], FAST_AGENT);
+    agent.ready().await;
+    tap.wait_for("server.online", WAIT, about(EventType::ServerOnline, "s"))
+        .await;
+    agent.kill9().await;
+    let offline = tap
+        .wait_for("server.offline", WAIT, about(EventType::ServerOffline, "s"))
+        .await;
+    assert_eq!(
+        data(&offline).reason.as_deref(),
+        Some("no heartbeat for 3 s")
+    );
 }
 
 #[tokio::test]
@@ -141,11 +208,14 @@ async fn an_agent_replaced_while_online_is_reported_restarted() {
     let flue = Flue::start_with(SLOW_GATEWAY).await;
     flue.register("s").await;
     let mut tap = tap(&flue).await;
-    let mut agent = start_agent(&flue, "s", &[]).await;
+    let agent = start_agent(&flue, "s", &[]).await;
     tap.wait_for("server.online", WAIT, about(EventType::ServerOnline, "s"))
         .await;
-    agent.kill9().await;
-    agent.restart().await;
+    // Stalled, not killed: its connection stays open, so only the new instance's
+    // heartbeat tells (a killed one's closed connection would say it first).
+    agent.pause();
+    let replacement = flue.spawn_agent_as_is("s", "agent-s-new", &[], &[]);
+    replacement.ready().await;
     let online = tap
         .wait_for("the new instance online", WAIT, |e| {
             e.id == "server:s:online:2"
@@ -235,11 +305,12 @@ async fn heartbeats_go_on_while_a_hook_finishes_after_sigterm() {
     );
 }
 
-/// Kills `witness` and waits for its offline event: once it is there, the gateway judged
-/// every server's silence a full timeout after whatever restart came before, so a server
-/// whose heartbeats had stopped would have been reported offline first.
+/// Stalls `witness` (its connection stays open: no advisory) and waits for its offline
+/// event: once it is there, the gateway judged every server's silence a full timeout
+/// after whatever restart came before, so a server whose heartbeats had stopped would have
+/// been reported offline first.
 async fn barrier(tap: &mut EventTap, witness: &mut Agent) {
-    witness.kill9().await;
+    witness.pause();
     tap.wait_for(
         "the witness offline",
         WAIT,
@@ -354,7 +425,8 @@ async fn two_agents_with_one_server_id_do_not_make_it_flap() {
             e.id == "server:s:offline:2"
         })
         .await;
-    assert_eq!(data(&gone).reason.as_deref(), Some("no heartbeat for 3 s"));
+    // Its closed connection says so; the rival's heartbeats never kept it online.
+    assert_eq!(data(&gone).reason.as_deref(), Some(CLOSED));
 }
 
 fn ids(tap: &EventTap) -> Vec<String> {
