@@ -1,6 +1,8 @@
-//! The broker's disconnect advisories of a tenant's account: nats-server publishes one on
-//! `$SYS.ACCOUNT.<account>.DISCONNECT` (system account) for every client connection of
-//! the account that closes, from whichever node of a cluster held it.
+//! The broker's disconnect advisories of a tenant's agent accounts: nats-server publishes
+//! one on `$SYS.ACCOUNT.<account>.DISCONNECT` (system account) for every client connection
+//! of the account that closes, from whichever node of a cluster held it. Agents are users
+//! of the tenant's edge account; an agent not yet rotated after an upgrade to that layout
+//! is still a user of the tenant (state) account, so both are followed.
 
 use flue_proto::{BrokerConnection, jsapi};
 use futures_util::StreamExt;
@@ -11,16 +13,17 @@ use tracing::warn;
 use super::{Disconnect, PresenceTracker};
 
 /// Where a tenant's disconnect advisories are read: the gateway's system-account
-/// connection and the tenant account's public key (operator mode only).
+/// connection and the public keys of the accounts its agents are users of (operator mode
+/// only).
 #[derive(Debug, Clone)]
 pub struct Advisories {
     /// The system-account connection.
     pub system: async_nats::Client,
-    /// The tenant account's public key (`A…`).
-    pub account: String,
+    /// The agents' accounts' public keys (`A…`): the edge account, then the tenant account.
+    pub accounts: Vec<String>,
 }
 
-/// Tells `tracker` of every closed connection of the account `advisories` names, until
+/// Tells `tracker` of every closed connection of the accounts `advisories` names, until
 /// `cancel` (or the system connection closes: the gateway stops). The tracker's presence
 /// task ([`super::run`]) makes the transitions.
 pub async fn follow_disconnects(
@@ -28,14 +31,18 @@ pub async fn follow_disconnects(
     advisories: Advisories,
     cancel: CancellationToken,
 ) {
-    let subject = jsapi::account_disconnects(&advisories.account);
-    let mut closed = match advisories.system.subscribe(subject.clone()).await {
-        Ok(s) => s,
-        Err(e) => {
-            warn!(error = %e, subject, "cannot follow the broker's disconnect advisories; a closed agent connection is seen as a silence");
-            return;
+    let mut subscriptions = Vec::with_capacity(advisories.accounts.len());
+    for account in &advisories.accounts {
+        let subject = jsapi::account_disconnects(account);
+        match advisories.system.subscribe(subject.clone()).await {
+            Ok(s) => subscriptions.push(s),
+            Err(e) => {
+                warn!(error = %e, subject, "cannot follow the broker's disconnect advisories; a closed agent connection is seen as a silence");
+                return;
+            }
         }
-    };
+    }
+    let mut closed = futures_util::stream::select_all(subscriptions);
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,

@@ -270,20 +270,24 @@ impl Connector {
         }
     }
 
-    /// Where the broker's disconnect advisories of `tenant`'s account are read (presence):
-    /// the system-account connection, in operator mode only (development mode has no
-    /// system account); `None` too when the account's key cannot be read (logged).
+    /// Where the broker's disconnect advisories of `tenant`'s agents are read (presence):
+    /// the system-account connection and the edge and tenant accounts (an agent not yet
+    /// rotated after the upgrade to the edge layout is a user of the tenant account), in
+    /// operator mode only (development mode has no system account); `None` too when an
+    /// account's key cannot be read (logged).
     pub fn advisories(&self, tenant: &TenantId) -> Option<Advisories> {
         let Self::Operator(op) = self else {
             return None;
         };
-        match op.auth.account_public_key(tenant, AccountKind::Tenant) {
-            Ok(account) => Some(Advisories {
+        let keys = [AccountKind::Edge, AccountKind::Tenant]
+            .map(|kind| op.auth.account_public_key(tenant, kind));
+        match keys.into_iter().collect::<Result<Vec<_>, _>>() {
+            Ok(accounts) => Some(Advisories {
                 system: op.system.client.clone(),
-                account,
+                accounts,
             }),
             Err(e) => {
-                warn!(error = %e, tenant = %tenant, "cannot read the tenant account's key; presence follows heartbeats only");
+                warn!(error = %e, tenant = %tenant, "cannot read the tenant's account keys; presence follows heartbeats only");
                 None
             }
         }
