@@ -88,17 +88,47 @@ pub async fn handle(agent: &Agent, msg: jetstream::Message) -> Result<(), Error>
             let broker = &agent.broker;
             rights::take(agent.rights.as_ref(), &broker.client, &broker.connects, jwt).await;
         }
-        let delivered = AgentMessage::Delivered {
-            v: PROTOCOL_VERSION,
-            deployment_id: req.deployment_id.clone(),
-            at: OffsetDateTime::now_utc(),
-            request_digest: Some(digest.clone()),
+        let delivered = Delivery {
+            message: AgentMessage::Delivered {
+                v: PROTOCOL_VERSION,
+                deployment_id: req.deployment_id.clone(),
+                at: OffsetDateTime::now_utc(),
+                request_digest: Some(digest.clone()),
+            },
+            announced: None,
         };
-        let delivered = announce(agent, delivered, "delivered").await;
         handle_request(agent, &msg, &req, &key, &digest, delivered).await
     }
     .instrument(span)
     .await
+}
+
+/// `delivered` for a pulled request, announced unless the request starts its hook at
+/// once: then `started`, which follows within milliseconds, stands for both (the gateway
+/// reports the `delivered` a `started` went past, see `flue_gateway::responses`), one
+/// message less per deployment. Announced at once, as soon as that is known, for every
+/// other request (answered from the ledger, refused, with nothing to run, an upgrade).
+struct Delivery {
+    message: AgentMessage,
+    announced: Option<Announcement>,
+}
+
+impl Delivery {
+    /// Announces `delivered` now (once): the request does not start a hook at once.
+    async fn announce(&mut self, agent: &Agent) {
+        if self.announced.is_none() {
+            let message = self.message.clone();
+            self.announced = Some(announce(agent, message, "delivered").await);
+        }
+    }
+
+    /// [`Announcement::confirmed`] of `delivered` if it was announced; true if not.
+    async fn confirmed(self, agent: &Agent) -> bool {
+        match self.announced {
+            Some(announced) => announced.confirmed(agent).await,
+            None => true,
+        }
+    }
 }
 
 /// An announcement (`delivered`, `started`) queued on the connection, whose PubAck a
@@ -137,8 +167,8 @@ impl Announcement {
     }
 }
 
-/// Queues `message` (`delivered` for every request pulled, redeliveries included;
-/// `started` once the ledger holds it) and has a task await its PubAck. Same message id
+/// Queues `message` (`delivered` for a request pulled that does not start its hook at
+/// once, redeliveries included; `started` once the ledger holds it) and has a task await its PubAck. Same message id
 /// on every copy: the broker drops a duplicate within its window, the gateway ignores a
 /// later one.
 ///
@@ -221,12 +251,17 @@ async fn handle_request(
     req: &DeploymentRequest,
     key: &LedgerKey,
     digest: &RequestDigest,
-    delivered: Announcement,
+    mut delivered: Delivery,
 ) -> Result<(), Error> {
     let key = key.clone();
     let seq = Some(stream_seq(msg));
+    let entry = agent.ledger.get(&key)?;
+    // Only a request that may run its hook now leaves `delivered` to `started`.
+    if entry.is_some() || refusal(agent, req).is_some() {
+        delivered.announce(agent).await;
+    }
     let mut delivered = Some(delivered);
-    let result = match agent.ledger.get(&key)? {
+    let result = match entry {
         // An entry without a digest was written by an older agent for this key: it is
         // taken as this request's, as that agent would have.
         Some(Entry::Done { result, .. }) => {
@@ -258,6 +293,9 @@ async fn handle_request(
             None => match sealing::open_request(agent.credentials.as_deref(), req) {
                 Ok(opened) => apply(agent, msg, &opened, &key, digest, &mut delivered).await?,
                 Err(refused) => {
+                    if let Some(delivered) = &mut delivered {
+                        delivered.announce(agent).await;
+                    }
                     warn!(reason = %refused, "refusing the request");
                     agent.counters.rejected();
                     record(agent, &key, digest, seq, failed(&refused.to_string(), None)).await?
@@ -371,10 +409,17 @@ async fn apply(
     req: &DeploymentRequest,
     key: &LedgerKey,
     digest: &RequestDigest,
-    delivered: &mut Option<Announcement>,
+    delivered: &mut Option<Delivery>,
 ) -> Result<DeploymentResult, Error> {
     let seq = Some(stream_seq(msg));
     let item = item::from_request(req);
+    let hook = hook::find(&agent.config.hook_dirs, &item.group);
+    let runs_now = item.group != crate::upgrade::UPGRADE_GROUP
+        && item.group != item::COMPONENT_GROUP
+        && hook.is_ok();
+    if !runs_now && let Some(delivered) = delivered {
+        delivered.announce(agent).await;
+    }
     if item.group == crate::upgrade::UPGRADE_GROUP {
         return crate::upgrade::apply(agent, msg, req, key, digest).await;
     }
@@ -382,7 +427,7 @@ async fn apply(
         info!(action = %req.action, "the component has no config for this action; nothing to run");
         return record(agent, key, digest, seq, hook::nothing_run(None)).await;
     }
-    let hook = match hook::find(&agent.config.hook_dirs, &item.group) {
+    let hook = match hook {
         Ok(hook) => hook,
         // As `55-heat-config`, which skips it; its config is data, not work for a hook.
         Err(reason) if heat::group::is_data_group(&item.group) => {

@@ -55,7 +55,8 @@
 //! # Live progress
 //!
 //! Every request pulled is announced at once with a `delivered` message (redeliveries
-//! too). While a hook runs, its output lines go to the gateway as `progress` messages
+//! too), unless its hook starts at once: then `started`, milliseconds later, stands for
+//! both (the gateway reports the `delivered` it went past). While a hook runs, its output lines go to the gateway as `progress` messages
 //! (`deployment.progress` events): both streams of the built-in `script` hook, only stderr
 //! of an external hook (its stdout is the JSON result, which may hold hidden outputs).
 //! Lines are cut at 4 KiB (`…[truncated]`), batched at most every 200 ms or at 64 KiB, at

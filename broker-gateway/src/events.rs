@@ -110,6 +110,29 @@ impl Events {
         Ok(())
     }
 
+    /// Publishes deployment `events` (each with the deployment it counts as, see
+    /// [`Events::publish_deployment`]) as one batch: sent in their order on the one
+    /// connection, which is the order the broker appends them in, and their
+    /// acknowledgements awaited together rather than one before the next is sent. An error
+    /// means some may be stored and some not: the caller publishes the whole batch again
+    /// (the broker drops the copies of those it has, by id).
+    pub async fn publish_deployment_events(
+        &self,
+        events: &[(CloudEvent, &flue_proto::Deployment)],
+    ) -> Result<(), BrokerError> {
+        let mut acks = Vec::with_capacity(events.len());
+        for (event, _) in events {
+            acks.push(self.send(event).await?);
+        }
+        let stored = futures_util::future::join_all(acks).await;
+        for ((event, d), stored) in events.iter().zip(stored) {
+            if stored? {
+                self.metrics.deployment_reported(d, event.ty);
+            }
+        }
+        Ok(())
+    }
+
     /// [`Events::emit`] of the event `ty` about `record`, counted as
     /// [`Events::publish_deployment`] counts it.
     pub async fn emit_deployment(&self, record: &DeploymentRecord, ty: EventType) {
@@ -121,8 +144,17 @@ impl Events {
     /// Publishes `event`; true when the broker stored it, false when it already had it
     /// (the same id within the duplicate window).
     async fn store(&self, event: &CloudEvent) -> Result<bool, BrokerError> {
-        let err = |e: BoxError| BrokerError::Event {
-            id: event.id.clone(),
+        self.send(event).await?.await
+    }
+
+    /// Sends `event`; the future returned awaits the broker's acknowledgement ([`Events::store`]).
+    async fn send(
+        &self,
+        event: &CloudEvent,
+    ) -> Result<impl Future<Output = Result<bool, BrokerError>> + use<>, BrokerError> {
+        let id = event.id.clone();
+        let err = move |e: BoxError| BrokerError::Event {
+            id: id.clone(),
             source: e,
         };
         let payload = serde_json::to_vec(event).expect("an event always serialises");
@@ -136,9 +168,12 @@ impl Events {
             )
             .await
             .map_err(|e| err(e.into()))?;
-        let ack = ack.await.map_err(|e| err(e.into()))?;
-        debug!(event.id = %event.id, event.type = %event.ty, "event published");
-        Ok(!ack.duplicate)
+        let (id, ty) = (event.id.clone(), event.ty);
+        Ok(async move {
+            let ack = ack.await.map_err(|e| err(e.into()))?;
+            debug!(event.id = %id, event.type = %ty, "event published");
+            Ok(!ack.duplicate)
+        })
     }
 
     /// Publishes `event`, retrying a few times; logs when it cannot.

@@ -83,6 +83,7 @@ mod tests {
             request_digest: None,
             agent_jwt: None,
             polled: false,
+            skipped: Default::default(),
         }
     }
 

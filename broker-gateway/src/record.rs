@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 
 use flue_proto::event::{DeploymentEventData, deployment_event_id};
 use flue_proto::{
-    CloudEvent, Config, Deployment, DeploymentResult, DeploymentStatus, EventType, RequestDigest,
+    AgentMessage, CloudEvent, Config, Deployment, DeploymentResult, DeploymentStatus, EventType,
+    RequestDigest,
 };
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -60,6 +61,84 @@ pub struct DeploymentRecord {
     /// server's metadata, and nothing goes to the broker's request queue.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub polled: bool,
+    /// The steps the answer that last moved the record went past, their own answers not
+    /// applied before it ([`Skipped::by`]): reported from the record just before that
+    /// answer's event, each time that answer is handled, so that a gateway that died
+    /// between writing the record and publishing the events leaves them to the
+    /// redelivery as it leaves the answer's own event.
+    #[serde(default, skip_serializing_if = "Skipped::is_none")]
+    pub skipped: Skipped,
+}
+
+/// Steps of a deployment an agent's answer finds the record without: their events are
+/// reported, in order, just before the answer's own. The agent took them (it sends
+/// `delivered` first unless it starts the hook at once, and `started` before the result
+/// of a hook it ran), but their answers come after this one (a gateway that held them
+/// stalled past the ack wait, or died, and they were delivered again behind it) or not
+/// at all (`delivered` folded into `started`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// `delivered`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delivered: bool,
+    /// `started`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub started: bool,
+}
+
+impl Skipped {
+    /// What `message` skips on `record` as it was before `message` changed it. A
+    /// `delivered` reported already (or reported as skipped by `started`) leaves the
+    /// record QUEUED no longer (or with its delivery time), and a result whose hook never
+    /// started skips no `started`.
+    pub fn by(record: &DeploymentRecord, message: &AgentMessage) -> Self {
+        let d = &record.deployment;
+        let queued = d.status == DeploymentStatus::Queued;
+        let delivered = queued && d.delivered_at.is_none();
+        match message {
+            AgentMessage::Started { .. } => Self {
+                delivered,
+                started: false,
+            },
+            AgentMessage::Finished { result, .. } => Self {
+                delivered,
+                started: queued && result.started_at.is_some(),
+            },
+            _ => Self::default(),
+        }
+    }
+
+    /// Nothing skipped.
+    pub fn is_none(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The skipped steps' event types, in their order.
+    pub fn events(self) -> impl Iterator<Item = EventType> {
+        [
+            (self.delivered, EventType::DeploymentDelivered),
+            (self.started, EventType::DeploymentStarted),
+        ]
+        .into_iter()
+        .filter_map(|(skipped, ty)| skipped.then_some(ty))
+    }
+}
+
+/// Notes on `record`, just moved by `message`, the steps `skipped` it went past
+/// ([`DeploymentRecord::skipped`]); a skipped `delivered` is recorded as delivered when
+/// the agent started the hook (or, for a result of none, finished).
+pub fn note_skipped(record: &mut DeploymentRecord, message: &AgentMessage, skipped: Skipped) {
+    record.skipped = skipped;
+    let d = &mut record.deployment;
+    if skipped.delivered && d.delivered_at.is_none() {
+        d.delivered_at = match message {
+            AgentMessage::Started { at, .. } => Some(*at),
+            AgentMessage::Finished { result, .. } => {
+                Some(result.started_at.unwrap_or(result.finished_at))
+            }
+            _ => None,
+        };
+    }
 }
 
 impl DeploymentRecord {
@@ -393,6 +472,7 @@ pub(crate) mod tests {
             polled: false,
             hidden_inputs: hidden_inputs(&config),
             hidden_outputs: Vec::new(),
+            skipped: Skipped::default(),
         }
     }
 

@@ -29,17 +29,22 @@
 //! different deployments' side by side (those of one server too: a backlog of a few
 //! servers drains as fast as one of many), so a deployment's events come out in the
 //! order its agent reported them: `delivered`, `started`, its progress, then how it
-//! ended. A message naming no deployment (`rejected`) has its server's lane. A message
-//! whose effect cannot be stored or reported yet is retried in place (see
+//! ended. Those of one deployment taken from the consumer together are handled together:
+//! consecutive answers that move the record with one compare-and-set, their events
+//! published in their order and their acknowledgements awaited together, then each
+//! message acknowledged. A message naming no deployment (`rejected`) has its server's
+//! lane. A message whose effect cannot be stored or reported yet is retried in place (see
 //! [`ATTEMPTS`]), never handed back behind later ones. Should one still come after
 //! later ones were reported (its ack wait ran out while its gateway was stalled), it is
 //! not reported when that would put it out of order: a `delivered` once the deployment
 //! started, a `started` or a progress batch once it ended, a progress batch behind a
 //! later one. The steps it skipped are reported instead just before the later answer
-//! that went past them, from the record ([`Skipped`]): an agent sends `delivered`
-//! before anything else and `started` before the result of a hook it ran, so an answer
-//! that finds the record without them proves them. Only progress batches are lost
-//! rather than reported late; the record, and the final result's full output, are not.
+//! that went past them, from the record ([`Skipped`], kept in the record, so reported
+//! again with that answer's redelivery): an agent sends `delivered` before anything else
+//! unless it starts the hook at once (then `started` stands for both), and `started`
+//! before the result of a hook it ran, so an answer that finds the record without them
+//! proves them. Only progress batches are lost rather than reported late; the record,
+//! and the final result's full output, are not.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -64,8 +69,8 @@ use crate::broker::BrokerError;
 use crate::error::chain;
 use crate::fit::fit_record;
 use crate::record::{
-    DeploymentRecord, answers_request, apply_delivered, apply_finished, apply_started,
-    end_event_type,
+    DeploymentRecord, Skipped, answers_request, apply_delivered, apply_finished, apply_started,
+    end_event_type, note_skipped,
 };
 use crate::sealing::{self, SealFailure, settle_hidden_outputs};
 use crate::store::{self, StoreError, Updated};
@@ -177,13 +182,58 @@ pub fn parse_subject(subject: &str) -> Option<(TenantId, ServerId)> {
     Some((TenantId::new(tenant).ok()?, ServerId::new(server).ok()?))
 }
 
-/// Handles one message to its settlement.
-async fn handle(service: &Answers, owners: &Owners, message: Message) {
+/// An agent message taken from the consumer: its signature checked, its body read.
+struct Received {
+    message: Message,
+    tenant: TenantId,
+    server: ServerId,
+    parsed: AgentMessage,
+    /// Handled before (by a gateway that died, or handed back): it may have had its
+    /// effect without its event being published.
+    redelivered: bool,
+}
+
+/// Handles the messages of one lane (`pull::lane`: one deployment's, in stream order) to
+/// their settlement. Consecutive answers that move the record (`delivered`, `started`,
+/// `finished`) are applied together ([`settle_answers`]); progress and rejections one at
+/// a time, in their place.
+async fn handle(service: &Answers, owners: &Owners, messages: Vec<Message>) {
+    let mut answers = Vec::new();
+    for message in messages {
+        let Some(received) = receive(service, message).await else {
+            continue;
+        };
+        match received.parsed {
+            AgentMessage::Delivered { .. }
+            | AgentMessage::Started { .. }
+            | AgentMessage::Finished { .. } => {
+                // A lane is one deployment's; should one name another, it goes on its own.
+                let id = received.parsed.deployment_id();
+                if answers
+                    .last()
+                    .is_some_and(|last: &Received| last.parsed.deployment_id() != id)
+                {
+                    settle_answers(service, owners, std::mem::take(&mut answers)).await;
+                }
+                answers.push(received);
+            }
+            AgentMessage::Progress { .. } | AgentMessage::Rejected { .. } => {
+                settle_answers(service, owners, std::mem::take(&mut answers)).await;
+                settle_other(service, owners, received).await;
+            }
+        }
+    }
+    settle_answers(service, owners, answers).await;
+}
+
+/// `message` authenticated and read; `None` once it is settled for good (refused for its
+/// signature, on an unexpected subject, unreadable: terminated).
+async fn receive(service: &Answers, message: Message) -> Option<Received> {
     let subject = message.subject.as_str();
     let Some((tenant, server)) = parse_subject(subject) else {
         warn!(subject, "agent message on an unexpected subject; dropped");
         settle(&message, AckKind::Term).await;
-        return;
+        return None;
     };
     let mut delays = ATTEMPT_RETRY.delays();
     loop {
@@ -192,11 +242,11 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) {
             Ok(Err(refusal)) => {
                 refuse(service, (&tenant, &server), &message, refusal).await;
                 settle(&message, AckKind::Term).await;
-                return;
+                return None;
             }
             Err(e) => {
                 debug!(error = %chain(&e), server.id = %server, "cannot read the server's key to check an answer; retrying");
-                hold_on(&message, &mut delays).await;
+                hold_on(&[&message], &mut delays).await;
             }
         }
     }
@@ -205,26 +255,86 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) {
         Err(e) => {
             warn!(error = %e, subject, "unparseable agent message; dropped");
             settle(&message, AckKind::Term).await;
-            return;
+            return None;
         }
     };
-    // A message handled before (by a gateway that died, or handed back) may have had its
-    // effect without its event being published.
     let redelivered = message.info().map_or(true, |info| info.delivered > 1);
+    Some(Received {
+        message,
+        tenant,
+        server,
+        parsed,
+        redelivered,
+    })
+}
+
+/// Applies consecutive answers of one deployment (of one lane: same server) with one
+/// write of its record, publishes their events together, then acknowledges them.
+///
+/// Acknowledged only once their effect is in the record and their events in the event
+/// stream, with a plain ack (no reply awaited): a lost ack means a redelivery, which is
+/// harmless: the record already shows the answers' effect, so nothing is written again,
+/// and their events (and the steps they went past, kept in the record) are published
+/// again under the same ids, which the broker drops within its duplicate window.
+async fn settle_answers(service: &Answers, owners: &Owners, answers: Vec<Received>) {
+    let Some(first) = answers.first() else {
+        return;
+    };
+    let who = (&first.tenant, &first.server);
+    let messages: Vec<&Message> = answers.iter().map(|r| &r.message).collect();
     let mut delays = ATTEMPT_RETRY.delays();
-    // What the attempt that changed the record found skipped, for the attempts after it.
-    let skipped = Mutex::new(Skipped::default());
+    for attempt in 1.. {
+        let run: Vec<(&AgentMessage, bool)> = answers
+            .iter()
+            .map(|r| (&r.parsed, r.redelivered || attempt > 1))
+            .collect();
+        match apply_run(service, owners, who, &run, true).await {
+            Ok(()) => {
+                for message in &messages {
+                    settle(message, AckKind::Ack).await;
+                }
+                return;
+            }
+            Err(HandleError::Store(StoreError::Decode { key, source, .. })) => {
+                // No retry can decode it: terminate the messages, so that they are never
+                // offered again and their lane moves on. They stay in the stream (parked)
+                // until their max age; the broker reports the termination as an advisory.
+                warn!(key, error = %source, deployment.id = ?first.parsed.deployment_id(), server.id = %first.server, answers = answers.len(), "agent answers for an undecodable deployment record; parked");
+                for message in &messages {
+                    settle(message, AckKind::Term).await;
+                }
+                return;
+            }
+            Err(e) if attempt >= ATTEMPTS => {
+                warn!(error = %chain(&e), deployment.id = ?first.parsed.deployment_id(), answers = answers.len(), attempt, "cannot store or report agent answers; retrying");
+            }
+            Err(e) => {
+                debug!(error = %chain(&e), deployment.id = ?first.parsed.deployment_id(), attempt, "cannot store or report agent answers; retrying");
+            }
+        }
+        hold_on(&messages, &mut delays).await;
+    }
+}
+
+/// Handles a progress batch or a rejection to its settlement.
+async fn settle_other(service: &Answers, owners: &Owners, received: Received) {
+    let Received {
+        message,
+        tenant,
+        server,
+        parsed,
+        ..
+    } = received;
+    let mut delays = ATTEMPT_RETRY.delays();
     for attempt in 1.. {
         let from = Sender {
             tenant: &tenant,
             server: &server,
-            handled_before: redelivered || attempt > 1,
-            skipped: Some(&skipped),
         };
         let applied = match &parsed {
             AgentMessage::Progress { .. } => progress(service, owners, from, &parsed).await,
             AgentMessage::Rejected { .. } => rejected(service, from, &parsed).await,
-            _ => apply(service, owners, from, &parsed).await,
+            _ => Ok(()),
         };
         match applied {
             Ok(()) => {
@@ -232,30 +342,28 @@ async fn handle(service: &Answers, owners: &Owners, message: Message) {
                 return;
             }
             Err(HandleError::Store(StoreError::Decode { key, source, .. })) => {
-                // No retry can decode it: terminate the message, so that it is never
-                // offered again and its lane moves on. It stays in the stream
-                // (parked) until its max age; the broker reports the termination as an
-                // advisory.
                 warn!(key, error = %source, deployment.id = ?parsed.deployment_id(), server.id = %server, kind = kind(&parsed), "agent message for an undecodable deployment record; parked");
                 settle(&message, AckKind::Term).await;
                 return;
             }
             Err(e) if attempt >= ATTEMPTS => {
                 warn!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), kind = kind(&parsed), attempt, "cannot store or report an agent message; retrying");
-                hold_on(&message, &mut delays).await;
+                hold_on(&[&message], &mut delays).await;
             }
             Err(e) => {
                 debug!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), attempt, "cannot store or report an agent message; retrying");
-                hold_on(&message, &mut delays).await;
+                hold_on(&[&message], &mut delays).await;
             }
         }
     }
 }
 
-/// Before another attempt at `message`: tells the broker it is still being handled (so it
-/// is not delivered again meanwhile), then pauses for the next of `delays`.
-async fn hold_on(message: &Message, delays: &mut Delays) {
-    settle(message, AckKind::Progress).await;
+/// Before another attempt at `messages`: tells the broker they are still being handled
+/// (so they are not delivered again meanwhile), then pauses for the next of `delays`.
+async fn hold_on(messages: &[&Message], delays: &mut Delays) {
+    for message in messages {
+        settle(message, AckKind::Progress).await;
+    }
     tokio::time::sleep(delays.next_delay()).await;
 }
 
@@ -311,153 +419,86 @@ async fn refuse(
     service.events.emit(&event).await;
 }
 
-/// Where a message came from, by its subject, and whether it was handled before.
+/// Where a message came from, by its subject.
 #[derive(Debug, Clone, Copy)]
 struct Sender<'a> {
     tenant: &'a TenantId,
     server: &'a ServerId,
-    /// This very message was handled before (a redelivery, or a retry in place), so its
-    /// effect may be recorded without its event being out.
-    handled_before: bool,
-    /// The steps this message's change of the record went past (kept across attempts
-    /// at it); `None` for a polling server, whose answers are applied as they come.
-    skipped: Option<&'a Mutex<Skipped>>,
-}
-
-/// The steps of a deployment that an agent's answer finds the record without, so that
-/// their events are reported, in order, just before this answer's: the agent took them
-/// (it sends `delivered` first, and `started` before the result of a hook it ran), but
-/// their answers come after this one (a gateway that held them stalled past the ack
-/// wait, or died, and they were delivered again behind it).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Skipped {
-    delivered: bool,
-    started: bool,
-}
-
-impl Skipped {
-    /// What `message` skips on `record` as it was before `message` changed it. A
-    /// `delivered` reported already (or reported as skipped by `started`) leaves the
-    /// record QUEUED no longer, and a result whose hook never started skips no `started`.
-    fn on(record: &DeploymentRecord, message: &AgentMessage) -> Self {
-        let d = &record.deployment;
-        let queued = d.status == flue_proto::DeploymentStatus::Queued;
-        let delivered = queued && d.delivered_at.is_none();
-        match message {
-            AgentMessage::Started { .. } => Self {
-                delivered,
-                started: false,
-            },
-            AgentMessage::Finished { result, .. } => Self {
-                delivered,
-                started: queued && result.started_at.is_some(),
-            },
-            _ => Self::default(),
-        }
-    }
-
-    /// The skipped steps' event types, in their order.
-    fn events(self) -> impl Iterator<Item = EventType> {
-        [
-            (self.delivered, EventType::DeploymentDelivered),
-            (self.started, EventType::DeploymentStarted),
-        ]
-        .into_iter()
-        .filter_map(|(skipped, ty)| skipped.then_some(ty))
-    }
-}
-
-/// Applies `delivered`, `started` or `finished` to the record, then reports what the
-/// record shows of it.
-async fn apply(
-    service: &Answers,
-    owners: &Owners,
-    from: Sender<'_>,
-    parsed: &AgentMessage,
-) -> Result<(), HandleError> {
-    let Some(id) = parsed.deployment_id() else {
-        return Ok(());
-    };
-    let (received, refused) = received_outputs(service, from, parsed).await?;
-    let parsed = received.as_ref().unwrap_or(parsed);
-    apply_received(service, owners, from, id, parsed, &refused).await
 }
 
 /// What a polling server did (see [`crate::poll`]): `delivered` when it first read the
 /// deployment in its metadata, `finished` for its signal. Applied exactly as the same
 /// answer from an agent of `server`: the same transition, record fitting, timeout
-/// removal and event. Hidden outputs must be sealed to the gateway already (a polling
-/// server has no key of its own to seal them with).
+/// removal and event (but no step reported as skipped: its answers are applied as they
+/// come). Hidden outputs must be sealed to the gateway already (a polling server has no
+/// key of its own to seal them with).
 pub(crate) async fn apply_polled(
     service: &Answers,
     (tenant, server): (&TenantId, &ServerId),
     message: &AgentMessage,
 ) -> Result<(), HandleError> {
-    let Some(id) = message.deployment_id() else {
-        return Ok(());
-    };
-    let from = Sender {
-        tenant,
-        server,
-        handled_before: false,
-        skipped: None,
-    };
-    apply_received(
+    apply_run(
         service,
         &Owners::default(),
-        from,
-        id,
-        message,
-        &BTreeSet::new(),
+        (tenant, server),
+        &[(message, false)],
+        false,
     )
     .await
 }
 
-/// [`apply`] once the outputs are as they are stored (`refused`: sealed ones that did
-/// not open).
-async fn apply_received(
+/// Applies `run`, answers of one deployment sent by `server` of `tenant` in stream
+/// order (each with whether it was handled before), to the record with one
+/// compare-and-set, then reports what the record showed after each, in order, with the
+/// steps each went past first when `report_skipped`, as one batch of events.
+async fn apply_run(
     service: &Answers,
     owners: &Owners,
-    from: Sender<'_>,
-    id: &DeploymentId,
-    parsed: &AgentMessage,
-    refused: &BTreeSet<String>,
+    (tenant, server): (&TenantId, &ServerId),
+    run: &[(&AgentMessage, bool)],
+    report_skipped: bool,
 ) -> Result<(), HandleError> {
-    let (tenant, server) = (from.tenant, from.server);
-    let kind = kind(parsed);
-    let applied = apply_answer(
+    let Some(id) = run.first().and_then(|(m, _)| m.deployment_id()) else {
+        return Ok(());
+    };
+    let mut received = Vec::with_capacity(run.len());
+    for (parsed, _) in run {
+        received.push(received_outputs(service, (tenant, server), parsed).await?);
+    }
+    let answers: Vec<(&AgentMessage, &BTreeSet<String>)> = run
+        .iter()
+        .zip(&received)
+        .map(|((parsed, _), (opened, refused))| (opened.as_ref().unwrap_or(*parsed), refused))
+        .collect();
+    let kinds = || {
+        answers
+            .iter()
+            .map(|(m, _)| kind(m))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let applied = apply_answers(
         &service.deployments,
         (tenant, server),
         id,
-        (parsed, refused),
+        &answers,
         service.broker.payload_limit(),
         OffsetDateTime::now_utc(),
     )
     .await?;
-    let u = match applied {
+    let (u, steps) = match applied {
         Applied::Unknown => {
-            warn!(deployment.id = %id, server.id = %server, kind, "agent message for an unknown deployment; ignored");
+            warn!(deployment.id = %id, server.id = %server, kind = %kinds(), "agent message for an unknown deployment; ignored");
             return Ok(());
         }
         Applied::Foreign(u) => {
             warn!(
-                deployment.id = %id, server.id = %server, owner = %u.record.deployment.server_id, kind,
+                deployment.id = %id, server.id = %server, owner = %u.record.deployment.server_id, kind = %kinds(),
                 "agent message from a server that does not own the deployment; ignored"
             );
             return Ok(());
         }
-        Applied::Stray => {
-            warn_stray(id, server, kind, parsed);
-            return Ok(());
-        }
-        Applied::Done(u, skipped) => {
-            if u.changed
-                && let Some(carried) = from.skipped
-            {
-                *carried.lock().unwrap_or_else(|p| p.into_inner()) = skipped;
-            }
-            u
-        }
+        Applied::Done(u, steps) => (u, steps),
     };
     let d = &u.record.deployment;
     owners.remember(&u.record);
@@ -465,108 +506,190 @@ async fn apply_received(
         service.timeouts.remove(id);
     }
     if u.changed {
-        info!(deployment.id = %id, server.id = %server, status = %d.status, kind, "deployment status changed");
+        info!(deployment.id = %id, server.id = %server, status = %d.status, kind = %kinds(), "deployment status changed");
     }
-    match reported(parsed, d, u.changed || from.handled_before) {
-        Some(ty) => {
-            let skipped = from
-                .skipped
-                .map(|carried| *carried.lock().unwrap_or_else(|p| p.into_inner()))
-                .unwrap_or_default();
-            for step in skipped.events() {
-                info!(deployment.id = %id, server.id = %server, kind, step = %step, "a step's answer comes after a later one; reporting the step first");
-                service
-                    .events
-                    .publish_deployment_step(&u.record, step)
-                    .await?;
-            }
-            service.events.publish_deployment(&u.record, ty).await?
-        }
-        None => {
-            debug!(deployment.id = %id, status = %d.status, kind, "agent message changes nothing; ignored")
+    let handled_before: Vec<bool> = run.iter().map(|(_, before)| *before).collect();
+    for (parsed, step) in answers.iter().zip(&steps) {
+        if let Step::Stray = step {
+            warn_stray(id, server, kind(parsed.0), parsed.0);
         }
     }
+    let messages: Vec<&AgentMessage> = answers.iter().map(|(m, _)| *m).collect();
+    let events: Vec<_> = reports(&messages, &handled_before, &steps, report_skipped)
+        .into_iter()
+        .map(|r| {
+            let event = if r.step {
+                debug!(deployment.id = %id, server.id = %server, step = %r.ty, "a step without an answer of its own before a later one; reporting the step first");
+                r.record.step_event(r.ty)
+            } else {
+                r.record.event(r.ty)
+            };
+            (event, &r.record.deployment)
+        })
+        .collect();
+    service.events.publish_deployment_events(&events).await?;
     Ok(())
 }
 
-/// What applying an answer to its deployment's record came to.
+/// One event to publish about an answer applied: its type, whether it reports a step
+/// the answer went past ([`DeploymentRecord::step_event`]) rather than the answer itself,
+/// and the record as it stood right after the answer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Report<'r> {
+    pub ty: EventType,
+    pub step: bool,
+    pub record: &'r DeploymentRecord,
+}
+
+/// The events reporting `messages` (each `handled_before` or not) that came to `steps`,
+/// in order: for each whose effect the record showed right after it and that is this
+/// copy's ([`reported`]), the steps it went past (when `report_skipped`, from the record,
+/// so again on a redelivery) that are not reported already, then its own.
+pub(crate) fn reports<'r>(
+    messages: &[&AgentMessage],
+    handled_before: &[bool],
+    steps: &'r [Step],
+    report_skipped: bool,
+) -> Vec<Report<'r>> {
+    let mut out: Vec<Report<'r>> = Vec::new();
+    for ((message, before), step) in messages.iter().zip(handled_before).zip(steps) {
+        let Step::Applied { changed, record } = step else {
+            continue;
+        };
+        let Some(ty) = reported(message, &record.deployment, *changed || *before) else {
+            debug!(deployment.id = %record.deployment.id, status = %record.deployment.status, kind = kind(message), "agent message changes nothing; ignored");
+            continue;
+        };
+        if report_skipped {
+            for skipped in record.skipped.events() {
+                if out.iter().any(|r| r.ty == skipped) {
+                    continue;
+                }
+                out.push(Report {
+                    ty: skipped,
+                    step: true,
+                    record,
+                });
+            }
+        }
+        out.push(Report {
+            ty,
+            step: false,
+            record,
+        });
+    }
+    out
+}
+
+/// What applying answers to their deployment's record came to.
 #[derive(Debug)]
 pub(crate) enum Applied {
     /// No such deployment.
     Unknown,
     /// The deployment is another server's (or another tenant's): its record as it is.
     Foreign(Updated),
-    /// The answer is not to the request the record holds (an earlier request's, or a
-    /// forged one): the record as it is.
-    Stray,
-    /// The record once the answer is applied (`changed`: this call wrote it; not when
-    /// the record had gone past it, or it was applied before), and the steps this change
-    /// went past (none when nothing changed).
-    Done(Updated, Skipped),
+    /// The record once the answers are applied (`changed`: this call wrote it), and what
+    /// each answer, in their order, came to.
+    Done(Updated, Vec<Step>),
 }
 
-/// Applies `parsed` (`delivered`, `started` or `finished`; `refused`: the sealed outputs
-/// that did not open), sent by `server` of `tenant`, to deployment `id`'s record under
-/// compare-and-set, at `now`: only an answer of the server that owns the deployment to
-/// the request its record holds changes it, and each step only forward. A finished
-/// record is made to fit `payload_limit`.
-pub(crate) async fn apply_answer(
+/// What one answer of those applied together came to.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Not an answer to the request the record holds (an earlier request's, or a forged
+    /// one): nothing applied.
+    Stray,
+    /// Applied: whether it moved the record (not when the record had gone past it, or
+    /// it was applied before), and the record as it stood right after it, with the steps
+    /// it went past ([`DeploymentRecord::skipped`]) when it moved it.
+    Applied {
+        changed: bool,
+        record: Box<DeploymentRecord>,
+    },
+}
+
+/// Applies `answers` (`delivered`, `started` or `finished`, in stream order; each with
+/// the sealed outputs that did not open), sent by `server` of `tenant`, to deployment
+/// `id`'s record with one compare-and-set, at `now`: only an answer of the server that
+/// owns the deployment to the request its record holds changes it, and each step only
+/// forward. A finished record is made to fit `payload_limit`.
+pub(crate) async fn apply_answers(
     deployments: &store::Deployments,
     (tenant, server): (&TenantId, &ServerId),
     id: &DeploymentId,
-    (parsed, refused): (&AgentMessage, &BTreeSet<String>),
+    answers: &[(&AgentMessage, &BTreeSet<String>)],
     payload_limit: usize,
     now: OffsetDateTime,
 ) -> Result<Applied, StoreError> {
     let mut foreign = false;
-    let mut stray = false;
-    let mut skipped = Skipped::default();
+    let mut steps = Vec::with_capacity(answers.len());
     let updated = deployments
         .update(tenant, id, |record| {
-            skipped = Skipped::default();
+            steps.clear();
             let d = &record.deployment;
-            if &d.tenant != tenant || &d.server_id != server {
-                foreign = true;
+            foreign = &d.tenant != tenant || &d.server_id != server;
+            if foreign {
                 return false;
             }
-            if !answers_request(record, parsed.request_digest()) {
-                stray = true;
-                return false;
-            }
-            let past = Skipped::on(record, parsed);
-            let changed = match parsed {
-                AgentMessage::Delivered { at, .. } => apply_delivered(record, *at),
-                AgentMessage::Started { at, .. } => apply_started(record, *at, now),
-                AgentMessage::Progress { .. } | AgentMessage::Rejected { .. } => false,
-                AgentMessage::Finished { result, .. } => {
-                    let changed = apply_finished(record, result, now);
-                    if changed {
-                        settle_hidden_outputs(record, refused);
-                        fit_record(record, payload_limit);
-                    }
-                    changed
+            // The steps an answer went past are counted from the record as stored: should
+            // this write be all that survives of handling them (the gateway died before
+            // the events), the answer that moved the record last, handled again, reports
+            // every step the write went past, those of the answers before it included.
+            let stored = record.clone();
+            let mut any = false;
+            for (parsed, refused) in answers {
+                if !answers_request(record, parsed.request_digest()) {
+                    steps.push(Step::Stray);
+                    continue;
                 }
-            };
-            if changed {
-                skipped = past;
+                let changed = match parsed {
+                    AgentMessage::Delivered { at, .. } => apply_delivered(record, *at),
+                    AgentMessage::Started { at, .. } => apply_started(record, *at, now),
+                    AgentMessage::Progress { .. } | AgentMessage::Rejected { .. } => false,
+                    AgentMessage::Finished { result, .. } => {
+                        let changed = apply_finished(record, result, now);
+                        if changed {
+                            settle_hidden_outputs(record, refused);
+                            fit_record(record, payload_limit);
+                        }
+                        changed
+                    }
+                };
+                if changed {
+                    note_skipped(record, parsed, Skipped::by(&stored, parsed));
+                }
+                any |= changed;
+                steps.push(Step::Applied {
+                    changed,
+                    record: Box::new(record.clone()),
+                });
             }
-            changed
+            any
         })
         .await?;
     Ok(match updated {
         None => Applied::Unknown,
         Some(u) if foreign => Applied::Foreign(u),
-        Some(_) if stray => Applied::Stray,
-        Some(u) => Applied::Done(u, skipped),
+        Some(u) => {
+            if !u.changed {
+                // Nothing written: no answer moved the record (one that would have on a
+                // stale copy did not on the stored one, which is what `u` holds).
+                for step in &mut steps {
+                    if let Step::Applied { changed, .. } = step {
+                        *changed = false;
+                    }
+                }
+            }
+            Applied::Done(u, steps)
+        }
     })
 }
-
 /// A `finished` answer with sealed outputs, as it is stored: each opened from the
 /// sender's agent and sealed again to the gateway, with the names that did not open
 /// ([`sealing::received_outputs`]). `None` when there is nothing to open.
 async fn received_outputs(
     service: &Answers,
-    from: Sender<'_>,
+    (tenant, server): (&TenantId, &ServerId),
     parsed: &AgentMessage,
 ) -> Result<(Option<AgentMessage>, BTreeSet<String>), HandleError> {
     let AgentMessage::Finished { result, .. } = parsed else {
@@ -575,9 +698,9 @@ async fn received_outputs(
     if !result.outputs.values().any(seal::is_sealed) {
         return Ok((None, BTreeSet::new()));
     }
-    let key = match service.servers.get(from.tenant, from.server).await? {
+    let key = match service.servers.get(tenant, server).await? {
         Some(server) => sealing::server_key(&server),
-        None => Err(SealFailure::NoServerKey(from.server.clone())),
+        None => Err(SealFailure::NoServerKey(server.clone())),
     };
     let mut received = parsed.clone();
     let mut refused = BTreeSet::new();
@@ -585,7 +708,7 @@ async fn received_outputs(
         refused = sealing::received_outputs(&mut result.outputs, &service.sealing, &key);
     }
     if !refused.is_empty() {
-        warn!(server.id = %from.server, outputs = ?refused, "sealed outputs that do not open from the server's agent; refused");
+        warn!(server.id = %server, outputs = ?refused, "sealed outputs that do not open from the server's agent; refused");
     }
     Ok((Some(received), refused))
 }

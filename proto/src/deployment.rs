@@ -519,7 +519,8 @@ pub struct Deployment {
     /// Last change.
     #[serde(with = "time::serde::rfc3339")]
     pub updated_at: OffsetDateTime,
-    /// Agent received it at (the first time).
+    /// Agent received it at (the first time; when it started the hook at once, sending
+    /// no `delivered`: when it started it).
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub delivered_at: Option<OffsetDateTime>,
     /// Agent started it at.

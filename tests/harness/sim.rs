@@ -9,7 +9,8 @@
 //! every request checked ([`flue_proto::signing::verify_request`]), answers signed with the
 //! agent's user key ([`flue_agent::answer::Responder`]) and presence heartbeats
 //! ([`flue_agent::heartbeat`]). What it leaves out is the work: no ledger, no hook process;
-//! every request is answered `delivered`, `started` and a no-op COMPLETE at once. So the
+//! every request is answered `started` (as from a real agent whose hook starts at once,
+//! it stands for `delivered` too) and a no-op COMPLETE at once. So the
 //! figures the bench takes are the broker's and the gateway's, not the hooks'.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -251,7 +252,7 @@ async fn run(
 
 /// Answers one request as a real agent whose hook did nothing and succeeded: signature
 /// checked first (a refused one is terminated, as the real agent does, and counted),
-/// then `delivered`, `started`, `finished` COMPLETE, then the ack.
+/// then `started`, `finished` COMPLETE, then the ack.
 async fn answer_noop(
     config: &Config,
     creds: &AgentCredentials,
@@ -283,23 +284,15 @@ async fn answer_noop(
     };
     let digest = RequestDigest::of(&msg.payload);
     let id = req.deployment_id;
-    for early in [
-        AgentMessage::Delivered {
-            v: PROTOCOL_VERSION,
-            deployment_id: id.clone(),
-            at: now,
-            request_digest: Some(digest.clone()),
-        },
-        AgentMessage::Started {
-            v: PROTOCOL_VERSION,
-            deployment_id: id.clone(),
-            at: now,
-            request_digest: Some(digest.clone()),
-        },
-    ] {
-        // As in the real agent, a lost `delivered` or `started` changes nothing else.
-        let _ = responder.publish(&early).await;
-    }
+    // As the real agent whose hook starts at once: `started` stands for `delivered` too.
+    let started = AgentMessage::Started {
+        v: PROTOCOL_VERSION,
+        deployment_id: id.clone(),
+        at: now,
+        request_digest: Some(digest.clone()),
+    };
+    // As in the real agent, a lost `started` changes nothing else.
+    let _ = responder.publish(&started).await;
     let result = DeploymentResult {
         status: DeploymentStatus::Complete,
         status_reason: None,

@@ -74,6 +74,7 @@ impl DeploymentRecord {
             request_digest: None,
             agent_jwt: None,
             polled: false,
+            skipped: Default::default(),
         }
     }
 }

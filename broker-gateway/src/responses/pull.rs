@@ -6,10 +6,11 @@
 use std::time::Duration;
 
 use async_nats::jetstream::Message;
+use async_nats::jetstream::consumer::PullConsumer;
 use flue_proto::retry::Policy;
 use flue_proto::subject;
-use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -96,7 +97,7 @@ async fn consume_until_error(service: &Answers, takeover: &mut Takeover) -> Resu
         .map_err(|e| chain(&e))?;
     debug!("response consumer pulling");
     let owners = Owners::default();
-    let mut lanes: Lanes<(String, Message)> = Lanes::default();
+    let mut lanes: Lanes<Message> = Lanes::default();
     let mut check = tokio::time::interval(takeover::CHECK_EVERY);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut running = FuturesUnordered::new();
@@ -112,7 +113,7 @@ async fn consume_until_error(service: &Answers, takeover: &mut Takeover) -> Resu
             Some(lane) = running.next(), if !running.is_empty() => {
                 let lane: String = lane;
                 if let Some(next) = lanes.done(&lane) {
-                    running.push(handle_in(service, &owners, next));
+                    running.push(handle_in(service, &owners, (lane, next)));
                 }
             }
             _ = check.tick(), if lanes.paused() => {
@@ -122,44 +123,74 @@ async fn consume_until_error(service: &Answers, takeover: &mut Takeover) -> Resu
                     }
                 }
             }
-            next = messages.next(), if lanes.held() < room => match next {
-                Some(Ok(message)) => {
-                    takeover.note_pin(message.headers.as_ref());
-                    let key = lane(message.subject.as_str(), &message.payload);
-                    let (seq, delivery) = message
-                        .info()
-                        .map_or((0, 0), |i| (i.stream_sequence, i.consumer_sequence));
-                    if takeover.gap_before(delivery)
-                        && !lanes.paused()
-                        && takeover.others_hold(&consumer, lanes.held() + 1).await
-                    {
-                        lanes.pause();
+            next = messages.next(), if lanes.held() < room => {
+                // This message, then whatever else the pull already has in hand, taken
+                // in before any starts: a deployment's answers that came together are
+                // handled together.
+                let mut next = next;
+                let ended = loop {
+                    match next {
+                        Some(Ok(message)) => {
+                            take_in(&consumer, takeover, &mut lanes, message).await;
+                        }
+                        Some(Err(e)) => break Some(Err(chain(&e))),
+                        None => break Some(Ok(())),
                     }
-                    if let Some(now) = lanes.admit(key.clone(), seq, (key, message)) {
-                        running.push(handle_in(service, &owners, now));
+                    if lanes.held() >= room {
+                        break None;
                     }
+                    match messages.next().now_or_never() {
+                        Some(more) => next = more,
+                        None => break None,
+                    }
+                };
+                for now in lanes.start() {
+                    running.push(handle_in(service, &owners, now));
                 }
-                Some(Err(e)) => break Err(chain(&e)),
-                None => break Ok(()),
-            },
+                if let Some(stopped) = ended {
+                    break stopped;
+                }
+            }
         }
     };
     // Finish what was taken, in order; whatever is not acknowledged comes again anyway.
     while let Some(lane) = running.next().await {
         if let Some(next) = lanes.done(&lane) {
-            running.push(handle_in(service, &owners, next));
+            running.push(handle_in(service, &owners, (lane, next)));
         }
     }
     stopped
 }
 
-/// Handles `message` of `lane` to its settlement; returns the lane.
+/// Takes `message` into its lane, pausing the lanes first when it shows a takeover
+/// whose answers are still held elsewhere ([`takeover`]).
+async fn take_in(
+    consumer: &PullConsumer,
+    takeover: &mut Takeover,
+    lanes: &mut Lanes<Message>,
+    message: Message,
+) {
+    takeover.note_pin(message.headers.as_ref());
+    let key = lane(message.subject.as_str(), &message.payload);
+    let (seq, delivery) = message
+        .info()
+        .map_or((0, 0), |i| (i.stream_sequence, i.consumer_sequence));
+    if takeover.gap_before(delivery)
+        && !lanes.paused()
+        && takeover.others_hold(consumer, lanes.held() + 1).await
+    {
+        lanes.pause();
+    }
+    lanes.admit(key, seq, message);
+}
+
+/// Handles the messages of `lane` to their settlement; returns the lane.
 async fn handle_in(
     service: &Answers,
     owners: &Owners,
-    (lane, message): (String, Message),
+    (lane, messages): (String, Vec<Message>),
 ) -> String {
-    handle(service, owners, message).await;
+    handle(service, owners, messages).await;
     lane
 }
 

@@ -23,8 +23,12 @@ pub const FRESH: Duration = Duration::from_secs(2);
 /// Bounds the memory; cleared when it grows past this.
 const MAX_KEPT: usize = 4096;
 
-/// A server's key as read (`None`: no key recorded) and when it was read.
-type Kept = HashMap<(TenantId, ServerId), (Option<String>, Instant)>;
+/// A server's key as read (`None`: no key recorded; the key read once, or why the
+/// recorded one is no key) and when it was read.
+type Kept = HashMap<(TenantId, ServerId), (Option<Key>, Instant)>;
+
+/// A recorded key, read ([`signing::public_key`]), or why it cannot be.
+type Key = Result<Arc<nkeys::KeyPair>, Refusal>;
 
 /// Recently read answer-signing keys, by server; cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -75,7 +79,7 @@ impl Signers {
             .get(tenant, server)
             .await?
             .and_then(|s| s.keys)
-            .map(|k| k.signing);
+            .map(|k| signing::public_key(&k.signing).map(Arc::new));
         {
             let mut kept = self.lock();
             if kept.len() >= MAX_KEPT {
@@ -96,6 +100,8 @@ impl Signers {
     }
 }
 
-fn verify(key: &str, who: (&TenantId, &ServerId), m: &SignedMessage<'_>) -> Result<(), Refusal> {
-    signing::verify_answer(m.claims, m.signature, key, m.body, who).map(|_| ())
+/// Whether `m` came from the server of `who`, signed with `key`.
+fn verify(key: &Key, who: (&TenantId, &ServerId), m: &SignedMessage<'_>) -> Result<(), Refusal> {
+    let key = key.as_ref().map_err(Clone::clone)?;
+    signing::verify_answer_by(m.claims, m.signature, key, m.body, who).map(|_| ())
 }

@@ -160,21 +160,21 @@ mod applying {
     }
 
     async fn apply(store: &Store, server: &str, message: &AgentMessage) -> Applied {
+        apply_together(store, server, &[message]).await
+    }
+
+    /// [`apply_answers`] of `messages` together, as one pull's answers of a deployment.
+    async fn apply_together(store: &Store, server: &str, messages: &[&AgentMessage]) -> Applied {
         let (t, s) = (
             TenantId::new("t").expect("id"),
             ServerId::new(server).expect("id"),
         );
         let id = DeploymentId::new("d1").expect("id");
-        apply_answer(
-            &store.deployments,
-            (&t, &s),
-            &id,
-            (message, &BTreeSet::new()),
-            LIMIT,
-            at(10),
-        )
-        .await
-        .expect("applied")
+        let none = BTreeSet::new();
+        let answers: Vec<_> = messages.iter().map(|m| (*m, &none)).collect();
+        apply_answers(&store.deployments, (&t, &s), &id, &answers, LIMIT, at(10))
+            .await
+            .expect("applied")
     }
 
     async fn stored(store: &Store) -> crate::record::DeploymentRecord {
@@ -246,10 +246,16 @@ mod applying {
         let store = store().await;
         let mut all = Vec::new();
         for message in messages {
-            let Applied::Done(_, skipped) = apply(&store, "s1", message).await else {
+            let Applied::Done(_, steps) = apply(&store, "s1", message).await else {
                 panic!("not applied");
             };
-            all.push(skipped.events().collect());
+            let [Step::Applied { changed, record }] = &steps[..] else {
+                panic!("one step: {steps:?}");
+            };
+            all.push(match changed {
+                true => record.skipped.events().collect(),
+                false => Vec::new(),
+            });
         }
         all
     }
@@ -311,7 +317,10 @@ mod applying {
         let before = stored(&store).await;
         for digest in [Some(RequestDigest::of(b"another request")), None] {
             let applied = apply(&store, "s1", &started(digest)).await;
-            assert!(matches!(applied, Applied::Stray), "{applied:?}");
+            assert!(
+                matches!(&applied, Applied::Done(u, steps) if !u.changed && matches!(steps[..], [Step::Stray])),
+                "{applied:?}"
+            );
         }
         assert_eq!(stored(&store).await, before);
     }
@@ -321,5 +330,126 @@ mod applying {
         let store = Store::in_memory();
         let applied = apply(&store, "s1", &started(Some(digest()))).await;
         assert!(matches!(applied, Applied::Unknown), "{applied:?}");
+    }
+
+    /// What [`reports`] gives for `messages` applied together (each handled before or
+    /// not): (event type, reported as a step, the deployment's status in the event).
+    async fn reported_by(
+        store: &Store,
+        messages: &[&AgentMessage],
+        handled_before: bool,
+    ) -> Vec<(EventType, bool, DeploymentStatus)> {
+        let Applied::Done(_, steps) = apply_together(store, "s1", messages).await else {
+            panic!("not applied");
+        };
+        let before = vec![handled_before; messages.len()];
+        reports(messages, &before, &steps, true)
+            .into_iter()
+            .map(|r| {
+                let event = match r.step {
+                    true => r.record.step_event(r.ty),
+                    false => r.record.event(r.ty),
+                };
+                assert_eq!(
+                    event.id,
+                    format!("deployment:d1:{}", r.ty.name()),
+                    "stable id"
+                );
+                let status = serde_json::from_value(event.data["status"].clone()).expect("status");
+                (r.ty, r.step, status)
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_redelivered_started_reports_the_delivered_it_went_past_again_under_the_same_ids() {
+        use DeploymentStatus::{InProgress, Queued};
+        use EventType::{DeploymentDelivered as D, DeploymentStarted as S};
+        let store = store().await;
+        let started = started(Some(digest()));
+        // The agent started the hook at once: no `delivered` of its own.
+        assert_eq!(
+            reported_by(&store, &[&started], false).await,
+            [(D, true, Queued), (S, false, InProgress)]
+        );
+        let record = stored(&store).await;
+        assert_eq!(
+            record.deployment.delivered_at,
+            Some(at(2)),
+            "delivered when started"
+        );
+        // The gateway died after the write, before the events: the redelivery reports
+        // both again (the broker drops copies of those that were out, by id).
+        assert_eq!(
+            reported_by(&store, &[&started], true).await,
+            [(D, true, Queued), (S, false, InProgress)]
+        );
+        // A copy the agent sent again reports nothing.
+        assert_eq!(reported_by(&store, &[&started], false).await, []);
+        // Once the result moved the record on, the result reports only itself, also when
+        // redelivered.
+        let done = finished(DeploymentStatus::Complete);
+        for again in [false, true] {
+            assert_eq!(
+                reported_by(&store, &[&done], again).await,
+                [(
+                    EventType::DeploymentCompleted,
+                    false,
+                    DeploymentStatus::Complete
+                )]
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_applied_together_write_once_and_report_each_step_as_the_record_stood() {
+        use DeploymentStatus::{Complete, InProgress, Queued};
+        use EventType::{
+            DeploymentCompleted as C, DeploymentDelivered as D, DeploymentStarted as S,
+        };
+        let store = store().await;
+        let started = started(Some(digest()));
+        let done = finished(DeploymentStatus::Complete);
+        let before = stored(&store).await;
+        let Applied::Done(u, steps) = apply_together(&store, "s1", &[&started, &done]).await else {
+            panic!("not applied");
+        };
+        assert!(u.changed);
+        assert_eq!(u.record, stored(&store).await, "one write: the last record");
+        assert_eq!(u.record.deployment.status, Complete);
+        assert_ne!(before, u.record);
+        assert_eq!(steps.len(), 2);
+        assert_eq!(
+            reports(&[&started, &done], &[false, false], &steps, true)
+                .iter()
+                .map(|r| (r.ty, r.step, r.record.deployment.status))
+                .collect::<Vec<_>>(),
+            [
+                (D, true, InProgress),
+                (S, false, InProgress),
+                (C, false, Complete)
+            ]
+        );
+        // The gateway died after the write, before the events: redelivered, `started`
+        // finds the deployment ended (its event would come late), and the result reports
+        // every step the write went past first, under the same ids.
+        let store2 = self::store().await;
+        apply_together(&store2, "s1", &[&started, &done]).await;
+        assert_eq!(
+            reported_by(&store2, &[&started, &done], true).await,
+            [
+                (D, true, Queued),
+                (S, true, InProgress),
+                (C, false, Complete)
+            ]
+        );
+        assert_eq!(reported_by(&store2, &[&started, &done], false).await, []);
+        // A stray answer among them changes nothing and reports nothing.
+        let store3 = self::store().await;
+        let stray = self::started(Some(RequestDigest::of(b"another request")));
+        assert_eq!(
+            reported_by(&store3, &[&stray, &started], false).await,
+            [(D, true, Queued), (S, false, InProgress)]
+        );
     }
 }

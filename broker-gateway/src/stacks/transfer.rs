@@ -415,6 +415,7 @@ impl Stacks {
                     request_digest: None,
                     agent_jwt: None,
                     polled: false,
+                    skipped: Default::default(),
                 }),
             }
         }
