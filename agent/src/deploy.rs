@@ -488,9 +488,6 @@ async fn apply(
         (Ok::<_, Error>(Some(in_stream)), data)
     };
     let (outcome, (recorded, data)) = tokio::join!(touching(msg, run), record_started);
-    // This hook's guard has ended: the next one starts now, while this result is recorded
-    // and answered and the next request comes, so that it is ready by then.
-    agent.guards.refill();
     // `started`, then every progress message, go out before the result.
     if let Ok(Some(false)) = &recorded {
         warn!("started not published before shutdown");

@@ -53,8 +53,8 @@ pub struct Agent {
 /// message is handled, so nothing else is ever delivered to the agent while it works and
 /// nothing is left in flight when it stops.
 ///
-/// A hook guard is started ahead before the first pull and after each request (if the
-/// request's hook did not start one as it ended: [`crate::process::Ahead`]).
+/// A hook guard is started ahead before the first pull and after each request
+/// ([`crate::process::Ahead`]).
 ///
 /// The ledger is pruned before the first pull and then every [`PRUNE_EVERY`], between two
 /// requests: never while one is handled, and with no task of its own. An idle agent prunes
@@ -135,8 +135,10 @@ pub async fn run(agent: &Agent) -> Result<(), Error> {
                 Some(Ok(msg)) => {
                     delays.reset();
                     deploy::handle(agent, msg).await?;
-                    // Unless its hook's end started it already, the next hook's guard
-                    // starts while the agent waits for the next request.
+                    // Its answer is out: the next hook's guard starts while the agent
+                    // waits for the next request (not as the hook ends: spawning it
+                    // holds this thread up to the guard's `exec`, which the result
+                    // would then wait for).
                     agent.guards.refill();
                 }
             }
