@@ -468,12 +468,13 @@ async fn apply(
         agent.shutdown.clone(),
         redactor.clone(),
     );
-    let (launch, spawned) = launch();
+    let (launch, spawned) = launch(agent).await;
     let work_root = agent.config.work_root();
     let stop = stop_signal(agent, req);
     let run = hook::run(&hook, &item, &env, &work_root, stop, Some(lines), launch);
-    // The guard is spawned first and waits; `started`, naming its process group, is
-    // recorded with one flush, and only then does the hook start: durable before the
+    // The guard is spawned first (normally ahead, while the agent waited) and waits;
+    // `started`, naming its process group, is recorded with one flush, and only then do
+    // the hook's command and the go reach it, and the hook start: durable before the
     // hook runs (exactly-once), and the group known to the next agent should this one die
     // (see `crate::orphans`). A hook that could not even be spawned never ran: nothing
     // is recorded as started, and the result says why.
@@ -559,12 +560,14 @@ async fn apply(
     record(agent, key, digest, seq, result).await
 }
 
-/// How hooks are started: under the guard (this executable), which kills the hook's
-/// group if the agent dies, and telling the receiver which group that is.
-fn launch() -> (Launch, oneshot::Receiver<Spawned>) {
+/// How hooks are started: under the guard, which kills the hook's group if the agent
+/// dies — the one the agent started ahead when it is ready, else one started now — and
+/// telling the receiver which group that is.
+async fn launch(agent: &Agent) -> (Launch, oneshot::Receiver<Spawned>) {
     let (tx, rx) = oneshot::channel();
     let launch = Launch {
         guard: Some(Guard::current()),
+        ready: agent.guards.take().await,
         started: Some(tx),
     };
     (launch, rx)

@@ -1,26 +1,35 @@
 //! The hook guard: a hook's whole process group dies with its agent.
 //!
 //! The agent never starts a hook itself. It starts `flue-hook-guard --agent-pid <its pid>
-//! -- <hook> <args…>` (or, when that binary is not installed next to the agent,
-//! `flue-agent hook-guard` with the same arguments; see [`Guard::beside`]) in a new
-//! process group, so the guard is the group's leader and the hook, its child, is in the
-//! same group, with whatever the hook starts in turn. The guard:
+//! --ahead` (or, when that binary is not installed next to the agent, `flue-agent
+//! hook-guard` with the same arguments; see [`Guard::beside`]) in a new process group,
+//! so the guard is the group's leader and the hook, its child, is in the same group, with
+//! whatever the hook starts in turn. The agent starts it *ahead*, before a request needs
+//! it (`crate::process::Ahead`): the guard's own start (an `exec`, ≈ 1 ms) is then off a
+//! deployment's path, and the hook's command reaches it only with the go. The guard:
 //!
 //! 1. blocks SIGTERM and SIGCHLD (it takes them with `sigwaitinfo`, no handler) and asks
 //!    the kernel for SIGTERM when its parent dies (`PR_SET_PDEATHSIG`), then checks that
-//!    its parent is still the agent (it may have died before that);
-//! 2. waits for the agent's go: one byte ([`GO`]) on its stdin, read unbuffered. The agent
-//!    sends it once the ledger durably names this process group (see
-//!    [`crate::ledger`]); end of file instead (the agent died, or could not record the
-//!    group) ends the guard with [`CANNOT_RUN`] and the hook never starts;
+//!    its parent is still the agent (it may have died before that), and says it is ready:
+//!    one byte ([`READY`]) on its stdout, which the agent reads before it counts on it (a
+//!    guard too old to know `--ahead` says no such thing: the agent then uses its own
+//!    binary's);
+//! 2. waits for the agent's go: one byte ([`GO`]) on its stdin, read unbuffered, then the
+//!    hook's command ([`HookCommand`]: program, arguments, environment changes, working
+//!    directory). The agent sends them once the ledger durably names this process group
+//!    (see [`crate::ledger`]); end of file instead (the agent died, or could not record
+//!    the group) ends the guard with [`CANNOT_RUN`] and the hook never starts;
 //! 3. runs the hook with the guard's own stdin (the rest of it: the hook's item), stdout,
-//!    stderr, environment and working directory, so the bytes pass straight between agent
-//!    and hook;
+//!    stderr and environment, changed as the command says, so the bytes pass straight
+//!    between agent and hook;
 //! 4. on every SIGTERM, looks whether its parent is still the agent. If not, the agent
 //!    is gone: it kills its process group (the hook and everything it started, itself
 //!    included) with SIGKILL. If it is, the SIGTERM is the agent stopping the hook (sent
 //!    to the whole group, so the hook has it too) and the guard waits for the hook;
 //! 5. ends the way the hook ended: the same exit status, or killed by the same signal.
+//!
+//! The first form, `--agent-pid <pid> -- <hook> <args…>` (the command on the command
+//! line, no ready byte, the go alone on stdin), is still taken, from an older agent.
 //!
 //! It costs a hook one `exec` of a small binary and little else: `flue-hook-guard`
 //! (`src/bin/flue-hook-guard.rs`) links only this module, the few system calls of
@@ -43,7 +52,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -52,6 +61,10 @@ use std::time::Duration;
 
 use crate::process::group::Stat;
 use crate::sys;
+
+mod command;
+
+pub use command::HookCommand;
 
 /// The hidden subcommand that runs a hook under the guard.
 pub const SUBCOMMAND: &str = "hook-guard";
@@ -66,20 +79,28 @@ pub const CANNOT_RUN: u8 = 127;
 /// The byte the agent writes first on the guard's stdin to let the hook start.
 pub const GO: u8 = b'\n';
 
+/// The byte a guard started `--ahead` writes on its stdout once it is ready for the go.
+pub const READY: u8 = b'+';
+
+/// The flag that starts a guard ahead of its hook: the command comes on stdin.
+pub const AHEAD: &str = "--ahead";
+
 /// Arguments of the guard (internal: only the agent starts it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardArgs {
     /// The agent that started the guard: when it is no longer the guard's parent, the
     /// guard kills its process group.
     pub agent_pid: u32,
-    /// The hook and its arguments (never empty).
-    pub command: Vec<OsString>,
+    /// The hook and its arguments (never empty) when given on the command line; `None`
+    /// for a guard started [`AHEAD`], which reads its [`HookCommand`] after the go.
+    pub command: Option<Vec<OsString>>,
 }
 
 impl GuardArgs {
-    /// Parses what follows `hook-guard` on the command line, exactly as [`Guard::wrap`]
-    /// writes it: `--agent-pid <pid> -- <hook> [<arg>…]`. Hand-written: the guard runs
-    /// before (and without) the agent's argument parser.
+    /// Parses what follows `hook-guard` on the command line, exactly as
+    /// [`Guard::ahead`] writes it, `--agent-pid <pid> --ahead`, or as older agents did,
+    /// `--agent-pid <pid> -- <hook> [<arg>…]`. Hand-written: the guard runs before (and
+    /// without) the agent's argument parser.
     pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Self, String> {
         let mut args = args.into_iter();
         if args.next().as_deref() != Some(OsStr::new("--agent-pid")) {
@@ -89,14 +110,26 @@ impl GuardArgs {
             .next()
             .and_then(|pid| pid.to_str()?.parse::<u32>().ok())
             .ok_or("--agent-pid needs a process id")?;
-        if args.next().as_deref() != Some(OsStr::new("--")) {
-            return Err("expected -- before the hook".to_owned());
+        match args.next() {
+            Some(flag) if flag == AHEAD => match args.next() {
+                None => Ok(Self {
+                    agent_pid,
+                    command: None,
+                }),
+                Some(_) => Err(format!("nothing may follow {AHEAD}")),
+            },
+            Some(flag) if flag == "--" => {
+                let command: Vec<OsString> = args.collect();
+                if command.is_empty() {
+                    return Err("no hook given after --".to_owned());
+                }
+                Ok(Self {
+                    agent_pid,
+                    command: Some(command),
+                })
+            }
+            _ => Err(format!("expected {AHEAD}, or -- before the hook")),
         }
-        let command: Vec<OsString> = args.collect();
-        if command.is_empty() {
-            return Err("no hook given after --".to_owned());
-        }
-        Ok(Self { agent_pid, command })
     }
 }
 
@@ -148,6 +181,12 @@ impl Guard {
         }
     }
 
+    /// This executable's own `hook-guard` subcommand (the agent's binary, whatever became
+    /// of its path): always the same build as the agent, so it knows every form.
+    pub fn own() -> Self {
+        Self::at(SELF_EXE)
+    }
+
     /// The small guard binary ([`BINARY`]) at `exe`.
     pub fn binary(exe: impl Into<PathBuf>) -> Self {
         Self {
@@ -166,33 +205,22 @@ impl Guard {
         self.subcommand
     }
 
-    /// `cmd` wrapped in the guard: the same program, arguments, environment changes and
-    /// working directory (all a hook command uses), run by `flue-hook-guard` or
-    /// `flue-agent hook-guard`, with the same arguments after the name.
-    pub fn wrap(&self, cmd: &tokio::process::Command) -> tokio::process::Command {
-        let inner = cmd.as_std();
-        let mut guarded = tokio::process::Command::new(&self.exe);
+    /// The command that starts this guard [`AHEAD`] of its hook, for this process:
+    /// `… --agent-pid <pid> --ahead`, run by `flue-hook-guard` or `flue-agent
+    /// hook-guard`, with the same arguments after the name. Its hook's [`HookCommand`]
+    /// follows the go on its stdin.
+    pub fn ahead(&self) -> tokio::process::Command {
+        let mut guard = tokio::process::Command::new(&self.exe);
         if self.subcommand {
-            guarded.arg0("flue-agent").arg(SUBCOMMAND);
+            guard.arg0("flue-agent").arg(SUBCOMMAND);
         } else {
-            guarded.arg0(BINARY);
+            guard.arg0(BINARY);
         }
-        guarded
+        guard
             .arg("--agent-pid")
             .arg(std::process::id().to_string())
-            .arg("--")
-            .arg(inner.get_program())
-            .args(inner.get_args());
-        for (name, value) in inner.get_envs() {
-            match value {
-                Some(value) => guarded.env(name, value),
-                None => guarded.env_remove(name),
-            };
-        }
-        if let Some(dir) = inner.get_current_dir() {
-            guarded.current_dir(dir);
-        }
-        guarded
+            .arg(AHEAD);
+        guard
     }
 }
 
@@ -244,7 +272,23 @@ pub fn run(args: &GuardArgs) -> ExitCode {
         // The agent died before the signal was armed; no hook has started.
         return ExitCode::from(CANNOT_RUN);
     }
-    match wait_for_go() {
+    // A second descriptor of stdin, read without the buffer `Stdin` has, so that no byte
+    // past the go and the command is consumed: the rest is the hook's.
+    let mut stdin = match io::stdin().as_fd().try_clone_to_owned() {
+        Ok(fd) => File::from(fd),
+        Err(e) => {
+            eprintln!("{WHO}: cannot read the agent's go: {e}");
+            return ExitCode::from(CANNOT_RUN);
+        }
+    };
+    if args.command.is_none()
+        && let Err(e) = say_ready()
+    {
+        // The agent is gone (or not listening): nothing may run.
+        eprintln!("{WHO}: cannot tell the agent it is ready: {e}");
+        return ExitCode::from(CANNOT_RUN);
+    }
+    match wait_for_go(&mut stdin) {
         Ok(true) => {}
         // The agent is gone, or did not record this group: the hook must not run.
         Ok(false) => return ExitCode::from(CANNOT_RUN),
@@ -253,13 +297,28 @@ pub fn run(args: &GuardArgs) -> ExitCode {
             return ExitCode::from(CANNOT_RUN);
         }
     }
-    let Some((program, hook_args)) = args.command.split_first() else {
-        return ExitCode::from(CANNOT_RUN);
+    let hook = match &args.command {
+        Some(words) => match words.split_first() {
+            Some((program, hook_args)) => HookCommand {
+                program: program.clone(),
+                args: hook_args.to_vec(),
+                ..HookCommand::default()
+            },
+            None => return ExitCode::from(CANNOT_RUN),
+        },
+        None => match HookCommand::read(&mut stdin) {
+            Ok(hook) => hook,
+            Err(e) => {
+                eprintln!("{WHO}: cannot read the hook's command: {e}");
+                return ExitCode::from(CANNOT_RUN);
+            }
+        },
     };
-    let mut child = match spawn(program, hook_args) {
+    drop(stdin);
+    let mut child = match spawn(&hook) {
         Ok(child) => child,
         Err(e) => {
-            eprintln!("cannot run {}: {e}", PathBuf::from(program).display());
+            eprintln!("cannot run {}: {e}", PathBuf::from(&hook.program).display());
             return ExitCode::from(CANNOT_RUN);
         }
     };
@@ -293,12 +352,16 @@ pub fn run(args: &GuardArgs) -> ExitCode {
     }
 }
 
-/// Reads the agent's go, one byte and no more (the rest of stdin is the hook's): true for
-/// [`GO`], false at end of file or for any other byte.
-fn wait_for_go() -> io::Result<bool> {
-    // A second descriptor of the same pipe, read without the buffer `Stdin` has, so that
-    // exactly one byte is consumed; dropped (closed) right after.
-    let mut stdin = File::from(io::stdin().as_fd().try_clone_to_owned()?);
+/// Tells the agent this guard is ready for the go: [`READY`] on stdout, written through a
+/// second descriptor without the buffer `Stdout` has, so nothing of it is left for the hook.
+fn say_ready() -> io::Result<()> {
+    let mut stdout = File::from(io::stdout().as_fd().try_clone_to_owned()?);
+    stdout.write_all(&[READY])
+}
+
+/// Reads the agent's go, one byte and no more (what follows is the hook's command, or
+/// its stdin): true for [`GO`], false at end of file or for any other byte.
+fn wait_for_go(stdin: &mut File) -> io::Result<bool> {
     let mut byte = [0u8; 1];
     loop {
         match stdin.read(&mut byte) {
@@ -312,10 +375,11 @@ fn wait_for_go() -> io::Result<bool> {
 
 /// Spawns the hook, retrying while the executable is busy: a script written just before
 /// may still be open for writing in a child the agent was forking at the same moment.
-fn spawn(program: &OsString, args: &[OsString]) -> io::Result<Child> {
+fn spawn(hook: &HookCommand) -> io::Result<Child> {
+    let mut cmd = hook.command();
     let mut tries = 0;
     loop {
-        match std::process::Command::new(program).args(args).spawn() {
+        match cmd.spawn() {
             Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy && tries < 10 => {
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(20 * tries));
@@ -334,13 +398,21 @@ mod tests {
     }
 
     #[test]
-    fn the_guard_reads_back_exactly_what_wrap_writes() {
+    fn the_guard_reads_back_both_forms_of_its_command_line() {
         let parsed = GuardArgs::parse(args(&["--agent-pid", "42", "--", "/hook", "-x", "--"]));
         assert_eq!(
             parsed,
             Ok(GuardArgs {
                 agent_pid: 42,
-                command: args(&["/hook", "-x", "--"]),
+                command: Some(args(&["/hook", "-x", "--"])),
+            })
+        );
+        let parsed = GuardArgs::parse(args(&["--agent-pid", "42", AHEAD]));
+        assert_eq!(
+            parsed,
+            Ok(GuardArgs {
+                agent_pid: 42,
+                command: None,
             })
         );
     }
@@ -382,32 +454,22 @@ mod tests {
 
     #[test]
     fn both_guards_get_the_same_arguments_after_their_name() {
-        let mut hook = tokio::process::Command::new("/hooks/script");
-        hook.arg("-x").env("A", "1").current_dir("/work");
         let words = |guard: &Guard| {
-            let cmd = guard.wrap(&hook);
+            let cmd = guard.ahead();
             let std = cmd.as_std();
             let args: Vec<OsString> = std.get_args().map(OsString::from).collect();
-            (
-                std.get_program().to_owned(),
-                args,
-                std.get_current_dir().map(Path::to_owned),
-            )
+            (std.get_program().to_owned(), args)
         };
         let pid = std::process::id().to_string();
-        let tail = args(&["--agent-pid", &pid, "--", "/hooks/script", "-x"]);
-        let (program, small_args, dir) = words(&Guard::binary("/opt/flue/flue-hook-guard"));
+        let tail = args(&["--agent-pid", &pid, AHEAD]);
+        let (program, small_args) = words(&Guard::binary("/opt/flue/flue-hook-guard"));
         assert_eq!(program, OsString::from("/opt/flue/flue-hook-guard"));
         assert_eq!(small_args, tail);
-        assert_eq!(dir.as_deref(), Some(Path::new("/work")));
-        let (program, sub_args, _) = words(&Guard::at("/opt/flue/flue-agent"));
+        let (program, sub_args) = words(&Guard::at("/opt/flue/flue-agent"));
         assert_eq!(program, OsString::from("/opt/flue/flue-agent"));
         assert_eq!(sub_args[0], OsString::from(SUBCOMMAND));
         assert_eq!(sub_args[1..], tail[..]);
-        assert_eq!(
-            GuardArgs::parse(small_args).map(|a| a.command),
-            Ok(tail[3..].to_vec())
-        );
+        assert_eq!(GuardArgs::parse(small_args).map(|a| a.command), Ok(None));
     }
 
     #[test]
@@ -418,6 +480,10 @@ mod tests {
             (&["--agent-pid", "x", "--", "/hook"][..], "process id"),
             (&["--agent-pid", "1", "/hook"][..], "-- before the hook"),
             (&["--agent-pid", "1", "--"][..], "no hook"),
+            (
+                &["--agent-pid", "1", AHEAD, "/hook"][..],
+                "nothing may follow",
+            ),
         ] {
             let e = GuardArgs::parse(args(words)).expect_err("refused");
             assert!(e.contains(says), "{words:?}: {e}");

@@ -230,6 +230,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
         ledger,
         counters,
         shutdown,
+        guards: process::Ahead::default(),
     };
     let outcome = worker::run(&agent).await;
     stop_heartbeats.cancel();

@@ -14,12 +14,14 @@ use flue_proto::retry::{Policy, Retryable};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
-use crate::guard::Guard;
+use crate::guard::{Guard, HookCommand};
 use crate::progress::LineTee;
 use crate::sys;
 
+mod ahead;
 pub(crate) mod group;
 
+pub use ahead::{Ahead, Ready};
 pub use group::HookProcess;
 
 /// Time between SIGTERM and SIGKILL when a hook is stopped.
@@ -110,10 +112,12 @@ pub struct Tees {
 /// How [`run`] starts a process, and who learns which process group it got.
 #[derive(Debug, Default)]
 pub struct Launch {
-    /// Runs the process under this guard, which then leads the group; `None` runs it
-    /// directly (nothing then kills the group if the agent dies: for tests of the hook
-    /// protocol only).
+    /// Runs the process under this guard, which then leads the group; `None` (and no
+    /// `ready` guard) runs it directly (nothing then kills the group if the agent dies:
+    /// for tests of the hook protocol only).
     pub guard: Option<Guard>,
+    /// A guard started ahead ([`Ahead`]), used instead of starting `guard` now.
+    pub ready: Option<Ready>,
     /// Gets the group as soon as its leader runs, to be recorded in the ledger. Under a
     /// guard the hook itself starts only when [`Spawned::go`] is sent back; dropped
     /// unsent (or this receiver gone), the guard gets no go and ends without running it.
@@ -144,21 +148,40 @@ pub async fn run(
     tees: Tees,
     launch: Launch,
 ) -> io::Result<Finished> {
-    let guarded = launch.guard.is_some();
-    if let Some(guard) = &launch.guard {
-        cmd = guard.wrap(&cmd);
-    }
-    // A guard always gets a pipe: its go comes on it, ahead of the hook's own stdin.
-    cmd.stdin(if stdin.is_some() || guarded {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .process_group(0)
-    .kill_on_drop(true);
-    let mut child = spawn(&mut cmd).await?;
+    let under = match (launch.ready, launch.guard) {
+        (Some(ready), _) => Some(ready),
+        (None, Some(guard)) => Some(ahead::start(guard).await?),
+        (None, None) => None,
+    };
+    let guarded = under.is_some();
+    // Under a guard, the hook's command goes to it with the go (its stdin follows).
+    let (mut child, group, command) = match under {
+        Some(ready) => {
+            let command = HookCommand::of(cmd.as_std()).encode().ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "the hook's command holds a NUL byte or is too long",
+                )
+            })?;
+            let (child, group) = ready.into_parts();
+            (child, group, Some(command))
+        }
+        None => {
+            cmd.stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+            let child = spawn(&mut cmd).await?;
+            // Not reaped yet, so its /proc entry is there.
+            let group = child.id().and_then(HookProcess::of);
+            (child, group, None)
+        }
+    };
     let reaped = Arc::new(AtomicBool::new(false));
     let _guard = GroupGuard {
         pgid: child.id(),
@@ -167,9 +190,8 @@ pub async fn run(
     let pgid = child.id();
     let gate = launch.started.map(|tx| {
         let (go, went) = tokio::sync::oneshot::channel();
-        // Not reaped yet, so its /proc entry is there. A receiver that went away drops
-        // `go` with the message: the hook then never starts.
-        let group = pgid.and_then(HookProcess::of);
+        // A receiver that went away drops `go` with the message: the hook then never
+        // starts.
         let _ = tx.send(Spawned { group, go });
         went
     });
@@ -186,7 +208,9 @@ pub async fn run(
                 // Not recorded: closing stdin without the go ends the guard, hook unrun.
                 return;
             }
-            if w.write_all(&[crate::guard::GO]).await.is_err() {
+            let mut go = vec![crate::guard::GO];
+            go.extend(command.unwrap_or_default());
+            if w.write_all(&go).await.is_err() {
                 return;
             }
         }
@@ -246,7 +270,7 @@ pub async fn run(
 
 /// Spawns, retrying while the executable is busy: a script written just before may still
 /// be open for writing in a child that another thread is forking at the same moment.
-async fn spawn(cmd: &mut Command) -> io::Result<tokio::process::Child> {
+pub(crate) async fn spawn(cmd: &mut Command) -> io::Result<tokio::process::Child> {
     (|| std::future::ready(cmd.spawn()))
         .retry(SPAWN_RETRY.retry(Some(SPAWN_RETRIES)))
         .when(|e| e.kind() == io::ErrorKind::ExecutableFileBusy)

@@ -43,6 +43,8 @@ pub struct Agent {
     pub shutdown: CancellationToken,
     /// Publishes answers on `flue.<tenant>.resp.<server>`.
     pub responder: Responder,
+    /// The hook guard started ahead of the next request's hook.
+    pub guards: crate::process::Ahead,
 }
 
 /// Pulls and handles requests until `agent.shutdown` is cancelled.
@@ -51,12 +53,16 @@ pub struct Agent {
 /// message is handled, so nothing else is ever delivered to the agent while it works and
 /// nothing is left in flight when it stops.
 ///
+/// A hook guard is started ahead before the first pull and after each request
+/// ([`crate::process::Ahead`]).
+///
 /// The ledger is pruned before the first pull and then every [`PRUNE_EVERY`], between two
 /// requests: never while one is handled, and with no task of its own. An idle agent prunes
 /// at most [`PULL_EXPIRES`] late; one running a long hook prunes when the hook is done.
 pub async fn run(agent: &Agent) -> Result<(), Error> {
     let shutdown = &agent.shutdown;
     prune_ledger(agent).await?;
+    agent.guards.refill();
     let mut next_prune = Instant::now() + PRUNE_EVERY;
     let mut connects = agent.broker.connects.clone();
     let mut delays = crate::RETRY.delays();
@@ -129,6 +135,11 @@ pub async fn run(agent: &Agent) -> Result<(), Error> {
                 Some(Ok(msg)) => {
                     delays.reset();
                     deploy::handle(agent, msg).await?;
+                    // Its answer is out: the next hook's guard starts while the agent
+                    // waits for the next request (not as the hook ends: spawning it
+                    // holds this thread up to the guard's `exec`, which the result
+                    // would then wait for).
+                    agent.guards.refill();
                 }
             }
         }

@@ -173,7 +173,11 @@ impl Accept {
             }
         }
         timeouts.insert(d.id.clone(), d.expires_at);
-        self.publisher.publish_or_defer(&record, &config).await;
+        // The request just built (its digest is the record's): not sealed and encoded again,
+        // nor the server read again for a hidden input's key.
+        self.publisher
+            .publish_or_defer(&record, &config, Some(&req))
+            .await;
         info!(
             deployment.id = %d.id, server.id = %d.server_id, config.id = %d.config_id,
             action = %d.action, timeout_secs, "deployment queued"
@@ -256,7 +260,7 @@ impl Accept {
         if let Some(deadline) = timeout_deadline(&stored.deployment) {
             self.publisher.timeouts().insert(id.clone(), deadline);
             if !stored.request_published {
-                self.publisher.publish_or_defer(&stored, config).await;
+                self.publisher.publish_or_defer(&stored, config, None).await;
             }
         }
         info!(deployment.id = %id, status = %stored.deployment.status, "deployment request repeated; answering with the recorded one");

@@ -20,6 +20,7 @@
 //! A server applies its requests in queue order, so retries keep each server's
 //! acceptance order: see [`crate::deferred`].
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -221,7 +222,15 @@ impl Publisher {
     ///
     /// When an earlier deployment of the same server is still deferred, this one is
     /// deferred behind it at once, so that it cannot overtake it.
-    pub async fn publish_or_defer(&self, record: &DeploymentRecord, config: &StoredConfig) {
+    ///
+    /// `built` is the request as acceptance built it from `record` (the one whose digest
+    /// the record names), published as it is; without it the request is built again.
+    pub async fn publish_or_defer(
+        &self,
+        record: &DeploymentRecord,
+        config: &StoredConfig,
+        built: Option<&DeploymentRequest>,
+    ) {
         let d = &record.deployment;
         if self
             .deferred
@@ -232,7 +241,7 @@ impl Publisher {
         }
         let mut delays = PUBLISH_RETRY.delays();
         for attempt in 1..=PUBLISH_ATTEMPTS {
-            match self.publish(record, config).await {
+            match self.publish(record, config, built).await {
                 Ok(()) => return,
                 Err(e) if e.permanent().is_some() => {
                     // Not recorded as failed (the store failed): the background retry
@@ -279,8 +288,9 @@ impl Publisher {
         &self,
         record: &DeploymentRecord,
         config: &StoredConfig,
+        built: Option<&DeploymentRequest>,
     ) -> Result<(), PublishError> {
-        self.send(record, config).await?;
+        self.send(record, config, built).await?;
         if record.polled {
             return self.mark_published(record).await;
         }
@@ -337,19 +347,22 @@ impl Publisher {
         written
     }
 
-    /// Reports (`deployment.queued`) and publishes one recorded deployment's request,
-    /// both acknowledged by the broker, without marking it published.
+    /// Reports (`deployment.queued`) and publishes one recorded deployment's request
+    /// (`built`, or built again from the record), both acknowledged by the broker, without
+    /// marking it published.
     async fn send(
         &self,
         record: &DeploymentRecord,
         config: &StoredConfig,
+        built: Option<&DeploymentRequest>,
     ) -> Result<(), PublishError> {
         // A polling server's request is its record, served in its metadata once marked
         // published (`crate::poll`): nothing goes to the broker's queue. Its listing
         // entry was written with its record (`Deployments::create`).
-        let request = match record.polled {
-            true => None,
-            false => Some(self.sealed_request(record, config).await?),
+        let request = match (record.polled, built) {
+            (true, _) => None,
+            (false, Some(built)) => Some(Cow::Borrowed(built)),
+            (false, None) => Some(Cow::Owned(self.sealed_request(record, config).await?)),
         };
         self.events
             .publish_deployment(record, EventType::DeploymentQueued)
@@ -516,7 +529,7 @@ impl Publisher {
                 Ok(Unpublished::Due(record)) => match self.config_of(&record, &mut configs).await {
                     Ok(config) => {
                         let (sent, read) =
-                            futures_util::join!(self.send(&record, &config), read_next);
+                            futures_util::join!(self.send(&record, &config, None), read_next);
                         if let Some(read) = read {
                             next = read;
                         }

@@ -5,7 +5,9 @@
 //! And the order that lets one ledger flush name the group before the hook runs: the
 //! guard (the real binary) leads its group and waits; the hook starts only on the go.
 //! Both guards behave so: the small `flue-hook-guard` the agent uses when it is installed
-//! next to it (as in `target/<profile>/`), and `flue-agent hook-guard` otherwise.
+//! next to it (as in `target/<profile>/`), and `flue-agent hook-guard` otherwise (or when
+//! the small one is too old to be started ahead). The agent starts its next hook's guard
+//! ahead, while it waits for a request; the hook's command reaches it with the go.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -244,18 +246,29 @@ async fn gated(
 ) -> (process::Finished, Option<HookProcess>) {
     let mut cmd = tokio::process::Command::new("/bin/sh");
     cmd.arg("-c").arg(script);
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let launch = Launch {
+    let launch = |started| Launch {
         guard: Some(guard.clone()),
-        started: Some(tx),
+        ready: None,
+        started: Some(started),
     };
+    gated_run(cmd, input, launch, decide).await
+}
+
+/// [`gated`] for any command, started as `launch` (given the announcement's sender) says.
+async fn gated_run(
+    cmd: tokio::process::Command,
+    input: &[u8],
+    launch: impl FnOnce(tokio::sync::oneshot::Sender<Spawned>) -> Launch,
+    decide: impl FnOnce(&Spawned) -> bool,
+) -> (process::Finished, Option<HookProcess>) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
     let run = process::run(
         cmd,
         Some(input.to_vec()),
         1 << 16,
         std::future::pending::<StopReason>(),
         Tees::default(),
-        launch,
+        launch(tx),
     );
     let gate = async {
         let spawned = rx.await.expect("the group is announced");
@@ -269,6 +282,154 @@ async fn gated(
         .await
         .expect("bounded");
     (finished.expect("spawned"), group)
+}
+
+#[tokio::test]
+async fn a_guard_started_ahead_waits_alone_in_its_group_then_runs_exactly_the_command_sent_with_the_go()
+ {
+    for g in guards() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let marker = dir.path().join("ran");
+        let ready = process::Ready::start(&g).await.expect("started ahead");
+        let group = ready.group().cloned().expect("the guard's identity");
+        assert!(group.is_running(), "{g:?}: the guard runs, waiting");
+        assert_eq!(
+            group_members(group.pid),
+            vec![group.pid],
+            "{g:?}: it leads its own group, alone: no hook before the go"
+        );
+        // Its group, working directory, argument, a variable set, one removed, its stdin.
+        let script = format!(
+            "{{ cut -d' ' -f5 /proc/$$/stat; pwd -P; echo \"$1|$FLUE_X|${{HOME-unset}}\"; cat; }} > '{}'",
+            marker.display()
+        );
+        let mut cmd = tokio::process::Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(script)
+            .arg("sh")
+            .arg("an argument")
+            .env("FLUE_X", "a=b c")
+            .env_remove("HOME")
+            .current_dir(dir.path());
+        let launch = |started| Launch {
+            guard: None,
+            ready: Some(ready),
+            started: Some(started),
+        };
+        let (finished, announced) = gated_run(cmd, b"{\"item\": 1}", launch, |spawned| {
+            assert!(!marker.exists(), "no hook before the go");
+            spawned.group.is_some()
+        })
+        .await;
+        assert_eq!(finished.status_code(), Some(0), "{g:?}: {finished:?}");
+        assert_eq!(
+            announced.as_ref(),
+            Some(&group),
+            "{g:?}: the group announced is the guard's"
+        );
+        let ran = std::fs::read_to_string(&marker).expect("the hook ran after the go");
+        let cwd = std::fs::canonicalize(dir.path()).expect("canonical");
+        assert_eq!(
+            ran,
+            format!(
+                "{}\n{}\nan argument|a=b c|unset\n{{\"item\": 1}}",
+                group.pid,
+                cwd.display()
+            ),
+            "{g:?}: the command sent, in the guard's group, with its whole stdin"
+        );
+    }
+}
+
+/// The pids of `parent`'s live children whose executable is `exe`.
+fn children_running(parent: u32, exe: &Path) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+                return false;
+            };
+            let ppid = status
+                .lines()
+                .find_map(|l| l.strip_prefix("PPid:"))
+                .and_then(|p| p.trim().parse::<u32>().ok());
+            ppid == Some(parent)
+                && stat(pid).is_some_and(|(_, zombie)| !zombie)
+                && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == exe)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_idle_agent_keeps_a_guard_started_ahead_and_its_next_hook_runs_under_that_one() {
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    flue.script_config("parent", "#!/bin/sh\necho $PPID\n", &[], &[])
+        .await;
+    let agent = flue.agent("s1", &[]).await;
+    let pid = agent.pid().expect("running");
+    let small = std::fs::canonicalize(bin(guard::BINARY)).expect("the small guard is built");
+    for round in 0..2 {
+        // Started before any request: the agent waits for one with its guard ready.
+        let ready = wait_until("a guard started ahead", WAIT, || {
+            match children_running(pid, &small)[..] {
+                [one] => Some(one),
+                _ => None,
+            }
+        })
+        .await;
+        let d = flue.deploy("parent", "s1", &[]).await;
+        let done = flue.finished(&d.id).await;
+        assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+        assert_eq!(
+            done.deploy_stdout.trim(),
+            ready.to_string(),
+            "round {round}: the hook ran under the guard that was ready before its request"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_agent_beside_a_small_guard_too_old_to_start_ahead_runs_its_hooks_under_its_own_binary()
+{
+    let flue = Flue::start().await;
+    flue.register("s1").await;
+    // An install whose flue-hook-guard predates `--ahead`: it takes only the command line
+    // form and refuses the rest, as that release did.
+    let dir = flue.path("old-guard");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let exe = dir.join("flue-agent");
+    std::fs::copy(bin("flue-agent"), &exe).expect("copy the agent");
+    let old = dir.join(guard::BINARY);
+    std::fs::write(
+        &old,
+        "#!/bin/sh\n[ \"$3\" = -- ] && { shift 3; exec \"$@\"; }\necho 'flue hook guard: expected -- before the hook' >&2\nexit 127\n",
+    )
+    .expect("write");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let script = "#!/bin/sh\nreadlink /proc/$PPID/exe\ncut -d' ' -f5 /proc/$$/stat\necho $PPID\n";
+    flue.script_config("who", script, &[], &[]).await;
+    let agent = flue
+        .spawn_agent_program(exe.clone(), "s1", "agent-s1", &[], &[])
+        .await;
+    agent.ready().await;
+    for _ in 0..2 {
+        let d = flue.deploy("who", "s1", &[]).await;
+        let done = flue.finished(&d.id).await;
+        assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+        let lines: Vec<&str> = done.deploy_stdout.lines().collect();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(
+            Path::new(lines[0]),
+            std::fs::canonicalize(&exe).expect("canonical"),
+            "the hook's parent is the agent's own binary as the guard"
+        );
+        assert_eq!(lines[1], lines[2], "which leads the hook's process group");
+    }
 }
 
 #[tokio::test]
