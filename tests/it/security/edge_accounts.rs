@@ -20,6 +20,7 @@ use futures_util::StreamExt as _;
 use nkeys::KeyPair;
 
 use super::refusals_at;
+use super::scan::stream_names;
 
 const THIEF: &str = "thief";
 const THIEF_STACK: &str = "st-thief";
@@ -143,11 +144,7 @@ async fn snapshot(flue: &Flue) -> Snapshot {
         ("events", flue.nats.events_client().await),
     ] {
         let js = jetstream::new(client);
-        let names: Vec<String> = js
-            .stream_names()
-            .map(|n| n.expect("stream name"))
-            .collect()
-            .await;
+        let names = stream_names(&js).await;
         for name in names {
             // A stream deleted while listed (an attack that worked) is left out.
             let Ok(stream) = js.get_stream(&name).await else {
@@ -287,11 +284,7 @@ async fn replies(flue: &Flue, before: &Snapshot) -> Vec<String> {
     }
     for client in [flue.nats.client().await, flue.nats.events_client().await] {
         let js = jetstream::new(client);
-        let names: Vec<String> = js
-            .stream_names()
-            .map(|n| n.expect("stream name"))
-            .collect()
-            .await;
+        let names = stream_names(&js).await;
         for name in names {
             let mut stream = js.get_stream(&name).await.expect("stream");
             let info = stream.info().await.expect("info");

@@ -16,15 +16,19 @@ pub fn random_secret(label: &str) -> String {
     format!("flue{label}{hex}")
 }
 
+/// The names of the streams `js`'s account holds.
+pub async fn stream_names(js: &jetstream::Context) -> Vec<String> {
+    js.stream_names()
+        .map(|n| n.expect("stream name"))
+        .collect()
+        .await
+}
+
 /// Every message of every stream (KV buckets are the `KV_*` streams), read raw by
 /// sequence, payloads and headers, by stream.
 pub async fn stream_bytes(client: async_nats::Client) -> BTreeMap<String, Vec<u8>> {
     let js = jetstream::new(client);
-    let names: Vec<String> = js
-        .stream_names()
-        .map(|n| n.expect("stream name"))
-        .collect()
-        .await;
+    let names = stream_names(&js).await;
     let mut streams = BTreeMap::new();
     for name in names {
         let mut stream = js.get_stream(&name).await.expect("stream");
