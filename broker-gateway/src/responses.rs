@@ -280,40 +280,26 @@ async fn settle_answers(service: &Answers, owners: &Owners, answers: Vec<Receive
     let Some(first) = answers.first() else {
         return;
     };
-    let who = (&first.tenant, &first.server);
     let messages: Vec<&Message> = answers.iter().map(|r| &r.message).collect();
-    let mut delays = ATTEMPT_RETRY.delays();
-    for attempt in 1.. {
+    let what = Settling {
+        deployment: first.parsed.deployment_id(),
+        server: &first.server,
+        kind: &answers
+            .iter()
+            .map(|r| kind(&r.parsed))
+            .collect::<Vec<_>>()
+            .join(","),
+    };
+    let (answers, who) = (&answers, (&first.tenant, &first.server));
+    settle_with(&messages, &what, |attempt| async move {
+        // A retried answer may have had its effect in an attempt that failed after.
         let run: Vec<(&AgentMessage, bool)> = answers
             .iter()
             .map(|r| (&r.parsed, r.redelivered || attempt > 1))
             .collect();
-        match apply_run(service, owners, who, &run, true).await {
-            Ok(()) => {
-                for message in &messages {
-                    settle(message, AckKind::Ack).await;
-                }
-                return;
-            }
-            Err(HandleError::Store(StoreError::Decode { key, source, .. })) => {
-                // No retry can decode it: terminate the messages, so that they are never
-                // offered again and their lane moves on. They stay in the stream (parked)
-                // until their max age; the broker reports the termination as an advisory.
-                warn!(key, error = %source, deployment.id = ?first.parsed.deployment_id(), server.id = %first.server, answers = answers.len(), "agent answers for an undecodable deployment record; parked");
-                for message in &messages {
-                    settle(message, AckKind::Term).await;
-                }
-                return;
-            }
-            Err(e) if attempt >= ATTEMPTS => {
-                warn!(error = %chain(&e), deployment.id = ?first.parsed.deployment_id(), answers = answers.len(), attempt, "cannot store or report agent answers; retrying");
-            }
-            Err(e) => {
-                debug!(error = %chain(&e), deployment.id = ?first.parsed.deployment_id(), attempt, "cannot store or report agent answers; retrying");
-            }
-        }
-        hold_on(&messages, &mut delays).await;
-    }
+        apply_run(service, owners, who, &run, true).await
+    })
+    .await;
 }
 
 /// Handles a progress batch or a rejection to its settlement.
@@ -325,36 +311,68 @@ async fn settle_other(service: &Answers, owners: &Owners, received: Received) {
         parsed,
         ..
     } = received;
-    let mut delays = ATTEMPT_RETRY.delays();
-    for attempt in 1.. {
-        let from = Sender {
-            tenant: &tenant,
-            server: &server,
-        };
-        let applied = match &parsed {
-            AgentMessage::Progress { .. } => progress(service, owners, from, &parsed).await,
-            AgentMessage::Rejected { .. } => rejected(service, from, &parsed).await,
+    let what = Settling {
+        deployment: parsed.deployment_id(),
+        server: &server,
+        kind: kind(&parsed),
+    };
+    let from = Sender {
+        tenant: &tenant,
+        server: &server,
+    };
+    let parsed = &parsed;
+    settle_with(&[&message], &what, |_| async move {
+        match parsed {
+            AgentMessage::Progress { .. } => progress(service, owners, from, parsed).await,
+            AgentMessage::Rejected { .. } => rejected(service, from, parsed).await,
             _ => Ok(()),
-        };
-        match applied {
-            Ok(()) => {
-                settle(&message, AckKind::Ack).await;
-                return;
-            }
+        }
+    })
+    .await;
+}
+
+/// What [`settle_with`] settles, for its logs.
+struct Settling<'a> {
+    deployment: Option<&'a DeploymentId>,
+    server: &'a ServerId,
+    /// The messages' kinds, in order.
+    kind: &'a str,
+}
+
+/// Makes attempts (numbered from 1) at handling `messages` until one succeeds, then
+/// acknowledges them. A failure no retry can mend (their deployment's record does not
+/// decode) terminates them instead, so that they are never offered again and their lane
+/// moves on: they stay in the stream (parked) until their max age, and the broker reports
+/// the termination as an advisory. Any other failure may pass (the KV store or the event
+/// stream unreachable): the messages are retried in place ([`hold_on`], see
+/// [`ATTEMPTS`]), never handed back behind later ones.
+async fn settle_with<F, Fut>(messages: &[&Message], what: &Settling<'_>, mut attempt: F)
+where
+    F: FnMut(u32) -> Fut,
+    Fut: Future<Output = Result<(), HandleError>>,
+{
+    let mut delays = ATTEMPT_RETRY.delays();
+    for n in 1.. {
+        let settled = match attempt(n).await {
+            Ok(()) => AckKind::Ack,
             Err(HandleError::Store(StoreError::Decode { key, source, .. })) => {
-                warn!(key, error = %source, deployment.id = ?parsed.deployment_id(), server.id = %server, kind = kind(&parsed), "agent message for an undecodable deployment record; parked");
-                settle(&message, AckKind::Term).await;
-                return;
-            }
-            Err(e) if attempt >= ATTEMPTS => {
-                warn!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), kind = kind(&parsed), attempt, "cannot store or report an agent message; retrying");
-                hold_on(&[&message], &mut delays).await;
+                warn!(key, error = %source, deployment.id = ?what.deployment, server.id = %what.server, kind = what.kind, messages = messages.len(), "agent messages for an undecodable deployment record; parked");
+                AckKind::Term
             }
             Err(e) => {
-                debug!(error = %chain(&e), deployment.id = ?parsed.deployment_id(), attempt, "cannot store or report an agent message; retrying");
-                hold_on(&[&message], &mut delays).await;
+                if n >= ATTEMPTS {
+                    warn!(error = %chain(&e), deployment.id = ?what.deployment, server.id = %what.server, kind = what.kind, attempt = n, "cannot store or report agent messages; retrying");
+                } else {
+                    debug!(error = %chain(&e), deployment.id = ?what.deployment, server.id = %what.server, kind = what.kind, attempt = n, "cannot store or report agent messages; retrying");
+                }
+                hold_on(messages, &mut delays).await;
+                continue;
             }
+        };
+        for message in messages {
+            settle(message, settled).await;
         }
+        return;
     }
 }
 
