@@ -512,8 +512,8 @@ impl Publisher {
     /// Publishes one server's deferred requests in order, stopping at the first that fails
     /// so that no later one overtakes it; returns how many were published.
     ///
-    /// Only the event and the request of one deployment after the other wait for the
-    /// broker: the next record is read while a request goes out, configs are read once,
+    /// Only the event and the request of one deployment (side by side, one round trip)
+    /// wait for the broker: the next record is read while a request goes out, configs are read once,
     /// and the "published" marks are written side by side at the end. A deployment leaves the queue
     /// once marked; one whose mark failed stays and is published again in the next round
     /// (the broker drops the copy: same message id), after the later ones, which no
