@@ -7,18 +7,32 @@
 //! Callers that can retry later (the response consumer: it naks the agent message) use
 //! [`Events::publish`] and treat an error as "not done"; callers that cannot use
 //! [`Events::emit`], which retries a few times and then logs.
+//!
+//! A deployment's `deployment.queued` goes out at acceptance side by side with its
+//! request (on another account's connection: the broker may store them in either order),
+//! so an answer may come back before `queued` is stored, or even when its publish
+//! failed. The events derived from answers ([`Events::publish_deployment_events`]) are
+//! therefore preceded, on the one connection that orders them, by `queued` again
+//! (same id: the broker drops the copy) for every deployment whose `queued` this gateway
+//! has not seen acknowledged ([`Queued`]): `queued` is in the stream before any later
+//! event of its deployment, by construction and not by timing. On one gateway that costs
+//! nothing; after a restart, or for a deployment another gateway accepted, one publish
+//! the broker drops.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
 use flue_proto::event::{EVENT_STREAM, EVENT_SUBJECTS, GATEWAY_EVENT_STREAM};
 use flue_proto::retry::{Policy, Retryable};
-use flue_proto::{CloudEvent, EventType};
+use flue_proto::{CloudEvent, Deployment, DeploymentId, EventType};
 use tracing::{debug, info, warn};
 
 use crate::broker::{BrokerError, DUPLICATE_WINDOW};
 use crate::metrics::TenantMetrics;
-use crate::record::DeploymentRecord;
+use crate::record::{DeploymentRecord, queued_event};
 
 /// Retries [`Events::emit`] makes before giving up.
 const EMIT_RETRIES: usize = 3;
@@ -45,11 +59,36 @@ pub struct Retention {
     pub replicas: usize,
 }
 
+/// Deployments known to this gateway kept at most: past it the set starts again empty,
+/// which costs a dropped copy of `queued` per deployment answered later, nothing more.
+const QUEUED_KNOWN_MAX: usize = 100_000;
+
+/// The running deployments whose `deployment.queued` this gateway saw acknowledged
+/// (published at acceptance, or before an earlier answer's events): their answers' events
+/// need no copy of it ahead of them. A deployment leaves it with its last event.
+#[derive(Debug, Default)]
+struct Queued(Mutex<HashSet<DeploymentId>>);
+
+impl Queued {
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<DeploymentId>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn stored(&self, id: &DeploymentId) {
+        let mut known = self.set();
+        if known.len() >= QUEUED_KNOWN_MAX {
+            known.clear();
+        }
+        known.insert(id.clone());
+    }
+}
+
 /// Handle on the event stream; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Events {
     js: jetstream::Context,
     metrics: TenantMetrics,
+    queued: Arc<Queued>,
 }
 
 impl Events {
@@ -65,6 +104,7 @@ impl Events {
         Ok(Self {
             js,
             metrics: TenantMetrics::default(),
+            queued: Arc::default(),
         })
     }
 
@@ -110,27 +150,73 @@ impl Events {
         Ok(())
     }
 
+    /// Publishes the `deployment.queued` of `record` and waits for the broker's
+    /// acknowledgement ([`Events::publish_deployment`]); from then on its answers' events
+    /// go out without a copy of it ahead of them.
+    pub async fn publish_queued(&self, record: &DeploymentRecord) -> Result<(), BrokerError> {
+        self.publish_deployment(record, EventType::DeploymentQueued)
+            .await?;
+        self.queued.stored(&record.deployment.id);
+        Ok(())
+    }
+
     /// Publishes deployment `events` (each with the deployment it counts as, see
     /// [`Events::publish_deployment`]) as one batch: sent in their order on the one
     /// connection, which is the order the broker appends them in, and their
     /// acknowledgements awaited together rather than one before the next is sent. An error
     /// means some may be stored and some not: the caller publishes the whole batch again
     /// (the broker drops the copies of those it has, by id).
+    ///
+    /// Each deployment's first event is preceded by its `deployment.queued` unless this
+    /// gateway saw that acknowledged ([`Events::publish_queued`]): whatever happened to
+    /// the acceptance's publish, `queued` is then in the stream first.
     pub async fn publish_deployment_events(
         &self,
-        events: &[(CloudEvent, &flue_proto::Deployment)],
+        events: &[(CloudEvent, &Deployment)],
     ) -> Result<(), BrokerError> {
-        let mut acks = Vec::with_capacity(events.len());
-        for (event, _) in events {
+        let batch = self.with_queued(events);
+        let mut acks = Vec::with_capacity(batch.len());
+        for (event, _) in &batch {
             acks.push(self.send(event).await?);
         }
         let stored = futures_util::future::join_all(acks).await;
-        for ((event, d), stored) in events.iter().zip(stored) {
+        for ((event, d), stored) in batch.iter().zip(stored) {
             if stored? {
                 self.metrics.deployment_reported(d, event.ty);
             }
         }
+        let mut known = self.queued.set();
+        for (_, d) in events {
+            // Its last event gone out (or a later answer's events to come): either way
+            // `queued` is stored.
+            match d.status.is_terminal() {
+                true => known.remove(&d.id),
+                false => known.insert(d.id.clone()),
+            };
+        }
         Ok(())
+    }
+
+    /// `events`, each deployment's first preceded by its `deployment.queued` unless known
+    /// stored (or it is that event).
+    fn with_queued<'e, 'd>(
+        &self,
+        events: &'e [(CloudEvent, &'d Deployment)],
+    ) -> Vec<(Cow<'e, CloudEvent>, &'d Deployment)> {
+        let known = self.queued.set();
+        let mut seen: HashSet<&DeploymentId> = HashSet::new();
+        let mut batch = Vec::with_capacity(events.len() + 1);
+        for (event, d) in events {
+            if seen.insert(&d.id)
+                && event.ty != EventType::DeploymentQueued
+                && !known.contains(&d.id)
+            {
+                debug!(deployment.id = %d.id, "queued not known stored; publishing it again ahead of the answer's events");
+                batch.push((Cow::Owned(queued_event(d)), *d));
+            }
+            batch.push((Cow::Borrowed(event), *d));
+        }
+        batch
     }
 
     /// [`Events::emit`] of the event `ty` about `record`, counted as
@@ -138,6 +224,9 @@ impl Events {
     pub async fn emit_deployment(&self, record: &DeploymentRecord, ty: EventType) {
         if self.emitted(&record.event(ty)).await {
             self.metrics.deployment_reported(&record.deployment, ty);
+        }
+        if record.deployment.status.is_terminal() {
+            self.queued.set().remove(&record.deployment.id);
         }
     }
 

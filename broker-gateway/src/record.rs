@@ -165,29 +165,7 @@ impl DeploymentRecord {
     /// The event of type `ty` about this deployment as it now stands (hidden outputs
     /// `<hidden>`), with its stable id `deployment:<id>:<name>`.
     pub fn event(&self, ty: EventType) -> CloudEvent {
-        let d = self.redacted();
-        let data = DeploymentEventData {
-            deployment_id: d.id.clone(),
-            server_id: d.server_id.clone(),
-            config_id: d.config_id.clone(),
-            action: d.action.to_string(),
-            status: d.status,
-            status_reason: d.status_reason.clone(),
-            stack_id: d.stack_id.clone(),
-            resource_name: d.resource_name.clone(),
-            deploy_status_code: d.deploy_status_code,
-            outputs: d.outputs,
-        };
-        CloudEvent::new(
-            ty,
-            &d.tenant,
-            deployment_event_id(&d.id, ty),
-            format!("deployments/{}", d.id),
-            &data,
-        )
-        .server(&d.server_id)
-        .stack(d.stack_id.as_ref())
-        .deployment(&d.id)
+        event_of(&self.redacted(), ty)
     }
 
     /// The event of step `ty` (`delivered` or `started`) as the deployment showed at that
@@ -206,6 +184,46 @@ impl DeploymentRecord {
         d.outputs = BTreeMap::new();
         at_step.event(ty)
     }
+}
+
+/// The event of type `ty` about `d` (redacted already), with its stable id
+/// `deployment:<id>:<name>`.
+fn event_of(d: &Deployment, ty: EventType) -> CloudEvent {
+    let data = DeploymentEventData {
+        deployment_id: d.id.clone(),
+        server_id: d.server_id.clone(),
+        config_id: d.config_id.clone(),
+        action: d.action.to_string(),
+        status: d.status,
+        status_reason: d.status_reason.clone(),
+        stack_id: d.stack_id.clone(),
+        resource_name: d.resource_name.clone(),
+        deploy_status_code: d.deploy_status_code,
+        outputs: d.outputs.clone(),
+    };
+    CloudEvent::new(
+        ty,
+        &d.tenant,
+        deployment_event_id(&d.id, ty),
+        format!("deployments/{}", d.id),
+        &data,
+    )
+    .server(&d.server_id)
+    .stack(d.stack_id.as_ref())
+    .deployment(&d.id)
+}
+
+/// The `deployment.queued` event of `d` as it was at acceptance (status QUEUED, no
+/// reason, code or outputs), from the deployment as it stands now: the same id, so the
+/// broker drops it when the acceptance's copy is stored ([`crate::events`]). Hidden
+/// values are in no field of it.
+pub fn queued_event(d: &Deployment) -> CloudEvent {
+    let mut at_acceptance = d.clone();
+    at_acceptance.status = DeploymentStatus::Queued;
+    at_acceptance.status_reason = None;
+    at_acceptance.deploy_status_code = None;
+    at_acceptance.outputs = BTreeMap::new();
+    event_of(&at_acceptance, EventType::DeploymentQueued)
 }
 
 /// The event reporting how `d` ended: `completed`, `timed_out` (FAILED "timed out",

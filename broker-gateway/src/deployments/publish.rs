@@ -2,8 +2,10 @@
 //! ([`republish`]) and after a restart ([`Publisher::recover`]).
 //!
 //! A deployment is recorded (QUEUED, `request_published: false`) before its request is
-//! published (its `deployment.queued` event just before), and marked published only
-//! after the broker acknowledged both. Whatever fails in between is retried by
+//! published (its `deployment.queued` event side by side with it: the answer path puts
+//! `queued` first in the stream, [`Events::publish_deployment_events`]), and marked
+//! published only after the broker acknowledged both (or by an answer, which comes after
+//! the request). Whatever fails in between is retried by
 //! [`republish`] and, after a restart, by [`Publisher::recover`]; the deployment id
 //! doubles as the JetStream message id (and the event's id is derived from it), so a
 //! retry that races a lost acknowledgement is dropped by the broker's de-duplication.
@@ -279,11 +281,12 @@ impl Publisher {
     /// ([`Publisher::mark_due`]). A polling server's record is marked at once: the mark
     /// is what serves it in the server's metadata.
     ///
-    /// The event goes out just before the request, so that it always precedes what the
-    /// agent reports (`delivered` may otherwise overtake it), and both before the mark:
-    /// whatever fails or crashes in between, the retry publishes both again and the
-    /// broker drops the copies (same message ids), so the event is neither lost nor
-    /// doubled.
+    /// The event goes out side by side with the request; what the agent reports is
+    /// published after `queued` again unless this gateway saw it stored
+    /// ([`Events::publish_deployment_events`]), so that it always comes first in the stream.
+    /// Both go out before the mark: whatever fails or crashes in between, the retry
+    /// publishes both again and the broker drops the copies (same message ids), so the
+    /// event is neither lost nor doubled.
     async fn publish(
         &self,
         record: &DeploymentRecord,
@@ -348,8 +351,8 @@ impl Publisher {
     }
 
     /// Reports (`deployment.queued`) and publishes one recorded deployment's request
-    /// (`built`, or built again from the record), both acknowledged by the broker, without
-    /// marking it published.
+    /// (`built`, or built again from the record), side by side, both acknowledged by the
+    /// broker, without marking it published.
     async fn send(
         &self,
         record: &DeploymentRecord,
@@ -364,11 +367,18 @@ impl Publisher {
             (false, Some(built)) => Some(Cow::Borrowed(built)),
             (false, None) => Some(Cow::Owned(self.sealed_request(record, config).await?)),
         };
-        self.events
-            .publish_deployment(record, EventType::DeploymentQueued)
-            .await?;
-        if let Some(request) = &request {
-            self.broker.publish_request(request, &self.signing).await?;
+        // Side by side (two accounts' connections, a round trip less before the 202): an
+        // answer that comes back before `queued` is stored has `queued` published again
+        // ahead of its events ([`Events::publish_deployment_events`]).
+        let queued = self.events.publish_queued(record);
+        match &request {
+            Some(request) => {
+                let publish = self.broker.publish_request(request, &self.signing);
+                let (queued, published) = tokio::join!(queued, publish);
+                queued?;
+                published?;
+            }
+            None => queued.await?,
         }
         Ok(())
     }
@@ -502,8 +512,8 @@ impl Publisher {
     /// Publishes one server's deferred requests in order, stopping at the first that fails
     /// so that no later one overtakes it; returns how many were published.
     ///
-    /// Only the event and the request of one deployment after the other wait for the
-    /// broker: the next record is read while a request goes out, configs are read once,
+    /// Only the event and the request of one deployment (side by side, one round trip)
+    /// wait for the broker: the next record is read while a request goes out, configs are read once,
     /// and the "published" marks are written side by side at the end. A deployment leaves the queue
     /// once marked; one whose mark failed stays and is published again in the next round
     /// (the broker drops the copy: same message id), after the later ones, which no

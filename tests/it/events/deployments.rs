@@ -164,6 +164,56 @@ async fn a_deployment_reports_queued_delivered_started_completed_in_order() {
     assert_unique_ids(&tap);
 }
 
+/// `queued` goes out side by side with the request: when the event stream refuses it, the
+/// deployment runs all the same, and once the stream takes events again its `queued` is
+/// still the first of its events (the answers' events are published after a copy of it,
+/// `Events::publish_deployment_events`), though the acceptance's own retries stopped when
+/// an answer marked the request published.
+#[tokio::test]
+async fn a_queued_the_event_stream_refused_at_acceptance_still_comes_before_the_answers_events() {
+    let (env, _agent, mut tap) = web().await;
+    config(&env, "quick", "#!/bin/sh\necho hi\n", &[]).await;
+    let js = jetstream::new(env.nats.events_client().await);
+    let mut stream = js.get_stream(EVENT_STREAM).await.expect("event stream");
+    let info = stream.info().await.expect("stream info");
+    let open = info.config.clone();
+    let full = jetstream::stream::Config {
+        max_messages: i64::try_from(info.state.messages).expect("count"),
+        discard: jetstream::stream::DiscardPolicy::New,
+        ..open.clone()
+    };
+    js.update_stream(&full)
+        .await
+        .expect("stream refusing events");
+
+    let d = env.deploy("quick", "web", &[]).await;
+    // The request went out without its `queued`: the agent ran it, and its first answer is
+    // applied (which marks the request published: the acceptance's retries stop); its
+    // events, and so its later answers, wait for the stream.
+    let running = env.changed_from(&d.id, DeploymentStatus::Queued).await;
+    assert_eq!(running.status, DeploymentStatus::InProgress);
+    assert!(lifecycle(&tap, &d.id).is_empty(), "no event while refused");
+    js.update_stream(&open).await.expect("stream taking events");
+
+    wait_event(&mut tap, &d.id, EventType::DeploymentCompleted).await;
+    use EventType::*;
+    assert_eq!(
+        types(&lifecycle(&tap, &d.id)),
+        [
+            DeploymentQueued,
+            DeploymentDelivered,
+            DeploymentStarted,
+            DeploymentCompleted
+        ]
+    );
+    assert_eq!(lifecycle(&tap, &d.id)[0].data["status"], json!("QUEUED"));
+    // A later deployment, its `queued` acknowledged at its acceptance, reports each step once.
+    let next = env.deploy("quick", "web", &[]).await;
+    wait_event(&mut tap, &next.id, EventType::DeploymentCompleted).await;
+    assert_eq!(lifecycle(&tap, &next.id).len(), 4);
+    assert_unique_ids(&tap);
+}
+
 #[tokio::test]
 async fn failed_and_timed_out_deployments_say_how_they_ended() {
     let (env, _agent, mut tap) = web().await;
