@@ -29,7 +29,9 @@
 //! simulated agents per layout (100), `FLUE_BENCH_CLIENTS` HTTP clients (32),
 //! `FLUE_BENCH_SECS` window of each throughput round (5; 0 skips throughput). With `perf`
 //! installed, the broker's user-space instructions over each throughput window are counted
-//! too (`perf stat`), the figure a busy shared machine hardly changes. Run with
+//! too (`perf stat`), the figure a busy shared machine hardly changes (where the VM has the
+//! counter); `FLUE_BENCH_PERF=<prefix>` records the broker's CPU profile over each window
+//! (`perf record`), one file per layout and round. Run with
 //! `bash scripts/bench.sh layout`.
 
 use std::sync::Arc;
@@ -315,9 +317,14 @@ async fn main() {
             let answered_before = completed[i].load(Ordering::Relaxed);
             let cpu = [cpu_secs(broker), cpu_secs(gateway)];
             let counting = perf_stat(broker, window);
+            let profiling = profile(broker, window, layout, round);
             let start = Instant::now();
             let accepted = post_for(&flue, ids[i].clone(), clients_n, window).await;
             let counted_instructions = counting.and_then(PerfStat::read);
+            if let Some(mut perf) = profiling {
+                // `perf` ends with its `sleep`, which ended with the window.
+                let _ = perf.wait();
+            }
             let target = answered_before + accepted;
             let answered = completed[i].clone();
             flue_tests::wait_until(
@@ -472,6 +479,27 @@ fn issuer(text: &str) -> String {
     jwt::decode::<jwt::User>(&creds.user.jwt)
         .expect("user claims")
         .iss
+}
+
+/// With `FLUE_BENCH_PERF=<prefix>`, a CPU profile of the broker over one throughput window
+/// (`perf record`, software clock) into `<prefix>-<layout>-<round>.data`: where the broker's
+/// time goes with one layout and with the other (`perf report -i …`).
+fn profile(
+    pid: u32,
+    window: Duration,
+    layout: Layout,
+    round: usize,
+) -> Option<std::process::Child> {
+    let prefix = std::env::var("FLUE_BENCH_PERF").ok()?;
+    std::process::Command::new("perf")
+        .args(["record", "-e", "cpu-clock", "-F", "499", "-g", "-o"])
+        .arg(format!("{prefix}-{}-{round}.data", layout.name()))
+        .args(["-p", &pid.to_string(), "--", "sleep"])
+        .arg(format!("{:.3}", window.as_secs_f64()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()
 }
 
 /// `perf stat` counting a process's user-space instructions for a while.
