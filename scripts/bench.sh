@@ -5,6 +5,7 @@
 #                                    agent credentials, signed requests and answers, sealing,
 #                                    TLS): latency, throughput, agent RSS, as a table.
 #                                    FLUE_BENCH_N=N sets the latency samples per mode (default 300).
+#                                    Then the layout bench below, with its defaults.
 #   bash scripts/bench.sh scale [N…] N simulated agents (default 1000 5000) on one broker and one
 #                                    gateway: registration, RSS per server, idle presence CPU, one
 #                                    deployment to every server, a group stack over all N through
@@ -28,6 +29,12 @@
 #   bash scripts/bench.sh long-polls N concurrent long polls on one gateway, default settings
 #                                    (FLUE_BENCH_POLLS, default 10000; FLUE_BENCH_WAIT, default 30 s):
 #                                    answers by status, time to answer all, record reads, gateway RSS.
+#   bash scripts/bench.sh layout     agents of the edge layout (users of the edge account, service
+#                                    imports) against agents of the old one (users of the state
+#                                    account) on one broker and gateway, in alternating rounds:
+#                                    latency, messages and CPU per deployment, throughput, and the
+#                                    ratios edge / old (issue 22, point 7; FLUE_BENCH_N, _ROUNDS,
+#                                    _COUNTED, _AGENTS, _CLIENTS, _SECS). Also run by the default.
 #   bash scripts/bench.sh poll       a polling server (stock os-collect-config, installed by
 #                                    scripts/test.sh) against a flue-agent (FLUE_BENCH_N default 20).
 set -euo pipefail
@@ -55,6 +62,11 @@ elif [[ "${1:-}" == stacks ]]; then
   shift
   ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
   cargo bench -p flue-tests --bench stacks -- "$@"
+elif [[ "${1:-}" == layout ]]; then
+  shift
+  # One connection per simulated agent, plus the broker's own per connection.
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  cargo bench -p flue-tests --bench layout -- "$@"
 elif [[ "${1:-}" == scale ]]; then
   shift
   # One connection per simulated agent, plus the broker's own per connection.
@@ -62,4 +74,6 @@ elif [[ "${1:-}" == scale ]]; then
   cargo bench -p flue-tests --bench scale -- "$@"
 else
   cargo bench -p flue-tests --bench e2e -- "$@"
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  env -u FLUE_BENCH_N cargo bench -p flue-tests --bench layout
 fi

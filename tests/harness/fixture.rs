@@ -330,6 +330,32 @@ impl Flue {
         self.save_creds(server.id.as_str(), &text);
     }
 
+    /// `credentials` (an agent's credentials file text, its user minted in the default
+    /// tenant's edge account) with the user JWT signed by the tenant's state account
+    /// instead, with the same user key and rights: an agent of the layout before the edge
+    /// account (issue 22), a user of the account that holds the streams. For the bench that
+    /// compares the two layouts (`benches/layout.rs`).
+    pub fn in_state_account(&self, credentials: &str) -> String {
+        use flue_gateway::natsauth::{accounts, jwt};
+        let mut creds = AgentCredentials::parse(credentials).expect("agent credentials");
+        let claims: jwt::Claims<jwt::User> = jwt::decode(&creds.user.jwt).expect("user claims");
+        let seed = self
+            .gateway
+            .state_dir()
+            .join(accounts::ACCOUNTS_DIR)
+            .join("default")
+            .join("account.nk");
+        let seed = std::fs::read_to_string(&seed).expect("the state account's seed");
+        let state = nkeys::KeyPair::from_seed(seed.trim()).expect("an account seed");
+        let rights = jwt::Permissions {
+            publish: claims.nats.publish,
+            subscribe: claims.nats.subscribe,
+        };
+        creds.user.jwt =
+            accounts::sign_user(&state, &claims.sub, &claims.name, rights).expect("signed");
+        creds.to_text()
+    }
+
     fn save_creds(&self, server: &str, text: &str) {
         use std::os::unix::fs::PermissionsExt as _;
         let path = self.creds_path(server);

@@ -117,6 +117,138 @@ async fn a_hook_waits_for_a_key_a_hook_on_another_server_puts() {
     assert_eq!(data_consumers(&flue).await, 0);
 }
 
+/// The data bucket's stream: its last sequence.
+async fn data_last_seq(flue: &Flue) -> u64 {
+    let js = async_nats::jetstream::new(flue.nats.client().await);
+    let mut stream = js
+        .get_stream(format!("KV_{}", subject::DATA_BUCKET))
+        .await
+        .expect("the gateway created the data bucket");
+    stream
+        .info()
+        .await
+        .expect("stream info")
+        .state
+        .last_sequence
+}
+
+/// An agent is a user of the edge account, a gateway of the state account: the state
+/// account's stream export of the data keys' puts (`natsauth/edge.rs`, `data_puts`) is what
+/// lets a waiting hook hear a put made there at once, without its 250 ms re-read. Shown
+/// with a put the broker delivers but does not store (a compare-and-set on a sequence the
+/// key never had): only the subscription can carry that value to the hook, a re-read never
+/// finds it. Then a stored put by the gateway's user reaches a second waiter, an agent's
+/// put goes through, and the stream grows by exactly those puts: neither direction echoes
+/// a put back through the other (the edge account also service-imports the same subjects).
+#[tokio::test]
+async fn a_hook_waiting_for_a_key_wakes_on_a_put_made_in_the_state_account() {
+    let flue = Flue::start().await;
+    flue.register("web").await;
+    let web = flue.agent("web", &[]).await;
+    flue.script_config(
+        "wait-key",
+        "#!/bin/sh\nset -e\nflue-agent data get \"$key\" --wait 600s > \"$heat_outputs_path.value\"\n",
+        &["key"],
+        &["value"],
+    )
+    .await;
+    flue.script_config(
+        "put-key",
+        "#!/bin/sh\nset -e\nflue-agent data put \"$key\" \"$value\"\n",
+        &["key", "value"],
+        &[],
+    )
+    .await;
+    let tenant = "default".parse().expect("tenant");
+    let stack = "st1".parse().expect("stack");
+    let state = async_nats::jetstream::new(flue.nats.client().await);
+    // 1. A put delivered, never stored.
+    let waiter = deploy(
+        &flue,
+        "wait-key",
+        "web",
+        Some("st1"),
+        "CREATE",
+        &[("key", "unstored")],
+    )
+    .await;
+    web.logs().wait_for("waiting for a data key", WAIT).await;
+    let before = data_last_seq(&flue).await;
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Expected-Last-Subject-Sequence", "1000000");
+    let refused = state
+        .publish_with_headers(
+            subject::data_key_subject(&tenant, &stack, "unstored"),
+            headers,
+            "heard, not stored".into(),
+        )
+        .await
+        .expect("published")
+        .await;
+    assert!(refused.is_err(), "the stream stored the put: {refused:?}");
+    let done = flue.finished(&waiter.id).await;
+    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
+    assert_eq!(done.outputs.get("value"), Some(&json!("heard, not stored")));
+    assert_eq!(
+        data_last_seq(&flue).await,
+        before,
+        "the refused put was stored"
+    );
+
+    // 2. A stored put by the gateway's user, an agent's put, and no echo.
+    let from = web.logs().lines().len();
+    let waiter = deploy(
+        &flue,
+        "wait-key",
+        "web",
+        Some("st1"),
+        "CREATE",
+        &[("key", "stored")],
+    )
+    .await;
+    web.logs()
+        .wait_for_after(from, "waiting for a data key", WAIT)
+        .await;
+    let ack = state
+        .publish(
+            subject::data_key_subject(&tenant, &stack, "stored"),
+            "from the state account".into(),
+        )
+        .await
+        .expect("published")
+        .await
+        .expect("stored");
+    let done = flue.finished(&waiter.id).await;
+    assert_eq!(
+        done.outputs.get("value"),
+        Some(&json!("from the state account"))
+    );
+    run_complete(
+        &flue,
+        "put-key",
+        "web",
+        Some("st1"),
+        "CREATE",
+        &[("key", "by-agent"), ("value", "v")],
+    )
+    .await;
+    let marker = state
+        .publish(
+            subject::data_key_subject(&tenant, &stack, "marker"),
+            "last".into(),
+        )
+        .await
+        .expect("published")
+        .await
+        .expect("stored");
+    assert_eq!(
+        marker.sequence,
+        ack.sequence + 2,
+        "the data stream holds more than the gateway's put, the agent's put and the marker"
+    );
+    assert_eq!(data_consumers(&flue).await, 0, "waiting created a consumer");
+}
+
 #[tokio::test]
 async fn keys_stay_in_their_stack_and_mistakes_are_explained() {
     let flue = Flue::start().await;

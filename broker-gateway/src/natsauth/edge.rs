@@ -15,6 +15,13 @@
 //!   are checked on the subject as published, and an account importing `$JS.API.INFO`
 //!   gets no domain mapping (nor nats-server's own `$JS.API.>` import answering
 //!   "JetStream not enabled", which would race the imported answers).
+//! - The state account also exports the tenant's data keys' puts as a stream
+//!   ([`data_puts`]) and the edge account imports it: an agent waiting for a key hears a
+//!   put made in the state account (by the gateway) at once, not only at its next re-read.
+//!   No loop with the service import of the same subject (the agents' puts): a message the
+//!   stream import delivers into the edge account is not carried back by its service
+//!   imports (measured: `docs/design/edge-accounts.md`, "The data keys' puts exported";
+//!   held by `data_space::a_hook_waiting_for_a_key_wakes_on_a_put_made_in_the_state_account`).
 //! - A leaf node preloads [`stub_state_jwt`] for the state account: its imports then fail
 //!   at once and it makes none (a real one would make the leaf announce interest in
 //!   JetStream API subjects, which the hub refuses by closing the link; none would make
@@ -91,19 +98,31 @@ pub fn services(tenant: &TenantId) -> Vec<Service> {
     ]
 }
 
-/// The state account's exports: [`services`].
+/// The subject of every put of `tenant`'s data keys (`$KV.flue_data.<tenant>.>`), which
+/// the state account exports as a stream into the edge account.
+pub fn data_puts(tenant: &TenantId) -> String {
+    jsapi::kv_watch(DATA_BUCKET, &format!("{tenant}.>"))
+}
+
+/// The name of the [`data_puts`] export and import.
+const DATA_PUTS: &str = "data puts";
+
+/// The state account's exports: [`services`], and the stream of [`data_puts`].
 pub fn exports(tenant: &TenantId) -> Vec<Export> {
-    services(tenant)
+    let mut exports: Vec<Export> = services(tenant)
         .into_iter()
         .map(|s| match s.streamed {
             true => Export::streamed_service(s.name, s.subject),
             false => Export::service(s.name, s.subject),
         })
-        .collect()
+        .collect();
+    exports.push(Export::stream(DATA_PUTS, data_puts(tenant)));
+    exports
 }
 
 /// The edge account's imports from the state account `state` (its public key): every
-/// service of [`services`], once as is and once under its domain spelling.
+/// service of [`services`], once as is and once under its domain spelling, and the stream
+/// of [`data_puts`].
 pub fn imports(tenant: &TenantId, state: &str) -> Vec<Import> {
     let mut imports = Vec::new();
     for service in services(tenant) {
@@ -119,6 +138,13 @@ pub fn imports(tenant: &TenantId, state: &str) -> Vec<Import> {
             imports.push(import(Some(domain.clone())));
         }
     }
+    imports.push(Import {
+        name: DATA_PUTS.to_owned(),
+        subject: data_puts(tenant),
+        account: state.to_owned(),
+        local_subject: None,
+        kind: "stream".to_owned(),
+    });
     imports
 }
 
@@ -180,7 +206,29 @@ mod tests {
             assert!(!s.contains("FLUE_RESP") && !s.contains("FLUE_EVT"), "{s}");
         }
         let exports = exports(&tenant);
-        assert_eq!(exports.len(), services(&tenant).len());
+        assert_eq!(exports.len(), services(&tenant).len() + 1);
+        // One stream, both ways: the data keys' puts.
+        let streams = |kinds: Vec<(&str, &str)>| {
+            kinds
+                .into_iter()
+                .filter(|(kind, _)| *kind == "stream")
+                .map(|(_, s)| s.to_owned())
+                .collect::<Vec<_>>()
+        };
+        let exported = streams(
+            exports
+                .iter()
+                .map(|e| (e.kind.as_str(), e.subject.as_str()))
+                .collect(),
+        );
+        let imported = streams(
+            imports
+                .iter()
+                .map(|i| (i.kind.as_str(), i.subject.as_str()))
+                .collect(),
+        );
+        assert_eq!(exported, ["$KV.flue_data.acme.>"]);
+        assert_eq!(imported, exported);
         let streamed: Vec<&str> = exports
             .iter()
             .filter(|e| e.response_type.is_some())

@@ -142,17 +142,18 @@ impl Account {
     }
 }
 
-/// An export of an account JWT (`nats-io/jwt` v2 `Export`): a service only (Flue exports
-/// no streams). Public: no activation token, so any account may import it, and only the
-/// operator (the gateway's state directory) signs accounts.
+/// An export of an account JWT (`nats-io/jwt` v2 `Export`): a service, or a stream (the
+/// data keys' puts, [`super::edge::data_puts`]). Public: no activation token, so any
+/// account may import it, and only the operator (the gateway's state directory) signs
+/// accounts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Export {
     /// A name for people.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
-    /// The subject (wildcards allowed) requests are published on.
+    /// The subject (wildcards allowed) requests, or a stream's messages, are published on.
     pub subject: String,
-    /// `service`.
+    /// `service` or `stream`.
     #[serde(rename = "type")]
     pub kind: String,
     /// `Stream` when one request gets several answers (a pull of a batch), absent for one.
@@ -178,11 +179,21 @@ impl Export {
             ..Self::service(name, subject)
         }
     }
+
+    /// A public stream export of `subject`: what is published on it in the exporting
+    /// account is also delivered to the importers' subscribers.
+    pub fn stream(name: impl Into<String>, subject: impl Into<String>) -> Self {
+        Self {
+            kind: "stream".into(),
+            ..Self::service(name, subject)
+        }
+    }
 }
 
-/// An import of an account JWT (`nats-io/jwt` v2 `Import`), a service: a request published
+/// An import of an account JWT (`nats-io/jwt` v2 `Import`). A service: a request published
 /// on `local_subject` (or `subject` when absent) in the importing account is published on
-/// `subject` in `account`, and its answers come back.
+/// `subject` in `account`, and its answers come back. A stream: what is published on
+/// `subject` in `account` is delivered to the importing account's subscribers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Import {
     /// A name for people.
@@ -195,7 +206,7 @@ pub struct Import {
     /// The subject the importer's clients publish on, when not `subject`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_subject: Option<String>,
-    /// `service`.
+    /// `service` or `stream`.
     #[serde(rename = "type")]
     pub kind: String,
 }
