@@ -142,8 +142,8 @@ impl Account {
     }
 }
 
-/// An export of an account JWT (`nats-io/jwt` v2 `Export`): a service only (Flue exports
-/// no streams). Public: no activation token, so any account may import it, and only the
+/// An export of an account JWT (`nats-io/jwt` v2 `Export`): a service, or a stream (the
+/// events account's events, to its listener account). Public: no activation token, so any account may import it, and only the
 /// operator (the gateway's state directory) signs accounts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Export {
@@ -152,7 +152,7 @@ pub struct Export {
     pub name: String,
     /// The subject (wildcards allowed) requests are published on.
     pub subject: String,
-    /// `service`.
+    /// `service` or `stream`.
     #[serde(rename = "type")]
     pub kind: String,
     /// `Stream` when one request gets several answers (a pull of a batch), absent for one.
@@ -168,6 +168,15 @@ impl Export {
             subject: subject.into(),
             kind: "service".into(),
             response_type: None,
+        }
+    }
+
+    /// A public stream export of `subject`: its messages are delivered to importers'
+    /// subscribers too; nothing an importer publishes comes back.
+    pub fn stream(name: impl Into<String>, subject: impl Into<String>) -> Self {
+        Self {
+            kind: "stream".into(),
+            ..Self::service(name, subject)
         }
     }
 
@@ -195,7 +204,7 @@ pub struct Import {
     /// The subject the importer's clients publish on, when not `subject`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_subject: Option<String>,
-    /// `service`.
+    /// `service` or `stream`.
     #[serde(rename = "type")]
     pub kind: String,
 }
