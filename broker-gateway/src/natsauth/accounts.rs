@@ -228,7 +228,10 @@ pub fn account(
         // Users of the events account issued until now are listeners made before the
         // listener account (and gateways' own users, minted afresh at each start): every
         // one is revoked; `flue events credentials` mints listeners of the new account.
-        claims.nats.revocations.insert(REVOKE_ALL.to_owned(), issued);
+        claims
+            .nats
+            .revocations
+            .insert(REVOKE_ALL.to_owned(), issued);
         tracing::warn!(
             %tenant,
             "listener credentials minted before the listener account (issue 22) are revoked: mint new ones (`flue events credentials`, `POST /v1/listener-credentials`)"
@@ -255,7 +258,10 @@ pub const REVOKE_ALL: &str = "*";
 /// account of a state directory made before the listener account does not).
 fn exports_listeners(claims: &Account, tenant: &TenantId) -> bool {
     let creates = flue_proto::subject::listener_creates(tenant);
-    claims.exports.iter().any(|e| e.subject.starts_with(&creates))
+    claims
+        .exports
+        .iter()
+        .any(|e| e.subject.starts_with(&creates))
 }
 
 /// The time until which the account JWT `jwt` revokes every user ([`REVOKE_ALL`]), if it

@@ -70,43 +70,59 @@ const FREE: [&str; 22] = [
     "pause_until",
 ];
 
-/// Answers `tenant`'s listeners' consumer creations arriving on the events account's
-/// connection `events` until `shutdown`; each forwarded creation waits `timeout` at most
-/// for the broker.
-pub async fn serve(
+/// `tenant`'s listeners' consumer creations, taken (a queue subscription on the events
+/// account's connection) and not yet answered.
+#[derive(Debug)]
+pub struct Creations {
     events: async_nats::Client,
     tenant: TenantId,
-    timeout: Duration,
-    shutdown: CancellationToken,
-) {
-    let prefix = listener_creates(&tenant);
-    let requests = match events
-        .queue_subscribe(format!("{prefix}.>"), GROUP.to_owned())
-        .await
-    {
-        Ok(requests) => requests,
-        Err(e) => {
-            warn!(%tenant, error = %e, "cannot take listeners' consumer creations: listeners cannot create consumers");
-            return;
-        }
-    };
-    let handled = requests.for_each_concurrent(CONCURRENT, |msg| {
-        let events = events.clone();
-        let prefix = prefix.clone();
-        let tenant = tenant.clone();
-        async move {
-            let Some(reply) = msg.reply.clone() else {
-                return;
-            };
-            let answer = answer(&events, &tenant, &prefix, &msg, timeout).await;
-            if let Err(e) = events.publish(reply, answer).await {
-                debug!(%tenant, error = %e, "cannot answer a listener's consumer creation");
+    requests: async_nats::Subscriber,
+}
+
+impl Creations {
+    /// Subscribes to `tenant`'s listeners' consumer creations on the events account's
+    /// connection `events`.
+    pub async fn subscribe(
+        events: async_nats::Client,
+        tenant: TenantId,
+    ) -> Result<Self, async_nats::SubscribeError> {
+        let requests = events
+            .queue_subscribe(format!("{}.>", listener_creates(&tenant)), GROUP.to_owned())
+            .await?;
+        Ok(Self {
+            events,
+            tenant,
+            requests,
+        })
+    }
+
+    /// Answers the creations until `shutdown`; each one made waits `timeout` at most for
+    /// the broker.
+    pub async fn serve(self, timeout: Duration, shutdown: CancellationToken) {
+        let Self {
+            events,
+            tenant,
+            requests,
+        } = self;
+        let prefix = listener_creates(&tenant);
+        let handled = requests.for_each_concurrent(CONCURRENT, |msg| {
+            let events = events.clone();
+            let prefix = prefix.clone();
+            let tenant = tenant.clone();
+            async move {
+                let Some(reply) = msg.reply.clone() else {
+                    return;
+                };
+                let answer = answer(&events, &tenant, &prefix, &msg, timeout).await;
+                if let Err(e) = events.publish(reply, answer).await {
+                    debug!(%tenant, error = %e, "cannot answer a listener's consumer creation");
+                }
             }
+        });
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = handled => {}
         }
-    });
-    tokio::select! {
-        () = shutdown.cancelled() => {}
-        () = handled => {}
     }
 }
 
@@ -130,7 +146,10 @@ async fn answer(
             warn!(%tenant, error = %e, "the broker did not answer a listener's consumer creation");
             error(503, "the broker did not answer the consumer creation")
         }
-        Err(_) => error(503, "the broker did not answer the consumer creation in time"),
+        Err(_) => error(
+            503,
+            "the broker did not answer the consumer creation in time",
+        ),
     }
 }
 
@@ -189,12 +208,10 @@ pub fn check(
 
 fn check_config(tenant: &TenantId, name: &str, config: &Map<String, Value>) -> Result<(), String> {
     let unset = |v: &Value| {
-        v.is_null()
-            || v.as_str() == Some("")
-            || v.as_bool() == Some(false)
-            || v.as_i64() == Some(0)
+        v.is_null() || v.as_str() == Some("") || v.as_bool() == Some(false) || v.as_i64() == Some(0)
     };
-    let bounded = |v: &Value, max: i64| v.is_null() || v.as_i64().is_some_and(|n| (0..=max).contains(&n));
+    let bounded =
+        |v: &Value, max: i64| v.is_null() || v.as_i64().is_some_and(|n| (0..=max).contains(&n));
     for (key, value) in config {
         let ok = match key.as_str() {
             "name" | "durable_name" => value.is_null() || value.as_str() == Some(name),
@@ -225,7 +242,9 @@ fn check_config(tenant: &TenantId, name: &str, config: &Map<String, Value>) -> R
             other => FREE.contains(&other),
         };
         if !ok {
-            return Err(format!("{key:?} is not a setting a listener's consumer may have (as given)"));
+            return Err(format!(
+                "{key:?} is not a setting a listener's consumer may have (as given)"
+            ));
         }
     }
     Ok(())
@@ -264,7 +283,12 @@ mod tests {
 
     fn run(subject_rest: &str, body: &str) -> Result<(String, Vec<u8>), String> {
         let tenant: TenantId = "acme".parse().expect("id");
-        check(&tenant, PREFIX, &format!("{PREFIX}.{subject_rest}"), body.as_bytes())
+        check(
+            &tenant,
+            PREFIX,
+            &format!("{PREFIX}.{subject_rest}"),
+            body.as_bytes(),
+        )
     }
 
     fn config(settings: &str) -> String {
@@ -278,10 +302,17 @@ mod tests {
             &config(r#","deliver_policy":"all","ack_policy":"none","filter_subject":"flue.acme.evt.>","max_ack_pending":1000,"inactive_threshold":5000000000"#),
         )
         .expect("taken");
-        assert_eq!(subject, format!("$JS.API.CONSUMER.CREATE.FLUE_EVT.{NAME}.flue.acme.evt.>"));
+        assert_eq!(
+            subject,
+            format!("$JS.API.CONSUMER.CREATE.FLUE_EVT.{NAME}.flue.acme.evt.>")
+        );
         let body: Value = serde_json::from_slice(&body).expect("json");
         assert_eq!(body["config"]["name"], NAME);
-        run(NAME, &config(r#","deliver_subject":"","flow_control":false"#)).expect("unset push fields");
+        run(
+            NAME,
+            &config(r#","deliver_subject":"","flow_control":false"#),
+        )
+        .expect("unset push fields");
     }
 
     #[test]

@@ -168,18 +168,36 @@ mod tests {
             "$JS.flue.API.DIRECT.GET.FLUE_EVT",
             "flue.acme.evt.>",
         ] {
-            assert!(local.contains(&subject), "{subject} not imported: {local:?}");
+            assert!(
+                local.contains(&subject),
+                "{subject} not imported: {local:?}"
+            );
         }
         // Creations reach the gateway's subject, never the JetStream API.
-        for import in imports.iter().filter(|i| i.name.starts_with("consumer create")) {
-            assert!(import.subject.starts_with("flue.acme.lsn.create."), "{import:?}");
+        for import in imports
+            .iter()
+            .filter(|i| i.name.starts_with("consumer create"))
+        {
+            assert!(
+                import.subject.starts_with("flue.acme.lsn.create."),
+                "{import:?}"
+            );
         }
         assert!(imports.iter().all(|i| i.account == "AEVENTS"));
         for import in &imports {
             let s = &import.subject;
-            assert!(!s.contains("FLUE_EVT_GW") && !s.contains("STREAM.DELETE"), "{s}");
-            assert!(!s.contains("STREAM.PURGE") && !s.contains("CONSUMER.CREATE"), "{s}");
-            assert!(!s.starts_with("$JS.FC."), "no push consumer's flow control: {s}");
+            assert!(
+                !s.contains("FLUE_EVT_GW") && !s.contains("STREAM.DELETE"),
+                "{s}"
+            );
+            assert!(
+                !s.contains("STREAM.PURGE") && !s.contains("CONSUMER.CREATE"),
+                "{s}"
+            );
+            assert!(
+                !s.starts_with("$JS.FC."),
+                "no push consumer's flow control: {s}"
+            );
         }
         let exports = exports(&tenant);
         assert_eq!(exports.len(), routes(&tenant).len() + 1);

@@ -318,7 +318,8 @@ impl NatsAuth {
         // before the listener account, `accounts::account`).
         let events = self.account(tenant, AccountKind::Events)?;
         let after = accounts::revoked_all(&events.jwt)?;
-        let events_user = accounts::mint_user_after(&events.key, &name, Permissions::default(), after)?;
+        let events_user =
+            accounts::mint_user_after(&events.key, &name, Permissions::default(), after)?;
         Ok((tenant_user, events_user))
     }
 

@@ -214,12 +214,19 @@ impl TenantRuntime {
         // Listeners' consumers are made by the gateway (operator mode: listeners are
         // users of the listener account, which has no JetStream).
         if let (Some(events), Some(_)) = (&connections.events, &connections.users) {
-            tasks.spawn(crate::natsauth::creates::serve(
+            let creations = crate::natsauth::creates::Creations::subscribe(
                 events.client.clone(),
                 tenant.id.clone(),
-                service.config.broker_timeout(),
-                shutdown.child_token(),
-            ));
+            )
+            .await
+            .map_err(|e| {
+                Error::from(broker::BrokerError::Consumer {
+                    stream: flue_proto::event::EVENT_STREAM,
+                    consumer: "listeners' creations".to_owned(),
+                    source: e.into(),
+                })
+            })?;
+            tasks.spawn(creations.serve(service.config.broker_timeout(), shutdown.child_token()));
         }
         revocations.insert(tenant.id.clone(), revoked);
         for n in 0..service.config.engine_workers {

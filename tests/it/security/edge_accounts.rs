@@ -37,11 +37,12 @@ where
 }
 
 /// The seed of one of the default tenant's accounts, read from the gateway's state dir.
-fn account_key(state_dir: &Path, kind: AccountKind) -> KeyPair {
+pub(super) fn account_key(state_dir: &Path, kind: AccountKind) -> KeyPair {
     let stem = match kind {
         AccountKind::Tenant => "account",
         AccountKind::Events => "events",
         AccountKind::Edge => "edge",
+        AccountKind::Listen => "listen",
     };
     let path = state_dir
         .join(accounts::ACCOUNTS_DIR)
