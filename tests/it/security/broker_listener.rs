@@ -153,7 +153,10 @@ async fn a_listener_replays_its_tenants_events_and_can_do_nothing_else() {
         .expect("info")
         .state
         .messages;
-    assert_eq!(stored, 3, "nothing the listener published was stored (two events, the marker)");
+    assert_eq!(
+        stored, 3,
+        "nothing the listener published was stored (two events, the marker)"
+    );
     let errors = errors.lock().expect("lock").join("\n");
     assert!(
         errors.contains(
