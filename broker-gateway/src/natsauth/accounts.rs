@@ -426,4 +426,44 @@ mod tests {
         let again = account(&dir, &tenant, AccountKind::Tenant, &operator).expect("state");
         assert_eq!(again.jwt, state.jwt);
     }
+
+    #[test]
+    fn an_older_events_account_revokes_every_user_issued_before_and_later_users_are_issued_after() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let operator = KeyPair::new_operator();
+        let tenant: TenantId = "acme".parse().expect("id");
+        let dir = tenant_dir(root.path(), &tenant).expect("dir");
+        // The layout before the listener account: an events account without exports.
+        let events_key = key(&dir, "events.nk", KeyPair::new_account).expect("key");
+        let mut old = Claims::new(
+            events_key.public_key(),
+            "acme events",
+            Account::new(AccountLimits::unlimited_with_jetstream()),
+        );
+        let jwt = jwt::encode(&operator, &mut old, now() - 10).expect("signed");
+        dir.write_secret("events.jwt", &jwt).expect("written");
+
+        let events = account(&dir, &tenant, AccountKind::Events, &operator).expect("events");
+        let claims: Claims<Account> = jwt::decode(&events.jwt).expect("claims");
+        assert_eq!(claims.nats.exports, listen::exports(&tenant));
+        let all = revoked_all(&events.jwt)
+            .expect("read")
+            .expect("every user revoked");
+        assert!(all >= claims.iat, "{all} {}", claims.iat);
+        // A user minted now (the gateway's own) is issued after that time.
+        let user =
+            mint_user_after(&events.key, "gw", Permissions::default(), Some(all)).expect("minted");
+        let user: Claims<User> = jwt::decode(&user.jwt).expect("claims");
+        assert!(user.iat > all);
+        // Read again: re-signed no more, nothing revoked again.
+        let again = account(&dir, &tenant, AccountKind::Events, &operator).expect("events");
+        assert_eq!(again.jwt, events.jwt);
+        let listen = account(&dir, &tenant, AccountKind::Listen, &operator).expect("listen");
+        let listen: Claims<Account> = jwt::decode(&listen.jwt).expect("claims");
+        assert_eq!(
+            listen.nats.imports,
+            listen::imports(&tenant, &events_key.public_key())
+        );
+        assert!(listen.nats.revocations.is_empty());
+    }
 }
