@@ -40,7 +40,9 @@
 //!   operator with the state directory would: [`auth`] (`token`: minting tokens offline,
 //!   and which role a route allows), [`state`] (the state directory's keys), [`natsauth`]
 //!   (`init`, `tenant create`, `leaf-config`: the operator's keys and what they sign; the
-//!   attack tests forge and push JWTs with it, as an attacker's own tooling would) and
+//!   attack tests forge and push JWTs with it, as an attacker's own tooling would;
+//!   `natsauth::creates`, the gateway's part of listeners' consumer creations, which a
+//!   test of listeners without a gateway runs on its own events connection) and
 //!   [`tls`] (the broker's TLS blocks `leaf-config` and `cluster-config` write);
 //! - [`webhooks::target`], the webhook target check a fuzz target runs;
 //! - [`testing`]: what only an in-process test does (a tenant served from a second

@@ -33,9 +33,12 @@ from datetime import datetime
 
 import nats
 import nats.js.errors
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 STREAM = "FLUE_EVT"
+# A pull waits this long at most for events: well under the two minutes the broker keeps
+# an answer's route open for a request made through an account import.
+PULL_WAIT = 30.0
 
 
 async def main() -> None:
@@ -57,15 +60,17 @@ async def main() -> None:
     if args.creds and not args.consumer:
         p.error("--consumer is required with --creds: listener credentials create only their own consumer names")
 
+    subject = args.subject or f"flue.{args.tenant}.evt.>"
+    common = {"name": args.consumer, "ack_policy": AckPolicy.NONE, "filter_subject": subject}
     if args.seq is not None:
-        config = ConsumerConfig(name=args.consumer, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                                opt_start_seq=args.seq)
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                                opt_start_seq=args.seq, **common)
     elif args.since is not None:
         since = datetime.fromisoformat(args.since.replace("Z", "+00:00"))
-        config = ConsumerConfig(name=args.consumer, deliver_policy=DeliverPolicy.BY_START_TIME,
-                                opt_start_time=since.isoformat())
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME,
+                                opt_start_time=since.isoformat(), **common)
     else:
-        config = ConsumerConfig(name=args.consumer, deliver_policy=DeliverPolicy.NEW)
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW, **common)
 
     async def on_error(e: Exception) -> None:
         # A broker whose certificate cannot be verified stays so: stop instead of retrying.
@@ -81,7 +86,6 @@ async def main() -> None:
         options["user_credentials"] = args.creds
     nc = await nats.connect(args.url, **options)
     js = nc.jetstream(domain=args.domain)
-    subject = args.subject or f"flue.{args.tenant}.evt.>"
     if args.consumer:
         # A named consumer left by an earlier run (until it is idle long enough) would
         # refuse the new start position: start afresh.
@@ -89,20 +93,24 @@ async def main() -> None:
             await js.delete_consumer(STREAM, args.consumer)
         except nats.js.errors.NotFoundError:
             pass
-    # nats-py re-creates an ordered consumer after a gap under the same name without
-    # deleting the old one first, which the broker refuses (reported to error_cb): then
-    # restart from the last sequence printed + 1.
-    sub = await js.subscribe(subject, ordered_consumer=True, config=config)
+    try:
+        info = await js.add_consumer(STREAM, config=config)
+    except nats.js.errors.APIError as e:
+        print(f"cannot create the consumer: {e.description}", file=sys.stderr)
+        await nc.close()
+        sys.exit(1)
+    sub = await js.pull_subscribe_bind(stream=STREAM, name=info.name)
     try:
         while True:
             try:
-                msg = await sub.next_msg(timeout=args.idle or 3600)
+                msgs = await sub.fetch(batch=100, timeout=min(args.idle or PULL_WAIT, PULL_WAIT))
             except nats.errors.TimeoutError:
                 if args.idle:
                     break
                 continue
-            event = json.loads(msg.data)
-            print(msg.metadata.sequence.stream, event["type"], event["subject"], event["id"], flush=True)
+            for msg in msgs:
+                event = json.loads(msg.data)
+                print(msg.metadata.sequence.stream, event["type"], event["subject"], event["id"], flush=True)
     finally:
         if args.consumer:
             try:

@@ -76,6 +76,15 @@ pub fn consumer_create_named(stream: &str, name: &str) -> Vec<String> {
     subjects
 }
 
+/// Creating any consumer of `stream` by name, without and with a filter subject after it
+/// (the import covering every listener's [`consumer_create_named`]).
+pub fn consumer_create_any(stream: &str) -> [[String; 2]; 2] {
+    [
+        api(&format!("CONSUMER.CREATE.{stream}.*")),
+        api(&format!("CONSUMER.CREATE.{stream}.*.>")),
+    ]
+}
+
 /// Deleting the consumer `name` of `stream`.
 pub fn consumer_delete(stream: &str, name: &str) -> [String; 2] {
     api(&format!("CONSUMER.DELETE.{stream}.{name}"))
@@ -93,11 +102,6 @@ pub fn stream_get(stream: &str) -> Vec<String> {
     subjects.extend(api(&format!("DIRECT.GET.{stream}.>")));
     subjects.extend(api(&format!("STREAM.MSG.GET.{stream}")));
     subjects
-}
-
-/// Flow-control and heartbeat replies of push consumers on `stream` (`$JS.FC.<stream>.>`).
-pub fn flow_control(stream: &str) -> String {
-    format!("$JS.FC.{stream}.>")
 }
 
 /// The stream behind KV bucket `bucket`.

@@ -6,6 +6,7 @@
 //! | `flue.<tenant>.resp.<server>` | [`RESPONSE_STREAM`] |
 //! | `flue.<tenant>.evt.<kind>.<stack>.<server>.<name>` | [`crate::event::EVENT_STREAM`] |
 //! | `flue.<tenant>.hb.<server>` | none (core NATS heartbeats) |
+//! | `flue.<tenant>.lsn.create.<consumer>[.<filter>]` | none (listeners' consumer creations, answered by the gateway) |
 //!
 //! The stack data space is the KV bucket [`DATA_BUCKET`], keys `<tenant>.<stack>.<key>`.
 
@@ -53,6 +54,14 @@ pub const HEARTBEAT_SUBJECTS: &str = "flue.*.hb.*";
 /// follows.
 pub fn tenant_heartbeats(tenant: &TenantId) -> String {
     format!("flue.{tenant}.hb.*")
+}
+
+/// Where a listener's consumer creation (`$JS.API.CONSUMER.CREATE.FLUE_EVT.<name>[.<filter>]`
+/// in its listener account) arrives in the events account: the prefix, then the name and
+/// the filter's tokens. The gateway answers it (no stream captures it), creating the
+/// consumer when its configuration is one a listener may have.
+pub fn listener_creates(tenant: &TenantId) -> String {
+    format!("flue.{tenant}.lsn.create")
 }
 
 /// Name of the durable pull consumer the gateway creates for one server's requests.

@@ -61,7 +61,10 @@ fn a_cycle_of_two_modules_through_a_use_group_is_found() {
 const GATEWAY_SURFACE: &[(&str, &[&str])] = &[
     ("api", &["deployments", "events", "openapi", "stacks"]),
     ("auth", &["command", "roles", "token"]),
-    ("natsauth", &["accounts", "admin", "jwt", "perms", "push"]),
+    (
+        "natsauth",
+        &["accounts", "admin", "creates", "jwt", "perms", "push"],
+    ),
     ("state", &[]),
     ("testing", &[]),
     ("tls", &[]),

@@ -5,13 +5,17 @@
 //! | `operator.nk`, `operator.jwt` | the operator: signs every account JWT |
 //! | `system.nk`, `system.jwt` | the system account (the broker's own; account JWTs are pushed through it) |
 //! | `accounts/<tenant>/account.nk`, `.jwt` | the tenant's (state) account: its streams, KV buckets, heartbeats, the gateway's users; exports the agents' services ([`super::edge`]) |
-//! | `accounts/<tenant>/events.nk`, `.jwt` | the tenant's events account: only the event stream `FLUE_EVT` |
+//! | `accounts/<tenant>/events.nk`, `.jwt` | the tenant's events account: the event streams `FLUE_EVT`, `FLUE_EVT_GW`; exports the listeners' services ([`super::listen`]) |
 //! | `accounts/<tenant>/edge.nk`, `.jwt` | the tenant's edge account: no JetStream, imports the agents' services; its agents and leaf nodes |
+//! | `accounts/<tenant>/listen.nk`, `.jwt` | the tenant's listener account: no JetStream, imports the listeners' services; its listeners |
 //!
 //! Keys are made once and kept; an account JWT is re-signed (a later `iat`) when a user is
 //! revoked, never made afresh, so revocations survive. A state directory written before
 //! the edge account existed (issue 22) is brought to this layout when its accounts are
-//! read: the state account re-signed with its exports, the edge account made.
+//! read: the state account re-signed with its exports, the edge account made. One written
+//! before the listener account existed has its events account re-signed with the
+//! listeners' exports and every user it issued until then revoked (listeners of the
+//! events account: their replies could reach its streams), the listener account made.
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -21,7 +25,7 @@ use flue_proto::creds::UserCreds;
 use nkeys::KeyPair;
 
 use super::jwt::{self, Account, AccountLimits, Claims, Permissions, User};
-use super::{NatsAuthError, edge};
+use super::{NatsAuthError, edge, listen};
 use crate::state::StateDir;
 
 /// Operator seed file.
@@ -35,7 +39,7 @@ pub const SYSTEM_JWT: &str = "system.jwt";
 /// Directory of the tenants' accounts.
 pub const ACCOUNTS_DIR: &str = "accounts";
 
-/// Which of a tenant's three accounts.
+/// Which of a tenant's four accounts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AccountKind {
     /// The tenant (state) account: requests, responses, KV buckets, heartbeats; only the
@@ -46,17 +50,22 @@ pub enum AccountKind {
     /// The edge account: no JetStream, the agents' services imported from the tenant
     /// account; agents and leaf nodes.
     Edge,
+    /// The listener account: no JetStream, the listeners' services imported from the
+    /// events account; listeners.
+    Listen,
 }
 
 impl AccountKind {
-    /// Every kind, tenant account first (the edge account imports from it).
-    pub const ALL: [Self; 3] = [Self::Tenant, Self::Events, Self::Edge];
+    /// Every kind, each exporter before its importer (tenant before edge, events before
+    /// listener).
+    pub const ALL: [Self; 4] = [Self::Tenant, Self::Events, Self::Edge, Self::Listen];
 
     fn stem(self) -> &'static str {
         match self {
             Self::Tenant => "account",
             Self::Events => "events",
             Self::Edge => "edge",
+            Self::Listen => "listen",
         }
     }
 
@@ -65,20 +74,29 @@ impl AccountKind {
             Self::Tenant => tenant.to_string(),
             Self::Events => format!("{tenant} events"),
             Self::Edge => format!("{tenant} edge"),
+            Self::Listen => format!("{tenant} listeners"),
         }
     }
 
     /// What the account JWT holds besides its revocations: limits, imports, exports.
-    /// `tenant_key` is the public key of the tenant account (what the edge imports from).
-    fn shape(self, tenant: &TenantId, tenant_key: &str) -> Account {
+    /// `tenant_key` and `events_key` are the public keys of the tenant and events
+    /// accounts (what the edge and listener accounts import from).
+    fn shape(self, tenant: &TenantId, tenant_key: &str, events_key: &str) -> Account {
         match self {
             Self::Tenant => Account {
                 exports: edge::exports(tenant),
                 ..Account::new(AccountLimits::unlimited_with_jetstream())
             },
-            Self::Events => Account::new(AccountLimits::unlimited_with_jetstream()),
+            Self::Events => Account {
+                exports: listen::exports(tenant),
+                ..Account::new(AccountLimits::unlimited_with_jetstream())
+            },
             Self::Edge => Account {
                 imports: edge::imports(tenant, tenant_key),
+                ..Account::new(AccountLimits::unlimited_without_jetstream())
+            },
+            Self::Listen => Account {
+                imports: listen::imports(tenant, events_key),
                 ..Account::new(AccountLimits::unlimited_without_jetstream())
             },
         }
@@ -178,11 +196,17 @@ pub fn account(
         &format!("{}.nk", AccountKind::Tenant.stem()),
         KeyPair::new_account,
     )?;
+    let events_key = key(
+        dir,
+        &format!("{}.nk", AccountKind::Events.stem()),
+        KeyPair::new_account,
+    )?;
     let key = match kind {
         AccountKind::Tenant => tenant_key.clone(),
+        AccountKind::Events => events_key.clone(),
         _ => key(dir, &format!("{}.nk", kind.stem()), KeyPair::new_account)?,
     };
-    let shape = kind.shape(tenant, &tenant_key.public_key());
+    let shape = kind.shape(tenant, &tenant_key.public_key(), &events_key.public_key());
     let name = format!("{}.jwt", kind.stem());
     let jwt = jwt_file(dir, &name, || {
         let mut claims = Claims::new(key.public_key(), kind.name(tenant), shape.clone());
@@ -199,10 +223,23 @@ pub fn account(
     if claims.nats.imports == shape.imports && claims.nats.exports == shape.exports {
         return Ok(AccountKeys { key, jwt: text });
     }
+    let issued = now().max(claims.iat + 1);
+    if kind == AccountKind::Events && !exports_listeners(&claims.nats, tenant) {
+        // Users of the events account issued until now are listeners made before the
+        // listener account (and gateways' own users, minted afresh at each start): every
+        // one is revoked; `flue events credentials` mints listeners of the new account.
+        claims
+            .nats
+            .revocations
+            .insert(REVOKE_ALL.to_owned(), issued);
+        tracing::warn!(
+            %tenant,
+            "listener credentials minted before the listener account (issue 22) are revoked: mint new ones (`flue events credentials`, `POST /v1/listener-credentials`)"
+        );
+    }
     claims.nats.imports = shape.imports;
     claims.nats.exports = shape.exports;
     claims.nats.limits = shape.limits;
-    let issued = now().max(claims.iat + 1);
     let jwt = jwt::encode(operator, &mut claims, issued)?;
     dir.write_secret(&name, &jwt)?;
     tracing::warn!(
@@ -211,6 +248,27 @@ pub fn account(
         "account JWT re-signed for the state and edge layout (issue 22): agents minted before keep working until their server's credentials are rotated (`flue server rotate-credentials`); rotate every server, and run `flue-gateway leaf-config` again for each tenant network"
     );
     Ok(AccountKeys { key, jwt })
+}
+
+/// The revocation key standing for every user of the account (`jwt.All`): a user JWT
+/// issued at or before its time is refused.
+pub const REVOKE_ALL: &str = "*";
+
+/// Whether the events account `claims` already export the listeners' services (an events
+/// account of a state directory made before the listener account does not).
+fn exports_listeners(claims: &Account, tenant: &TenantId) -> bool {
+    let creates = flue_proto::subject::listener_creates(tenant);
+    claims
+        .exports
+        .iter()
+        .any(|e| e.subject.starts_with(&creates))
+}
+
+/// The time until which the account JWT `jwt` revokes every user ([`REVOKE_ALL`]), if it
+/// does.
+pub fn revoked_all(jwt: &str) -> Result<Option<i64>, NatsAuthError> {
+    let claims: Claims<Account> = jwt::decode(jwt)?;
+    Ok(claims.nats.revocations.get(REVOKE_ALL).copied())
 }
 
 /// Adds `user_pub` to the revocations of one of `tenant`'s accounts (JWTs of that user
@@ -265,8 +323,22 @@ pub fn mint_user(
     name: &str,
     permissions: Permissions,
 ) -> Result<UserCreds, NatsAuthError> {
+    mint_user_after(account, name, permissions, None)
+}
+
+/// [`mint_user`], issued after `revoked_all` (an account's [`REVOKE_ALL`] time, which may
+/// be this very second): nats-server checks neither the issue time's being past nor
+/// anything but expiry and `nbf`.
+pub fn mint_user_after(
+    account: &KeyPair,
+    name: &str,
+    permissions: Permissions,
+    revoked_all: Option<i64>,
+) -> Result<UserCreds, NatsAuthError> {
     let user = KeyPair::new_user();
-    let jwt = sign_user(account, &user.public_key(), name, permissions)?;
+    let issued = revoked_all.map_or(now(), |t| now().max(t + 1));
+    let mut claims = Claims::new(user.public_key(), name, User::new(permissions));
+    let jwt = jwt::encode(account, &mut claims, issued)?;
     let seed = user.seed().map_err(jwt::JwtError::Key)?;
     Ok(UserCreds { jwt, seed })
 }
@@ -353,5 +425,45 @@ mod tests {
         // Read again, nothing changes.
         let again = account(&dir, &tenant, AccountKind::Tenant, &operator).expect("state");
         assert_eq!(again.jwt, state.jwt);
+    }
+
+    #[test]
+    fn an_older_events_account_revokes_every_user_issued_before_and_later_users_are_issued_after() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let operator = KeyPair::new_operator();
+        let tenant: TenantId = "acme".parse().expect("id");
+        let dir = tenant_dir(root.path(), &tenant).expect("dir");
+        // The layout before the listener account: an events account without exports.
+        let events_key = key(&dir, "events.nk", KeyPair::new_account).expect("key");
+        let mut old = Claims::new(
+            events_key.public_key(),
+            "acme events",
+            Account::new(AccountLimits::unlimited_with_jetstream()),
+        );
+        let jwt = jwt::encode(&operator, &mut old, now() - 10).expect("signed");
+        dir.write_secret("events.jwt", &jwt).expect("written");
+
+        let events = account(&dir, &tenant, AccountKind::Events, &operator).expect("events");
+        let claims: Claims<Account> = jwt::decode(&events.jwt).expect("claims");
+        assert_eq!(claims.nats.exports, listen::exports(&tenant));
+        let all = revoked_all(&events.jwt)
+            .expect("read")
+            .expect("every user revoked");
+        assert!(all >= claims.iat, "{all} {}", claims.iat);
+        // A user minted now (the gateway's own) is issued after that time.
+        let user =
+            mint_user_after(&events.key, "gw", Permissions::default(), Some(all)).expect("minted");
+        let user: Claims<User> = jwt::decode(&user.jwt).expect("claims");
+        assert!(user.iat > all);
+        // Read again: re-signed no more, nothing revoked again.
+        let again = account(&dir, &tenant, AccountKind::Events, &operator).expect("events");
+        assert_eq!(again.jwt, events.jwt);
+        let listen = account(&dir, &tenant, AccountKind::Listen, &operator).expect("listen");
+        let listen: Claims<Account> = jwt::decode(&listen.jwt).expect("claims");
+        assert_eq!(
+            listen.nats.imports,
+            listen::imports(&tenant, &events_key.public_key())
+        );
+        assert!(listen.nats.revocations.is_empty());
     }
 }

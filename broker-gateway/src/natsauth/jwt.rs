@@ -143,9 +143,9 @@ impl Account {
 }
 
 /// An export of an account JWT (`nats-io/jwt` v2 `Export`): a service, or a stream (the
-/// data keys' puts, [`super::edge::data_puts`]). Public: no activation token, so any
-/// account may import it, and only the operator (the gateway's state directory) signs
-/// accounts.
+/// data keys' puts, [`super::edge::data_puts`], into the edge account; the events, to the
+/// listener account). Public: no activation token, so any account may import it, and only
+/// the operator (the gateway's state directory) signs accounts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Export {
     /// A name for people.
@@ -169,6 +169,15 @@ impl Export {
             subject: subject.into(),
             kind: "service".into(),
             response_type: None,
+        }
+    }
+
+    /// A public stream export of `subject`: its messages are delivered to importers'
+    /// subscribers too; nothing an importer publishes comes back.
+    pub fn stream(name: impl Into<String>, subject: impl Into<String>) -> Self {
+        Self {
+            kind: "stream".into(),
+            ..Self::service(name, subject)
         }
     }
 

@@ -5,14 +5,17 @@
 //! account and, per tenant, its tenant (state) account, its events account and its edge
 //! account; each account signs its **users** (`U…`): the gateway's own users (the whole
 //! state and events accounts), agents (edge account: their own queue, answers,
-//! heartbeats, inbox and stacks' data keys: [`perms::agent`]), listeners (the events
+//! heartbeats, inbox and stacks' data keys: [`perms::agent`]), listeners (the listener
 //! account, read only: [`perms::listener`]) and leaf nodes (the edge account). The edge
-//! account holds no stream: it reaches the state account only through the services
-//! [`edge`] exports, so no reply subject of an agent can touch the tenant's state. Every
-//! seed but the users' stays in the gateway's state directory.
+//! and listener accounts hold no stream: they reach the state and events accounts only
+//! through the services [`edge`] and [`listen`] export, so no reply subject of an agent
+//! or a listener can touch the tenant's streams. Every seed but the users' stays in the
+//! gateway's state directory.
 //!
 //! - [`jwt`]: NATS JWT claims and their encoding;
 //! - [`edge`]: the state account's exports and the edge account's imports;
+//! - [`listen`]: the events account's exports and the listener account's imports;
+//! - [`creates`]: listeners' consumer creations, checked and made by the gateway;
 //! - [`perms`]: the agent's and the listener's permission sets;
 //! - [`accounts`]: keys and account JWTs in the state directory, minting users;
 //! - [`broker_conf`]: the hub's and a leaf node's nats-server configuration;
@@ -24,8 +27,10 @@ pub mod accounts;
 pub mod admin;
 pub(crate) mod broker_conf;
 pub(crate) mod cluster_conf;
+pub mod creates;
 pub(crate) mod edge;
 pub mod jwt;
+pub(crate) mod listen;
 pub mod perms;
 pub mod push;
 mod users;
@@ -168,7 +173,7 @@ impl NatsAuth {
         Ok(self.account(tenant, kind)?.key.public_key())
     }
 
-    /// Makes `tenant`'s three accounts in the state directory (kept if they exist, brought
+    /// Makes `tenant`'s four accounts in the state directory (kept if they exist, brought
     /// to today's layout if older); the broker learns of them at its next start (preload)
     /// or by [`NatsAuth::push_all`].
     pub fn create_tenant_offline(&self, tenant: &TenantId) -> Result<(), NatsAuthError> {
@@ -203,8 +208,8 @@ impl NatsAuth {
         Ok(())
     }
 
-    /// Every account JWT by public key: the system account's, then each tenant's three
-    /// (state, events, edge: an exporter before its importer).
+    /// Every account JWT by public key: the system account's, then each tenant's four
+    /// (state, events, edge, listener: an exporter before its importer).
     pub fn account_jwts(&self) -> Result<Vec<(String, String)>, NatsAuthError> {
         let mut all = vec![(self.system.public_key(), self.system_jwt.to_string())];
         for tenant in self.tenants()? {
@@ -309,11 +314,12 @@ impl NatsAuth {
             &name,
             Permissions::default(),
         )?;
-        let events_user = accounts::mint_user(
-            &self.account(tenant, AccountKind::Events)?.key,
-            &name,
-            Permissions::default(),
-        )?;
+        // Issued after every user the events account revoked at once (listeners made
+        // before the listener account, `accounts::account`).
+        let events = self.account(tenant, AccountKind::Events)?;
+        let after = accounts::revoked_all(&events.jwt)?;
+        let events_user =
+            accounts::mint_user_after(&events.key, &name, Permissions::default(), after)?;
         Ok((tenant_user, events_user))
     }
 
@@ -352,7 +358,7 @@ impl NatsAuth {
         )
     }
 
-    /// A new listener user of `tenant`'s events account ([`perms::listener`]) and its
+    /// A new listener user of `tenant`'s listener account ([`perms::listener`]) and its
     /// listener id ([`flue_proto::subject::listener_id`], random), which names the
     /// consumers it may hold.
     pub fn listener_creds(&self, tenant: &TenantId) -> Result<(String, UserCreds), NatsAuthError> {
@@ -360,7 +366,7 @@ impl NatsAuth {
             .expect("masked to 64 bits");
         let listener = flue_proto::subject::listener_id(random);
         let creds = accounts::mint_user(
-            &self.account(tenant, AccountKind::Events)?.key,
+            &self.account(tenant, AccountKind::Listen)?.key,
             &format!("listener {tenant} {listener}"),
             perms::listener(tenant, &listener),
         )?;

@@ -69,11 +69,13 @@ pub fn agent(tenant: &TenantId, server: &ServerId, stacks: &[StackId]) -> Permis
 }
 
 /// The rights of the listener `listener` (a [`subject::listener_id`]) in its tenant's
-/// events account: reading the event stream (info, message and direct get); creating,
-/// reading, pulling from, acknowledging and deleting its own consumers on it, the
-/// [`subject::LISTENER_CONSUMERS`] names [`subject::listener_consumers`] gives, and no
-/// other (no unnamed create: the broker could not tell whose consumer it made); push
-/// consumers' flow control; subscribing to the tenant's event subjects and to inboxes.
+/// listener account, whose imports reach the events account ([`super::listen`]): reading
+/// the event stream (info, message and direct get); creating (through the gateway,
+/// [`super::creates`]: pull consumers only), reading, pulling from, acknowledging and
+/// deleting its own consumers on it, the [`subject::LISTENER_CONSUMERS`] names
+/// [`subject::listener_consumers`] gives, and no other (no unnamed create: the broker
+/// could not tell whose consumer it made); subscribing to the tenant's event subjects
+/// and to inboxes.
 /// It cannot publish an event (no publish right names one), list consumers, nor touch
 /// another listener's consumers or the gateway's copy of the stream, `FLUE_EVT_GW`, where
 /// the gateway's own SSE and webhook consumers live.
@@ -91,10 +93,9 @@ pub fn listener(tenant: &TenantId, listener: &str) -> Permissions {
     publish.extend(jsapi::stream_get(EVENT_STREAM));
     // nats-py looks the stream up by subject before subscribing.
     publish.extend(jsapi::api("STREAM.NAMES"));
-    publish.push(jsapi::flow_control(EVENT_STREAM));
     let subscribe = &mut perms.subscribe.allow;
-    // Inboxes of the events account carry nothing but this tenant's events and the
-    // JetStream API's answers about them.
+    // Inboxes of the listener account carry nothing but listeners' answers (pulled
+    // events, the JetStream API's answers about them).
     subscribe.push("_INBOX.>".to_owned());
     subscribe.push(tenant_events(tenant));
     perms

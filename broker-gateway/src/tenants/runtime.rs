@@ -211,6 +211,23 @@ impl TenantRuntime {
             shutdown.child_token(),
         ));
         tasks.spawn(revoked.clone().follow(shutdown.child_token()));
+        // Listeners' consumers are made by the gateway (operator mode: listeners are
+        // users of the listener account, which has no JetStream).
+        if let (Some(events), Some(_)) = (&connections.events, &connections.users) {
+            let creations = crate::natsauth::creates::Creations::subscribe(
+                events.client.clone(),
+                tenant.id.clone(),
+            )
+            .await
+            .map_err(|e| {
+                Error::from(broker::BrokerError::Consumer {
+                    stream: flue_proto::event::EVENT_STREAM,
+                    consumer: "listeners' creations".to_owned(),
+                    source: e.into(),
+                })
+            })?;
+            tasks.spawn(creations.serve(service.config.broker_timeout(), shutdown.child_token()));
+        }
         revocations.insert(tenant.id.clone(), revoked);
         for n in 0..service.config.engine_workers {
             let ctx = crate::operations::worker::WorkerContext {

@@ -6,17 +6,26 @@ use std::os::unix::fs::PermissionsExt as _;
 
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
+use flue_gateway::natsauth::creates::Creations;
 use flue_proto::event::EVENT_STREAM;
 use flue_proto::jsapi::{self, JS_DOMAIN};
 use flue_proto::subject::listener_consumer;
 use flue_tests::{SecureNats, WAIT, broker_has_read, repo_root};
 use futures_util::StreamExt as _;
+use tokio_util::sync::CancellationToken;
 
 use super::{refusals, wait_for_marker};
 
-/// Events of `tenant` in its events account: the stream and two events.
+/// Events of `tenant` in its events account: the stream and two events; the gateway's
+/// part of its listeners' consumer creations ([`Creations`]) answers them.
 async fn tenant_events(secure: &SecureNats, tenant: &str) -> async_nats::Client {
     let (_, events) = secure.gateway(tenant).await;
+    let creations = Creations::subscribe(events.clone(), tenant.parse().expect("id"))
+        .await
+        .expect("subscribed");
+    // The broker has the subscription before any listener asks.
+    broker_has_read(&events, &jsapi::account_info()[0]).await;
+    tokio::spawn(creations.serve(WAIT, CancellationToken::new()));
     let js = jetstream::new(events.clone());
     js.create_stream(stream::Config {
         name: EVENT_STREAM.to_owned(),
@@ -108,8 +117,11 @@ async fn a_listener_replays_its_tenants_events_and_can_do_nothing_else() {
         .subscribe("flue.alpha.req.>")
         .await
         .expect("subscribe call");
+    // The marker is an event (the stream's export reaches the listener account; an
+    // inbox of the events account does not).
+    let marker_subject = "flue.alpha.evt.server.~.web1.marker";
     let mut marker = listener
-        .subscribe("_INBOX.marker")
+        .subscribe(marker_subject)
         .await
         .expect("allowed sub");
     // Both subscriptions are the broker's (one refused, one in place) before anything is
@@ -123,11 +135,11 @@ async fn a_listener_replays_its_tenants_events_and_can_do_nothing_else() {
     alpha_main.flush().await.expect("flush");
     // A message of the tenant account would have arrived before this later marker.
     alpha_events
-        .publish("_INBOX.marker", Bytes::from_static(b"m"))
+        .publish(marker_subject, Bytes::from_static(b"m"))
         .await
         .expect("publish");
     alpha_events.flush().await.expect("flush");
-    let _ = wait_for_marker(&mut marker, "_INBOX.marker").await;
+    let _ = wait_for_marker(&mut marker, marker_subject).await;
     assert!(
         futures_util::FutureExt::now_or_never(requests.next()).is_none(),
         "the listener received a tenant-account message"
@@ -141,7 +153,10 @@ async fn a_listener_replays_its_tenants_events_and_can_do_nothing_else() {
         .expect("info")
         .state
         .messages;
-    assert_eq!(stored, 2, "nothing the listener published was stored");
+    assert_eq!(
+        stored, 3,
+        "nothing the listener published was stored (two events, the marker)"
+    );
     let errors = errors.lock().expect("lock").join("\n");
     assert!(
         errors.contains(

@@ -25,7 +25,7 @@ use super::scan::stream_names;
 const THIEF: &str = "thief";
 const THIEF_STACK: &str = "st-thief";
 
-fn tenant() -> TenantId {
+pub(super) fn tenant() -> TenantId {
     "default".parse().expect("id")
 }
 
@@ -37,11 +37,12 @@ where
 }
 
 /// The seed of one of the default tenant's accounts, read from the gateway's state dir.
-fn account_key(state_dir: &Path, kind: AccountKind) -> KeyPair {
+pub(super) fn account_key(state_dir: &Path, kind: AccountKind) -> KeyPair {
     let stem = match kind {
         AccountKind::Tenant => "account",
         AccountKind::Events => "events",
         AccountKind::Edge => "edge",
+        AccountKind::Listen => "listen",
     };
     let path = state_dir
         .join(accounts::ACCOUNTS_DIR)
@@ -131,13 +132,13 @@ struct StreamState {
 
 /// Every stream of the state and events accounts, and every request consumer's progress.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Snapshot {
+pub(super) struct Snapshot {
     streams: BTreeMap<String, StreamState>,
     /// Request consumer → (delivered stream seq, ack floor stream seq, ack pending, pending).
     consumers: BTreeMap<String, (u64, u64, usize, u64)>,
 }
 
-async fn snapshot(flue: &Flue) -> Snapshot {
+pub(super) async fn snapshot(flue: &Flue) -> Snapshot {
     let mut streams = BTreeMap::new();
     for (account, client) in [
         ("state", flue.nats.client().await),
@@ -206,7 +207,7 @@ fn thiefs(subject: &str) -> bool {
 }
 
 /// What changed from `before` to `after` beyond the thief's own subjects.
-fn changes(before: &Snapshot, after: &Snapshot) -> Vec<String> {
+pub(super) fn changes(before: &Snapshot, after: &Snapshot) -> Vec<String> {
     let mut changed = Vec::new();
     for (name, was) in &before.streams {
         let Some(now) = after.streams.get(name) else {
@@ -274,7 +275,7 @@ fn concrete(subject: &str) -> String {
 /// Every reply the attack names: each subject stored in a stream of the state and events
 /// accounts and each stream's configured subjects, `STREAM.PURGE` and `STREAM.DELETE` of
 /// each stream (both API spellings), each request consumer's ack subject.
-async fn replies(flue: &Flue, before: &Snapshot) -> Vec<String> {
+pub(super) async fn replies(flue: &Flue, before: &Snapshot) -> Vec<String> {
     let mut replies = BTreeSet::new();
     for (name, state) in &before.streams {
         replies.extend(state.subjects.keys().cloned());

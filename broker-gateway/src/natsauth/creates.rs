@@ -1,0 +1,357 @@
+//! Listeners' consumer creations, made by the gateway (issue 22, [`super::listen`]).
+//!
+//! A listener's `$JS.API.CONSUMER.CREATE.FLUE_EVT.<name>[.<filter>]` (either spelling)
+//! arrives here, in the events account, on
+//! [`flue_proto::subject::listener_creates`]`.<name>[.<filter>]`; the listener's
+//! permissions already confined `<name>` to its own eight. The gateway makes the consumer
+//! with its own user of the events account, so the stream's consumer limits apply as to
+//! any consumer, but only a configuration [`check`] accepts:
+//!
+//! - **pull only**: a push consumer delivers inside the events account on a subject its
+//!   creator chooses (a stored subject, a JetStream API call, another consumer's ack
+//!   subject), so `deliver_subject`, `deliver_group`, flow control, idle heartbeats and
+//!   a rate limit are refused;
+//! - filters inside `flue.<tenant>.evt.>`;
+//! - `max_ack_pending` at most [`MAX_ACK_PENDING`], `max_waiting` at most
+//!   [`MAX_WAITING`] (the broker's defaults; `-1`, unlimited, is refused);
+//! - every other setting by its exact name from a list: nats-server reads settings
+//!   case-insensitively, so an unknown spelling could be one of the above.
+//!
+//! The request is sent on as the JSON value read (a key given twice counts once, as the
+//! broker would read it) and the broker's answer goes back to the listener unchanged; a
+//! refusal is a JetStream API error (code 400) naming what is refused.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use flue_proto::TenantId;
+use flue_proto::event::EVENT_STREAM;
+use flue_proto::jsapi;
+use flue_proto::subject::{listener_creates, listener_of_consumer};
+use futures_util::StreamExt as _;
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+/// Largest `max_ack_pending` a listener's consumer may have (nats-server's default).
+pub const MAX_ACK_PENDING: i64 = 1_000;
+/// Largest `max_waiting` (pull requests waiting at once) a listener's consumer may have
+/// (nats-server's default).
+pub const MAX_WAITING: i64 = 512;
+/// Creations handled at once.
+const CONCURRENT: usize = 16;
+/// Queue group of the gateways serving one tenant: one of them answers each creation.
+const GROUP: &str = "flue-gateway";
+
+/// Consumer settings a listener may give as it likes (each bounded by the broker or
+/// by the stream's consumer limits, none naming a subject).
+const FREE: [&str; 22] = [
+    "description",
+    "deliver_policy",
+    "opt_start_seq",
+    "opt_start_time",
+    "ack_policy",
+    "ack_wait",
+    "max_deliver",
+    "backoff",
+    "replay_policy",
+    "sample_freq",
+    "headers_only",
+    "max_batch",
+    "max_expires",
+    "max_bytes",
+    "inactive_threshold",
+    "num_replicas",
+    "mem_storage",
+    "metadata",
+    "priority_groups",
+    "priority_policy",
+    "priority_timeout",
+    "pause_until",
+];
+
+/// `tenant`'s listeners' consumer creations, taken (a queue subscription on the events
+/// account's connection) and not yet answered.
+#[derive(Debug)]
+pub struct Creations {
+    events: async_nats::Client,
+    tenant: TenantId,
+    requests: async_nats::Subscriber,
+}
+
+impl Creations {
+    /// Subscribes to `tenant`'s listeners' consumer creations on the events account's
+    /// connection `events`.
+    pub async fn subscribe(
+        events: async_nats::Client,
+        tenant: TenantId,
+    ) -> Result<Self, async_nats::SubscribeError> {
+        let requests = events
+            .queue_subscribe(format!("{}.>", listener_creates(&tenant)), GROUP.to_owned())
+            .await?;
+        Ok(Self {
+            events,
+            tenant,
+            requests,
+        })
+    }
+
+    /// Answers the creations until `shutdown`; each one made waits `timeout` at most for
+    /// the broker.
+    pub async fn serve(self, timeout: Duration, shutdown: CancellationToken) {
+        let Self {
+            events,
+            tenant,
+            requests,
+        } = self;
+        let prefix = listener_creates(&tenant);
+        let handled = requests.for_each_concurrent(CONCURRENT, |msg| {
+            let events = events.clone();
+            let prefix = prefix.clone();
+            let tenant = tenant.clone();
+            async move {
+                let Some(reply) = msg.reply.clone() else {
+                    return;
+                };
+                let answer = answer(&events, &tenant, &prefix, &msg, timeout).await;
+                if let Err(e) = events.publish(reply, answer).await {
+                    debug!(%tenant, error = %e, "cannot answer a listener's consumer creation");
+                }
+            }
+        });
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = handled => {}
+        }
+    }
+}
+
+async fn answer(
+    events: &async_nats::Client,
+    tenant: &TenantId,
+    prefix: &str,
+    msg: &async_nats::Message,
+    timeout: Duration,
+) -> Bytes {
+    let (subject, body) = match check(tenant, prefix, &msg.subject, &msg.payload) {
+        Ok(checked) => checked,
+        Err(reason) => {
+            debug!(%tenant, subject = %msg.subject, %reason, "listener's consumer creation refused");
+            return error(400, &reason);
+        }
+    };
+    match tokio::time::timeout(timeout, events.request(subject, body.into())).await {
+        Ok(Ok(answer)) => answer.payload,
+        Ok(Err(e)) => {
+            warn!(%tenant, error = %e, "the broker did not answer a listener's consumer creation");
+            error(503, "the broker did not answer the consumer creation")
+        }
+        Err(_) => error(
+            503,
+            "the broker did not answer the consumer creation in time",
+        ),
+    }
+}
+
+/// A JetStream API error answer to a consumer creation.
+fn error(code: u16, description: &str) -> Bytes {
+    let body = json!({
+        "type": "io.nats.jetstream.api.v1.consumer_create_response",
+        "error": {"code": code, "err_code": 10_000 + u32::from(code), "description": description},
+    });
+    Bytes::from(body.to_string())
+}
+
+/// The JetStream API subject and body a creation arriving on `subject` (under `prefix`)
+/// with `body` is made with, or why a listener may not have that consumer.
+pub fn check(
+    tenant: &TenantId,
+    prefix: &str,
+    subject: &str,
+    body: &[u8],
+) -> Result<(String, Vec<u8>), String> {
+    let rest = subject
+        .strip_prefix(prefix)
+        .and_then(|r| r.strip_prefix('.'))
+        .ok_or("not a consumer creation")?;
+    let (name, filter) = match rest.split_once('.') {
+        Some((name, filter)) => (name, Some(filter)),
+        None => (rest, None),
+    };
+    if listener_of_consumer(name).is_none() {
+        return Err(format!("{name:?} is not a listener consumer's name"));
+    }
+    if let Some(filter) = filter {
+        tenant_filter(tenant, filter)?;
+    }
+    let mut request: Value =
+        serde_json::from_slice(body).map_err(|e| format!("not a consumer creation: {e}"))?;
+    let top = request.as_object_mut().ok_or("not a consumer creation")?;
+    for (key, value) in top.iter() {
+        match key.as_str() {
+            "stream_name" if value.as_str() == Some(EVENT_STREAM) => {}
+            "action" if matches!(value.as_str(), Some("" | "create" | "update")) => {}
+            "pedantic" if value.is_boolean() => {}
+            "config" if value.is_object() => {}
+            _ => return Err(format!("{key:?} is not taken here")),
+        }
+    }
+    let config = top
+        .get("config")
+        .and_then(Value::as_object)
+        .ok_or("no consumer config")?;
+    check_config(tenant, name, config)?;
+    let [forward, _] = jsapi::api(&format!("CONSUMER.CREATE.{EVENT_STREAM}.{rest}"));
+    let body = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
+    Ok((forward, body))
+}
+
+fn check_config(tenant: &TenantId, name: &str, config: &Map<String, Value>) -> Result<(), String> {
+    let unset = |v: &Value| {
+        v.is_null() || v.as_str() == Some("") || v.as_bool() == Some(false) || v.as_i64() == Some(0)
+    };
+    let bounded =
+        |v: &Value, max: i64| v.is_null() || v.as_i64().is_some_and(|n| (0..=max).contains(&n));
+    for (key, value) in config {
+        let ok = match key.as_str() {
+            "name" | "durable_name" => value.is_null() || value.as_str() == Some(name),
+            "deliver_subject" | "deliver_group" | "flow_control" | "idle_heartbeat"
+            | "rate_limit_bps" => {
+                if !unset(value) {
+                    return Err(format!(
+                        "{key:?}: listeners make pull consumers only (no push consumer)"
+                    ));
+                }
+                true
+            }
+            "filter_subject" => match value {
+                Value::Null => true,
+                Value::String(s) if s.is_empty() => true,
+                Value::String(s) => tenant_filter(tenant, s).is_ok(),
+                _ => false,
+            },
+            "filter_subjects" => match value {
+                Value::Null => true,
+                Value::Array(all) => all
+                    .iter()
+                    .all(|s| s.as_str().is_some_and(|s| tenant_filter(tenant, s).is_ok())),
+                _ => false,
+            },
+            "max_ack_pending" => bounded(value, MAX_ACK_PENDING),
+            "max_waiting" => bounded(value, MAX_WAITING),
+            other => FREE.contains(&other),
+        };
+        if !ok {
+            return Err(format!(
+                "{key:?} is not a setting a listener's consumer may have (as given)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `Ok` when `filter` is a valid subject filter inside `tenant`'s events
+/// (`flue.<tenant>.evt.…`).
+fn tenant_filter(tenant: &TenantId, filter: &str) -> Result<(), String> {
+    let outside = || Err(format!("filter {filter:?} is outside this tenant's events"));
+    let tokens: Vec<&str> = filter.split('.').collect();
+    let own = flue_proto::event::tenant_events(tenant);
+    let own: Vec<&str> = own.split('.').collect();
+    // `flue.<tenant>.evt` then at least one token.
+    if tokens.len() < own.len() || tokens[..own.len() - 1] != own[..own.len() - 1] {
+        return outside();
+    }
+    let last = tokens.len() - 1;
+    let valid = tokens.iter().enumerate().all(|(i, t)| {
+        !t.is_empty()
+            && (!t.contains('>') || (*t == ">" && i == last))
+            && (!t.contains('*') || *t == "*")
+            && !t.chars().any(char::is_whitespace)
+    });
+    if !valid {
+        return outside();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PREFIX: &str = "flue.acme.lsn.create";
+    const NAME: &str = "lsn-0123456789ab-1";
+
+    fn run(subject_rest: &str, body: &str) -> Result<(String, Vec<u8>), String> {
+        let tenant: TenantId = "acme".parse().expect("id");
+        check(
+            &tenant,
+            PREFIX,
+            &format!("{PREFIX}.{subject_rest}"),
+            body.as_bytes(),
+        )
+    }
+
+    fn config(settings: &str) -> String {
+        format!(r#"{{"stream_name":"FLUE_EVT","config":{{"name":"{NAME}"{settings}}}}}"#)
+    }
+
+    #[test]
+    fn a_pull_consumer_inside_the_tenant_is_forwarded_to_the_jetstream_api() {
+        let (subject, body) = run(
+            &format!("{NAME}.flue.acme.evt.>"),
+            &config(r#","deliver_policy":"all","ack_policy":"none","filter_subject":"flue.acme.evt.>","max_ack_pending":1000,"inactive_threshold":5000000000"#),
+        )
+        .expect("taken");
+        assert_eq!(
+            subject,
+            format!("$JS.API.CONSUMER.CREATE.FLUE_EVT.{NAME}.flue.acme.evt.>")
+        );
+        let body: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(body["config"]["name"], NAME);
+        run(
+            NAME,
+            &config(r#","deliver_subject":"","flow_control":false"#),
+        )
+        .expect("unset push fields");
+    }
+
+    #[test]
+    fn push_consumers_foreign_filters_unbounded_limits_and_unknown_spellings_are_refused() {
+        for settings in [
+            r#","deliver_subject":"flue.acme.evt.x""#,
+            r#","deliver_subject":"$JS.API.STREAM.PURGE.FLUE_EVT""#,
+            r#","deliver_subject":"$JS.ACK.FLUE_EVT_GW.webhook-1.1.1.1.0.0""#,
+            r#","deliver_group":"g""#,
+            r#","idle_heartbeat":1000000000"#,
+            r#","flow_control":true"#,
+            r#","filter_subject":"flue.other.evt.>""#,
+            r#","filter_subject":"flue.*.evt.>""#,
+            r#","filter_subject":">""#,
+            r#","filter_subjects":["flue.acme.evt.>","flue.other.evt.>"]"#,
+            r#","max_ack_pending":-1"#,
+            r#","max_ack_pending":1001"#,
+            r#","max_waiting":100000"#,
+            r#","Deliver_Subject":"$JS.API.STREAM.DELETE.FLUE_EVT""#,
+            r#","deliver_ſubject":"$JS.API.STREAM.DELETE.FLUE_EVT""#,
+            r#","deliver_subject":"","deliver_subject":"$JS.API.STREAM.DELETE.FLUE_EVT""#,
+            r#","durable_name":"lsn-0123456789ab-2""#,
+        ] {
+            let refused = run(NAME, &config(settings));
+            assert!(refused.is_err(), "{settings} taken: {refused:?}");
+        }
+        for rest in [
+            format!("{NAME}.flue.other.evt.>"),
+            format!("{NAME}.>"),
+            "webhook-1".to_owned(),
+            format!("{NAME}.flue.acme.evt.>.x"),
+        ] {
+            assert!(run(&rest, &config("")).is_err(), "{rest} taken");
+        }
+        let other_stream = r#"{"stream_name":"FLUE_EVT_GW","config":{}}"#;
+        assert!(run(NAME, other_stream).is_err());
+        assert!(run(NAME, "not json").is_err());
+        let body = error(400, "no").to_vec();
+        let body: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(body["error"]["code"], 400);
+    }
+}
