@@ -188,15 +188,6 @@ impl Export {
             ..Self::service(name, subject)
         }
     }
-
-    /// A public stream export of `subject`: what is published on it in the exporting
-    /// account is also delivered to the importers' subscribers.
-    pub fn stream(name: impl Into<String>, subject: impl Into<String>) -> Self {
-        Self {
-            kind: "stream".into(),
-            ..Self::service(name, subject)
-        }
-    }
 }
 
 /// An import of an account JWT (`nats-io/jwt` v2 `Import`). A service: a request published
