@@ -17,6 +17,7 @@ mod record_reads;
 mod round_trip;
 mod secure;
 pub mod sim;
+mod sse;
 mod stored;
 pub mod tenant_net;
 mod tls;
@@ -35,6 +36,7 @@ pub use procs::{Agent, Gateway, Nats};
 pub use record_reads::RecordReads;
 pub use round_trip::broker_has_read;
 pub use secure::{NatsProcess, REFUSED_WAIT, SecureNats, admin, connect_options};
+pub use sse::{Sse, SseBlock};
 pub use stored::queued_deployment;
 pub use tls::{CertFiles, TestCa, install_crypto_provider};
 

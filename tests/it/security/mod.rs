@@ -17,6 +17,7 @@ mod http_tickets;
 mod leaf_repush;
 mod listener_accounts;
 mod listener_consumers;
+mod listener_upgrade;
 mod netns;
 mod netns_tenants;
 mod operator;
