@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, consumer::pull, kv, stream};
+use async_nats::jetstream::{self, consumer::pull};
 use flue_proto::{ConfigSpec, CreateDeployment, DeploymentStatus, ServerId};
 use flue_tests::sim::{self, SimAgents, SimOptions};
 use flue_tests::{Flue, Nats, broker_has_read};
@@ -43,6 +43,10 @@ use serde_json::json;
 
 #[path = "ceiling.rs"]
 mod ceiling;
+#[path = "measure.rs"]
+mod measure;
+
+use measure::{bounded, cpu_secs, loadavg, setting};
 
 /// Time to ready the issue allows with 10,000 pending.
 const TARGET_READY: Duration = Duration::from_secs(5);
@@ -61,8 +65,6 @@ const PHASE_LIMIT: Duration = Duration::from_secs(900);
 /// Answers per deployment a simulated agent sends: `started` (standing for `delivered`
 /// too, as from a real agent whose hook starts at once) and the result.
 const ANSWERS_PER_DEPLOYMENT: f64 = 2.0;
-/// Linux reports `/proc/<pid>/stat` times in clock ticks of 1/100 s (`USER_HZ`).
-const TICKS_PER_SEC: f64 = 100.0;
 
 #[tokio::main]
 async fn main() {
@@ -88,6 +90,7 @@ async fn main() {
 
     // 2. The backlog: N deployments accepted, no agent running; then the gateway killed.
     let servers = bounded(
+        PHASE_LIMIT,
         sim::register(&flue.admin_client(), "sim", servers_n, REGISTER_AT_ONCE),
         "registration",
     )
@@ -99,6 +102,7 @@ async fn main() {
     let t = Instant::now();
     let client = flue.client();
     let created: Vec<_> = bounded(
+        PHASE_LIMIT,
         futures_util::stream::iter(0..n)
             .map(|i| {
                 let (client, ids) = (&client, &ids);
@@ -133,6 +137,7 @@ async fn main() {
     agents.wait_ready(PHASE_LIMIT).await;
     let want = n as u64;
     bounded(
+        PHASE_LIMIT,
         flue_tests::wait_until("every request answered", PHASE_LIMIT, || {
             (agents.answered() >= want).then_some(())
         }),
@@ -170,6 +175,7 @@ async fn main() {
     }
     let gateway_cpu_before = cpu_secs(gateway);
     bounded(
+        PHASE_LIMIT,
         flue_tests::wait_until("every deployment.completed out", PHASE_LIMIT, || {
             (completed.load(Ordering::Relaxed) >= want).then_some(())
         }),
@@ -232,6 +238,7 @@ async fn main() {
     // Every record as the API reads it.
     let client = flue.client();
     let statuses: Vec<DeploymentStatus> = bounded(
+        PHASE_LIMIT,
         futures_util::stream::iter(created)
             .map(|id| {
                 let client = &client;
@@ -275,25 +282,12 @@ async fn with_events_ceiling(nats: &Nats, agents: usize, window: Duration) -> (f
 /// over them.
 async fn raw_drain(nats: &Nats, n: usize, cpu: fn(u32) -> f64) -> (f64, f64) {
     let js = jetstream::new(nats.client().await);
-    for (name, subject) in [("RAWBRESP", "rawb.resp.*"), ("RAWBEVT", "rawb.evt.>")] {
-        js.create_stream(stream::Config {
-            name: name.into(),
-            subjects: vec![subject.into()],
-            storage: stream::StorageType::File,
-            ..Default::default()
-        })
-        .await
-        .expect("raw stream");
-    }
-    let records = js
-        .create_key_value(kv::Config {
-            bucket: "RAWBREC".into(),
-            history: 1,
-            storage: stream::StorageType::File,
-            ..Default::default()
-        })
-        .await
-        .expect("raw bucket");
+    let records = ceiling::raw_storage(
+        &js,
+        &[("RAWBRESP", "rawb.resp.*"), ("RAWBEVT", "rawb.evt.>")],
+        "RAWBREC",
+    )
+    .await;
     futures_util::stream::iter(0..n)
         .for_each_concurrent(COLLECTOR_IN_FLIGHT, |i| {
             let (js, records) = (&js, &records);
@@ -304,7 +298,7 @@ async fn raw_drain(nats: &Nats, n: usize, cpu: fn(u32) -> f64) -> (f64, f64) {
                 let body = bytes::Bytes::from(body);
                 records.put(&id, body.clone()).await.expect("record");
                 for _ in 0..3 {
-                    acked(js, format!("rawb.resp.{}", i % 100), body.clone()).await;
+                    ceiling::acked(js, format!("rawb.resp.{}", i % 100), body.clone()).await;
                 }
             }
         })
@@ -338,7 +332,7 @@ async fn raw_drain(nats: &Nats, n: usize, cpu: fn(u32) -> f64) -> (f64, f64) {
                     .await
                     .expect("store answer");
                 let seq = m.info().map_or(0, |i| i.stream_sequence);
-                acked(js, format!("rawb.evt.{id}.{seq}"), m.payload.clone()).await;
+                ceiling::acked(js, format!("rawb.evt.{id}.{seq}"), m.payload.clone()).await;
                 m.ack().await.expect("collector ack");
                 answered.fetch_add(1, Ordering::Relaxed);
             }
@@ -355,15 +349,6 @@ async fn raw_drain(nats: &Nats, n: usize, cpu: fn(u32) -> f64) -> (f64, f64) {
     }
     let _ = js.delete_key_value("RAWBREC").await;
     figures
-}
-
-/// Publishes and waits for the stream's acknowledgement.
-async fn acked(js: &jetstream::Context, subject: String, payload: bytes::Bytes) {
-    js.publish(subject, payload)
-        .await
-        .expect("publish")
-        .await
-        .expect("publish acknowledged");
 }
 
 /// Counts `deployment.completed` events on the tenant's event subjects (the gateway
@@ -386,37 +371,4 @@ async fn listen_completed(
             count.fetch_add(1, Ordering::Relaxed);
         }
     })
-}
-
-/// `fut`, or a panic naming the phase after [`PHASE_LIMIT`].
-async fn bounded<T>(fut: impl std::future::Future<Output = T>, phase: &str) -> T {
-    tokio::time::timeout(PHASE_LIMIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{phase} took longer than {PHASE_LIMIT:?}"))
-}
-
-fn setting(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
-/// User + system CPU seconds a process has used.
-fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
-    // Fields counted after the command name's closing parenthesis: utime and stime are
-    // the 12th and 13th there.
-    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 =
-        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
-    ticks / TICKS_PER_SEC
-}
-
-/// The 1, 5 and 15 minute load averages.
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }

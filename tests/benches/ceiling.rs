@@ -67,25 +67,7 @@ pub async fn raw_throughput(
     if events {
         streams.push(("RAWTEVT", "rawt.evt.>"));
     }
-    for (name, subject) in &streams {
-        js.create_stream(stream::Config {
-            name: (*name).into(),
-            subjects: vec![(*subject).into()],
-            storage: stream::StorageType::File,
-            ..Default::default()
-        })
-        .await
-        .expect("raw stream");
-    }
-    let records = js
-        .create_key_value(kv::Config {
-            bucket: "RAWTREC".into(),
-            history: 1,
-            storage: stream::StorageType::File,
-            ..Default::default()
-        })
-        .await
-        .expect("raw bucket");
+    let records = raw_storage(&js, &streams, "RAWTREC").await;
 
     // The agents.
     let mut running = tokio::task::JoinSet::new();
@@ -219,7 +201,35 @@ pub async fn raw_throughput(
 }
 
 /// Publishes and waits for the stream's acknowledgement.
-async fn acked(js: &jetstream::Context, subject: String, payload: bytes::Bytes) {
+/// Creates the file streams `streams` (name, subjects) and returns a new file KV bucket
+/// `bucket` keeping one value a key: a raw deployment's storage.
+pub async fn raw_storage(
+    js: &jetstream::Context,
+    streams: &[(&str, &str)],
+    bucket: &str,
+) -> kv::Store {
+    for (name, subject) in streams {
+        js.create_stream(stream::Config {
+            name: (*name).into(),
+            subjects: vec![(*subject).into()],
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .expect("raw stream");
+    }
+    js.create_key_value(kv::Config {
+        bucket: bucket.into(),
+        history: 1,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    })
+    .await
+    .expect("raw bucket")
+}
+
+/// Publishes and waits for the stream's acknowledgement.
+pub async fn acked(js: &jetstream::Context, subject: String, payload: bytes::Bytes) {
     js.publish(subject, payload)
         .await
         .expect("publish")

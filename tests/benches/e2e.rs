@@ -34,8 +34,11 @@ use tempfile::TempDir;
 
 #[path = "floor.rs"]
 mod floor;
+#[path = "measure.rs"]
+mod measure;
 
 use floor::{hook_spawn, raw_round_trip};
+use measure::{deploy_once, rss_kib};
 
 /// The gateway flags of the "off" run: every security feature the gateway can turn off.
 const OFF_GATEWAY_FLAGS: &[&str] = &[
@@ -87,7 +90,10 @@ async fn main() {
         setup.register("b0").await;
         b0.push(setup.agent("b0", &hooks).await);
     }
-    let idle = [rss_kib(&b0[0]), rss_kib(&b0[1])];
+    let idle = [
+        rss_kib(b0[0].pid().expect("agent running")),
+        rss_kib(b0[1].pid().expect("agent running")),
+    ];
 
     let mut listeners = Vec::new();
     for setup in &setups {
@@ -101,7 +107,7 @@ async fn main() {
         for (i, setup) in setups.iter().enumerate() {
             let client = setup.client();
             for _ in 0..round {
-                let (s, o) = deployment_latency(&client, &noop("b0")).await;
+                let (s, o) = deploy_once(&client, &noop("b0")).await;
                 stored[i].push(s);
                 observed[i].push(o);
             }
@@ -109,7 +115,7 @@ async fn main() {
                 heard[i].push(listeners[i].latency(&client).await);
             }
             for _ in 0..round {
-                sealed[i].push(deployment_latency(&client, &secret("b0")).await.1);
+                sealed[i].push(deploy_once(&client, &secret("b0")).await.1);
             }
         }
     }
@@ -154,7 +160,10 @@ async fn main() {
         "deployments/s",
         [one[0], one[1]],
     );
-    let busy = [rss_kib(&b0[0]), rss_kib(&b0[1])];
+    let busy = [
+        rss_kib(b0[0].pid().expect("agent running")),
+        rss_kib(b0[1].pid().expect("agent running")),
+    ];
 
     let names: Vec<String> = (1..=MANY).map(|i| format!("m{i}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -391,16 +400,6 @@ fn pct(sorted: &[Duration], p: usize) -> f64 {
     sorted[i].as_secs_f64() * 1000.0
 }
 
-fn rss_kib(agent: &Agent) -> u64 {
-    let pid = agent.pid().expect("agent running");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
-
 fn noop(server: &str) -> CreateDeployment {
     serde_json::from_value(json!({"config_id": "noop", "server_id": server})).expect("body")
 }
@@ -412,24 +411,6 @@ fn secret(server: &str) -> CreateDeployment {
         "input_values": {"password": "s3cret-value"},
     }))
     .expect("body")
-}
-
-/// One deployment: (accepted → result stored on the gateway's clock, POST sent → the
-/// client sees it COMPLETE).
-async fn deployment_latency(client: &Client, body: &CreateDeployment) -> (Duration, Duration) {
-    let t = Instant::now();
-    let d = client.create_deployment(body).await.expect("create");
-    let done = client
-        .wait_until_terminal(&d.id, Duration::from_secs(60), |_| {})
-        .await
-        .expect("finish");
-    let observed = t.elapsed();
-    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
-    let gap = done.updated_at - done.created_at;
-    (
-        Duration::from_secs_f64(gap.as_seconds_f64().max(0.0)),
-        observed,
-    )
 }
 
 /// A core NATS subscription to one server's `deployment.completed` events: what any

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use flue_gateway::natsauth::{AccountKind, NatsAuth, jwt};
 use flue_proto::creds::AgentCredentials;
-use flue_proto::{ConfigSpec, CreateDeployment, DeploymentStatus, ServerId, TenantId};
+use flue_proto::{ConfigSpec, CreateDeployment, ServerId, TenantId};
 use flue_tests::sim::{self, SimAgents, SimOptions};
 use flue_tests::{Flue, broker_has_read};
 use futures_util::StreamExt;
@@ -51,7 +51,7 @@ mod count;
 #[path = "measure.rs"]
 mod measure;
 
-use measure::{cpu_secs, loadavg, ms, pct, setting};
+use measure::{bounded, cpu_secs, deploy_once, loadavg, ms, pct, setting};
 
 /// Registrations in flight at once.
 const REGISTER_AT_ONCE: usize = 16;
@@ -187,7 +187,8 @@ async fn main() {
             let cpu = [cpu_secs(broker), cpu_secs(gateway)];
             let mut block = Vec::with_capacity(per_round);
             for _ in 0..per_round {
-                let (stored, observed) = deploy(&client, &servers[layout.index()]).await;
+                let (stored, observed) =
+                    deploy_once(&client, &noop_for(&servers[layout.index()])).await;
                 block.push(stored);
                 l.observed.push(observed);
             }
@@ -247,7 +248,7 @@ async fn main() {
         let before = count::snapshot(&system).await;
         let varz_before = varz_msgs(&system).await;
         for _ in 0..counted {
-            deploy(&client, &servers[layout.index()]).await;
+            deploy_once(&client, &noop_for(&servers[layout.index()])).await;
         }
         let varz_after = varz_msgs(&system).await;
         let after = count::snapshot(&system).await;
@@ -285,6 +286,7 @@ async fn main() {
     };
     for layout in Layout::BOTH {
         let mut registered = bounded(
+            PHASE_LIMIT,
             sim::register(
                 &flue.admin_client(),
                 layout.name(),
@@ -391,29 +393,6 @@ async fn main() {
     for agents in sims {
         agents.stop().await;
     }
-}
-
-/// One no-op deployment on `server`, followed to COMPLETE: (accepted → stored from the
-/// record's timestamps, POST sent → COMPLETE seen).
-async fn deploy(client: &flue_client::Client, server: &ServerId) -> (Duration, Duration) {
-    let t = Instant::now();
-    let d = client
-        .create_deployment(&CreateDeployment::new(
-            "noop".parse().expect("id"),
-            server.clone(),
-        ))
-        .await
-        .expect("create");
-    let done = client
-        .wait_until_terminal(&d.id, Duration::from_secs(60), |_| {})
-        .await
-        .expect("finish");
-    let observed = t.elapsed();
-    assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
-    let stored = (done.updated_at - done.created_at)
-        .as_seconds_f64()
-        .max(0.0);
-    (Duration::from_secs_f64(stored), observed)
 }
 
 /// `clients_n` clients POSTing no-op deployments to `ids` in turn until `window` passed;
@@ -544,9 +523,7 @@ fn ratio_of(new: f64, old: f64) -> f64 {
     new / old
 }
 
-/// `fut`, or a panic naming the phase after [`PHASE_LIMIT`].
-async fn bounded<T>(fut: impl std::future::Future<Output = T>, phase: &str) -> T {
-    tokio::time::timeout(PHASE_LIMIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{phase} took longer than {PHASE_LIMIT:?}"))
+/// A no-op deployment's body for `server`.
+fn noop_for(server: &ServerId) -> CreateDeployment {
+    CreateDeployment::new("noop".parse().expect("id"), server.clone())
 }

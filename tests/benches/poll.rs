@@ -20,6 +20,11 @@ use flue_proto::{ConfigSpec, CreateDeployment, DeploymentStatus, RegisterServer,
 use flue_tests::{Flue, PolledServer};
 use serde_json::json;
 
+#[path = "measure.rs"]
+mod measure;
+
+use measure::rss_kib;
+
 /// Polling interval of the stock os-collect-config, seconds.
 const INTERVAL: &str = "1";
 
@@ -139,13 +144,4 @@ fn fmt(v: f64) -> String {
         v if v >= 10.0 => format!("{v:.1}"),
         v => format!("{v:.2}"),
     }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
 }

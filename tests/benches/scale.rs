@@ -65,9 +65,12 @@ use flue_tests::sim::{self, SimAgents, SimOptions};
 use flue_tests::{Cluster, Flue};
 use futures_util::StreamExt;
 
+#[path = "measure.rs"]
+mod measure;
 #[path = "scale/report.rs"]
 mod report;
 
+use measure::{bounded, cpu_secs, loadavg, rss_kib};
 use report::{Run, print_table};
 
 /// Registrations in flight at once.
@@ -84,9 +87,6 @@ const BUSY_BACKOFF: Duration = Duration::from_millis(250);
 const WAIT_AT_ONCE: usize = 256;
 /// The idle window over which presence costs CPU.
 const IDLE_WINDOW: Duration = Duration::from_secs(30);
-/// Linux reports `/proc/<pid>/stat` times in clock ticks of 1/100 s (`USER_HZ`, fixed
-/// by the kernel's ABI on every architecture Flue runs on).
-const TICKS_PER_SEC: f64 = 100.0;
 /// Bound on the stack's creation: past it, the figure is "not within".
 const STACK_LIMIT: Duration = Duration::from_secs(600);
 /// Member deployments read at once after the stack's creation.
@@ -259,6 +259,7 @@ async fn measure(setup: &Setup, n: usize) -> Run {
 
     let t = Instant::now();
     let servers = bounded(
+        PHASE_LIMIT,
         sim::register(&admin, "sim", n, REGISTER_AT_ONCE),
         "registration",
     )
@@ -344,6 +345,7 @@ async fn measure(setup: &Setup, n: usize) -> Run {
         let t = Instant::now();
         // A refused or timed-out POST is a finding (counted as not COMPLETE), not a panic.
         let accepted: Vec<Option<Deployment>> = bounded(
+            PHASE_LIMIT,
             futures_util::stream::iter(ids.iter().cloned())
                 .map(|id| {
                     let (client, retried) = (client.clone(), retried.clone());
@@ -382,6 +384,7 @@ async fn measure(setup: &Setup, n: usize) -> Run {
         run.accept_all_secs = t.elapsed().as_secs_f64();
         run.retried = retried.load(Ordering::Relaxed);
         let done: Vec<Deployment> = bounded(
+            PHASE_LIMIT,
             futures_util::stream::iter(accepted)
                 .map(|d| {
                     let client = client.clone();
@@ -657,48 +660,12 @@ async fn until_terminal(client: &flue_client::Client, mut d: Deployment) -> Depl
     d
 }
 
-/// `fut`, or a panic naming the phase after [`PHASE_LIMIT`].
-async fn bounded<T>(fut: impl std::future::Future<Output = T>, phase: &str) -> T {
-    tokio::time::timeout(PHASE_LIMIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{phase} took longer than {PHASE_LIMIT:?}"))
-}
-
 /// The `p`th percentile of sorted samples.
 fn pct(sorted: &[f64], p: usize) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
     sorted[((sorted.len() - 1) * p) / 100]
-}
-
-/// VmRSS of a process, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
-
-/// User + system CPU seconds a process has used.
-fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
-    // The command name may hold spaces: fields are counted after its closing parenthesis,
-    // where field 3 (state) comes first, so utime (14) and stime (15) are the 12th and 13th.
-    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 =
-        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
-    ticks / TICKS_PER_SEC
-}
-
-/// The 1, 5 and 15 minute load averages.
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 /// Each deployment's accepted → result stored (the gateway's own clock), in ms, sorted.

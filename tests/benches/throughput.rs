@@ -62,6 +62,10 @@ mod ceiling;
 mod count;
 #[path = "floor.rs"]
 mod floor;
+#[path = "measure.rs"]
+mod measure;
+
+use measure::{bounded, cores, cpu_secs, loadavg, ms, pct, setting};
 
 /// Deployments per second the issue asks for.
 const TARGET_PER_SEC: f64 = 5000.0;
@@ -79,8 +83,6 @@ const REGISTER_AT_ONCE: usize = 16;
 const CONNECT_AT_ONCE: usize = 64;
 /// Bound on any phase: a phase that takes longer is a finding, not a hang.
 const PHASE_LIMIT: Duration = Duration::from_secs(300);
-/// Linux reports `/proc/<pid>/stat` times in clock ticks of 1/100 s (`USER_HZ`).
-const TICKS_PER_SEC: f64 = 100.0;
 
 #[tokio::main]
 async fn main() {
@@ -238,6 +240,7 @@ async fn main() {
 
     // 4. Throughput with simulated agents.
     let servers = bounded(
+        PHASE_LIMIT,
         sim::register(&flue.admin_client(), "sim", agents_n, REGISTER_AT_ONCE),
         "registration",
     )
@@ -332,6 +335,7 @@ async fn main() {
     }
     let total = accepted.load(Ordering::Relaxed);
     bounded(
+        PHASE_LIMIT,
         until_answered(completed.clone(), answered_before + total),
         "every accepted deployment answered",
     )
@@ -413,51 +417,4 @@ async fn until_answered(count: Arc<AtomicU64>, target: u64) {
         move || (count.load(Ordering::Relaxed) >= target).then_some(()),
     )
     .await;
-}
-
-/// `fut`, or a panic naming the phase after [`PHASE_LIMIT`].
-async fn bounded<T>(fut: impl std::future::Future<Output = T>, phase: &str) -> T {
-    tokio::time::timeout(PHASE_LIMIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{phase} took longer than {PHASE_LIMIT:?}"))
-}
-
-fn setting(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The `p`th percentile of sorted samples.
-fn pct(sorted: &[Duration], p: usize) -> Duration {
-    sorted[((sorted.len() - 1) * p) / 100]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-/// User + system CPU seconds a process has used.
-fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
-    // Fields counted after the command name's closing parenthesis: utime and stime are
-    // the 12th and 13th there.
-    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 =
-        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
-    ticks / TICKS_PER_SEC
-}
-
-/// CPUs this process may run on.
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// The 1, 5 and 15 minute load averages.
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }

@@ -334,7 +334,7 @@ impl Flue {
     /// tenant's edge account) with the user JWT signed by the tenant's state account
     /// instead, with the same user key and rights: an agent of the layout before the edge
     /// account (issue 22), a user of the account that holds the streams. For the bench that
-    /// compares the two layouts (`benches/layout.rs`).
+    /// compares the two layouts (`benches/layout.rs`) and the upgrade test of the edge layout.
     pub fn in_state_account(&self, credentials: &str) -> String {
         use flue_gateway::natsauth::{accounts, jwt};
         let mut creds = AgentCredentials::parse(credentials).expect("agent credentials");

@@ -535,17 +535,8 @@ async fn to_the_old_layout(flue: &Flue) {
 /// same user key and rights): what a gateway minted before the edge account existed.
 fn as_old_credentials(flue: &Flue, server: &str) {
     let path = flue.creds_path(server);
-    let mut creds =
-        AgentCredentials::parse(&std::fs::read_to_string(&path).expect("read")).expect("parse");
-    let claims: jwt::Claims<jwt::User> = jwt::decode(&creds.user.jwt).expect("claims");
-    let state = account_key(&flue.gateway.state_dir(), AccountKind::Tenant);
-    let rights = jwt::Permissions {
-        publish: claims.nats.publish,
-        subscribe: claims.nats.subscribe,
-    };
-    creds.user.jwt =
-        accounts::sign_user(&state, &claims.sub, &claims.name, rights).expect("signed");
-    std::fs::write(&path, creds.to_text()).expect("write");
+    let text = flue.in_state_account(&std::fs::read_to_string(&path).expect("read"));
+    std::fs::write(&path, text).expect("write");
 }
 
 fn issuer(creds_text: &str) -> String {
