@@ -12,7 +12,7 @@ use async_nats::jetstream;
 use bytes::Bytes;
 use flue_gateway::natsauth::{AccountKind, NatsAuth, accounts, jwt, perms};
 use flue_proto::creds::UserCreds;
-use flue_proto::event::{EVENT_STREAM, GATEWAY_EVENT_STREAM};
+use flue_proto::event::EVENT_STREAM;
 use flue_proto::jsapi;
 use flue_proto::subject::{listener_consumer, listener_id};
 use flue_tests::{Flue, WAIT, broker_has_read};
@@ -108,23 +108,6 @@ async fn listener_and_events(layout: Layout) -> (Flue, String, UserCreds) {
     let flue = Flue::start().await;
     flue.register("victim").await;
     flue.register("other").await;
-    // The gateway's copy has every event before the snapshot (it sources them later).
-    let js = jetstream::new(flue.nats.events_client().await);
-    let count = |name: &'static str| {
-        let js = js.clone();
-        async move {
-            let mut stream = js.get_stream(name).await.expect("stream");
-            stream.info().await.expect("info").state.messages
-        }
-    };
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while count(GATEWAY_EVENT_STREAM).await < count(EVENT_STREAM).await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "FLUE_EVT_GW never caught up"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
-    }
     let (id, creds) = listener_creds(&flue, layout);
     (flue, id, creds)
 }
@@ -135,10 +118,8 @@ async fn every_subject_a_listener_may_publish_with_every_stored_reply_and_every_
     let (flue, id, creds) = listener_and_events(Layout::Listen).await;
     let before = snapshot(&flue).await;
     let mut replies = replies(&flue, &before).await;
-    for stream in [EVENT_STREAM, GATEWAY_EVENT_STREAM] {
-        replies.extend(jsapi::api(&format!("STREAM.PURGE.{stream}")));
-        replies.extend(jsapi::api(&format!("STREAM.DELETE.{stream}")));
-    }
+    replies.extend(jsapi::api(&format!("STREAM.PURGE.{EVENT_STREAM}")));
+    replies.extend(jsapi::api(&format!("STREAM.DELETE.{EVENT_STREAM}")));
     assert!(
         replies.iter().any(|r| r.starts_with("flue.default.evt.")),
         "{replies:?}"
@@ -200,16 +181,14 @@ async fn the_same_attack_by_a_listener_of_the_events_account_deletes_an_event_st
     let (flue, _, creds) = listener_and_events(Layout::Events).await;
     let before = snapshot(&flue).await;
     let mut replies = replies(&flue, &before).await;
-    replies.extend(jsapi::api(&format!("STREAM.DELETE.{GATEWAY_EVENT_STREAM}")));
+    replies.extend(jsapi::api(&format!("STREAM.DELETE.{EVENT_STREAM}")));
     attack(&flue, &creds, &replies).await;
     let js = jetstream::new(flue.nats.events_client().await);
     let deadline = tokio::time::Instant::now() + WAIT;
-    while js.get_stream(EVENT_STREAM).await.is_ok()
-        && js.get_stream(GATEWAY_EVENT_STREAM).await.is_ok()
-    {
+    while js.get_stream(EVENT_STREAM).await.is_ok() {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "both event streams survived the attack by an events account user"
+            "the event stream survived the attack by an events account user"
         );
         tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
     }
