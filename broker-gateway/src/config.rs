@@ -123,18 +123,19 @@ pub struct Config {
     #[arg(long, env = "FLUE_EVENTS_MAX_BYTES", default_value_t = 1_073_741_824,
           value_parser = clap::value_parser!(i64).range(1_048_576..))]
     pub events_max_bytes: i64,
-    /// Consumers the event stream `FLUE_EVT` allows, all of them NATS listeners' (each
-    /// listener credential at most 8). Bounds what listeners' credentials together can
-    /// make the broker hold (≈ 46 KiB each); SSE connections and webhooks are not counted
-    /// (their consumers live on `FLUE_EVT_GW`).
+    /// Consumers the tenant's NATS listeners may have on the event stream `FLUE_EVT`
+    /// together (each listener credential at most 8): the gateway, which makes them,
+    /// refuses a creation past it. Bounds what listeners' credentials together can make the
+    /// broker hold (≈ 46 KiB each); SSE connections and webhooks are not counted (the
+    /// stream itself has no consumer limit). At most half the events account's own
+    /// consumer limit, if it has one.
     #[arg(long, env = "FLUE_EVENTS_MAX_CONSUMERS", default_value_t = 1_000,
           value_parser = clap::value_parser!(i32).range(1..=1_000_000))]
     pub events_max_consumers: i32,
-    /// Seconds a consumer on `FLUE_EVT` (a NATS listener's) may stay idle before the
-    /// broker deletes it: the stream's consumer limit `inactive_threshold`, also the
-    /// default of a consumer that sets none; a consumer asking for more is refused. At
-    /// least 30 (async-nats's ordered consumers ask for 30 s; the broker's sourcing into
-    /// `FLUE_EVT_GW` for 10 s).
+    /// Seconds a NATS listener's consumer on `FLUE_EVT` may stay idle before the broker
+    /// deletes it: the gateway gives it as `inactive_threshold` to every listener's
+    /// consumer that sets none, and refuses one asking for more. At least 30 (async-nats's
+    /// ordered consumers ask for 30 s).
     #[arg(long, env = "FLUE_LISTENER_IDLE_SECS", default_value_t = 3_600,
           value_parser = clap::value_parser!(u64).range(30..=31_536_000))]
     pub listener_idle_secs: u64,

@@ -1,5 +1,5 @@
-//! Publishing lifecycle events into the event stream `FLUE_EVT`, and keeping the
-//! gateway's own copy of it, `FLUE_EVT_GW`, that its webhook consumers read.
+//! Publishing lifecycle events into the event stream `FLUE_EVT`, which the gateway's
+//! SSE and webhook consumers and NATS listeners' consumers all read.
 //!
 //! Every event goes to its subject ([`CloudEvent::nats_subject`]) with its id as the
 //! JetStream message id, so publishing the same fact twice (a retry, a redelivered agent
@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
-use flue_proto::event::{EVENT_STREAM, EVENT_SUBJECTS, GATEWAY_EVENT_STREAM};
+use flue_proto::event::{EVENT_STREAM, EVENT_SUBJECTS};
 use flue_proto::retry::{Policy, Retryable};
 use flue_proto::{CloudEvent, Deployment, DeploymentId, EventType};
 use tracing::{debug, info, warn};
@@ -41,18 +41,21 @@ const EMIT_RETRY: Policy = Policy::new(Duration::from_millis(100), Duration::fro
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Retention and consumer limit of the event stream.
+/// Retention of the event stream, and the bounds on NATS listeners' consumers on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
     /// Events older than this are dropped.
     pub max_age: Duration,
     /// Past this many bytes, the oldest events are dropped.
     pub max_bytes: i64,
-    /// Consumers the stream allows (`max_consumers`); the broker refuses more.
+    /// NATS listeners' consumers the tenant may have at once (`--events-max-consumers`):
+    /// applied by the gateway to listeners' creations ([`crate::natsauth::creates`]), not
+    /// a stream limit, so that listeners never use up the consumers SSE clients and
+    /// webhooks need.
     pub max_consumers: i32,
-    /// The longest a consumer may stay idle before the broker deletes it (the stream's
-    /// consumer limit `inactive_threshold`, for `FLUE_EVT` only: listeners' consumers);
-    /// zero for none.
+    /// The longest a listener's consumer may stay idle before the broker deletes it
+    /// (`--listener-idle-secs`, given by the gateway to every listener's consumer as its
+    /// `inactive_threshold`); zero for none.
     pub listener_idle: Duration,
     /// Copies the broker keeps (`num_replicas`, `--replicas`), given at creation only:
     /// [`crate::replicas::ensure`] changes the count of an existing stream.
@@ -92,15 +95,11 @@ pub struct Events {
 }
 
 impl Events {
-    /// Creates the event stream and the gateway's copy of it if missing and gives them
-    /// `retention` (existing streams created with other limits are updated).
+    /// Creates the event stream if missing and gives it `retention` (an existing stream
+    /// created with other limits is updated; one an older gateway gave a consumer limit
+    /// loses it).
     pub async fn open(js: jetstream::Context, retention: Retention) -> Result<Self, BrokerError> {
-        let retention = Retention {
-            max_consumers: capped_consumers(&js, retention.max_consumers).await,
-            ..retention
-        };
         open_event_stream(&js, retention).await?;
-        open_gateway_stream(&js, retention).await?;
         Ok(Self {
             js,
             metrics: TenantMetrics::default(),
@@ -288,17 +287,36 @@ impl Events {
     }
 }
 
-/// `wanted`, or the events account's consumer limit when that is lower: the broker
-/// refuses a stream limit above its account's (an account of a broker configured by
-/// hand; the accounts Flue signs set none).
-async fn capped_consumers(js: &jetstream::Context, wanted: i32) -> i32 {
+/// The listeners' consumer bound for `wanted` (`--events-max-consumers`) in an events
+/// account whose own JetStream consumer limit is `account` (`None` or `<= 0`: none; the
+/// accounts Flue signs set none, an account of a broker configured by hand may): at most
+/// half of it, so that listeners at their bound leave the other half to the gateway's
+/// SSE and webhook consumers, which that limit counts as well.
+pub fn listener_bound(wanted: i32, account: Option<i64>) -> i32 {
+    match account {
+        Some(limit) if limit > 0 && limit / 2 < i64::from(wanted) => {
+            i32::try_from(limit / 2).unwrap_or(wanted)
+        }
+        _ => wanted,
+    }
+}
+
+/// [`listener_bound`] for the events account `js` is a context of, read from the
+/// broker; `wanted` when its limits cannot be read (warned).
+pub async fn capped_listener_bound(js: &jetstream::Context, wanted: i32) -> i32 {
     match js.query_account().await {
-        Ok(account) => match account.limits.max_consumers {
-            Some(limit) if limit > 0 && limit < i64::from(wanted) => {
-                i32::try_from(limit).unwrap_or(wanted)
+        Ok(account) => {
+            let bound = listener_bound(wanted, account.limits.max_consumers);
+            if bound < wanted {
+                warn!(
+                    account_max_consumers = account.limits.max_consumers,
+                    events_max_consumers = wanted,
+                    listener_bound = bound,
+                    "the events account allows few consumers: listeners get half of them"
+                );
             }
-            _ => wanted,
-        },
+            bound
+        }
         Err(e) => {
             warn!(error = %e, "cannot read the events account's limits");
             wanted
@@ -324,12 +342,10 @@ async fn open_event_stream(
         duplicate_window: DUPLICATE_WINDOW,
         max_age: retention.max_age,
         max_bytes: retention.max_bytes,
-        // Only NATS listeners hold consumers here (the gateway's SSE and webhook
-        // consumers are on FLUE_EVT_GW); bounded so that listeners cannot make the broker
-        // hold consumers without end, and each deleted once idle for `listener_idle`.
-        // The broker's own sourcing consumer (for FLUE_EVT_GW) is not counted.
-        max_consumers: retention.max_consumers,
-        consumer_limits: consumer_limits(retention.listener_idle),
+        // No consumer limit of the stream's: it would count the gateway's SSE and webhook
+        // consumers with the listeners'. Listeners' consumers are bounded (how many, how
+        // long idle) by the gateway, which makes them ([`crate::natsauth::creates`]).
+        max_consumers: -1,
         num_replicas: retention.replicas,
         ..Default::default()
     };
@@ -347,79 +363,10 @@ async fn open_event_stream(
     .map_err(err)
 }
 
-/// Creates `FLUE_EVT_GW` if missing: no subjects of its own, every event of `FLUE_EVT`
-/// copied in by the broker (a source in the same account), kept as long. Created on a
-/// broker whose `FLUE_EVT` already holds events, it copies all of them, so webhook
-/// consumers moved to it from `FLUE_EVT` find every event they had not yet had.
-async fn open_gateway_stream(
-    js: &jetstream::Context,
-    retention: Retention,
-) -> Result<(), BrokerError> {
-    let err = |e: BoxError| BrokerError::Stream {
-        stream: GATEWAY_EVENT_STREAM,
-        source: e,
-    };
-    let config = stream::Config {
-        name: GATEWAY_EVENT_STREAM.to_owned(),
-        sources: Some(vec![stream::Source {
-            name: EVENT_STREAM.to_owned(),
-            ..Default::default()
-        }]),
-        retention: stream::RetentionPolicy::Limits,
-        discard: stream::DiscardPolicy::Old,
-        storage: stream::StorageType::File,
-        max_age: retention.max_age,
-        max_bytes: gateway_max_bytes(retention.max_bytes),
-        // One consumer per webhook subscription, made through the API only.
-        max_consumers: -1,
-        num_replicas: retention.replicas,
-        ..Default::default()
-    };
-    let stream = js
-        .get_or_create_stream(config)
-        .await
-        .map_err(|e| err(e.into()))?;
-    let gateway = Retention {
-        max_age: retention.max_age,
-        max_bytes: gateway_max_bytes(retention.max_bytes),
-        max_consumers: -1,
-        listener_idle: Duration::ZERO,
-        replicas: retention.replicas,
-    };
-    update_retention(
-        js,
-        stream.cached_info().config.clone(),
-        gateway,
-        GATEWAY_EVENT_STREAM,
-    )
-    .await
-    .map_err(err)
-}
-
-/// The size bound of `FLUE_EVT_GW` for a `FLUE_EVT` bounded at `max_bytes`: a quarter
-/// more, since every copy carries the source header (some 30 bytes) and must not be
-/// dropped before its original.
-fn gateway_max_bytes(max_bytes: i64) -> i64 {
-    if max_bytes <= 0 {
-        return max_bytes;
-    }
-    max_bytes.saturating_add(max_bytes / 4)
-}
-
-/// The consumer limits of a stream whose consumers may stay idle `idle` at most.
-fn consumer_limits(idle: Duration) -> Option<stream::ConsumerLimits> {
-    (!idle.is_zero()).then(|| stream::ConsumerLimits {
-        inactive_threshold: idle,
-        ..Default::default()
-    })
-}
-
-/// Gives stream `name`, found with `found`, the limits of `retention` if it has others
-/// (nats-server 2.15 takes a changed `max_consumers` on an existing stream too). The
-/// broker refuses a shorter idle limit while a consumer asks for more (one made before
-/// the limit, or under a longer one): the other limits are then still given, the idle
-/// limit left as it was, with a warning (a listener's consumer must not stop the
-/// gateway from starting).
+/// Gives stream `name`, found with `found`, the limits of `retention` if it has others,
+/// and takes away the consumer limits an older gateway gave it (`max_consumers`, the
+/// consumer limit `inactive_threshold`: nats-server 2.15 takes both changed on an
+/// existing stream, and lifting a limit is never refused).
 async fn update_retention(
     js: &jetstream::Context,
     found: stream::Config,
@@ -429,33 +376,46 @@ async fn update_retention(
     let mut changed = found.clone();
     changed.max_age = retention.max_age;
     changed.max_bytes = retention.max_bytes;
-    changed.max_consumers = retention.max_consumers;
-    changed.consumer_limits = consumer_limits(retention.listener_idle);
+    if found.max_consumers > 0 {
+        changed.max_consumers = -1;
+    }
+    if found
+        .consumer_limits
+        .as_ref()
+        .is_some_and(|l| l != &stream::ConsumerLimits::default())
+    {
+        changed.consumer_limits = None;
+    }
     if changed == found {
         return Ok(());
     }
-    if let Err(e) = js.update_stream(&changed).await {
-        if changed.consumer_limits == found.consumer_limits {
-            return Err(e.into());
-        }
-        warn!(stream = name, error = %e, listener_idle_secs = retention.listener_idle.as_secs(),
-              "cannot change the idle limit of the event stream's consumers (a consumer asks for longer); kept as it was");
-        changed.consumer_limits = found.consumer_limits.clone();
-        if changed == found {
-            return Ok(());
-        }
-        js.update_stream(&changed).await?;
-    }
+    js.update_stream(&changed).await?;
     info!(
         stream = name,
         max_age_secs = changed.max_age.as_secs(),
         max_bytes = changed.max_bytes,
-        max_consumers = changed.max_consumers,
-        listener_idle_secs = changed
+        from_max_consumers = found.max_consumers,
+        from_listener_idle_secs = found
             .consumer_limits
             .as_ref()
             .map_or(0, |l| l.inactive_threshold.as_secs()),
         "event stream limits changed"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listeners_get_at_most_half_the_events_accounts_own_consumer_limit() {
+        assert_eq!(listener_bound(1_000, None), 1_000);
+        assert_eq!(listener_bound(1_000, Some(-1)), 1_000);
+        assert_eq!(listener_bound(1_000, Some(0)), 1_000);
+        assert_eq!(listener_bound(1_000, Some(10_000)), 1_000);
+        assert_eq!(listener_bound(1_000, Some(2_000)), 1_000);
+        assert_eq!(listener_bound(1_000, Some(1_000)), 500);
+        assert_eq!(listener_bound(1_000, Some(1)), 0);
+    }
 }

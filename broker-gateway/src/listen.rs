@@ -1,12 +1,11 @@
 //! Reading the event stream for one listener (an SSE client): an ordered consumer on
-//! the gateway's copy of the event stream, `FLUE_EVT_GW`, starting where the listener
-//! asks, narrowed by its filter, and deleted when the listener goes away.
+//! `FLUE_EVT` starting where the listener asks, narrowed by its filter, and deleted when
+//! the listener goes away.
 //!
-//! The copy, not `FLUE_EVT` itself: no listener credential has any right on it, so NATS
-//! listeners filling `FLUE_EVT` up to its consumer limit never refuse an SSE client, and
-//! none can pull from an SSE client's consumer. Sequences stay `FLUE_EVT`'s: each copy
-//! names its original's in its source header ([`crate::webhooks::position::origin`]), and
-//! a start sequence is found in the copy by [`crate::webhooks::position::copy_position`].
+//! `FLUE_EVT` has no stream-level consumer limit: the bounds on consumers are applied by
+//! the gateway to NATS listeners' consumers alone ([`crate::natsauth::creates`]), so
+//! listeners never refuse an SSE client, and none can pull from an SSE client's
+//! consumer (no listener right names it).
 //!
 //! Where to start is resolved against the stream's state at open time ([`Listener::open`]):
 //! a start before the oldest kept event is reported ([`Notice::TooFarBehind`]) and the
@@ -17,16 +16,19 @@
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::pull::{Ordered, OrderedConfig};
 use async_nats::jetstream::{self, Message};
-use flue_proto::event::{EVENT_STREAM, GATEWAY_EVENT_STREAM};
+use flue_proto::event::EVENT_STREAM;
 use flue_proto::{CloudEvent, EventFilter, TenantId};
 use futures_util::StreamExt;
 use time::OffsetDateTime;
 use tracing::{debug, warn};
 
 use crate::broker::BrokerError;
-use crate::webhooks::position::{copy_position, origin};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the name of every SSE client's consumer starts with (one the client library
+/// makes again is named `<name>_<n>`).
+pub const SSE_CONSUMER_PREFIX: &str = "flue-sse-";
 
 /// Where a listener starts reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,37 +119,28 @@ impl Listener {
         start: Start,
         mode: Mode,
     ) -> Result<Opened, BrokerError> {
-        let stream_err = |stream| move |e: BoxError| BrokerError::Stream { stream, source: e };
-        let original = js
+        let stream_err = |e: BoxError| BrokerError::Stream {
+            stream: EVENT_STREAM,
+            source: e,
+        };
+        let stream = js
             .get_stream(EVENT_STREAM)
             .await
-            .map_err(|e| stream_err(EVENT_STREAM)(e.into()))?;
-        let state = &original.cached_info().state;
+            .map_err(|e| stream_err(e.into()))?;
+        let state = &stream.cached_info().state;
         let plan = plan(start, state.first_sequence, state.last_sequence);
-        let copy = js
-            .get_stream(GATEWAY_EVENT_STREAM)
-            .await
-            .map_err(|e| stream_err(GATEWAY_EVENT_STREAM)(e.into()))?;
-        let deliver_policy = match plan.policy {
-            DeliverPolicy::ByStartSequence { start_sequence } => DeliverPolicy::ByStartSequence {
-                start_sequence: copy_position(&copy, start_sequence)
-                    .await
-                    .map_err(stream_err(GATEWAY_EVENT_STREAM))?,
-            },
-            policy => policy,
-        };
 
-        let name = format!("flue-sse-{}", uuid::Uuid::new_v4().simple());
+        let name = format!("{SSE_CONSUMER_PREFIX}{}", uuid::Uuid::new_v4().simple());
         let consumer_err = |e: BoxError| BrokerError::Consumer {
-            stream: GATEWAY_EVENT_STREAM,
+            stream: EVENT_STREAM,
             consumer: name.clone(),
             source: e,
         };
-        let consumer = copy
+        let consumer = stream
             .create_consumer(OrderedConfig {
                 name: Some(name.clone()),
                 filter_subject: filter.subject_filter(tenant),
-                deliver_policy,
+                deliver_policy: plan.policy,
                 ..Default::default()
             })
             .await
@@ -162,11 +155,9 @@ impl Listener {
             .await
             .map_err(|e| consumer_err(e.into()))?;
         debug!(consumer = %name, first = plan.first, "event listener opened");
-        // A replay ends at the copy's last event of now: an original not copied yet
-        // (the broker's sourcing lag, sub-millisecond) counts as published after it.
         let end = match mode {
             Mode::Follow => None,
-            Mode::Replay => Some(copy.cached_info().state.last_sequence),
+            Mode::Replay => Some(state.last_sequence),
         };
         let listener = Listener {
             messages,
@@ -207,20 +198,14 @@ impl Listener {
     /// Checks one message: bookkeeping, the end of a replay, and whether it is handed out.
     fn accept(&mut self, message: &Message) -> Result<Option<Delivered>, BoxError> {
         let info = message.info()?;
+        let seq = info.stream_sequence;
         if !self.cleanup.names.iter().any(|n| n == info.consumer) {
             // The client library recreated the consumer under a new name.
             self.cleanup.names.push(info.consumer.to_owned());
         }
-        if self.end.is_some_and(|end| info.stream_sequence >= end)
-            || (self.end.is_some() && info.pending == 0)
-        {
+        if self.end.is_some_and(|end| seq >= end) || (self.end.is_some() && info.pending == 0) {
             self.done = true;
         }
-        let Some(seq) = origin(message.headers.as_ref()) else {
-            warn!(copy_seq = info.stream_sequence, subject = %message.subject, "event copy without its origin skipped");
-            return Ok(None);
-        };
-        // `published` is the copy's time, later than the original's by the sourcing lag.
         if seq < self.first
             || seq <= self.last_sent
             || self.since.is_some_and(|at| info.published < at)
@@ -242,7 +227,7 @@ impl Listener {
 
     fn read_error(&self, source: BoxError) -> BrokerError {
         BrokerError::Consumer {
-            stream: GATEWAY_EVENT_STREAM,
+            stream: EVENT_STREAM,
             consumer: self.cleanup.names[0].clone(),
             source,
         }
@@ -303,8 +288,7 @@ fn plan(start: Start, first: u64, last: u64) -> Plan {
 /// Deletes a listener's consumers when it is dropped (the client went away). Ordered
 /// consumers are ephemeral and the server would remove them after 30 s of inactivity;
 /// deleting them at once keeps many short-lived SSE clients from piling up consumers
-/// (`FLUE_EVT_GW` has no consumer limit; SSE clients are bounded by the API's
-/// `--max-connections`).
+/// (SSE clients are bounded by the API's `--max-connections`, not by a consumer limit).
 struct Cleanup {
     js: jetstream::Context,
     names: Vec<String>,
@@ -319,7 +303,7 @@ impl Drop for Cleanup {
         let names = std::mem::take(&mut self.names);
         runtime.spawn(async move {
             for name in names {
-                match js.delete_consumer_from_stream(&name, GATEWAY_EVENT_STREAM).await {
+                match js.delete_consumer_from_stream(&name, EVENT_STREAM).await {
                     Ok(_) => debug!(consumer = %name, "event listener consumer deleted"),
                     Err(e) => debug!(consumer = %name, error = %e, "cannot delete an event listener consumer"),
                 }

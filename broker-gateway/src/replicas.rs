@@ -147,7 +147,7 @@ mod tests {
     fn only_the_gateways_own_streams_are_changed() {
         for name in [
             "FLUE_REQ",
-            "FLUE_EVT_GW",
+            "FLUE_EVT",
             "KV_flue_deployments",
             "KV_flue_data",
         ] {

@@ -26,12 +26,12 @@ use crate::ids::{DeploymentId, ServerId, StackId, TenantId};
 
 /// Stream keeping every event (Limits retention, bounded by age and size).
 pub const EVENT_STREAM: &str = "FLUE_EVT";
-/// The gateway's own copy of [`EVENT_STREAM`], in the same (events) account: a stream
-/// with no subjects of its own that *sources* every event of [`EVENT_STREAM`], kept as
-/// long. The gateway's durable consumers (webhooks) live on it, so that listeners, whose
-/// rights name [`EVENT_STREAM`] only, can neither pull from nor acknowledge on them. Its
-/// sequences are its own: the sequence of an event in [`EVENT_STREAM`] (the one every API
-/// shows) is read from each copy's [`SOURCE_HEADER`] ([`origin_sequence`]).
+/// The copy of [`EVENT_STREAM`] gateways before issue 24 kept in the same (events)
+/// account: a stream with no subjects of its own that *sourced* every event of
+/// [`EVENT_STREAM`], where their SSE and webhook consumers lived. A gateway now moves the
+/// webhook consumers it finds there back to [`EVENT_STREAM`] and deletes it. Its
+/// sequences are its own: the sequence of an event in [`EVENT_STREAM`] is read from each
+/// copy's [`SOURCE_HEADER`] ([`origin_sequence`]).
 pub const GATEWAY_EVENT_STREAM: &str = "FLUE_EVT_GW";
 /// Header nats-server puts on every message it copies into a sourcing stream:
 /// `<origin stream>[:<hash>] <origin sequence> <filter> <transform>`.

@@ -51,8 +51,11 @@ pub const MAX_URL_BYTES: usize = 2048;
 /// Like [`crate::subject::request_consumer`], the tenant's length prefix keeps names of
 /// different tenants apart although ids may contain `-`.
 pub fn consumer_name(tenant: &TenantId, id: &WebhookId) -> String {
-    format!("wh-{}-{tenant}-{id}", tenant.as_str().len())
+    format!("{CONSUMER_PREFIX}{}-{tenant}-{id}", tenant.as_str().len())
 }
+
+/// What every webhook consumer's name starts with ([`consumer_name`]).
+pub const CONSUMER_PREFIX: &str = "wh-";
 
 /// `POST /v1/webhooks`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

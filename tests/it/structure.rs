@@ -287,7 +287,7 @@ impl BrokerNames {
     }
 }
 
-/// True when `name` is in `text` as a whole word (`FLUE_EVT` is not in `FLUE_EVT_GW`).
+/// True when `name` is in `text` as a whole word (`FLUE_REQ` is not in `FLUE_REQ_X`).
 fn has_token(text: &str, name: &str) -> bool {
     let word = |c: char| c.is_alphanumeric() || c == '_';
     text.match_indices(name).any(|(at, _)| {

@@ -59,12 +59,12 @@ pub async fn create(
     ))
 }
 
-/// `GET /v1/listener-consumers` (admin): every consumer on the tenant's event stream, by
-/// name, with the listener credential it belongs to. They are all NATS listeners': the
-/// gateway's own consumers are on `FLUE_EVT_GW` (only an older gateway's SSE or webhook
-/// consumer can be on `FLUE_EVT`, listed without a listener, as is a consumer made with
-/// listener credentials minted before consumer names were bounded). Nothing is hidden,
-/// so nothing can hide there.
+/// `GET /v1/listener-consumers` (admin): every consumer on the tenant's event stream but
+/// the gateway's own (SSE clients' and webhooks', [`is_gateway_consumer`]), by name, with
+/// the listener credential it belongs to (none for a consumer made with listener
+/// credentials minted before consumer names were bounded). Listeners cannot name a
+/// consumer like the gateway's (their names are their own eight), so nothing can hide
+/// there.
 #[utoipa::path(
     get,
     operation_id = "list_listener_consumers",
@@ -83,6 +83,9 @@ pub async fn list_consumers(
     let mut consumers = Vec::new();
     while let Some(info) = infos.next().await {
         let info = info.map_err(|e| consumer_error("*", e.into()))?;
+        if is_gateway_consumer(&info.name) {
+            continue;
+        }
         consumers.push(ListenerConsumer {
             listener: listener_of_consumer(&info.name).map(str::to_owned),
             created: info.created,
@@ -119,6 +122,9 @@ pub async fn delete_consumer(
 ) -> Result<StatusCode, ApiError> {
     check_consumer_name(&name)?;
     let not_found = || ApiError::NotFound(format!("no listener consumer named {name:?}"));
+    if is_gateway_consumer(&name) {
+        return Err(not_found());
+    }
     let stream = event_stream(&service).await?;
     match stream.delete_consumer(&name).await {
         Ok(_) => {
@@ -161,6 +167,13 @@ fn is_not_found(e: &stream::ConsumerError) -> bool {
 
 /// A consumer name as the broker takes one: 1–255 bytes, no `.`, `*`, `>`, path
 /// separator, whitespace or control character; a 400 naming the field otherwise.
+/// Whether `name` is one of the gateway's own consumers on the event stream: an SSE
+/// client's or a webhook's (no listener can make one so named).
+fn is_gateway_consumer(name: &str) -> bool {
+    name.starts_with(crate::listen::SSE_CONSUMER_PREFIX)
+        || name.starts_with(flue_proto::webhook::CONSUMER_PREFIX)
+}
+
 fn check_consumer_name(name: &str) -> Result<(), ApiError> {
     let bad = name.is_empty()
         || name.len() > 255

@@ -92,8 +92,8 @@ fn refusal(e: TenantError) -> ApiError {
         TenantError::Start { tenant, source } if crate::broker::out_of_storage(&source) => {
             ApiError::OutOfStorage(format!(
                 "the broker has no JetStream storage left for tenant {tenant}'s streams: each \
-                 tenant reserves its event streams' size (the gateway's --events-max-bytes, and \
-                 a quarter more for the gateway's own copy); raise the broker's jetstream \
+                 tenant reserves its event stream's size (the gateway's --events-max-bytes); \
+                 raise the broker's jetstream \
                  max_file_store, or lower --events-max-bytes, then create the tenant again"
             ))
         }

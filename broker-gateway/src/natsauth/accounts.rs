@@ -5,7 +5,7 @@
 //! | `operator.nk`, `operator.jwt` | the operator: signs every account JWT |
 //! | `system.nk`, `system.jwt` | the system account (the broker's own; account JWTs are pushed through it) |
 //! | `accounts/<tenant>/account.nk`, `.jwt` | the tenant's (state) account: its streams, KV buckets, heartbeats, the gateway's users; exports the agents' services ([`super::edge`]) |
-//! | `accounts/<tenant>/events.nk`, `.jwt` | the tenant's events account: the event streams `FLUE_EVT`, `FLUE_EVT_GW`; exports the listeners' services ([`super::listen`]) |
+//! | `accounts/<tenant>/events.nk`, `.jwt` | the tenant's events account: the event stream `FLUE_EVT`; exports the listeners' services ([`super::listen`]) |
 //! | `accounts/<tenant>/edge.nk`, `.jwt` | the tenant's edge account: no JetStream, imports the agents' services; its agents and leaf nodes |
 //! | `accounts/<tenant>/listen.nk`, `.jwt` | the tenant's listener account: no JetStream, imports the listeners' services; its listeners |
 //!

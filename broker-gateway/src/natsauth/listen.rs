@@ -1,5 +1,5 @@
 //! A tenant's listener account: where its event listeners' users live, apart from the
-//! events account that holds `FLUE_EVT` and `FLUE_EVT_GW` (issue 22; measured in
+//! events account that holds `FLUE_EVT` (issue 22; measured in
 //! `docs/design/edge-accounts.md`, "Listeners").
 //!
 //! A user of an account holding streams can have the broker's answer to any request it
@@ -187,7 +187,7 @@ mod tests {
         for import in &imports {
             let s = &import.subject;
             assert!(
-                !s.contains("FLUE_EVT_GW") && !s.contains("STREAM.DELETE"),
+                !s.contains("CONSUMER.NAMES") && !s.contains("STREAM.DELETE"),
                 "{s}"
             );
             assert!(

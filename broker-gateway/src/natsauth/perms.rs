@@ -77,8 +77,8 @@ pub fn agent(tenant: &TenantId, server: &ServerId, stacks: &[StackId]) -> Permis
 /// could not tell whose consumer it made); subscribing to the tenant's event subjects
 /// and to inboxes.
 /// It cannot publish an event (no publish right names one), list consumers, nor touch
-/// another listener's consumers or the gateway's copy of the stream, `FLUE_EVT_GW`, where
-/// the gateway's own SSE and webhook consumers live.
+/// another listener's consumers or the gateway's own SSE and webhook consumers, which
+/// are on the same stream under names of the gateway's.
 pub fn listener(tenant: &TenantId, listener: &str) -> Permissions {
     let mut perms = Permissions::default();
     let publish = &mut perms.publish.allow;

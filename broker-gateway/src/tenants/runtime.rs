@@ -206,6 +206,9 @@ impl TenantRuntime {
             },
             shutdown.child_token(),
         ));
+        // Consumers an older gateway left on FLUE_EVT_GW move to FLUE_EVT before any
+        // delivery task runs (issue 24).
+        service.webhooks.retire_copy().await?;
         tasks.spawn(webhooks::run(
             service.webhooks.clone(),
             shutdown.child_token(),
@@ -214,9 +217,19 @@ impl TenantRuntime {
         // Listeners' consumers are made by the gateway (operator mode: listeners are
         // users of the listener account, which has no JetStream).
         if let (Some(events), Some(_)) = (&connections.events, &connections.users) {
+            let retention = service.config.event_retention();
+            let bounds = crate::natsauth::creates::Bounds {
+                max_consumers: events::capped_listener_bound(
+                    service.events.jetstream(),
+                    retention.max_consumers,
+                )
+                .await,
+                idle: retention.listener_idle,
+            };
             let creations = crate::natsauth::creates::Creations::subscribe(
                 events.client.clone(),
                 tenant.id.clone(),
+                bounds,
             )
             .await
             .map_err(|e| {

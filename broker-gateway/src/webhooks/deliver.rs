@@ -29,7 +29,7 @@ use tracing::{debug, info, warn};
 
 use super::http::AttemptError;
 use super::target::Target;
-use super::{ACK_WAIT, Settings, Webhooks, position, sign};
+use super::{ACK_WAIT, Settings, Webhooks, sign};
 use crate::error::chain;
 use crate::store::Subscription;
 
@@ -198,12 +198,13 @@ impl Task {
     }
 
     /// Delivers one event (or skips it when the filter does not want it, or when its
-    /// `FLUE_EVT` sequence is below `floor`: the consumer may start a little early, see
-    /// [`super::position`]).
+    /// `FLUE_EVT` sequence is below `floor`: a consumer found made may start earlier than
+    /// the record says, see [`super::position`]).
     async fn handle(&self, target: &Target, msg: Message, floor: Option<u64>) -> Step {
-        // The FLUE_EVT sequence, which the API shows; not the copy's own.
-        let seq = position::origin(msg.headers.as_ref());
-        if let Ok(info) = msg.info() {
+        // The FLUE_EVT sequence, which the API shows.
+        let info = msg.info().ok();
+        let seq = info.as_ref().map(|i| i.stream_sequence);
+        if let Some(info) = &info {
             self.note_backlog(info.pending);
         }
         if let (Some(floor), Some(seq)) = (floor, seq)

@@ -2,10 +2,12 @@
 //!
 //! A subscription is a record in KV `flue_webhooks` ([`crate::store::Webhooks`]) and a durable pull
 //! consumer (`wh-<len>-<tenant>-<id>`, max one unacknowledged message), both made by the
-//! gateway at creation. The consumer reads `FLUE_EVT_GW`, the gateway's copy of the event
-//! stream, on which listeners have no rights: a listener may pull from any consumer of
-//! `FLUE_EVT` (ordered consumers cannot be named in advance), so a webhook consumer there
-//! could be emptied by one ([`position`] maps between the two streams' sequences). A delivery task per active
+//! gateway at creation. The consumer reads the event stream `FLUE_EVT`; listeners cannot
+//! pull from it or acknowledge on it (their rights name their own consumers only, made by
+//! the gateway, [`crate::natsauth::creates`]), nor use up the consumers it needs (the
+//! gateway bounds listeners' consumers alone). Consumers an older gateway left on its copy
+//! of the stream, `FLUE_EVT_GW`, are moved at start ([`Webhooks::retire_copy`],
+//! [`position`]). A delivery task per active
 //! subscription ([`deliver`]) pulls one event at a time and POSTs it, signed
 //! ([`sign`]), over [`http`]; it acknowledges the event only after a 2xx, so delivery
 //! is at least once and in stream order.
@@ -306,12 +308,13 @@ impl Webhooks {
     /// The subscription's consumer, created if missing: from just after the last event
     /// it acknowledged if it has one (a consumer lost with a broker's disk), else from
     /// where the subscription asked to start. A consumer an older gateway left on
-    /// `FLUE_EVT` is moved: the new one starts where the old one got to, then the old
-    /// one is deleted. Also the first `FLUE_EVT` sequence it may deliver, when known.
+    /// `FLUE_EVT_GW` is moved: the new one starts where the old one got to (or where the
+    /// record says, if later), then the old one is deleted. Also the first `FLUE_EVT`
+    /// sequence it may deliver, when known.
     async fn consumer(&self, sub: &Subscription) -> Result<Opened, BrokerError> {
         let name = consumer_name(&sub.tenant, &sub.id);
         let err = |e: Box<dyn std::error::Error + Send + Sync>| BrokerError::Consumer {
-            stream: GATEWAY_EVENT_STREAM,
+            stream: EVENT_STREAM,
             consumer: name.clone(),
             source: e,
         };
@@ -325,11 +328,23 @@ impl Webhooks {
             Err(e) if position::is_consumer_not_found(&e) => {}
             Err(e) => return Err(err(e.into())),
         }
-        let legacy = position::legacy_floor(&self.js, &name).await.map_err(err)?;
-        let floor = floor.max(legacy);
-        let deliver_policy = position::deliver_policy(&stream, floor, sub.start)
-            .await
-            .map_err(err)?;
+        let moved = position::copy_floor(&self.js, &name).await.map_err(err)?;
+        let (floor, deliver_policy) = match moved {
+            position::Moved::Absent => (floor, position::deliver_policy(floor, sub.start)),
+            position::Moved::From(seq) => {
+                let floor = floor.max(Some(seq));
+                (floor, position::deliver_policy(floor, sub.start))
+            }
+            // Never skip an event: with no position known but the record's, from the
+            // oldest kept (at least once).
+            position::Moved::Unknown => (
+                floor,
+                match floor {
+                    Some(_) => position::deliver_policy(floor, sub.start),
+                    None => consumer::DeliverPolicy::All,
+                },
+            ),
+        };
         let consumer = stream
             .get_or_create_consumer(
                 &name,
@@ -349,13 +364,129 @@ impl Webhooks {
             )
             .await
             .map_err(|e| err(e.into()))?;
-        if legacy.is_some() {
-            position::delete_legacy(&self.js, &name)
+        if moved != position::Moved::Absent {
+            position::delete_on_copy(&self.js, &name)
                 .await
                 .map_err(err)?;
-            info!(webhook.id = %sub.id, from_seq = floor, from_stream = EVENT_STREAM, "webhook consumer moved off the tenant's event stream");
+            info!(webhook.id = %sub.id, from_seq = floor, from_stream = GATEWAY_EVENT_STREAM, "webhook consumer moved off the gateway's old copy of the event stream");
         }
         Ok(Opened { consumer, floor })
+    }
+
+    /// Retires `FLUE_EVT_GW`, the copy of the event stream gateways before issue 24 kept
+    /// (run at start, before any delivery task): every subscription's consumer there is
+    /// made on `FLUE_EVT` where it got to ([`Webhooks::consumer`]) and deleted on the
+    /// copy; a consumer there with no subscription is deleted; once the copy holds no
+    /// consumer, it is deleted. Each step can be done again (a start after a crash
+    /// anywhere, two gateways at once): a consumer is deleted on the copy only once its
+    /// successor is on `FLUE_EVT`, made from the copy's consumer's position, which
+    /// nothing moves meanwhile, and the copy only once no consumer is left on it.
+    pub async fn retire_copy(&self) -> Result<(), BrokerError> {
+        match self.retire_copy_once().await {
+            Ok(()) => Ok(()),
+            // Another gateway's start finished it meanwhile (a read of the copy or of one
+            // of its consumers found it gone): every consumer was moved before it went.
+            Err(e) => match self.copy_exists().await {
+                Ok(false) => {
+                    debug!(error = %chain(&e), "the old copy of the event stream was retired meanwhile");
+                    Ok(())
+                }
+                _ => Err(e),
+            },
+        }
+    }
+
+    async fn retire_copy_once(&self) -> Result<(), BrokerError> {
+        let err = |e: Box<dyn std::error::Error + Send + Sync>| BrokerError::Stream {
+            stream: GATEWAY_EVENT_STREAM,
+            source: e,
+        };
+        let copy = match self.js.get_stream(GATEWAY_EVENT_STREAM).await {
+            Ok(copy) => copy,
+            Err(e) if stream_not_found(e.kind()) => return Ok(()),
+            Err(e) => return Err(err(e.into())),
+        };
+        let mut names = Vec::new();
+        let mut listed = copy.consumer_names();
+        while let Some(name) = listed.next().await {
+            match name {
+                Ok(name) => names.push(name),
+                // Deleted meanwhile by another gateway's start.
+                Err(_) if !self.copy_exists().await.map_err(err)? => return Ok(()),
+                Err(e) => return Err(err(e.into())),
+            }
+        }
+        let subs = self
+            .records
+            .list(&self.scope.tenant)
+            .await
+            .map_err(|e| err(e.into()))?;
+        let mut moved = 0;
+        for sub in &subs {
+            let name = consumer_name(&sub.tenant, &sub.id);
+            if names.contains(&name) {
+                // Made on FLUE_EVT from the copy's position unless already there (a
+                // start that stopped between the two), then deleted on the copy.
+                self.consumer(sub).await?;
+                position::delete_on_copy(&self.js, &name)
+                    .await
+                    .map_err(err)?;
+                moved += 1;
+            }
+        }
+        for name in &names {
+            if !subs
+                .iter()
+                .any(|s| &consumer_name(&s.tenant, &s.id) == name)
+            {
+                position::delete_on_copy(&self.js, name)
+                    .await
+                    .map_err(err)?;
+            }
+        }
+        let left = match self.js.get_stream(GATEWAY_EVENT_STREAM).await {
+            Ok(mut copy) => {
+                copy.info()
+                    .await
+                    .map_err(|e| err(e.into()))?
+                    .state
+                    .consumer_count
+            }
+            Err(e) if stream_not_found(e.kind()) => return Ok(()),
+            Err(e) => return Err(err(e.into())),
+        };
+        if left > 0 {
+            warn!(
+                stream = GATEWAY_EVENT_STREAM,
+                consumers = left,
+                "the old copy of the event stream still holds consumers (an older gateway still running?); kept"
+            );
+            return Ok(());
+        }
+        match self.js.delete_stream(GATEWAY_EVENT_STREAM).await {
+            Ok(_) => {
+                info!(
+                    stream = GATEWAY_EVENT_STREAM,
+                    webhooks_moved = moved,
+                    "the gateway's old copy of the event stream deleted"
+                );
+                Ok(())
+            }
+            Err(e) if !self.copy_exists().await.map_err(err)? => {
+                debug!(error = %e, "the old copy of the event stream was deleted meanwhile");
+                Ok(())
+            }
+            Err(e) => Err(err(e.into())),
+        }
+    }
+
+    /// Whether `FLUE_EVT_GW` is still there.
+    async fn copy_exists(&self) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
+        match self.js.get_stream(GATEWAY_EVENT_STREAM).await {
+            Ok(_) => Ok(true),
+            Err(e) if stream_not_found(e.kind()) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The consumer of `sub` for its delivery task: made if missing, then checked
@@ -373,7 +504,7 @@ impl Webhooks {
     async fn delete_consumer(&self, tenant: &TenantId, id: &WebhookId) -> Result<(), BrokerError> {
         let name = consumer_name(tenant, id);
         let err = |e: Box<dyn std::error::Error + Send + Sync>| BrokerError::Consumer {
-            stream: GATEWAY_EVENT_STREAM,
+            stream: EVENT_STREAM,
             consumer: name.clone(),
             source: e,
         };
@@ -383,21 +514,19 @@ impl Webhooks {
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(err(e.into())),
         }
-        // One an older gateway made on FLUE_EVT and no task has moved yet (a parked
-        // subscription's).
-        position::delete_legacy(&self.js, &name).await.map_err(err)
+        // One an older gateway made on FLUE_EVT_GW and no start has moved yet.
+        position::delete_on_copy(&self.js, &name).await.map_err(err)
     }
 
     async fn event_stream(
         &self,
     ) -> Result<stream::Stream, Box<dyn std::error::Error + Send + Sync>> {
-        Ok(self.js.get_stream(GATEWAY_EVENT_STREAM).await?)
+        Ok(self.js.get_stream(EVENT_STREAM).await?)
     }
 
-    /// Makes sure parked subscription `sub` has its consumer on `FLUE_EVT_GW`: one an
-    /// older gateway left on `FLUE_EVT` is moved at once (the watch shows every record at
-    /// start), rather than at the resume, so that no listener can pull from or acknowledge
-    /// on it meanwhile. Nothing is delivered.
+    /// Makes sure parked subscription `sub` has its consumer on `FLUE_EVT` (one an older
+    /// gateway left on `FLUE_EVT_GW` that the start did not move is moved now), rather
+    /// than at the resume. Nothing is delivered.
     fn move_parked(&self, sub: Subscription) {
         let webhooks = self.clone();
         self.scope.tasks.spawn(async move {
@@ -427,16 +556,24 @@ impl Webhooks {
     }
 }
 
-/// A subscription's consumer and the first `FLUE_EVT` sequence it may deliver (a copy
-/// of an earlier one is skipped); `None` when any will do (`new`, `all`).
+/// A subscription's consumer and the first `FLUE_EVT` sequence it may deliver (an
+/// earlier one is skipped); `None` when any will do (`new`, `all`).
 struct Opened {
     consumer: consumer::PullConsumer,
     floor: Option<u64>,
 }
 
+/// Whether `kind` says the stream does not exist.
+fn stream_not_found(kind: jetstream::context::GetStreamErrorKind) -> bool {
+    matches!(kind, jetstream::context::GetStreamErrorKind::JetStream(j)
+        if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
+}
+
+/// Whether `e` says the consumer (or its stream) does not exist.
 fn is_not_found(e: &stream::ConsumerError) -> bool {
     matches!(e.kind(), stream::ConsumerErrorKind::JetStream(j)
-        if j.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND)
+        if j.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND
+            || j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
 }
 
 /// Follows the subscriptions' bucket until cancelled, from its current content on, and

@@ -1,20 +1,20 @@
-//! Where a webhook's consumer starts in the gateway's copy of the event stream, given
-//! a position in `FLUE_EVT`, and moving a consumer left on `FLUE_EVT` by an older
-//! gateway.
+//! Where a webhook's consumer starts on the event stream, and moving the consumers an
+//! older gateway left on its copy of the stream, `FLUE_EVT_GW` (issue 24).
 //!
-//! Webhook consumers read `FLUE_EVT_GW`, which the broker fills by copying `FLUE_EVT`
-//! (a stream source), so its sequences are its own. What the API shows and takes (a
-//! subscription's `last_seq`, `start: {seq: N}`) stays the `FLUE_EVT` sequence, the one
-//! SSE ids and every NATS listener see: each copy names it in its `Nats-Stream-Source`
-//! header ([`origin`]). Copies keep the order of the originals, so the copy of sequence
-//! `N` is found by a binary search ([`copy_position`]); the delivery task then skips
-//! any copy whose origin is below where it must start, which also covers an original
-//! not copied yet when the search ran.
+//! Webhook consumers read `FLUE_EVT`, so a subscription's `last_seq` and `start: {seq: N}`
+//! are that stream's sequences, as SSE ids and every NATS listener see them.
+//!
+//! Gateways before issue 24 kept them on `FLUE_EVT_GW`, a stream the broker filled by
+//! copying `FLUE_EVT` (a stream source), whose sequences were its own: each copy names
+//! its original's in its `Nats-Stream-Source` header ([`origin`]). Where such a consumer
+//! got to in `FLUE_EVT` is read from the copy at its acknowledgement floor
+//! ([`copy_floor`]); the consumer is then made again on `FLUE_EVT` from there and
+//! deleted on the copy ([`super::Webhooks::retire_copy`]).
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::context::{ConsumerInfoError, ConsumerInfoErrorKind};
 use async_nats::jetstream::{self, consumer, stream};
-use flue_proto::event::{EVENT_STREAM, SOURCE_HEADER, origin_sequence};
+use flue_proto::event::{GATEWAY_EVENT_STREAM, SOURCE_HEADER, origin_sequence};
 use flue_proto::webhook::WebhookStart;
 
 use crate::store::Subscription;
@@ -37,68 +37,81 @@ pub fn floor(sub: &Subscription) -> Option<u64> {
     }
 }
 
-/// The sequence in `copy` (`FLUE_EVT_GW`) of the first copy whose origin is `from` or
-/// later; the copy stream's next sequence when it holds none yet. Copies are in origin
-/// order and nothing deletes one from the middle, so the kept range is searched by
-/// halves: some 17 reads for 100,000 events.
-pub async fn copy_position(copy: &stream::Stream, from: u64) -> Result<u64, BoxError> {
-    let state = copy.get_info().await?.state;
-    let (mut low, mut high) = (state.first_sequence.max(1), state.last_sequence + 1);
-    while low < high {
-        let mid = low + (high - low) / 2;
-        let older = match copy.get_raw_message(mid).await {
-            Ok(message) => match origin(Some(&message.headers)) {
-                Some(seq) => seq < from,
-                // Not a copy of FLUE_EVT: cannot happen on a stream only the broker
-                // writes; start at the oldest, the delivery task skips what is before.
-                None => return Ok(state.first_sequence.max(1)),
-            },
-            // Dropped by retention while searching: older than anything kept.
-            Err(e) if matches!(e.kind(), stream::LastRawMessageErrorKind::NoMessageFound) => true,
-            Err(e) => return Err(e.into()),
-        };
-        if older {
-            low = mid + 1;
-        } else {
-            high = mid;
-        }
-    }
-    Ok(low)
-}
-
-/// How the consumer of a subscription whose delivery starts at `floor` (a `FLUE_EVT`
-/// sequence, see [`floor`]) reads `copy`; `start` when there is no floor.
-pub async fn deliver_policy(
-    copy: &stream::Stream,
-    floor: Option<u64>,
-    start: WebhookStart,
-) -> Result<consumer::DeliverPolicy, BoxError> {
-    Ok(match (floor, start) {
+/// How the consumer of a subscription whose delivery starts at `floor` (see [`floor`])
+/// reads `FLUE_EVT`; `start` when there is no floor.
+pub fn deliver_policy(floor: Option<u64>, start: WebhookStart) -> consumer::DeliverPolicy {
+    match (floor, start) {
         (Some(from), _) => consumer::DeliverPolicy::ByStartSequence {
-            start_sequence: copy_position(copy, from).await?,
+            start_sequence: from,
         },
         (None, WebhookStart::All | WebhookStart::Seq(_)) => consumer::DeliverPolicy::All,
         (None, WebhookStart::New) => consumer::DeliverPolicy::New,
+    }
+}
+
+/// What an older gateway's consumer on `FLUE_EVT_GW` says about where delivery goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moved {
+    /// There is no such consumer (or no copy at all).
+    Absent,
+    /// It had every event below this `FLUE_EVT` sequence and none from it on.
+    From(u64),
+    /// It had every copy the stream holds, and none names its original (the copy is
+    /// empty): where it got to in `FLUE_EVT` is not known.
+    Unknown,
+}
+
+/// Where the consumer `name` on `FLUE_EVT_GW` got to, as a `FLUE_EVT` sequence.
+///
+/// Its acknowledgement floor `S` (a copy sequence) says it is done with every copy up to
+/// `S` (had and acknowledged, or outside its filter, or before where it started; the
+/// broker sets the floor to the start less one when it makes a consumer), and with none
+/// after it (one event in flight at most, and that one not acknowledged: it comes again,
+/// at least once as before). So it goes on at the original of copy `S`, plus one; when
+/// copy `S` is gone (no copy yet, or dropped by retention), at the original of the first
+/// copy after `S` the stream still holds.
+pub async fn copy_floor(js: &jetstream::Context, name: &str) -> Result<Moved, BoxError> {
+    let copy = match js.get_stream(GATEWAY_EVENT_STREAM).await {
+        Ok(copy) => copy,
+        Err(e) if super::stream_not_found(e.kind()) => return Ok(Moved::Absent),
+        Err(e) => return Err(e.into()),
+    };
+    let acked = match copy.consumer_info(name).await {
+        Ok(info) => info.ack_floor.stream_sequence,
+        Err(e) if is_consumer_not_found(&e) => return Ok(Moved::Absent),
+        Err(e) => return Err(e.into()),
+    };
+    if acked > 0
+        && let Some(seq) = copy_origin(&copy, acked).await?
+    {
+        return Ok(Moved::From(seq.saturating_add(1)));
+    }
+    let state = copy.get_info().await?.state;
+    let next = acked.saturating_add(1).max(state.first_sequence);
+    if next > state.last_sequence {
+        return Ok(Moved::Unknown);
+    }
+    Ok(match copy_origin(&copy, next).await? {
+        Some(seq) => Moved::From(seq),
+        None => Moved::Unknown,
     })
 }
 
-/// Where the consumer named `name` that an older gateway made on `FLUE_EVT` got to: the
-/// first sequence it had not had acknowledged. `None` when there is no such consumer.
-/// Everything below it was delivered (acknowledged only after a 2xx); the one event
-/// it may have had in flight comes again, as it would have from that consumer.
-pub async fn legacy_floor(js: &jetstream::Context, name: &str) -> Result<Option<u64>, BoxError> {
-    let stream = js.get_stream(EVENT_STREAM).await?;
-    match stream.consumer_info(name).await {
-        Ok(info) => Ok(Some(info.ack_floor.stream_sequence.saturating_add(1))),
-        Err(e) if is_consumer_not_found(&e) => Ok(None),
+/// The `FLUE_EVT` sequence of copy `seq`; `None` when it is gone or names none.
+async fn copy_origin(copy: &stream::Stream, seq: u64) -> Result<Option<u64>, BoxError> {
+    match copy.get_raw_message(seq).await {
+        Ok(message) => Ok(origin(Some(&message.headers))),
+        Err(e) if matches!(e.kind(), stream::LastRawMessageErrorKind::NoMessageFound) => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
 
-/// Deletes the consumer `name` on `FLUE_EVT`, if it is there.
-pub async fn delete_legacy(js: &jetstream::Context, name: &str) -> Result<(), BoxError> {
-    let stream = js.get_stream(EVENT_STREAM).await?;
-    match stream.delete_consumer(name).await {
+/// Deletes the consumer `name` on `FLUE_EVT_GW`, if both are there.
+pub async fn delete_on_copy(js: &jetstream::Context, name: &str) -> Result<(), BoxError> {
+    match js
+        .delete_consumer_from_stream(name, GATEWAY_EVENT_STREAM)
+        .await
+    {
         Ok(_) => Ok(()),
         Err(e) if super::is_not_found(&e) => Ok(()),
         Err(e) => Err(e.into()),

@@ -1,12 +1,12 @@
 //! Events: sse. `GET /v1/events` against a real broker, gateway and agent: resuming with
 //! `Last-Event-ID` gives exactly the missed events, filters pass only matching events, a
 //! replay ends, a listener behind the retention window is told so, bad queries are 400s,
-//! and a client's consumer (on `FLUE_EVT_GW`, never `FLUE_EVT`) goes when the client does.
+//! and a client's consumer (on `FLUE_EVT`, named as the gateway's) goes when the client does.
 
 use std::time::Duration;
 
 use async_nats::jetstream;
-use flue_proto::event::{EVENT_STREAM, GATEWAY_EVENT_STREAM};
+use flue_proto::event::EVENT_STREAM;
 use flue_proto::{CloudEvent, EventFilter, EventType};
 use flue_tests::{EventTap, Flue, Sse, WAIT};
 use serde_json::Value;
@@ -282,17 +282,23 @@ async fn bad_queries_are_400_with_a_json_error_naming_the_parameter() {
 async fn a_clients_consumer_goes_when_the_client_does() {
     let env = Flue::start().await;
     let js = jetstream::new(env.nats.events_client().await);
-    // SSE consumers live on the gateway's copy of the stream, out of listeners' reach.
-    let count_on = |stream: &'static str| {
+    // SSE consumers are on FLUE_EVT, named as the gateway's (`flue-sse-…`): never a
+    // listener's, so never counted against the listeners' consumer limit.
+    let count_named = |prefix: &'static str| {
         let js = js.clone();
         async move {
-            let mut stream = js.get_stream(stream).await.expect("stream");
-            stream.info().await.expect("info").state.consumer_count
+            let stream = js.get_stream(EVENT_STREAM).await.expect("stream");
+            let mut names = stream.consumer_names();
+            let mut n = 0;
+            while let Some(name) = futures_util::StreamExt::next(&mut names).await {
+                n += usize::from(name.expect("a name").starts_with(prefix));
+            }
+            n
         }
     };
-    let count = || count_on(GATEWAY_EVENT_STREAM);
+    let count = || count_named("flue-sse-");
     let baseline = count().await;
-    let listeners_baseline = count_on(EVENT_STREAM).await;
+    let listeners_baseline = count_named(flue_proto::subject::LISTENER_CONSUMER_PREFIX).await;
     let mut clients = Vec::new();
     for query in [
         "",
@@ -302,10 +308,12 @@ async fn a_clients_consumer_goes_when_the_client_does() {
     ] {
         clients.push(Sse::open(&env, query, None).await);
     }
-    // The consumer exists once the response has started, and takes no slot of the
-    // stream NATS listeners make their consumers on.
+    // The consumer exists once the response has started, and is no listener's.
     assert_eq!(count().await, baseline + 4);
-    assert_eq!(count_on(EVENT_STREAM).await, listeners_baseline);
+    assert_eq!(
+        count_named(flue_proto::subject::LISTENER_CONSUMER_PREFIX).await,
+        listeners_baseline
+    );
     drop(clients);
     // Deleted when the connection closes, well before the broker's 30 s inactivity limit.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -441,7 +441,7 @@ async fn bad_bodies_are_refused_and_secrets_never_shown() {
     assert_eq!(get_webhook(&flue, id).await.0, 404);
     let js = async_nats::jetstream::new(flue.nats.events_client().await);
     let stream = js
-        .get_stream(flue_proto::event::GATEWAY_EVENT_STREAM)
+        .get_stream(flue_proto::event::EVENT_STREAM)
         .await
         .expect("event stream");
     let tenant = flue_proto::TenantId::new("default").expect("tenant");

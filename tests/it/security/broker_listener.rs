@@ -20,7 +20,11 @@ use super::{refusals, wait_for_marker};
 /// part of its listeners' consumer creations ([`Creations`]) answers them.
 async fn tenant_events(secure: &SecureNats, tenant: &str) -> async_nats::Client {
     let (_, events) = secure.gateway(tenant).await;
-    let creations = Creations::subscribe(events.clone(), tenant.parse().expect("id"))
+    let bounds = flue_gateway::natsauth::creates::Bounds {
+        max_consumers: 1_000,
+        idle: std::time::Duration::from_secs(3_600),
+    };
+    let creations = Creations::subscribe(events.clone(), tenant.parse().expect("id"), bounds)
         .await
         .expect("subscribed");
     // The broker has the subscription before any listener asks.

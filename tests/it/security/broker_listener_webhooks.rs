@@ -1,14 +1,16 @@
-//! A listener's NATS user cannot touch the gateway's webhook consumers: they live on the
-//! gateway's copy of the event stream (`FLUE_EVT_GW`), which no listener right names, so
-//! pulling, acknowledging, reading, listing or adding consumers there is refused, and the
-//! webhook's receiver still gets every event; replaying `FLUE_EVT` still works.
+//! A listener's NATS user cannot touch the gateway's webhook consumers: they are on
+//! `FLUE_EVT` under names no listener right names (a listener's rights name its own eight
+//! consumers), so pulling from, acknowledging on, reading, deleting or listing them is
+//! refused, and the webhook's receiver still gets every event; replaying `FLUE_EVT`
+//! still works. And listeners at their consumer limit (the gateway's, counting theirs
+//! alone) starve neither SSE clients nor webhooks, whose consumers are on that stream.
 
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
 use bytes::Bytes;
 use flue_proto::creds::UserCreds;
-use flue_proto::event::{EVENT_STREAM, GATEWAY_EVENT_STREAM};
+use flue_proto::event::EVENT_STREAM;
 use flue_proto::jsapi::{JS_DOMAIN, api};
 use flue_proto::webhook::{Webhook, consumer_name};
 use flue_proto::{CloudEvent, TenantId};
@@ -85,18 +87,14 @@ async fn a_listener_can_neither_pull_nor_ack_nor_list_the_webhook_consumers_and_
     let name = consumer_name(&TenantId::new("default").expect("tenant"), &webhook.id);
     let js_api = |rest: &str| api(rest)[0].clone();
     let attacks = [
-        js_api(&format!("CONSUMER.MSG.NEXT.{GATEWAY_EVENT_STREAM}.{name}")),
-        js_api(&format!("CONSUMER.INFO.{GATEWAY_EVENT_STREAM}.{name}")),
-        js_api(&format!("CONSUMER.NAMES.{GATEWAY_EVENT_STREAM}")),
-        js_api(&format!("CONSUMER.LIST.{GATEWAY_EVENT_STREAM}")),
-        js_api(&format!("CONSUMER.CREATE.{GATEWAY_EVENT_STREAM}.mine")),
-        js_api(&format!("STREAM.INFO.{GATEWAY_EVENT_STREAM}")),
-        js_api(&format!("STREAM.MSG.GET.{GATEWAY_EVENT_STREAM}")),
-        // Listing FLUE_EVT's consumers is no right of a listener either.
+        js_api(&format!("CONSUMER.INFO.{EVENT_STREAM}.{name}")),
+        js_api(&format!("CONSUMER.DELETE.{EVENT_STREAM}.{name}")),
+        js_api(&format!("CONSUMER.CREATE.{EVENT_STREAM}.{name}")),
+        js_api(&format!("CONSUMER.DURABLE.CREATE.{EVENT_STREAM}.{name}")),
         js_api(&format!("CONSUMER.NAMES.{EVENT_STREAM}")),
         js_api(&format!("CONSUMER.LIST.{EVENT_STREAM}")),
         // Acknowledging the event the consumer would hand out next.
-        format!("$JS.ACK.{GATEWAY_EVENT_STREAM}.{name}.1.2.2.0.0"),
+        format!("$JS.ACK.{EVENT_STREAM}.{name}.1.2.2.0.0"),
     ];
     let inbox = listener.new_inbox();
     let mut answers = listener.subscribe(format!("{inbox}.>")).await.expect("sub");
@@ -121,11 +119,11 @@ async fn a_listener_can_neither_pull_nor_ack_nor_list_the_webhook_consumers_and_
     // The client library's own calls fail the same way.
     let mut js = jetstream::with_domain(listener.clone(), JS_DOMAIN);
     js.set_timeout(Duration::from_secs(1));
-    assert!(js.get_stream(GATEWAY_EVENT_STREAM).await.is_err());
+    let stream = js.get_stream(EVENT_STREAM).await.expect("the event stream");
+    assert!(stream.consumer_info(&name).await.is_err());
 
-    // Where an older gateway kept the webhook's consumer, FLUE_EVT: a listener may pull
-    // only from its own consumers there, so this pull is refused; and the consumer is not
-    // there anyway.
+    // Pulling from the webhook's consumer: a listener may pull only from its own
+    // consumers, so this pull is refused.
     let stolen_inbox = listener.new_inbox();
     let mut stolen = listener.subscribe(stolen_inbox.clone()).await.expect("sub");
     listener
@@ -194,7 +192,7 @@ async fn a_listener_can_neither_pull_nor_ack_nor_list_the_webhook_consumers_and_
 }
 
 #[tokio::test]
-async fn a_listener_at_the_event_streams_consumer_limit_starves_neither_sse_nor_webhooks() {
+async fn listeners_at_their_consumer_limit_starve_neither_sse_nor_webhooks() {
     let flue = Flue::start_operator(&[
         "--webhook-allow",
         "127.0.0.1/32",
@@ -239,8 +237,11 @@ async fn a_listener_at_the_event_streams_consumer_limit_starves_neither_sse_nor_
             .contains("maximum consumers limit reached"),
         "{third}"
     );
+    // Made again (an update of one of its own): not a new one, so taken.
+    make(1).await.expect("the second consumer made again");
 
-    // SSE's consumers are not on that stream: a client is answered 200 and streams.
+    // The limit counts listeners' consumers alone: SSE clients make theirs on the same
+    // stream, a client is answered 200 and streams.
     let response = flue
         .http()
         .get(format!(
@@ -271,8 +272,15 @@ async fn a_listener_at_the_event_streams_consumer_limit_starves_neither_sse_nor_
     tokio::time::timeout(WAIT, streamed)
         .await
         .expect("s1's registration streamed over SSE");
+    let events = jetstream::new(flue.nats.events_client().await);
+    let mut evt = events.get_stream(EVENT_STREAM).await.expect("stream");
+    let consumers = evt.info().await.expect("info").state.consumer_count;
+    assert!(
+        consumers >= 4,
+        "two listeners', the webhook's and the SSE client's on FLUE_EVT: {consumers}"
+    );
 
-    // Nor is the webhook's: it goes on delivering.
+    // The webhook goes on delivering.
     receiver
         .wait_for("s1's registration", |got| {
             got.iter().any(|r| r.event_id.starts_with("server:s1:"))

@@ -15,9 +15,9 @@ use async_nats::jetstream;
 use bytes::Bytes;
 use flue_gateway::natsauth::{AccountKind, NatsAuth, accounts, jwt, perms};
 use flue_proto::creds::UserCreds;
-use flue_proto::event::{EVENT_STREAM, GATEWAY_EVENT_STREAM};
+use flue_proto::event::EVENT_STREAM;
 use flue_proto::jsapi;
-use flue_proto::subject::{listener_consumer, listener_id};
+use flue_proto::subject::{LISTENER_CONSUMER_PREFIX, listener_consumer, listener_id};
 use flue_proto::webhook::Webhook;
 use flue_tests::{Flue, Sse, WAIT, broker_has_read};
 use futures_util::StreamExt as _;
@@ -116,23 +116,6 @@ async fn listener_and_events(layout: Layout) -> (Flue, String, UserCreds) {
     let flue = Flue::start_with(&["--webhook-allow", "127.0.0.1/32"]).await;
     flue.register("victim").await;
     flue.register("other").await;
-    // The gateway's copy has every event before the snapshot (it sources them later).
-    let js = jetstream::new(flue.nats.events_client().await);
-    let count = |name: &'static str| {
-        let js = js.clone();
-        async move {
-            let mut stream = js.get_stream(name).await.expect("stream");
-            stream.info().await.expect("info").state.messages
-        }
-    };
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while count(GATEWAY_EVENT_STREAM).await < count(EVENT_STREAM).await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "FLUE_EVT_GW never caught up"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
-    }
     let (id, creds) = listener_creds(&flue, layout);
     (flue, id, creds)
 }
@@ -144,38 +127,39 @@ async fn last_event(flue: &Flue) -> u64 {
     stream.info().await.expect("info").state.last_sequence
 }
 
-/// The gateway's own consumers on `FLUE_EVT_GW` (SSE clients' and webhooks'), each with
-/// its ack floor (a sequence of the copy).
+/// The gateway's own consumers on `FLUE_EVT` (SSE clients' and webhooks': every one but
+/// the listeners'), each with its ack floor.
 async fn gateway_consumers(flue: &Flue) -> BTreeMap<String, u64> {
     let js = jetstream::new(flue.nats.events_client().await);
     // Gone after an attack that worked: then none is listed.
-    let Ok(copy) = js.get_stream(GATEWAY_EVENT_STREAM).await else {
+    let Ok(events) = js.get_stream(EVENT_STREAM).await else {
         return BTreeMap::new();
     };
-    let names: Vec<String> = copy
+    let names: Vec<String> = events
         .consumer_names()
         .map(|n| n.expect("name"))
+        .filter(|n| std::future::ready(!n.starts_with(LISTENER_CONSUMER_PREFIX)))
         .collect()
         .await;
     let mut floors = BTreeMap::new();
     for name in names {
-        let info = copy.consumer_info(&name).await.expect("consumer info");
+        let info = events.consumer_info(&name).await.expect("consumer info");
         floors.insert(name, info.ack_floor.stream_sequence);
     }
     floors
 }
 
-/// Replies aimed at the gateway's consumers `names` on `FLUE_EVT_GW`: an acknowledgement,
+/// Replies aimed at the gateway's consumers `names` on `FLUE_EVT`: an acknowledgement,
 /// a pull and a deletion of each.
 fn at_gateway_consumers<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
     let mut replies = Vec::new();
     for name in names {
         replies.push(format!(
             "{}1.1.1.1700000000000000000.0",
-            jsapi::consumer_acks(GATEWAY_EVENT_STREAM, name).trim_end_matches('>')
+            jsapi::consumer_acks(EVENT_STREAM, name).trim_end_matches('>')
         ));
-        replies.extend(jsapi::consumer_next(GATEWAY_EVENT_STREAM, name));
-        replies.extend(jsapi::consumer_delete(GATEWAY_EVENT_STREAM, name));
+        replies.extend(jsapi::consumer_next(EVENT_STREAM, name));
+        replies.extend(jsapi::consumer_delete(EVENT_STREAM, name));
     }
     replies
 }
@@ -318,10 +302,8 @@ async fn every_subject_a_listener_may_publish_with_every_stored_reply_and_every_
     );
     let before = snapshot(&flue).await;
     let mut replies = replies(&flue, &before).await;
-    for stream in [EVENT_STREAM, GATEWAY_EVENT_STREAM] {
-        replies.extend(jsapi::api(&format!("STREAM.PURGE.{stream}")));
-        replies.extend(jsapi::api(&format!("STREAM.DELETE.{stream}")));
-    }
+    replies.extend(jsapi::api(&format!("STREAM.PURGE.{EVENT_STREAM}")));
+    replies.extend(jsapi::api(&format!("STREAM.DELETE.{EVENT_STREAM}")));
     replies.extend(at_gateway_consumers(consumers.keys()));
     assert!(
         replies.iter().any(|r| r.starts_with("flue.default.evt.")),
@@ -371,7 +353,7 @@ async fn every_subject_a_listener_may_publish_with_every_stored_reply_and_every_
     assert_eq!(
         consumers_after.keys().collect::<Vec<_>>(),
         consumers.keys().collect::<Vec<_>>(),
-        "the gateway's consumers on {GATEWAY_EVENT_STREAM}"
+        "the gateway's consumers on {EVENT_STREAM}"
     );
     for (name, floor) in &consumers {
         assert!(
@@ -398,16 +380,14 @@ async fn the_same_attack_by_a_listener_of_the_events_account_deletes_an_event_st
     let (flue, _, creds) = listener_and_events(Layout::Events).await;
     let before = snapshot(&flue).await;
     let mut replies = replies(&flue, &before).await;
-    replies.extend(jsapi::api(&format!("STREAM.DELETE.{GATEWAY_EVENT_STREAM}")));
+    replies.extend(jsapi::api(&format!("STREAM.DELETE.{EVENT_STREAM}")));
     attack(&flue, &creds, &replies).await;
     let js = jetstream::new(flue.nats.events_client().await);
     let deadline = tokio::time::Instant::now() + WAIT;
-    while js.get_stream(EVENT_STREAM).await.is_ok()
-        && js.get_stream(GATEWAY_EVENT_STREAM).await.is_ok()
-    {
+    while js.get_stream(EVENT_STREAM).await.is_ok() {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "both event streams survived the attack by an events account user"
+            "the event stream survived the attack by an events account user"
         );
         tokio::time::sleep(Duration::from_millis(50)).await; // polling interval
     }

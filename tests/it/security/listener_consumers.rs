@@ -241,7 +241,7 @@ async fn an_idle_listener_consumer_is_deleted_by_the_broker_and_a_longer_idle_li
         .await
         .expect_err("an idle limit beyond the stream's");
     assert!(
-        longer.to_string().contains("inactive threshold"),
+        longer.to_string().contains("inactive_threshold"),
         "{longer}"
     );
     // A durable one (the finding: durables outlived their listener).
@@ -261,7 +261,7 @@ async fn an_idle_listener_consumer_is_deleted_by_the_broker_and_a_longer_idle_li
     assert_eq!(
         config.inactive_threshold,
         Duration::from_secs(30),
-        "the stream's limit is the default"
+        "the gateway gives its idle limit to a consumer that sets none"
     );
 
     // Never pulled from: the broker deletes it 30 s on (plus its jitter of up to 1 s).
@@ -279,8 +279,8 @@ async fn an_idle_listener_consumer_is_deleted_by_the_broker_and_a_longer_idle_li
         .await
         .expect("the idle consumer is deleted");
 
-    // The broker's own consumer sourcing FLUE_EVT into FLUE_EVT_GW (it asks for 10 s, and
-    // keeps active) goes on: SSE, which reads the copy, still sees a new event.
+    // The gateway's own consumers on the stream are under no listener's idle limit: SSE
+    // still sees a new event.
     flue.register("s1").await;
     let replay = flue
         .http()
@@ -300,36 +300,68 @@ async fn an_idle_listener_consumer_is_deleted_by_the_broker_and_a_longer_idle_li
 }
 
 #[tokio::test]
-async fn a_gateway_given_a_shorter_idle_limit_than_a_consumer_asks_starts_and_keeps_the_old_one_until_it_goes()
+async fn a_gateway_given_a_shorter_idle_limit_gives_it_to_new_listener_consumers_and_older_ones_keep_theirs()
  {
-    let flue = Flue::start_operator(&[]).await;
+    let mut flue = Flue::start_operator(&[]).await;
     let (mine, client, _) = listener(&flue, "listener.creds").await;
     let stream = jetstream::with_domain(client, JS_DOMAIN)
         .get_stream(EVENT_STREAM)
         .await
         .expect("the event stream");
-    stream
+    let older = stream
         .create_consumer(named(&mine[0]))
         .await
         .expect("a consumer idle up to an hour");
-    let events = jetstream::new(flue.nats.events_client().await);
-    let idle_limit = || async {
-        let mut stream = events.get_stream(EVENT_STREAM).await.expect("stream");
-        let config = stream.info().await.expect("info").config.clone();
-        config.consumer_limits.map(|l| l.inactive_threshold)
-    };
-    assert_eq!(idle_limit().await, Some(Duration::from_secs(3_600)));
+    assert_eq!(
+        older.cached_info().config.inactive_threshold,
+        Duration::from_secs(3_600)
+    );
 
-    // The broker refuses the shorter limit while that consumer asks for more: the
-    // gateway says so and serves, the limit as it was.
-    let mut second = flue_tests::Gateway::start_like(
+    // The same deployment's gateway, now with a limit of 30 s, alone.
+    flue.gateway.kill().await;
+    let second = flue_tests::Gateway::start_like(
         &flue.gateway,
         &flue.nats.url(),
         &["--listener-idle-secs", "30"],
     )
     .await;
-    second.logs().wait_for("kept as it was", WAIT).await;
-    assert_eq!(idle_limit().await, Some(Duration::from_secs(3_600)));
+    let newer = stream
+        .create_consumer(named(&mine[1]))
+        .await
+        .expect("a consumer under the new limit");
+    assert_eq!(
+        newer.cached_info().config.inactive_threshold,
+        Duration::from_secs(30)
+    );
+    let refused = stream
+        .create_consumer(consumer::pull::Config {
+            inactive_threshold: Duration::from_secs(3_600),
+            ..named(&mine[2])
+        })
+        .await
+        .expect_err("longer than the new limit");
+    assert!(
+        refused.to_string().contains("inactive_threshold"),
+        "{refused}"
+    );
+
+    // The older consumer keeps its own; the stream has no limit of its own to change.
+    let events = jetstream::new(flue.nats.events_client().await);
+    let mut evt = events.get_stream(EVENT_STREAM).await.expect("stream");
+    let config = evt.info().await.expect("info").config.clone();
+    assert!(
+        config
+            .consumer_limits
+            .as_ref()
+            .is_none_or(|l| l.inactive_threshold.is_zero()),
+        "{:?}",
+        config.consumer_limits
+    );
+    let info = evt
+        .consumer_info(&mine[0])
+        .await
+        .expect("the older consumer");
+    assert_eq!(info.config.inactive_threshold, Duration::from_secs(3_600));
     let response = reqwest::Client::new()
         .get(format!("{}/v1/listener-consumers", second.url()))
         .bearer_auth(second.tokens().get(Role::Admin))
@@ -337,22 +369,4 @@ async fn a_gateway_given_a_shorter_idle_limit_than_a_consumer_asks_starts_and_ke
         .await
         .expect("the second gateway answers");
     assert_eq!(response.status(), StatusCode::OK);
-
-    // Once the consumer is gone, the next start gives the stream the shorter limit.
-    let response = call(
-        &flue,
-        flue.gateway.tokens().get(Role::Admin),
-        Method::DELETE,
-        Some(&mine[0]),
-    )
-    .await;
-    assert_eq!(response.status(), StatusCode::NO_CONTENT);
-    let mark = second.logs().lines().len();
-    second.restart().await;
-    let changed = second
-        .logs()
-        .wait_for_after(mark, "event stream limits changed", WAIT)
-        .await;
-    assert!(changed.contains("listener_idle_secs=30"), "{changed}");
-    assert_eq!(idle_limit().await, Some(Duration::from_secs(30)));
 }

@@ -535,10 +535,10 @@ async fn limit_file_store(flue: &mut Flue, limit: &str) {
 #[tokio::test]
 async fn a_tenant_the_broker_has_no_storage_for_is_a_507_and_never_keeps_the_gateway_from_starting()
 {
-    // Each tenant reserves its event streams' size (1 GiB, and 1.25 GiB for the
-    // gateway's copy) of the broker's JetStream storage: 3 GB holds the default tenant only.
+    // Each tenant reserves its event stream's size (1 GiB) of the broker's JetStream
+    // storage: 1.5 GiB holds the default tenant only.
     let mut flue = Flue::start_operator(&[]).await;
-    limit_file_store(&mut flue, "3GB").await;
+    limit_file_store(&mut flue, "1536MB").await;
 
     let (status, body) = post_tenant(&flue.gateway, r#"{"id": "second"}"#).await;
     assert_eq!(status, 507, "{body}");

@@ -390,7 +390,7 @@ async fn a_hidden_output_that_arrives_unsealed_is_dropped_and_fails_its_deployme
     assert!(!done.outputs.contains_key("token"), "{:?}", done.outputs);
     assert_eq!(done.outputs["note"], json!("kept"));
     // The forged answer holds it (the forger put it there); nothing the gateway wrote does.
-    // The tenant account's streams and buckets, and the events account's (FLUE_EVT, FLUE_EVT_GW).
+    // The tenant account's streams and buckets, and the events account's (FLUE_EVT).
     let mut streams = stream_bytes(flue.nats.client().await).await;
     streams.extend(stream_bytes(flue.nats.events_client().await).await);
     for (name, bytes) in &streams {

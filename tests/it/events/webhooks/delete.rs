@@ -9,12 +9,12 @@ use serde_json::json;
 use super::receiver::{Mode, Receiver};
 use super::{SECRET, create, setup};
 
-/// Names of the webhook consumers (`wh-…`) on the gateway's copy of the event stream.
+/// Names of the webhook consumers (`wh-…`) on the event stream.
 async fn webhook_consumers(flue: &Flue) -> Vec<String> {
     use futures_util::TryStreamExt as _;
     let js = async_nats::jetstream::new(flue.nats.events_client().await);
     let stream = js
-        .get_stream(flue_proto::event::GATEWAY_EVENT_STREAM)
+        .get_stream(flue_proto::event::EVENT_STREAM)
         .await
         .expect("event stream");
     let names: Vec<String> = stream
