@@ -624,7 +624,10 @@ impl Broker {
 /// know the account yet (10035 "account not found": an account JWT pushed a moment ago is
 /// confirmed by the first node that takes it, and a chosen peer that has not taken it yet
 /// refuses the stream assignment, nats-server `processStreamAssignment`; seen once in a
-/// fresh-clone CI as a 3-node cluster's gateway started).
+/// fresh-clone CI as a 3-node cluster's gateway started), or a node that knows the account
+/// but has not yet enabled its JetStream (10039 "JetStream not enabled for account": the
+/// same account JWT, pushed a moment ago, not yet applied by the node answering; seen in a
+/// full run as a 3-node cluster's gateway created the events account's stream first).
 pub fn cluster_forming(error: &(dyn std::error::Error + 'static)) -> bool {
     use async_nats::jetstream::ErrorCode;
     jetstream_code(error).is_some_and(|code| {
@@ -632,6 +635,7 @@ pub fn cluster_forming(error: &(dyn std::error::Error + 'static)) -> bool {
             || code == ErrorCode::CLUSTER_NOT_AVAILABLE
             || code == ErrorCode::STREAM_CREATE
             || code == ErrorCode::NO_ACCOUNT
+            || code == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT
     })
 }
 

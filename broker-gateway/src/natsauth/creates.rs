@@ -106,15 +106,20 @@ pub struct Creations {
 
 impl Creations {
     /// Subscribes to `tenant`'s listeners' consumer creations on the events account's
-    /// connection `events`; the consumers made are held to `bounds`.
+    /// connection `events`; the consumers made are held to `bounds`. Returns once the
+    /// broker has the subscription, so that a listener's creation right after the gateway
+    /// says it is listening finds a responder.
     pub async fn subscribe(
         events: async_nats::Client,
         tenant: TenantId,
         bounds: Bounds,
-    ) -> Result<Self, async_nats::SubscribeError> {
+    ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         let requests = events
             .queue_subscribe(format!("{}.>", listener_creates(&tenant)), GROUP.to_owned())
             .await?;
+        // The subscription goes out with the next flush: wait for the broker's answer to
+        // it (a listener asking meanwhile would get "no responders").
+        events.flush().await?;
         Ok(Self {
             events,
             tenant,

@@ -89,12 +89,20 @@ impl TenantRuntime {
         // Checked when the gateway started (`Gateway::start`), so this is the same answer.
         let request_consumers = config.request_consumers()?;
         let broker = Broker::new(js.clone()).with_request_consumers(request_consumers);
-        ensure_streams_once_placed(&broker, &config).await?;
+        once_placed(|| {
+            broker.ensure_streams(
+                config.stream_max_age(),
+                config.max_servers,
+                config.replicas(),
+            )
+        })
+        .await?;
         check_consumer_limits(&broker, config.max_servers).await;
         let metrics = crate::metrics::TenantMetrics::default();
-        let events = events::Events::open(events_js.clone(), config.event_retention())
-            .await?
-            .counting(metrics.clone());
+        let events =
+            once_placed(|| events::Events::open(events_js.clone(), config.event_retention()))
+                .await?
+                .counting(metrics.clone());
         let store = Store::open_with(&js, config.replicas()).await?;
         let presence = presence::PresenceTracker::open(&js, &config)
             .await?
@@ -236,7 +244,7 @@ impl TenantRuntime {
                 Error::from(broker::BrokerError::Consumer {
                     stream: flue_proto::event::EVENT_STREAM,
                     consumer: "listeners' creations".to_owned(),
-                    source: e.into(),
+                    source: e,
                 })
             })?;
             tasks.spawn(creations.serve(service.config.broker_timeout(), shutdown.child_token()));
@@ -428,27 +436,21 @@ async fn check_consumer_limits(broker: &Broker, max_servers: i32) {
 /// How long a start waits for a JetStream cluster that is still forming.
 const CLUSTER_FORMING_WAIT: Duration = Duration::from_secs(30);
 
-/// [`Broker::ensure_streams`], retried while the broker answers that its cluster cannot
-/// place a stream yet ([`broker::cluster_forming`]): nodes
-/// started together elect a metadata leader and learn their peers in the first seconds,
-/// and a gateway started with them must not fail for it. Anything else, or a cluster
-/// that still cannot place them after [`CLUSTER_FORMING_WAIT`] (fewer nodes than
+/// `attempt` (setting up streams), retried while the broker answers that its cluster
+/// cannot place a stream yet ([`broker::cluster_forming`]): nodes started together elect
+/// a metadata leader and learn their peers and the accounts just pushed in the first
+/// seconds, and a gateway started with them must not fail for it. Anything else, or a
+/// cluster that still cannot place them after [`CLUSTER_FORMING_WAIT`] (fewer nodes than
 /// `--replicas`), stops the start as before.
-async fn ensure_streams_once_placed(
-    broker: &Broker,
-    config: &Config,
-) -> Result<(), broker::BrokerError> {
+async fn once_placed<T, F, Fut>(mut attempt: F) -> Result<T, broker::BrokerError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, broker::BrokerError>>,
+{
     let until = tokio::time::Instant::now() + CLUSTER_FORMING_WAIT;
     let mut warned = false;
     loop {
-        match broker
-            .ensure_streams(
-                config.stream_max_age(),
-                config.max_servers,
-                config.replicas(),
-            )
-            .await
-        {
+        match attempt().await {
             Err(e) if broker::cluster_forming(&e) && tokio::time::Instant::now() < until => {
                 if !warned {
                     warn!(error = %error::chain(&e), "the JetStream cluster cannot place the streams yet; waiting for it");
