@@ -334,7 +334,7 @@ elif ! command -v ip >/dev/null 2>&1; then
 elif ! command -v openssl >/dev/null 2>&1; then
   echo "not shown: \`openssl\` is not installed (it makes the demo's certificate authority)"
 else
-  echo "running as root: showing the isolated tenant network topology, the secure way (docs/security.md)"
+  echo "running as root: showing the isolated tenant network topology, the secure way (docs/broker-accounts.md)"
   tenant_network_demo
 fi
 
