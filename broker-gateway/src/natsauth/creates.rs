@@ -34,12 +34,13 @@
 
 use std::time::Duration;
 
+use async_nats::jetstream;
 use bytes::Bytes;
 use flue_proto::TenantId;
 use flue_proto::event::EVENT_STREAM;
 use flue_proto::jsapi;
 use flue_proto::subject::{LISTENER_CONSUMER_PREFIX, listener_creates, listener_of_consumer};
-use futures_util::StreamExt as _;
+use futures_util::{StreamExt as _, TryStreamExt as _};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -228,53 +229,26 @@ impl Made<'_> {
     }
 
     /// The names of the listeners' consumers on `FLUE_EVT` (those with
-    /// [`LISTENER_CONSUMER_PREFIX`]), read from the broker page by page; the answer to
-    /// give the listener when they cannot be read.
+    /// [`LISTENER_CONSUMER_PREFIX`]), read from the broker; the answer to give the
+    /// listener when they cannot be read.
     async fn listener_consumers(&self) -> Result<Vec<String>, Bytes> {
-        let [subject, _] = jsapi::api(&format!("CONSUMER.NAMES.{EVENT_STREAM}"));
-        let mut names = Vec::new();
-        let mut offset = 0_usize;
-        loop {
-            let request = json!({ "offset": offset }).to_string();
-            let page = tokio::time::timeout(
-                self.timeout,
-                self.events.request(subject.clone(), request.into()),
-            )
-            .await;
-            let page: Value = match page {
-                Ok(Ok(answer)) => serde_json::from_slice(&answer.payload).unwrap_or_default(),
-                Ok(Err(e)) => {
-                    warn!(tenant = %self.tenant, error = %e, "cannot count the listeners' consumers");
-                    return Err(error(503, "the broker did not answer the consumer count"));
-                }
-                Err(_) => {
-                    return Err(error(
-                        503,
-                        "the broker did not answer the consumer count in time",
-                    ));
-                }
-            };
-            let Some(listed) = page.get("consumers").and_then(Value::as_array) else {
-                if page.get("error").is_some() || !page.is_object() {
-                    warn!(tenant = %self.tenant, answer = %page, "cannot count the listeners' consumers");
-                    return Err(error(503, "the broker refused the consumer count"));
-                }
-                // No consumer at all: `consumers` is null.
-                return Ok(names);
-            };
-            offset += listed.len();
-            names.extend(
-                listed
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .filter(|n| n.starts_with(LISTENER_CONSUMER_PREFIX))
-                    .map(str::to_owned),
-            );
-            let total = page.get("total").and_then(Value::as_u64).unwrap_or(0);
-            if listed.is_empty() || offset as u64 >= total {
-                return Ok(names);
-            }
-        }
+        let unreadable = |e: &dyn std::fmt::Display| {
+            warn!(tenant = %self.tenant, error = %e, "cannot count the listeners' consumers");
+            error(503, "the broker did not answer the consumer count")
+        };
+        let js = jetstream::ContextBuilder::new()
+            .timeout(self.timeout)
+            .build(self.events.clone());
+        let stream = js
+            .get_stream_no_info(EVENT_STREAM)
+            .await
+            .map_err(|e| unreadable(&e))?;
+        stream
+            .consumer_names()
+            .try_filter(|name| std::future::ready(name.starts_with(LISTENER_CONSUMER_PREFIX)))
+            .try_collect()
+            .await
+            .map_err(|e| unreadable(&e))
     }
 }
 
