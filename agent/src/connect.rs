@@ -27,6 +27,24 @@ pub struct Broker {
     /// Counts (re)connections, so the pull loop can re-issue its pull request: a broker
     /// that restarted has forgotten it.
     pub connects: watch::Receiver<u64>,
+    /// The names this server's request consumer may have, looked up in this order
+    /// ([`request_consumers`]).
+    pub consumers: Vec<String>,
+}
+
+/// The names this server's request consumer may have: the sealed one its user JWT names,
+/// if it names one (only the gateway can compute it: issue 22), then the older one that
+/// every server had before and keeps until its agent says it pulls the sealed one (its
+/// heartbeats' `sealed_consumer`, on which the gateway moves the consumer).
+pub fn request_consumers(config: &Config, credentials: Option<&AgentCredentials>) -> Vec<String> {
+    let sealed = credentials
+        .filter(|c| !c.user.jwt.is_empty())
+        .and_then(|c| flue_proto::creds::UserJwtClaims::verified(&c.user.jwt).ok())
+        .and_then(|claims| claims.sealed_request_consumer(&config.tenant, &config.server_id));
+    sealed
+        .into_iter()
+        .chain([subject::request_consumer(&config.tenant, &config.server_id)])
+        .collect()
 }
 
 /// Connects to the broker in the background (over TLS when configured): the call returns
@@ -76,6 +94,7 @@ pub async fn connect(
         client,
         js,
         connects,
+        consumers: request_consumers(config, credentials),
     })
 }
 
@@ -117,23 +136,21 @@ pub fn jetstream(config: &Config, client: async_nats::Client) -> jetstream::Cont
     }
 }
 
-/// Looks up (never creates) this server's request consumer, retrying with backoff while
-/// it is missing (server not registered yet) or the broker is unreachable, and at once
-/// after a reconnection (a look-up sent on a dying connection would otherwise wait for its
+/// Looks up (never creates) this server's request consumer under each of its names
+/// ([`Broker::consumers`], the sealed one first), retrying with backoff while it is
+/// missing (server not registered yet) or the broker is unreachable, and at once after a
+/// reconnection (a look-up sent on a dying connection would otherwise wait for its
 /// timeout). `None` once `shutdown` is cancelled.
 pub async fn find_consumer(
     broker: &Broker,
-    config: &Config,
     connects: &mut watch::Receiver<u64>,
     shutdown: &CancellationToken,
 ) -> Option<PullConsumer> {
-    let name = subject::request_consumer(&config.tenant, &config.server_id);
+    let names = &broker.consumers;
     let mut delays = crate::RETRY.delays();
     loop {
         connects.borrow_and_update();
-        let lookup = broker
-            .js
-            .get_consumer_from_stream(&name, subject::REQUEST_STREAM);
+        let lookup = first_found(&broker.js, names);
         let found = tokio::select! {
             biased;
             _ = shutdown.cancelled() => return None,
@@ -143,7 +160,7 @@ pub async fn find_consumer(
         match found {
             Ok(consumer) => return Some(consumer),
             Err(e) => warn!(
-                consumer = %name,
+                consumer = %names.join(" or "),
                 stream = subject::REQUEST_STREAM,
                 error = %e,
                 "request consumer not available (server not registered yet, or broker down), retrying"
@@ -156,6 +173,27 @@ pub async fn find_consumer(
             _ = tokio::time::sleep(delays.next_delay()) => {}
         }
     }
+}
+
+/// The first of `names` the request stream has a consumer of; the last look-up's error
+/// when none.
+async fn first_found(
+    js: &jetstream::Context,
+    names: &[String],
+) -> Result<PullConsumer, jetstream::stream::ConsumerError> {
+    let mut last = None;
+    for name in names {
+        match js
+            .get_consumer_from_stream(name, subject::REQUEST_STREAM)
+            .await
+        {
+            Ok(consumer) => return Ok(consumer),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        jetstream::stream::ConsumerError::new(jetstream::stream::ConsumerErrorKind::Other)
+    }))
 }
 
 /// Resolves at the next (re)connection to the broker.

@@ -180,7 +180,7 @@ async fn broker(
     let checks = match owner {
         Ok(user) => vec![
             Check::pass("broker", format!("connected to {url} {user}")),
-            request_consumer(config, client.clone(), timeout).await,
+            request_consumer(config, credentials, client.clone(), timeout).await,
         ],
         // The broker took the user, but it is not this server's: saying "ok" here would
         // hide the one thing wrong.
@@ -201,20 +201,34 @@ async fn broker(
     checks
 }
 
-/// Looks up (never creates) the durable consumer the gateway made at registration.
-async fn request_consumer(config: &Config, client: async_nats::Client, timeout: Duration) -> Check {
-    let name = subject::request_consumer(&config.tenant, &config.server_id);
+/// Looks up (never creates) the durable consumer the gateway made at registration, under
+/// each name it may have ([`crate::connect::request_consumers`]).
+async fn request_consumer(
+    config: &Config,
+    credentials: Option<&AgentCredentials>,
+    client: async_nats::Client,
+    timeout: Duration,
+) -> Check {
+    let names = crate::connect::request_consumers(config, credentials);
     let stream = subject::REQUEST_STREAM;
     let js = crate::connect::jetstream(config, client);
     let lookup = async {
-        let found: Result<PullConsumer, _> = js.get_consumer_from_stream(&name, stream).await;
-        found
+        let mut last = None;
+        for name in &names {
+            let found: Result<PullConsumer, _> = js.get_consumer_from_stream(name, stream).await;
+            match found {
+                Ok(_) => return Ok(name.clone()),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.map_or_else(|| "no name".to_owned(), |e| e.to_string()))
     };
+    let name = names.join(" or ");
     let domain = config.js_domain.as_deref().unwrap_or("none");
     match tokio::time::timeout(timeout, lookup).await {
-        Ok(Ok(_)) => Check::pass(
+        Ok(Ok(found)) => Check::pass(
             "request consumer",
-            format!("{name} on stream {stream} (JetStream domain {domain})"),
+            format!("{found} on stream {stream} (JetStream domain {domain})"),
         ),
         Ok(Err(e)) => Check::fail(
             "request consumer",

@@ -48,6 +48,7 @@ pub struct Heartbeats {
     counters: Option<Arc<Counters>>,
     ledger_created_at: Option<time::OffsetDateTime>,
     version: Option<String>,
+    sealed_consumer: bool,
 }
 
 impl Heartbeats {
@@ -70,7 +71,15 @@ impl Heartbeats {
             counters: None,
             ledger_created_at: None,
             version: None,
+            sealed_consumer: false,
         }
+    }
+
+    /// The same, each heartbeat saying the agent pulls the sealed request consumer its
+    /// user JWT names ([`flue_proto::Heartbeat::sealed_consumer`]) when `sealed`.
+    pub fn with_sealed_consumer(mut self, sealed: bool) -> Self {
+        self.sealed_consumer = sealed;
+        self
     }
 
     /// The same, each heartbeat naming the agent build's version.
@@ -113,6 +122,7 @@ impl Heartbeats {
             ledger_created_at: self.ledger_created_at,
             agent_version: self.version.clone(),
             connection: connection(&self.client),
+            sealed_consumer: self.sealed_consumer,
         }
     }
 

@@ -206,7 +206,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
         )
         .with_counters(counters.clone())
         .with_version(&config.version)
-        .with_ledger_created_at(ledger.created_at()?),
+        .with_ledger_created_at(ledger.created_at()?)
+        // Its JWT names the sealed consumer, looked up first (`connect::request_consumers`).
+        .with_sealed_consumer(broker.consumers.len() > 1),
     );
     let stop_heartbeats = CancellationToken::new();
     let heartbeat_task = tokio::spawn({

@@ -67,8 +67,7 @@ pub async fn run(agent: &Agent) -> Result<(), Error> {
     let mut connects = agent.broker.connects.clone();
     let mut delays = crate::RETRY.delays();
     'lookup: loop {
-        let Some(consumer) =
-            connect::find_consumer(&agent.broker, &agent.config, &mut connects, shutdown).await
+        let Some(consumer) = connect::find_consumer(&agent.broker, &mut connects, shutdown).await
         else {
             return Ok(());
         };

@@ -12,6 +12,7 @@ use flue_proto::{DeploymentRequest, RequestDigest, ServerId, TenantId, subject};
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
+use crate::consumer_names::ConsumerNames;
 use crate::request_consumers::RequestConsumers;
 
 /// How long JetStream remembers a message id to drop a duplicate publish. On the request
@@ -199,6 +200,57 @@ fn request_consumer_error(name: &str) -> impl Fn(BoxError) -> BrokerError + use<
     }
 }
 
+/// The configuration of server `server`'s request consumer `name`, made as `consumers`
+/// says, delivering from the subject's first message.
+fn request_consumer_config(
+    name: &str,
+    tenant: &TenantId,
+    server: &ServerId,
+    consumers: &RequestConsumers,
+) -> consumer::pull::Config {
+    consumer::pull::Config {
+        durable_name: Some(name.to_owned()),
+        filter_subject: subject::request(tenant, server),
+        ack_policy: consumer::AckPolicy::Explicit,
+        deliver_policy: consumer::DeliverPolicy::All,
+        max_ack_pending: 1,
+        ack_wait: ACK_WAIT,
+        max_deliver: -1,
+        memory_storage: consumers.storage.in_memory(),
+        num_replicas: consumers.num_replicas(),
+        ..Default::default()
+    }
+}
+
+/// The request consumer `name`'s info, `None` when the stream has no such consumer.
+async fn consumer_info(
+    stream: &stream::Stream<()>,
+    name: &str,
+) -> Result<Option<consumer::Info>, BrokerError> {
+    match stream.consumer_info(name).await {
+        Ok(info) => Ok(Some(info)),
+        Err(e) if e.kind() == jetstream::context::ConsumerInfoErrorKind::NotFound => Ok(None),
+        Err(e) => Err(request_consumer_error(name)(e.into())),
+    }
+}
+
+/// Deletes the request consumer `name`; one already gone is fine.
+async fn delete_consumer(stream: &stream::Stream<()>, name: &str) -> Result<(), BrokerError> {
+    match stream.delete_consumer(name).await {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                stream::ConsumerErrorKind::JetStream(j)
+                    if j.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(request_consumer_error(name)(e.into())),
+    }
+}
+
 /// The limits on consumers that bound how many servers can register.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerLimits {
@@ -231,6 +283,8 @@ pub struct Broker {
     /// How servers' request consumers are created (`--request-consumer-storage`,
     /// `--request-consumer-replicas`).
     request_consumers: RequestConsumers,
+    /// Their sealed names ([`crate::consumer_names`]).
+    names: ConsumerNames,
 }
 
 impl Broker {
@@ -244,7 +298,15 @@ impl Broker {
             js,
             max_payload,
             request_consumers: RequestConsumers::default(),
+            names: ConsumerNames::none(),
         }
+    }
+
+    /// The same handle, moving servers' request consumers to the sealed names `names`
+    /// gives ([`Broker::seal_request_consumer`]).
+    pub fn with_consumer_names(mut self, names: ConsumerNames) -> Self {
+        self.names = names;
+        self
     }
 
     /// The same handle, creating servers' request consumers as `consumers` says.
@@ -487,6 +549,11 @@ impl Broker {
     /// exists is found, never updated: it keeps the storage and replicas it was made with,
     /// so gateways started with other settings do not change each other's consumers.
     /// A broker refusing it for its consumer limit is [`BrokerError::ConsumerLimit`].
+    ///
+    /// A server registered again whose consumer already moved to its sealed name keeps
+    /// that one; otherwise the consumer is made under the name every agent can compute
+    /// ([`subject::request_consumer`]) and moved once its agent asks
+    /// ([`Broker::seal_request_consumer`]).
     pub async fn ensure_request_consumer(
         &self,
         tenant: &TenantId,
@@ -499,23 +566,13 @@ impl Broker {
             .get_stream_no_info(subject::REQUEST_STREAM)
             .await
             .map_err(|e| err(e.into()))?;
-        let created = stream
-            .get_or_create_consumer(
-                &name,
-                consumer::pull::Config {
-                    durable_name: Some(name.clone()),
-                    filter_subject: subject::request(tenant, server),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    deliver_policy: consumer::DeliverPolicy::All,
-                    max_ack_pending: 1,
-                    ack_wait: ACK_WAIT,
-                    max_deliver: -1,
-                    memory_storage: self.request_consumers.storage.in_memory(),
-                    num_replicas: self.request_consumers.num_replicas(),
-                    ..Default::default()
-                },
-            )
-            .await;
+        if let Some(sealed) = self.names.request(tenant, server)
+            && let Some(_) = consumer_info(&stream, &sealed).await?
+        {
+            return Ok(sealed);
+        }
+        let config = request_consumer_config(&name, tenant, server, &self.request_consumers);
+        let created = stream.get_or_create_consumer(&name, config).await;
         match created {
             Ok(_) => Ok(name),
             Err(e)
@@ -557,19 +614,108 @@ impl Broker {
             .filter(subject::request(tenant, server))
             .await
             .map_err(|e| err(e.into()))?;
-        match stream.delete_consumer(&name).await {
-            Ok(_) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    stream::ConsumerErrorKind::JetStream(j)
-                        if j.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND
-                ) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(err(e.into())),
+        // Under either name (a move interrupted half-way leaves both).
+        for name in [Some(name), self.names.request(tenant, server)]
+            .into_iter()
+            .flatten()
+        {
+            delete_consumer(&stream, &name).await?;
         }
+        Ok(())
+    }
+
+    /// Moves `server`'s request consumer to its sealed name (issue 22,
+    /// [`crate::consumer_names`]) if it still has the older one: the sealed consumer is
+    /// made delivering from just after what the older one had acknowledged, then the older
+    /// one is deleted. The message in flight, if one, is delivered again by the new
+    /// consumer, which the agent answers from its ledger (nothing runs twice); the agent's
+    /// pull on the deleted consumer fails and it looks its consumer up again, sealed name
+    /// first. True when this call moved it; false with nothing to move (already moved,
+    /// not registered, no sealed names). Two gateways moving it at once both end well:
+    /// the second finds the sealed consumer made, or the older one gone.
+    pub async fn seal_request_consumer(
+        &self,
+        tenant: &TenantId,
+        server: &ServerId,
+    ) -> Result<bool, BrokerError> {
+        let Some(sealed) = self.names.request(tenant, server) else {
+            return Ok(false);
+        };
+        let legacy = subject::request_consumer(tenant, server);
+        let err = request_consumer_error(&sealed);
+        let stream = self
+            .js
+            .get_stream_no_info(subject::REQUEST_STREAM)
+            .await
+            .map_err(|e| err(e.into()))?;
+        let Some(old) = consumer_info(&stream, &legacy).await? else {
+            return Ok(false);
+        };
+        if consumer_info(&stream, &sealed).await?.is_none() {
+            let floor = old.ack_floor.stream_sequence;
+            let mut config =
+                request_consumer_config(&sealed, tenant, server, &self.request_consumers);
+            // The older consumer's storage and replicas are kept, as a found consumer's are.
+            config.memory_storage = old.config.memory_storage;
+            config.num_replicas = old.config.num_replicas;
+            if floor > 0 {
+                config.deliver_policy = consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: floor + 1,
+                };
+            }
+            let created = stream.create_consumer(config.clone()).await;
+            match created {
+                Ok(_) => {}
+                // At the stream's consumer limit: the older one goes first (its position
+                // is read above, so only a crash between the two calls could lose it, and
+                // then the sealed one is made from the subject's start: redeliveries the
+                // ledger answers).
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        stream::ConsumerErrorKind::JetStream(j)
+                            if j.error_code() == MAXIMUM_CONSUMERS_LIMIT
+                    ) =>
+                {
+                    delete_consumer(&stream, &legacy).await?;
+                    stream
+                        .create_consumer(config)
+                        .await
+                        .map_err(|e| err(e.into()))?;
+                }
+                // Made meanwhile by another gateway (with another start, so "exists").
+                Err(e) => {
+                    if consumer_info(&stream, &sealed).await?.is_none() {
+                        return Err(err(e.into()));
+                    }
+                }
+            }
+        }
+        delete_consumer(&stream, &legacy).await?;
+        info!(server.id = %server, "request consumer moved to its sealed name");
+        Ok(true)
+    }
+
+    /// The name `server`'s request consumer has now: its sealed one once moved there,
+    /// else the older one.
+    pub async fn request_consumer_name(
+        &self,
+        tenant: &TenantId,
+        server: &ServerId,
+    ) -> Result<String, BrokerError> {
+        let legacy = subject::request_consumer(tenant, server);
+        let Some(sealed) = self.names.request(tenant, server) else {
+            return Ok(legacy);
+        };
+        let stream = self
+            .js
+            .get_stream_no_info(subject::REQUEST_STREAM)
+            .await
+            .map_err(|e| request_consumer_error(&sealed)(e.into()))?;
+        Ok(match consumer_info(&stream, &sealed).await? {
+            Some(_) => sealed,
+            None => legacy,
+        })
     }
 
     /// Publishes a request on its server's queue, with the deployment id as message id,

@@ -59,6 +59,7 @@ pub mod auth;
 pub(crate) mod broker;
 pub(crate) mod config;
 pub(crate) mod configs;
+pub(crate) mod consumer_names;
 pub(crate) mod credentials;
 pub(crate) mod deferred;
 pub(crate) mod deployments;

@@ -85,6 +85,10 @@ pub struct PresenceHandles {
     pub events: Events,
     /// Told the id of each server found rebuilt (the stacks' `converge: auto` policy).
     pub rebuilt: Option<tokio::sync::mpsc::UnboundedSender<ServerId>>,
+    /// Told the id of a server, with its agent instance, on each heartbeat of an agent
+    /// pulling its sealed request consumer ([`Heartbeat::sealed_consumer`]; the move,
+    /// `servers::sealed`, is done once per instance).
+    pub sealed: Option<tokio::sync::mpsc::UnboundedSender<(ServerId, String)>>,
 }
 
 use bucket::{bucket, key, load, read};
@@ -407,6 +411,13 @@ impl PresenceTracker {
         }
         self.follow(service, &beat).await;
         let rival = self.rival(&beat);
+        if beat.sealed_consumer
+            && !rival
+            && let Some(tell) = &service.sealed
+        {
+            // Nobody listening any more: the gateway is stopping.
+            let _ = tell.send((server.clone(), beat.instance.clone()));
+        }
         if let Some(counts) = beat.metrics.filter(|_| !rival) {
             let increments = self.with(&server, |t| {
                 let inc = agents::increments(t.agent_counts.as_ref(), &beat.instance, &counts);

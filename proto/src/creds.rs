@@ -304,6 +304,16 @@ impl UserJwtClaims {
         self.publish_allowed.contains(&own)
     }
 
+    /// The sealed request consumer it lets server `server` of `tenant` pull from
+    /// ([`crate::subject::sealed_request_consumer_in`]), when the gateway named one.
+    pub fn sealed_request_consumer(&self, tenant: &TenantId, server: &ServerId) -> Option<String> {
+        crate::subject::sealed_request_consumer_in(
+            tenant,
+            server,
+            self.publish_allowed.iter().map(String::as_str),
+        )
+    }
+
     /// The tenant and server whose answers it may publish, when it is an agent's user.
     pub fn agent_of(&self) -> Option<(TenantId, ServerId)> {
         self.publish_allowed.iter().find_map(|s| {

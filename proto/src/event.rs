@@ -671,6 +671,12 @@ pub struct Heartbeat {
     /// agents (their servers go offline after a silence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connection: Option<BrokerConnection>,
+    /// True when the agent pulls from the sealed request consumer its user JWT names
+    /// (`subject::sealed_request_consumer`) whenever it exists: the gateway then moves the
+    /// server's consumer to that name. Absent (false) from older agents, whose servers
+    /// keep the older name they compute themselves.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sealed_consumer: bool,
 }
 
 /// One client connection as nats-server names it: the id of the server (node) it is

@@ -73,6 +73,42 @@ pub fn request_consumer(tenant: &TenantId, server: &ServerId) -> String {
     format!("req-{}-{tenant}-{server}", tenant.as_str().len())
 }
 
+/// What every sealed request consumer's name starts with ([`sealed_request_consumer`]).
+pub const SEALED_REQUEST_CONSUMER_PREFIX: &str = "sreq-";
+
+/// Name of one server's request consumer that only the gateway can compute: the
+/// [`request_consumer`] name's parts and `tag`, a secret-derived token (the gateway's,
+/// `broker-gateway`'s `consumer_names`). A name nobody else can guess is what keeps a
+/// reply subject of `$JS.ACK.FLUE_REQ.<name>.…`, which nats-server lets a leaf node's
+/// link set, from reaching the consumer (issue 22); the agent learns it from its own
+/// user JWT ([`sealed_request_consumer_in`]). `sreq-` never begins a [`request_consumer`]
+/// name, so the two kinds cannot collide.
+pub fn sealed_request_consumer(tenant: &TenantId, server: &ServerId, tag: &str) -> String {
+    format!(
+        "{SEALED_REQUEST_CONSUMER_PREFIX}{}-{tenant}-{server}-{tag}",
+        tenant.as_str().len()
+    )
+}
+
+/// The sealed request consumer ([`sealed_request_consumer`]) of `tenant`'s server
+/// `server` that a list of publish permissions (an agent user JWT's) lets its holder
+/// pull from, if one: how an agent learns the name only the gateway can compute.
+pub fn sealed_request_consumer_in<'a>(
+    tenant: &TenantId,
+    server: &ServerId,
+    allowed: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    let prefix = format!(
+        "$JS.API.CONSUMER.MSG.NEXT.{REQUEST_STREAM}.{}",
+        sealed_request_consumer(tenant, server, "")
+    );
+    allowed.into_iter().find_map(|subject| {
+        let tag = subject.strip_prefix(&prefix)?;
+        let valid = !tag.is_empty() && tag.bytes().all(|b| b.is_ascii_alphanumeric());
+        valid.then(|| sealed_request_consumer(tenant, server, tag))
+    })
+}
+
 /// Consumers one listener credential may hold on the event stream at once: its user may
 /// create (and delete) only the consumers [`listener_consumer`] names for it, `1..=` this.
 pub const LISTENER_CONSUMERS: u32 = 8;
@@ -282,6 +318,33 @@ mod tests {
             data_key_subject(&t("acme"), &st, "k"),
             "$KV.flue_data.acme.st.k"
         );
+    }
+
+    #[test]
+    fn a_sealed_request_consumer_is_found_among_publish_permissions_for_its_own_server_only() {
+        let name = sealed_request_consumer(&t("acme"), &s("web1"), "00ff");
+        assert_eq!(name, "sreq-4-acme-web1-00ff");
+        let allowed = [
+            "$JS.flue.API.CONSUMER.MSG.NEXT.FLUE_REQ.sreq-4-acme-web1-00ff",
+            "$JS.API.CONSUMER.MSG.NEXT.FLUE_REQ.req-4-acme-web1",
+            "$JS.API.CONSUMER.MSG.NEXT.FLUE_REQ.sreq-4-acme-web1-00ff",
+        ];
+        assert_eq!(
+            sealed_request_consumer_in(&t("acme"), &s("web1"), allowed).as_deref(),
+            Some("sreq-4-acme-web1-00ff")
+        );
+        // Another server's, a longer server id sharing the prefix, or a wildcard: none.
+        assert_eq!(
+            sealed_request_consumer_in(&t("acme"), &s("web"), allowed),
+            None
+        );
+        let wild = ["$JS.API.CONSUMER.MSG.NEXT.FLUE_REQ.sreq-4-acme-web1-*"];
+        assert_eq!(
+            sealed_request_consumer_in(&t("acme"), &s("web1"), wild),
+            None
+        );
+        // No legacy name is ever a sealed one.
+        assert!(!request_consumer(&t("sreq"), &s("x")).starts_with(SEALED_REQUEST_CONSUMER_PREFIX));
     }
 
     #[test]

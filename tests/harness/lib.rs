@@ -7,6 +7,7 @@
 pub mod auth;
 mod browser;
 mod cluster;
+pub mod consumers;
 mod events;
 mod fixture;
 mod logs;

@@ -188,7 +188,8 @@ async fn run(
         config.tenant.clone(),
         config.server_id.clone(),
         config.heartbeat_interval,
-    );
+    )
+    .with_sealed_consumer(broker.consumers.len() > 1);
     let beating = heartbeat::run(&heartbeats, broker.connects.clone(), stop.clone());
     let responder = Responder::new(
         broker.js.clone(),
@@ -201,9 +202,7 @@ async fn run(
     let pulling = async {
         let mut delays = flue_agent::RETRY.delays();
         loop {
-            let Some(consumer) =
-                connect::find_consumer(&broker, &config, &mut connects, stop).await
-            else {
+            let Some(consumer) = connect::find_consumer(&broker, &mut connects, stop).await else {
                 return;
             };
             if permit.take().is_some() {

@@ -350,12 +350,26 @@ impl NatsAuth {
         user_pub: &str,
         stacks: &[StackId],
     ) -> Result<String, NatsAuthError> {
+        let sealed = self.consumer_names(tenant)?.request(tenant, server);
         accounts::sign_user(
             &self.account(tenant, AccountKind::Edge)?.key,
             user_pub,
             &format!("agent {tenant}/{server}"),
-            perms::agent(tenant, server, stacks),
+            perms::agent(tenant, server, sealed.as_deref(), stacks),
         )
+    }
+
+    /// `tenant`'s sealed consumer names ([`crate::consumer_names`]), keyed by its state
+    /// account's seed: every gateway of the tenant computes the same, nobody else can.
+    pub fn consumer_names(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<crate::consumer_names::ConsumerNames, NatsAuthError> {
+        let key = self.account(tenant, AccountKind::Tenant)?.key;
+        let seed = key.seed().map_err(jwt::JwtError::Key)?;
+        Ok(crate::consumer_names::ConsumerNames::sealed(
+            seed.as_bytes(),
+        ))
     }
 
     /// A new listener user of `tenant`'s listener account ([`perms::listener`]) and its

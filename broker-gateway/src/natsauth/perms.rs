@@ -33,18 +33,27 @@ pub fn leaf_system(account: &str) -> Permissions {
 }
 
 /// An agent's rights (server `server` of `tenant`, taking part in `stacks`): info, next
-/// and ack on its own request consumer; publishing its own response and heartbeat
+/// and ack on its own request consumer, under its `sealed` name
+/// ([`crate::consumer_names`], which the agent reads from here) and the older one it has
+/// until its gateway moves it; publishing its own response and heartbeat
 /// subjects; its own inbox prefix; reading its tenant's agent builds (stream info, direct
 /// get); and the data-space keys of its stacks (put, direct get,
 /// the bucket's stream info, watching a key's subject). No consumer creation, no
 /// wildcard beyond these.
-pub fn agent(tenant: &TenantId, server: &ServerId, stacks: &[StackId]) -> Permissions {
-    let consumer = subject::request_consumer(tenant, server);
+pub fn agent(
+    tenant: &TenantId,
+    server: &ServerId,
+    sealed: Option<&str>,
+    stacks: &[StackId],
+) -> Permissions {
+    let legacy = subject::request_consumer(tenant, server);
     let mut perms = Permissions::default();
     let publish = &mut perms.publish.allow;
-    publish.extend(jsapi::consumer_info(REQUEST_STREAM, &consumer));
-    publish.extend(jsapi::consumer_next(REQUEST_STREAM, &consumer));
-    publish.push(jsapi::consumer_acks(REQUEST_STREAM, &consumer));
+    for consumer in sealed.into_iter().chain([legacy.as_str()]) {
+        publish.extend(jsapi::consumer_info(REQUEST_STREAM, consumer));
+        publish.extend(jsapi::consumer_next(REQUEST_STREAM, consumer));
+        publish.push(jsapi::consumer_acks(REQUEST_STREAM, consumer));
+    }
     publish.push(subject::response(tenant, server));
     publish.push(subject::heartbeat(tenant, server));
     let subscribe = &mut perms.subscribe.allow;
@@ -114,12 +123,29 @@ mod tests {
 
     #[test]
     fn an_agent_gets_only_its_own_subjects() {
-        let perms = agent(&id("acme"), &id("web1"), &[id("st")]);
+        let sealed = "sreq-4-acme-web1-00ff";
+        let perms = agent(&id("acme"), &id("web1"), Some(sealed), &[id("st")]);
         let publish = &perms.publish.allow;
-        assert!(
-            publish.contains(&"$JS.flue.API.CONSUMER.MSG.NEXT.FLUE_REQ.req-4-acme-web1".into())
+        // Its consumer under both names, in both spellings; the agent finds the sealed one.
+        for consumer in ["req-4-acme-web1", sealed] {
+            for subject in [
+                format!("$JS.flue.API.CONSUMER.MSG.NEXT.FLUE_REQ.{consumer}"),
+                format!("$JS.API.CONSUMER.MSG.NEXT.FLUE_REQ.{consumer}"),
+                format!("$JS.API.CONSUMER.INFO.FLUE_REQ.{consumer}"),
+                format!("$JS.ACK.FLUE_REQ.{consumer}.>"),
+            ] {
+                assert!(publish.contains(&subject), "{subject}");
+            }
+        }
+        assert_eq!(
+            flue_proto::subject::sealed_request_consumer_in(
+                &id("acme"),
+                &id("web1"),
+                publish.iter().map(String::as_str)
+            )
+            .as_deref(),
+            Some(sealed)
         );
-        assert!(publish.contains(&"$JS.ACK.FLUE_REQ.req-4-acme-web1.>".into()));
         assert!(publish.contains(&"flue.acme.resp.web1".into()));
         assert!(publish.contains(&"$KV.flue_data.acme.st.>".into()));
         // Its tenant's agent builds, by direct get only (no put, no other tenant's).
@@ -144,7 +170,7 @@ mod tests {
             perms.subscribe.allow,
             ["_INBOX_flue.acme.web1.>", "$KV.flue_data.acme.st.>"]
         );
-        let no_stacks = agent(&id("acme"), &id("web1"), &[]);
+        let no_stacks = agent(&id("acme"), &id("web1"), None, &[]);
         assert!(
             no_stacks
                 .publish

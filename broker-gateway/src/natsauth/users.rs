@@ -54,6 +54,11 @@ impl BrokerUsers {
         Ok(())
     }
 
+    /// The tenant's sealed consumer names ([`crate::consumer_names`]).
+    pub fn consumer_names(&self) -> Result<crate::consumer_names::ConsumerNames, NatsAuthError> {
+        self.auth.consumer_names(&self.tenant)
+    }
+
     /// A new listener user of the tenant's events account, with its listener id.
     pub fn listener_creds(&self) -> Result<(String, UserCreds), NatsAuthError> {
         self.auth.listener_creds(&self.tenant)

@@ -313,6 +313,7 @@ mod tests {
             ledger_created_at: None,
             agent_version: None,
             connection: None,
+            sealed_consumer: false,
         }
     }
 

@@ -1,10 +1,12 @@
 //! Domain operations on servers, on the handles they need ([`Servers`]): registering a
 //! server that connects over NATS, rotating its credentials and deregistering it
 //! ([`register`]); registering a polling server and rotating its metadata URL
-//! ([`polled`]).
+//! ([`polled`]); moving servers' request consumers to their sealed names as their agents
+//! ask ([`sealed`]).
 
 pub mod polled;
 pub mod register;
+pub mod sealed;
 
 use flue_proto::event::ServerEventData;
 use flue_proto::{CloudEvent, EventType, Server, ServerId, TenantId};

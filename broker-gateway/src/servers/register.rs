@@ -89,7 +89,8 @@ impl Servers {
         // leaves the agent running with the keys the gateway still trusts.
         self.revoke_user(&old).await?;
         info!(server.id = %id, "server credentials rotated");
-        let agent = self.bootstrap(id, subject::request_consumer(tenant, id));
+        let consumer = self.broker.request_consumer_name(tenant, id).await?;
+        let agent = self.bootstrap(id, consumer);
         Ok(Registration {
             server: server.public(),
             agent: Some(agent),

@@ -88,7 +88,13 @@ impl TenantRuntime {
         let events_js = context(&connections.events().client);
         // Checked when the gateway started (`Gateway::start`), so this is the same answer.
         let request_consumers = config.request_consumers()?;
-        let broker = Broker::new(js.clone()).with_request_consumers(request_consumers);
+        let names = match &connections.users {
+            Some(users) => users.consumer_names()?,
+            None => crate::consumer_names::ConsumerNames::none(),
+        };
+        let broker = Broker::new(js.clone())
+            .with_request_consumers(request_consumers)
+            .with_consumer_names(names);
         once_placed(|| {
             broker.ensure_streams(
                 config.stream_max_age(),
@@ -205,12 +211,20 @@ impl TenantRuntime {
             rebuilt_servers,
             shutdown.child_token(),
         ));
+        let (sealed, sealed_asked) = tokio::sync::mpsc::unbounded_channel();
+        tasks.spawn(crate::servers::sealed::run(
+            service.broker.clone(),
+            service.config.tenant.clone(),
+            sealed_asked,
+            shutdown.child_token(),
+        ));
         tasks.spawn(presence::run(
             service.presence.clone(),
             presence::PresenceHandles {
                 servers: service.store.servers.clone(),
                 events: service.events.clone(),
                 rebuilt: Some(rebuilt),
+                sealed: Some(sealed),
             },
             shutdown.child_token(),
         ));

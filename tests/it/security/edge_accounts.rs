@@ -61,7 +61,7 @@ fn thief_creds(flue: &Flue, kind: AccountKind) -> UserCreds {
     let jwt = match kind {
         AccountKind::Tenant => {
             let account = account_key(&flue.gateway.state_dir(), kind);
-            let rights = perms::agent(&tenant(), &id(THIEF), &stacks);
+            let rights = perms::agent(&tenant(), &id(THIEF), None, &stacks);
             accounts::sign_user(&account, &key.public_key(), "thief", rights).expect("jwt")
         }
         _ => NatsAuth::open(&flue.gateway.state_dir())

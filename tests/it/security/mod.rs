@@ -7,6 +7,7 @@ mod broker_leaf;
 mod broker_listener;
 mod broker_listener_webhooks;
 mod broker_tls;
+mod consumer_names;
 mod credentials;
 mod datakeys;
 mod edge_accounts;

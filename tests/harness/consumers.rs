@@ -1,0 +1,40 @@
+//! Servers' request consumers as the broker holds them: a server's consumer has the older
+//! name ([`subject::request_consumer`]) until its agent makes the gateway move it to its
+//! sealed one ([`subject::sealed_request_consumer`], only the gateway can compute it).
+
+use async_nats::jetstream;
+use flue_proto::{ServerId, TenantId, subject};
+use futures_util::TryStreamExt as _;
+
+/// The name server `server` of `tenant`'s request consumer has now on the request stream
+/// `js` reaches (a user of the tenant's state account): its sealed one when the stream has
+/// it, else the older one (which may not exist either).
+pub async fn request_consumer(js: &jetstream::Context, tenant: &str, server: &str) -> String {
+    let (tenant, server): (TenantId, ServerId) = (
+        tenant.parse().expect("tenant id"),
+        server.parse().expect("server id"),
+    );
+    let sealed = sealed_prefix(&tenant, &server);
+    let names: Vec<String> = js
+        .get_stream_no_info(subject::REQUEST_STREAM)
+        .await
+        .expect("request stream")
+        .consumer_names()
+        .try_collect()
+        .await
+        .expect("the request stream's consumer names");
+    names
+        .into_iter()
+        .find(|n| n.strip_prefix(&sealed).is_some_and(is_tag))
+        .unwrap_or_else(|| subject::request_consumer(&tenant, &server))
+}
+
+/// What server `server`'s sealed request consumer's name starts with (the tag follows).
+pub fn sealed_prefix(tenant: &TenantId, server: &ServerId) -> String {
+    subject::sealed_request_consumer(tenant, server, "")
+}
+
+/// Whether `rest` is a sealed name's tag (32 lower-case hex digits).
+pub fn is_tag(rest: &str) -> bool {
+    rest.len() == 32 && rest.bytes().all(|b| b.is_ascii_hexdigit())
+}
