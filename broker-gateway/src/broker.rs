@@ -222,20 +222,43 @@ fn request_consumer_config(
     }
 }
 
-/// The request consumer `name`'s info, `None` when the stream has no such consumer.
+/// The consumer `name`'s info, `None` when the stream (the request stream, or `of`) has no
+/// such consumer.
 async fn consumer_info(
     stream: &stream::Stream<()>,
+    name: &str,
+) -> Result<Option<consumer::Info>, BrokerError> {
+    consumer_info_of(stream, subject::REQUEST_STREAM, name).await
+}
+
+/// [`consumer_info`] on the stream named `of`.
+async fn consumer_info_of(
+    stream: &stream::Stream<()>,
+    of: &'static str,
     name: &str,
 ) -> Result<Option<consumer::Info>, BrokerError> {
     match stream.consumer_info(name).await {
         Ok(info) => Ok(Some(info)),
         Err(e) if e.kind() == jetstream::context::ConsumerInfoErrorKind::NotFound => Ok(None),
-        Err(e) => Err(request_consumer_error(name)(e.into())),
+        Err(e) => Err(BrokerError::Consumer {
+            stream: of,
+            consumer: name.to_owned(),
+            source: e.into(),
+        }),
     }
 }
 
 /// Deletes the request consumer `name`; one already gone is fine.
 async fn delete_consumer(stream: &stream::Stream<()>, name: &str) -> Result<(), BrokerError> {
+    delete_consumer_of(stream, subject::REQUEST_STREAM, name).await
+}
+
+/// [`delete_consumer`] on the stream named `of`.
+pub(crate) async fn delete_consumer_of(
+    stream: &stream::Stream<()>,
+    of: &'static str,
+    name: &str,
+) -> Result<(), BrokerError> {
     match stream.delete_consumer(name).await {
         Ok(_) => Ok(()),
         Err(e)
@@ -247,7 +270,11 @@ async fn delete_consumer(stream: &stream::Stream<()>, name: &str) -> Result<(), 
         {
             Ok(())
         }
-        Err(e) => Err(request_consumer_error(name)(e.into())),
+        Err(e) => Err(BrokerError::Consumer {
+            stream: of,
+            consumer: name.to_owned(),
+            source: e.into(),
+        }),
     }
 }
 
@@ -469,10 +496,10 @@ impl Broker {
     /// (it died, or lost the broker). JetStream is the only coordination: no election of
     /// Flue's own.
     pub async fn response_consumer(&self) -> Result<consumer::PullConsumer, BrokerError> {
-        let name = subject::GATEWAY_RESPONSE_CONSUMER;
+        let name = self.response_consumer_name();
         let err = |e: BoxError| BrokerError::Consumer {
             stream: subject::RESPONSE_STREAM,
-            consumer: name.to_owned(),
+            consumer: name.clone(),
             source: e,
         };
         let stream = self
@@ -480,8 +507,8 @@ impl Broker {
             .get_stream_no_info(subject::RESPONSE_STREAM)
             .await
             .map_err(|e| err(e.into()))?;
-        let config = consumer::pull::Config {
-            durable_name: Some(name.to_owned()),
+        let mut config = consumer::pull::Config {
+            durable_name: Some(name.clone()),
             ack_policy: consumer::AckPolicy::Explicit,
             deliver_policy: consumer::DeliverPolicy::All,
             ack_wait: ACK_WAIT,
@@ -491,20 +518,64 @@ impl Broker {
             priority_timeout: PIN_TIMEOUT,
             ..Default::default()
         };
-        match stream.get_consumer::<consumer::pull::Config>(name).await {
+        // The name every gateway used before sealed names (issue 22), when this one is
+        // not it: its consumer, if one is left, hands its position over and goes.
+        let older = (name != subject::GATEWAY_RESPONSE_CONSUMER)
+            .then_some(subject::GATEWAY_RESPONSE_CONSUMER);
+        let found = match stream.get_consumer::<consumer::pull::Config>(&name).await {
             Ok(found)
                 if found.cached_info().config.priority_policy
                     == consumer::PriorityPolicy::PinnedClient =>
             {
-                Ok(found)
+                found
             }
             // Missing, or made by a gateway before pinning: create or update it in place
-            // (the broker keeps its position and what it has delivered).
-            _ => stream
-                .create_consumer(config)
-                .await
-                .map_err(|e| err(e.into())),
+            // (the broker keeps its position and what it has delivered); a new sealed one
+            // starts after what the older consumer had acknowledged.
+            _ => {
+                if let Some(older) = older
+                    && let Some(old) =
+                        consumer_info_of(&stream, subject::RESPONSE_STREAM, older).await?
+                    && old.ack_floor.stream_sequence > 0
+                {
+                    config.deliver_policy = consumer::DeliverPolicy::ByStartSequence {
+                        start_sequence: old.ack_floor.stream_sequence + 1,
+                    };
+                }
+                match stream.create_consumer(config).await {
+                    Ok(made) => made,
+                    // Made meanwhile by another gateway, from another start.
+                    Err(e) => stream
+                        .get_consumer::<consumer::pull::Config>(&name)
+                        .await
+                        .map_err(|_| err(e.into()))?,
+                }
+            }
+        };
+        if let Some(older) = older
+            && consumer_info_of(&stream, subject::RESPONSE_STREAM, older)
+                .await?
+                .is_some()
+        {
+            warn!(
+                consumer = older,
+                "the response consumer of gateways before sealed consumer names is deleted: its answers are delivered by this one, after what it had acknowledged (a gateway of an older release still running makes it again: upgrade every gateway together)"
+            );
+            delete_consumer_of(&stream, subject::RESPONSE_STREAM, older).await?;
         }
+        Ok(found)
+    }
+
+    /// The operations consumer's name: sealed ([`ConsumerNames::gateway`]) in operator
+    /// mode.
+    pub fn operations_consumer_name(&self) -> String {
+        self.names
+            .gateway(flue_proto::operation::OPERATIONS_CONSUMER)
+    }
+
+    /// The response consumer's name: sealed ([`ConsumerNames::gateway`]) in operator mode.
+    pub fn response_consumer_name(&self) -> String {
+        self.names.gateway(subject::GATEWAY_RESPONSE_CONSUMER)
     }
 
     /// Releases the response consumer's pin if it is still `pin` (this gateway's, from the
@@ -512,7 +583,7 @@ impl Broker {
     /// another's, takes it at once instead of after [`PIN_TIMEOUT`]. Whether it was
     /// released.
     pub async fn release_response_pin(&self, pin: &str) -> Result<bool, BrokerError> {
-        let name = subject::GATEWAY_RESPONSE_CONSUMER;
+        let name = &self.response_consumer_name();
         let err = |e: BoxError| BrokerError::Consumer {
             stream: subject::RESPONSE_STREAM,
             consumer: name.to_owned(),

@@ -1,4 +1,5 @@
-//! Names of a tenant's request consumers that only its gateways can compute (issue 22).
+//! Names of a tenant's durable consumers that only its gateways can compute (issue 22):
+//! servers' request consumers, the response consumer, the operations consumer.
 //!
 //! nats-server lets a leaf node's link give any request a reply subject of
 //! `$JS.ACK.<stream>.<consumer>.…` (it refuses such replies to clients only), and the state
@@ -50,15 +51,30 @@ impl ConsumerNames {
     /// The sealed request consumer of `tenant`'s server `server`, `None` in development
     /// mode.
     pub fn request(&self, tenant: &TenantId, server: &ServerId) -> Option<String> {
+        let tag = self.tag(&["flue request consumer", tenant.as_str(), server.as_str()])?;
+        Some(subject::sealed_request_consumer(tenant, server, &tag))
+    }
+
+    /// The name of the gateways' own durable consumer `base` (the response consumer
+    /// [`subject::GATEWAY_RESPONSE_CONSUMER`], the operations consumer): `<base>-<tag>`,
+    /// or `base` itself in development mode.
+    pub fn gateway(&self, base: &str) -> String {
+        match self.tag(&["flue gateway consumer", base]) {
+            Some(tag) => format!("{base}-{tag}"),
+            None => base.to_owned(),
+        }
+    }
+
+    /// The tag of `parts` (each ended by a NUL byte), `None` without a key.
+    fn tag(&self, parts: &[&str]) -> Option<String> {
         let key = self.key.as_ref()?;
         let mut context = hmac::Context::with_key(key);
-        for part in ["flue request consumer", tenant.as_str(), server.as_str()] {
+        for part in parts {
             context.update(part.as_bytes());
             context.update(&[0]);
         }
         let tag = context.sign();
-        let tag = HEXLOWER.encode(&tag.as_ref()[..TAG_BYTES]);
-        Some(subject::sealed_request_consumer(tenant, server, &tag))
+        Some(HEXLOWER.encode(&tag.as_ref()[..TAG_BYTES]))
     }
 }
 
@@ -102,6 +118,15 @@ mod tests {
             assert_ne!(other[other.len() - 32..], name[name.len() - 32..]);
         }
         assert_eq!(ConsumerNames::none().request(&acme, &web1), None);
+        // The gateways' own consumers: the base name and a tag, the base alone unsealed.
+        let response = names.gateway("flue-gateway");
+        assert!(response.starts_with("flue-gateway-"), "{response}");
+        assert_eq!(response.len(), "flue-gateway-".len() + 2 * TAG_BYTES);
+        assert_ne!(names.gateway("flue-engine")[13..], response[13..]);
+        assert_eq!(
+            ConsumerNames::none().gateway("flue-gateway"),
+            "flue-gateway"
+        );
         assert!(!format!("{names:?}").contains("seed"));
     }
 }

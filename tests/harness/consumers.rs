@@ -38,3 +38,35 @@ pub fn sealed_prefix(tenant: &TenantId, server: &ServerId) -> String {
 pub fn is_tag(rest: &str) -> bool {
     rest.len() == 32 && rest.bytes().all(|b| b.is_ascii_hexdigit())
 }
+
+/// The name of the gateways' response consumer on the response stream `js` reaches: its
+/// sealed one (`flue-gateway-<tag>`) in operator mode, `flue-gateway` on a development
+/// broker. Waits, bounded, for a gateway to have made it.
+pub async fn response_consumer(js: &jetstream::Context) -> String {
+    let base = subject::GATEWAY_RESPONSE_CONSUMER;
+    let deadline = tokio::time::Instant::now() + crate::WAIT;
+    loop {
+        let names: Vec<String> = js
+            .get_stream_no_info(subject::RESPONSE_STREAM)
+            .await
+            .expect("response stream")
+            .consumer_names()
+            .try_collect()
+            .await
+            .expect("the response stream's consumer names");
+        let found = names.into_iter().find(|n| {
+            n == base
+                || n.strip_prefix(base)
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(is_tag)
+        });
+        if let Some(name) = found {
+            return name;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no gateway made the response consumer"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

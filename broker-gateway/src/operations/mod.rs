@@ -77,6 +77,9 @@ pub struct Operations {
     records: crate::store::Operations,
     tenant: TenantId,
     lease: Duration,
+    /// The shared consumer's name: sealed in operator mode (issue 22,
+    /// `consumer_names::ConsumerNames::gateway`), [`OPERATIONS_CONSUMER`] otherwise.
+    consumer: String,
 }
 
 impl Operations {
@@ -88,6 +91,7 @@ impl Operations {
         tenant: TenantId,
         replicas: usize,
         lease: Duration,
+        consumer: String,
     ) -> Result<Self, OperationsError> {
         let setup = |what| move |e: BoxError| OperationsError::Setup { what, source: e };
         let stream = js
@@ -103,11 +107,28 @@ impl Operations {
             })
             .await
             .map_err(|e| setup("stream")(e.into()))?;
+        // The name of gateways before sealed names: on a work queue only one consumer may
+        // take a subject, so the older one goes first; what it had not acknowledged is
+        // still in the queue, and the new one delivers it again (a worker's lease,
+        // recorded, tells it whether to run it).
+        if consumer != OPERATIONS_CONSUMER
+            && stream.consumer_info(&consumer).await.is_err()
+            && stream.consumer_info(OPERATIONS_CONSUMER).await.is_ok()
+        {
+            warn!(
+                consumer = OPERATIONS_CONSUMER,
+                "the operations consumer of gateways before sealed consumer names is deleted: its operations are delivered by this one"
+            );
+            stream
+                .delete_consumer(OPERATIONS_CONSUMER)
+                .await
+                .map_err(|e| setup("consumer")(e.into()))?;
+        }
         stream
             .get_or_create_consumer(
-                OPERATIONS_CONSUMER,
+                &consumer,
                 consumer::pull::Config {
-                    durable_name: Some(OPERATIONS_CONSUMER.to_owned()),
+                    durable_name: Some(consumer.clone()),
                     ack_policy: consumer::AckPolicy::Explicit,
                     ack_wait: lease,
                     // Bounded by the workers themselves (`MAX_DELIVERIES`), which
@@ -124,7 +145,13 @@ impl Operations {
             records,
             tenant,
             lease,
+            consumer,
         })
+    }
+
+    /// The shared consumer's name.
+    pub(crate) fn consumer(&self) -> &str {
+        &self.consumer
     }
 
     /// The tenant served.

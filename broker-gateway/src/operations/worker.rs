@@ -18,9 +18,7 @@ use async_nats::jetstream::consumer::{PullConsumer, pull};
 use async_nats::jetstream::{AckKind, Message};
 use flue_client::{Client, ClientError};
 use flue_proto::auth::Role;
-use flue_proto::operation::{
-    OPERATIONS_CONSUMER, OPERATIONS_STREAM, OperationState, QueuedOperation, StackOperation,
-};
+use flue_proto::operation::{OPERATIONS_STREAM, OperationState, QueuedOperation, StackOperation};
 use flue_proto::{OpStatus, Stack, TenantId};
 use flue_stack::driver::EngineError;
 use flue_stack::submitted;
@@ -127,7 +125,7 @@ async fn consumer(ctx: &WorkerContext) -> Result<PullConsumer, String> {
         .get_stream(OPERATIONS_STREAM)
         .await
         .map_err(|e| e.to_string())?
-        .get_consumer::<pull::Config>(OPERATIONS_CONSUMER)
+        .get_consumer::<pull::Config>(ctx.operations.consumer())
         .await
         .map_err(|e| e.to_string())
 }

@@ -138,6 +138,7 @@ impl TenantRuntime {
             tenant.id.clone(),
             config.replicas(),
             Duration::from_secs(config.engine_lease_secs),
+            broker.operations_consumer_name(),
         )
         .await?;
         // Streams and buckets made under another `--replicas` are brought to this one.

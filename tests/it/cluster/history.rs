@@ -15,15 +15,14 @@ use flue_tests::{EventTap, WAIT};
 /// so every event it gives is in the stream.
 pub async fn answers_settled(client: &async_nats::Client) {
     let js = jetstream::new(client.clone());
+    let name = flue_tests::consumers::response_consumer(&js).await;
     let settled = async {
         loop {
             let stream = js
                 .get_stream_no_info(subject::RESPONSE_STREAM)
                 .await
                 .expect("response stream");
-            let info = stream
-                .consumer_info(subject::GATEWAY_RESPONSE_CONSUMER)
-                .await;
+            let info = stream.consumer_info(&name).await;
             if let Ok(info) = info
                 && info.num_pending == 0
                 && info.num_ack_pending == 0

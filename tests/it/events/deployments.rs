@@ -422,11 +422,12 @@ async fn answers_settled(env: &Flue, limit: Duration, what: &str) {
 /// acknowledged.
 async fn response_backlog(env: &Flue) -> (u64, usize) {
     let js = jetstream::new(env.nats.client().await);
+    let name = flue_tests::consumers::response_consumer(&js).await;
     let mut consumer: consumer::PullConsumer = js
         .get_stream(subject::RESPONSE_STREAM)
         .await
         .expect("response stream")
-        .get_consumer(subject::GATEWAY_RESPONSE_CONSUMER)
+        .get_consumer(&name)
         .await
         .expect("response consumer");
     let info = consumer.info().await.expect("consumer info");
@@ -464,10 +465,9 @@ async fn hold_started(env: &Flue) -> Vec<jetstream::Message> {
         .expect("the agent answered");
     // Play a gateway that took `started` and died before acknowledging it: it comes
     // back only after the consumer's ack wait, behind the result.
-    let consumer: consumer::PullConsumer = stream
-        .get_consumer(subject::GATEWAY_RESPONSE_CONSUMER)
-        .await
-        .expect("response consumer");
+    let name = flue_tests::consumers::response_consumer(&js).await;
+    let consumer: consumer::PullConsumer =
+        stream.get_consumer(&name).await.expect("response consumer");
     // A gateway pulls in the consumer's pinned priority group, so does this one.
     let mut pulled = consumer
         .stream()

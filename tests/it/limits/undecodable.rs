@@ -104,12 +104,13 @@ async fn an_undecodable_deployment_record_is_skipped_by_listings_and_its_answers
     assert_eq!(done.status, DeploymentStatus::Complete, "{done:?}");
 
     // The answer is settled for good (terminated), not offered again and again.
+    let response_consumer = flue_tests::consumers::response_consumer(&js).await;
     let consumer_settled = async {
         let mut consumer: jetstream::consumer::PullConsumer = js
             .get_stream(subject::RESPONSE_STREAM)
             .await
             .expect("stream")
-            .get_consumer(subject::GATEWAY_RESPONSE_CONSUMER)
+            .get_consumer(&response_consumer)
             .await
             .expect("consumer");
         // The broker has no event for "settled": poll its counts.
