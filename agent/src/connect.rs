@@ -30,7 +30,18 @@ pub struct Broker {
     /// The names this server's request consumer may have, looked up in this order
     /// ([`request_consumers`]).
     pub consumers: Vec<String>,
+    /// Set once the agent has waited [`SEAL_WAIT`] for its consumer's move: it does not
+    /// wait again (a gateway that does not move consumers).
+    seal_waited: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// How long an agent that found its consumer under the older name waits, once, for the
+/// gateway to move it to the sealed one (its first heartbeat asks; the move takes a few
+/// broker calls) before it pulls the older one: so that the move does not happen under
+/// a request in flight (which would be delivered again, and answered from the ledger).
+pub const SEAL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often it looks for the sealed one meanwhile.
+const SEAL_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The names this server's request consumer may have: the sealed one its user JWT names,
 /// if it names one (only the gateway can compute it: issue 22), then the older one that
@@ -95,6 +106,7 @@ pub async fn connect(
         js,
         connects,
         consumers: request_consumers(config, credentials),
+        seal_waited: Arc::default(),
     })
 }
 
@@ -146,8 +158,10 @@ pub async fn find_consumer(
     connects: &mut watch::Receiver<u64>,
     shutdown: &CancellationToken,
 ) -> Option<PullConsumer> {
+    use std::sync::atomic::Ordering;
     let names = &broker.consumers;
     let mut delays = crate::RETRY.delays();
+    let mut older_since: Option<tokio::time::Instant> = None;
     loop {
         connects.borrow_and_update();
         let lookup = first_found(&broker.js, names);
@@ -158,6 +172,37 @@ pub async fn find_consumer(
             found = lookup => found,
         };
         match found {
+            // The older name while the sealed one is known: the gateway moves it on this
+            // agent's heartbeat; wait for that, once, rather than pull what it moves.
+            Ok(consumer)
+                if names.len() > 1
+                    && consumer.cached_info().name != names[0]
+                    && !broker.seal_waited.load(Ordering::Relaxed) =>
+            {
+                let since = *older_since.get_or_insert_with(|| {
+                    info!(
+                        consumer = %consumer.cached_info().name,
+                        "request consumer found under its older name; waiting for the gateway to move it to the sealed one"
+                    );
+                    tokio::time::Instant::now()
+                });
+                if since.elapsed() >= SEAL_WAIT {
+                    broker.seal_waited.store(true, Ordering::Relaxed);
+                    warn!(
+                        consumer = %consumer.cached_info().name,
+                        wait_secs = SEAL_WAIT.as_secs(),
+                        "the gateway did not move the request consumer to its sealed name (a gateway older than this agent?); pulling the older one"
+                    );
+                    return Some(consumer);
+                }
+                tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => return None,
+                    _ = reconnected(connects) => {}
+                    _ = tokio::time::sleep(SEAL_POLL) => {}
+                }
+                continue;
+            }
             Ok(consumer) => return Some(consumer),
             Err(e) => warn!(
                 consumer = %names.join(" or "),

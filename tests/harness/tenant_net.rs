@@ -295,6 +295,18 @@ impl TenantNetworks {
         }
     }
 
+    /// The sealed name of `tenant`'s server `server`'s request consumer, the one its agent
+    /// has it moved to (computed as the gateway does, from the state directory's keys).
+    pub fn sealed_request_consumer(&self, tenant: &str, server: &str) -> String {
+        let tenant = TenantId::new(tenant).expect("tenant id");
+        flue_gateway::natsauth::NatsAuth::open(&self.state_dir)
+            .expect("the gateway's state dir")
+            .consumer_names(&tenant)
+            .expect("the tenant's consumer names")
+            .request(&tenant, &server.parse().expect("server id"))
+            .expect("a sealed name (operator mode)")
+    }
+
     /// A credentials file of a new user with the whole of `tenant`'s account (a gateway
     /// user, minted from the state directory): what the test's own NATS clients use.
     pub fn tenant_user_creds(&self, tenant: &str) -> PathBuf {

@@ -272,10 +272,12 @@ async fn redelivered_request_is_answered_from_the_ledger_not_rerun() {
         .subscribe(subject::response(&tenant, &server))
         .await
         .expect("subscribe");
+    // Under the name it has now (the agent's first heartbeat moved it to its sealed one).
+    let name = flue_tests::consumers::request_consumer(&js, "default", "s1").await;
     js.get_stream(subject::REQUEST_STREAM)
         .await
         .expect("stream")
-        .delete_consumer(&subject::request_consumer(&tenant, &server))
+        .delete_consumer(&name)
         .await
         .expect("delete the consumer");
     flue.register("s1").await;

@@ -217,11 +217,10 @@ async fn with_memory_request_consumers_a_servers_requests_run_once_across_a_node
 
 /// The request consumer of server `s1`, read from another node than node 0.
 async fn consumer_info(client: &async_nats::Client) -> consumer::Info {
-    let name = subject::request_consumer(
-        &"default".parse().expect("tenant"),
-        &"s1".parse().expect("server"),
-    );
-    let mut consumer: consumer::PullConsumer = jetstream::new(client.clone())
+    // Under the name it has now (its agent's first heartbeat moved it to its sealed one).
+    let js = jetstream::new(client.clone());
+    let name = flue_tests::consumers::request_consumer(&js, "default", "s1").await;
+    let mut consumer: consumer::PullConsumer = js
         .get_stream(subject::REQUEST_STREAM)
         .await
         .expect("request stream")

@@ -15,24 +15,29 @@ use crate::error::chain;
 
 /// How long after a failed move the next heartbeat may try again.
 const RETRY: Duration = Duration::from_secs(5);
+/// How long a server settled for its agent instance is not looked at again: its consumer
+/// may get the older name back under the same agent (a broker that lost its consumers,
+/// made again at a registration, [`Broker::ensure_request_consumer`]).
+const RECHECK: Duration = Duration::from_secs(600);
 
 /// One server's agent asking, by a heartbeat: the server and that agent's instance.
 pub type Asked = (ServerId, String);
 
 /// What was done for one server's agent instance.
 enum Done {
-    /// Moved, or found with nothing to move: nothing more for this instance.
-    Settled,
+    /// Moved, or found with nothing to move, then: nothing more for this instance
+    /// until [`RECHECK`] later.
+    Settled(Instant),
     /// Failed; may be tried again from then.
     RetryFrom(Instant),
 }
 
 /// Moves the request consumer of each server named on `asked` (an agent pulling the
 /// sealed name said so in a heartbeat) with [`Broker::seal_request_consumer`], once per
-/// agent instance (a server deregistered and registered again gets the older name back,
-/// [`Broker::ensure_request_consumer`], and its next agent instance has it moved again),
-/// until `shutdown`. So one broker look-up per agent start is all this costs once every
-/// consumer has moved.
+/// agent instance and [`RECHECK`] (a server deregistered and registered again gets the
+/// older name back, [`Broker::ensure_request_consumer`], and its next agent instance has it
+/// moved again), until `shutdown`. So one broker look-up per agent start and per server
+/// every [`RECHECK`] is all this costs once every consumer has moved.
 pub async fn run(
     broker: Broker,
     tenant: TenantId,
@@ -51,7 +56,7 @@ pub async fn run(
         };
         let now = Instant::now();
         let skip = match done.get(&server) {
-            Some((seen, Done::Settled)) => *seen == instance,
+            Some((seen, Done::Settled(at))) => *seen == instance && *at + RECHECK > now,
             Some((seen, Done::RetryFrom(at))) => *seen == instance && *at > now,
             None => false,
         };
@@ -59,7 +64,7 @@ pub async fn run(
             continue;
         }
         let outcome = match broker.seal_request_consumer(&tenant, &server).await {
-            Ok(_) => Done::Settled,
+            Ok(_) => Done::Settled(now),
             Err(e) => {
                 warn!(server.id = %server, error = %chain(&e), "cannot move the server's request consumer to its sealed name; trying again at a later heartbeat");
                 Done::RetryFrom(now + RETRY)

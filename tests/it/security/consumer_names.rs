@@ -58,7 +58,7 @@ async fn a_request_consumer_moves_to_its_sealed_name_after_what_the_older_one_ac
     let legacy = subject::request_consumer(&tenant, &server);
     // Registered, no agent yet: the older name, which an agent of the previous release
     // computes, and only that one.
-    assert_eq!(names(&js).await, [legacy.clone()]);
+    assert_eq!(names(&js).await, std::slice::from_ref(&legacy));
     let marks = flue.path("marks");
     let script = format!("#!/bin/sh\necho \"$name\" >> {}\n", marks.display());
     flue.script_config("mark", &script, &["name"], &[]).await;
@@ -102,7 +102,7 @@ async fn a_request_consumer_moves_to_its_sealed_name_after_what_the_older_one_ac
     );
     assert_eq!(
         names(&js).await,
-        [sealed.clone()],
+        std::slice::from_ref(&sealed),
         "the older one is deleted"
     );
     // What the older consumer had acked is not delivered again: the sealed one starts
@@ -158,7 +158,7 @@ async fn a_server_deregistered_after_its_move_leaves_no_consumer_and_starts_agai
     assert!(names(&js).await.is_empty(), "{:?}", names(&js).await);
     // Registered again: the older name, for whichever agent comes (maybe an older one).
     flue.register("web1").await;
-    assert_eq!(names(&js).await, [legacy.clone()]);
+    assert_eq!(names(&js).await, std::slice::from_ref(&legacy));
     let _agent = flue.agent("web1", &[]).await;
     assert_eq!(moved_from(&js, &legacy).await, sealed);
 }

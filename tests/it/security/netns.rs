@@ -215,8 +215,9 @@ async fn an_agent_behind_a_leaf_node_acks_on_the_plain_ack_subject_and_round_tri
     // (the longer v2 form), so permissions written as `$JS.ACK.FLUE_REQ.<consumer>.>` hold
     // behind a leaf node too.
     let tenant = TenantId::new(TENANTS[0]).expect("tenant id");
-    let consumer = subject::request_consumer(&tenant, &"leafed".parse().expect("id"));
-    let prefix = format!("$JS.ACK.{}.{consumer}.", subject::REQUEST_STREAM);
+    // Its consumer's sealed name (the agent's first heartbeat had it moved there).
+    let consumer = flue_tests::consumers::sealed_prefix(&tenant, &"leafed".parse().expect("id"));
+    let prefix = format!("$JS.ACK.{}.{consumer}", subject::REQUEST_STREAM);
     let line = acks.wait_for(&prefix).await;
     let tokens: Vec<&str> = line.split('.').collect();
     assert_eq!(tokens.len(), 9, "{line}");

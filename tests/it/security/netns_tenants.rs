@@ -39,7 +39,8 @@ async fn a_second_tenant_network_has_its_own_leaf_node_and_no_path_into_the_firs
     assert!(!heard, "t2's leaf node heard t1's heartbeats");
     // ...nor do t1's streams: t2's whole account, through its own leaf node, does not find
     // web1's request consumer, which t1's account, through t1's leaf node, does.
-    let consumer = subject::request_consumer(&tenant("t1"), &"web1".parse().expect("id"));
+    // Its sealed name (its agent, started above, had it moved there).
+    let consumer = env.sealed_request_consumer("t1", "web1");
     let from_t1 = consumer_lookup(&env, t1, &consumer).await;
     assert_eq!(from_t1, "found", "t1 looks up its own consumer");
     let from_t2 = consumer_lookup(&env, t2, &consumer).await;
