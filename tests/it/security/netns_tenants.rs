@@ -72,10 +72,13 @@ const WAIT_SECS: u64 = 20;
 /// Whether a client with the whole of tenant network `net`'s edge account, connected to its
 /// leaf node, finds `consumer` on the request stream (JetStream domain `flue`, across the
 /// leaf node): `found`, `not found: …` with what JetStream answered, or `no answer` when
-/// nothing answered for `secs` seconds.
+/// nothing answered for `secs` seconds. It asks with the inbox prefix of the agent of
+/// `web1` (the server the network's leaf node serves): the hub delivers nothing else to
+/// the leaf.
 async fn consumer_lookup(env: &TenantNetworks, net: usize, consumer: &str, secs: u64) -> String {
     let net = &env.tenants[net];
     let creds = env.edge_user_creds(&net.name);
+    let inbox = subject::agent_inbox_prefix(&tenant(&net.name), &"web1".parse().expect("id"));
     let run = net
         .ns
         .command(flue_tests::repo_root().join(".venv/bin/python"))
@@ -84,6 +87,7 @@ async fn consumer_lookup(env: &TenantNetworks, net: usize, consumer: &str, secs:
         .arg(&creds)
         .args([subject::JETSTREAM_DOMAIN, subject::REQUEST_STREAM, consumer])
         .arg(secs.to_string())
+        .arg(inbox)
         .output();
     let out = tokio::time::timeout(flue_tests::WAIT, run)
         .await
@@ -98,15 +102,16 @@ async fn consumer_lookup(env: &TenantNetworks, net: usize, consumer: &str, secs:
 }
 
 /// Looks a consumer up through a leaf node. Right after a leaf node links, the hub's
-/// JetStream API interest may not have crossed it yet ("no responders"): retried until
-/// JetStream answers or the given seconds have passed.
+/// JetStream API interest may not have crossed it yet ("no responders", which nats-py's
+/// JetStream raises as `ServiceUnavailableError`): retried until JetStream answers or the
+/// given seconds have passed.
 const LOOKUP: &str = r#"
 import asyncio, sys, time, nats
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 from nats.errors import NoRespondersError, TimeoutError
 async def main():
-    url, creds, domain, stream, consumer, secs = sys.argv[1:7]
-    nc = await nats.connect(url, user_credentials=creds)
+    url, creds, domain, stream, consumer, secs, inbox = sys.argv[1:8]
+    nc = await nats.connect(url, user_credentials=creds, inbox_prefix=inbox)
     js = nc.jetstream(domain=domain, timeout=1)
     deadline = time.monotonic() + float(secs)
     while time.monotonic() < deadline:
@@ -117,7 +122,7 @@ async def main():
         except NotFoundError as e:
             print("not found:", e.description)
             return
-        except (NoRespondersError, TimeoutError):
+        except (NoRespondersError, ServiceUnavailableError, TimeoutError):
             await asyncio.sleep(0.05)
     print("no answer")
 asyncio.run(main())
