@@ -9,6 +9,7 @@ mod browser;
 mod cluster;
 mod events;
 mod fixture;
+pub mod leaf_proto;
 mod logs;
 pub mod netns;
 mod polling;

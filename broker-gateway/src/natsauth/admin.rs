@@ -124,7 +124,7 @@ pub struct LeafArgs {
     /// leaf's user may do what these servers' agents need (and use the tenant's data
     /// space), nothing else: for another server, run `leaf-config` again with every server
     /// and restart the leaf node.
-    #[arg(long = "server", required = true)]
+    #[arg(long = "server", value_name = "SERVER", required = true)]
     pub servers: Vec<ServerId>,
     /// The hub's leaf node URL, `nats-leaf://HOST:PORT`.
     #[arg(long)]

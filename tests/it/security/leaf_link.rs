@@ -7,23 +7,17 @@
 //! stream and no consumer of the state account but the served server's own.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use base64::Engine as _;
 use flue_gateway::natsauth::jwt;
 use flue_proto::creds::UserCreds;
 use flue_proto::operation::{OPERATIONS_CONSUMER, OPERATIONS_STREAM};
 use flue_proto::subject::{self, REQUEST_STREAM, RESPONSE_STREAM};
 use flue_proto::{DeploymentId, DeploymentStatus, ServerId, TenantId};
+use flue_tests::leaf_proto::{Event, LeafLink};
 use flue_tests::{Flue, WAIT, admin, free_port};
 use futures_util::StreamExt as _;
-use nkeys::KeyPair;
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
-use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedWriteHalf;
-use tokio::sync::mpsc;
 
 use super::scan::stream_names;
 
@@ -43,200 +37,18 @@ fn tenant() -> TenantId {
     id("default")
 }
 
-/// What the hub sent on the link: a protocol line (`-ERR …`, `PONG`, `LS+ …`), or a
-/// message with its subject, reply and bytes (headers and body).
-#[derive(Debug, Clone)]
-enum Event {
-    Line(String),
-    Msg {
-        subject: String,
-        reply: Option<String>,
-        payload: Vec<u8>,
-    },
-    Closed,
-}
-
-/// One leaf connection to the hub, made by hand: `INFO` read, `CONNECT` sent with the leaf
-/// user's JWT and the hub's nonce signed by its seed. A task reads what the hub sends
-/// (answering its `PING`s).
-struct LeafLink {
-    writer: Arc<tokio::sync::Mutex<OwnedWriteHalf>>,
-    events: mpsc::UnboundedReceiver<Event>,
-    /// Every protocol line the hub sent, kept for failure messages.
-    seen: Arc<Mutex<Vec<String>>>,
-}
-
-impl LeafLink {
-    /// Links to the hub's leaf node port `addr` as `creds`; returns once the hub answered
-    /// a `PING` sent after the `CONNECT` (the link is admitted).
-    async fn open(addr: &str, creds: &UserCreds) -> LeafLink {
-        let stream = TcpStream::connect(addr).await.expect("leaf node port");
-        let (read, write) = stream.into_split();
-        let mut read = BufReader::new(read);
-        let mut info = String::new();
-        tokio::time::timeout(WAIT, read.read_line(&mut info))
-            .await
-            .expect("INFO in time")
-            .expect("read INFO");
-        let info: serde_json::Value = serde_json::from_str(
-            info.strip_prefix("INFO ")
-                .unwrap_or_else(|| panic!("not an INFO: {info}")),
-        )
-        .expect("INFO is JSON");
-        let nonce = info["nonce"].as_str().expect("the hub sends a nonce");
-        let key = KeyPair::from_seed(&creds.seed).expect("seed");
-        let sig = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(key.sign(nonce.as_bytes()).expect("signed"));
-        let connect = serde_json::json!({
-            "jwt": creds.jwt,
-            "sig": sig,
-            "name": "attacker",
-            "server_id": KeyPair::new_server().public_key(),
-            "headers": true,
-        });
-        let writer = Arc::new(tokio::sync::Mutex::new(write));
-        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (tx, events) = mpsc::unbounded_channel();
-        tokio::spawn(read_link(read, writer.clone(), tx, seen.clone()));
-        let mut link = LeafLink {
-            writer,
-            events,
-            seen,
-        };
-        link.send(format!("CONNECT {connect}\r\nPING\r\n").as_bytes())
-            .await;
-        let pong = link
-            .until(|e| matches!(e, Event::Line(l) if l == "PONG" || l.starts_with("-ERR")))
-            .await;
-        assert!(
-            matches!(&pong, Some(Event::Line(l)) if l == "PONG"),
-            "the hub did not admit the leaf user: {pong:?}, {:?}",
-            link.seen()
-        );
-        link
-    }
-
-    async fn send(&self, bytes: &[u8]) {
-        let mut writer = self.writer.lock().await;
-        // A link the hub closed fails later writes: what the hub said is in the events.
-        let _ = writer.write_all(bytes).await;
-    }
-
-    /// `LMSG subject [reply] size` and the body.
-    async fn lmsg(&self, subject: &str, reply: Option<&str>, body: &[u8]) {
-        let mut frame = match reply {
-            Some(reply) => format!("LMSG {subject} {reply} {}\r\n", body.len()),
-            None => format!("LMSG {subject} {}\r\n", body.len()),
-        }
-        .into_bytes();
-        frame.extend_from_slice(body);
-        frame.extend_from_slice(b"\r\n");
-        self.send(&frame).await;
-    }
-
-    /// The first event `wanted` takes (none when the link closed or nothing came in
-    /// [`WAIT`]).
-    async fn until(&mut self, wanted: impl Fn(&Event) -> bool) -> Option<Event> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            match tokio::time::timeout_at(deadline, self.events.recv()).await {
-                Ok(Some(Event::Closed)) | Ok(None) | Err(_) => return None,
-                Ok(Some(event)) if wanted(&event) => return Some(event),
-                Ok(Some(_)) => {}
-            }
-        }
-    }
-
-    /// What the hub says to `LMSG subject` (no reply, an empty body) until it closes the
-    /// link: its `-ERR`s, or `"accepted"` when it answered a `PING` sent after it.
-    async fn refusal_of(&mut self, subject: &str) -> String {
-        self.lmsg(subject, None, b"").await;
-        self.send(b"PING\r\n").await;
-        let mut errors = Vec::new();
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            match tokio::time::timeout_at(deadline, self.events.recv()).await {
-                Ok(Some(Event::Line(l))) if l.starts_with("-ERR") => errors.push(l),
-                Ok(Some(Event::Line(l))) if l == "PONG" && errors.is_empty() => {
-                    return "accepted".to_owned();
-                }
-                Ok(Some(Event::Closed)) | Ok(None) => return errors.join("\n"),
-                Err(_) => return format!("no answer in time; {}", errors.join("\n")),
-                Ok(Some(_)) => {}
-            }
-        }
-    }
-
-    fn seen(&self) -> Vec<String> {
-        self.seen.lock().expect("lock").clone()
-    }
-}
-
-/// Reads the hub's side of a leaf link into `tx`, answering `PING` with `PONG`.
-async fn read_link(
-    mut read: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    writer: Arc<tokio::sync::Mutex<OwnedWriteHalf>>,
-    tx: mpsc::UnboundedSender<Event>,
-    seen: Arc<Mutex<Vec<String>>>,
-) {
-    loop {
-        let mut line = String::new();
-        match read.read_line(&mut line).await {
-            Ok(0) | Err(_) => {
-                let _ = tx.send(Event::Closed);
-                return;
-            }
-            Ok(_) => {}
-        }
-        let line = line.trim_end().to_owned();
-        if line == "PING" {
-            let _ = writer.lock().await.write_all(b"PONG\r\n").await;
-            continue;
-        }
-        let event = if let Some(rest) = line
-            .strip_prefix("LMSG ")
-            .or_else(|| line.strip_prefix("HMSG "))
-        {
-            let args: Vec<&str> = rest.split_whitespace().collect();
-            let size: usize = args.last().and_then(|s| s.parse().ok()).expect("a size");
-            let mut payload = vec![0; size + 2];
-            if read.read_exact(&mut payload).await.is_err() {
-                let _ = tx.send(Event::Closed);
-                return;
-            }
-            payload.truncate(size);
-            let headers = line.starts_with("HMSG");
-            let reply = match (args.len(), headers) {
-                (3, false) | (4, true) => Some(args[1].to_owned()),
-                _ => args
-                    .iter()
-                    .position(|a| *a == "+")
-                    .map(|i| args[i + 1].to_owned()),
-            };
-            Event::Msg {
-                subject: args[0].to_owned(),
-                reply,
-                payload,
-            }
-        } else {
-            seen.lock().expect("lock").push(line.clone());
-            Event::Line(line)
-        };
-        if tx.send(event).is_err() {
-            return;
-        }
-    }
-}
-
 /// One consumer's progress: delivered and ack floor stream sequences, acks pending,
 /// messages pending.
 type Progress = (u64, u64, usize, u64);
+
+/// A stream's message count, last sequence, and per subject its count and last sequence.
+type StreamState = (u64, u64, BTreeMap<String, (usize, u64)>);
 
 /// Every stream of the state and events accounts (message count, last sequence, per
 /// subject count and last sequence) and every consumer of every stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Snapshot {
-    streams: BTreeMap<String, (u64, u64, BTreeMap<String, (usize, u64)>)>,
+    streams: BTreeMap<String, StreamState>,
     consumers: BTreeMap<String, Progress>,
 }
 
@@ -515,16 +327,11 @@ fn as_refused(subject: &str) -> [String; 2] {
 #[tokio::test]
 async fn a_leaf_link_reaches_only_its_servers_and_its_replies_change_nothing_of_the_others() {
     let (flue, hub, creds, deployments) = hub_with_two_servers().await;
-    let (t, served, victim) = (tenant(), id::<ServerId>(SERVED), id::<ServerId>(VICTIM));
     let own = own_consumers(&creds);
-    // An attacker's guess at web2's consumer: the name the served server's follows.
-    let theirs = subject::request_consumer(&t, &victim);
-    let mut failures = Vec::new();
-
-    // The positive control: the link is admitted and pulls web1's request.
     let mut link = LeafLink::open(&hub, &creds).await;
-    let inboxes = format!("{}.>", subject::agent_inbox_prefix(&t, &served));
+    let inboxes = format!("{}.>", subject::agent_inbox_prefix(&tenant(), &id(SERVED)));
     link.send(format!("LS+ {inboxes}\r\n").as_bytes()).await;
+    // The positive control: the link is admitted and pulls web1's request.
     let mut pulled = None;
     for (n, consumer) in own.iter().enumerate() {
         if let Event::Msg {
@@ -542,185 +349,23 @@ async fn a_leaf_link_reaches_only_its_servers_and_its_replies_change_nothing_of_
         pulled.is_some(),
         "the link pulled none of web1's requests from {own:?}"
     );
-    let own_pull = own[0].clone();
-
-    // a. Direct reach: each of these is refused by the hub on the link (it says so, logs
-    // it and closes the link), and changes nothing.
-    let before = snapshot(&flue).await;
-    let hub_log_from = flue.nats.logs().len();
-    let [their_next, their_next_domain] = flue_proto::jsapi::consumer_next(REQUEST_STREAM, &theirs);
-    let [their_info, their_info_domain] = flue_proto::jsapi::consumer_info(REQUEST_STREAM, &theirs);
-    let other: TenantId = id("other");
-    let refused = [
-        their_next,
-        their_next_domain,
-        their_info,
-        their_info_domain,
-        subject::response(&t, &victim),
-        subject::heartbeat(&t, &victim),
-        subject::request(&t, &victim),
-        format!("$KV.{}.other.st.k", subject::DATA_BUCKET),
-        format!("$JS.flue.API.$KV.{}.other.st.k", subject::DATA_BUCKET),
-        format!("$KV.{}.{t}.{VICTIM}", subject::SERVERS_BUCKET),
-        subject::response(&other, &served),
-        subject::heartbeat(&other, &served),
-        flue_proto::jsapi::consumer_next(
-            REQUEST_STREAM,
-            &subject::request_consumer(&other, &served),
-        )[1]
-        .clone(),
-        format!("$JS.API.STREAM.DELETE.{REQUEST_STREAM}"),
-        format!("$JS.flue.API.STREAM.PURGE.{REQUEST_STREAM}"),
-    ];
-    for subject in &refused {
-        let mut probe = LeafLink::open(&hub, &creds).await;
-        let said = probe.refusal_of(subject).await;
-        let names = as_refused(subject);
-        if !names
-            .iter()
-            .any(|n| said.contains(&format!("Permissions Violation for Publish to \"{n}\"")))
-        {
-            failures.push(format!("{subject} not refused on the link: {said}"));
-        }
-    }
-    let log = flue.nats.logs().lines()[hub_log_from..].join("\n");
-    for subject in &refused {
-        let names = as_refused(subject);
-        if !names
-            .iter()
-            .any(|n| log.contains(&format!("Publish Violation on \"{n}\"")))
-        {
-            failures.push(format!("the hub's log has no violation for {subject}"));
-        }
-    }
-    let _ = pull(&mut link, &own_pull, 10).await;
-    let after = snapshot(&flue).await;
-    for change in changes(&before, &after, &own) {
-        failures.push(format!("direct reach changed {change}"));
-    }
-
-    // b. Reply injection: every subject the leaf user may publish, with every reply an
-    // attacker can name: each stream's stored and configured subjects, stream purge and
-    // delete, and the ack subjects of the consumers whose names can be guessed (web2's
-    // request consumer, the gateway's answers consumer, the operations consumer) for every
-    // sequence their streams hold. web2's in-flight request is the one an ack would take.
-    let before = snapshot(&flue).await;
-    let mut replies: BTreeSet<String> = BTreeSet::new();
-    for (name, (_, _, subjects)) in &before.streams {
-        replies.extend(subjects.keys().cloned());
-        let stream = name.split_once('/').expect("account/stream").1;
-        replies.extend(flue_proto::jsapi::api(&format!("STREAM.PURGE.{stream}")));
-        replies.extend(flue_proto::jsapi::api(&format!("STREAM.DELETE.{stream}")));
-    }
-    let js = jetstream::new(flue.nats.client().await);
-    for name in stream_names(&js).await {
-        let mut stream = js.get_stream(&name).await.expect("stream");
-        let info = stream.info().await.expect("info");
-        replies.extend(info.config.subjects.iter().map(|s| concrete(s)));
-    }
-    replies.extend([
-        subject::request(&t, &victim),
-        subject::response(&t, &victim),
-        subject::heartbeat(&t, &victim),
-        format!("$KV.{}.{t}.{VICTIM}", subject::SERVERS_BUCKET),
-    ]);
-    for (stream, consumer) in [
-        (REQUEST_STREAM, theirs.as_str()),
-        (RESPONSE_STREAM, subject::GATEWAY_RESPONSE_CONSUMER),
-        (OPERATIONS_STREAM, OPERATIONS_CONSUMER),
-    ] {
-        let last = before
-            .streams
-            .get(&format!("state/{stream}"))
-            .map_or(0, |s| s.1);
-        for seq in 1..=last.max(1) {
-            replies.insert(format!("$JS.ACK.{stream}.{consumer}.1.{seq}.{seq}.0.0"));
-        }
-    }
-    let claims: jwt::Claims<jwt::User> = jwt::decode(&creds.jwt).expect("the leaf user's jwt");
-    assert_eq!(
-        claims.nats.allowed_connection_types,
-        [jwt::CONNECTION_TYPE_LEAFNODE]
-    );
-    let publish = claims.nats.publish.allow;
-    let mut sent = 0;
-    for allowed in &publish {
-        let subject = concrete(allowed);
-        let body: &[u8] = if subject.contains("MSG.NEXT") {
-            br#"{"batch":1,"no_wait":true}"#
-        } else if subject.starts_with("$KV.") || subject.contains(".API.$KV.") {
-            // A value that, read back by a direct get with an ack reply, terminates.
-            b"+TERM"
-        } else if subject.starts_with("flue.") {
-            b"leaf"
-        } else {
-            b""
-        };
-        for reply in &replies {
-            link.lmsg(&subject, Some(reply), body).await;
-            sent += 1;
-        }
-    }
-    // The JetStream API answers in order of arrival: once two pulls sent after everything
-    // are answered, every request before them has been.
-    let _ = pull(&mut link, &own_pull, 11).await;
-    let _ = pull(&mut link, &own_pull, 12).await;
-    assert!(
-        sent >= publish.len() * 100,
-        "only {sent} publishes on {} subjects",
-        publish.len()
-    );
-    // The gateway reads what the link wrote on web1's answer subject: its consumer has
-    // nothing left once it has.
-    let settled = tokio::time::Instant::now() + WAIT;
-    let after = loop {
-        let now = snapshot(&flue).await;
-        let busy = now
-            .consumers
-            .iter()
-            .any(|(n, p)| n.contains(&format!("/{RESPONSE_STREAM}/")) && (p.2, p.3) != (0, 0));
-        if !busy || tokio::time::Instant::now() > settled {
-            break now;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut attack = Attack {
+        flue,
+        hub,
+        creds,
+        link,
+        own,
+        // An attacker's guess at web2's consumer: the name the served server's follows.
+        theirs: subject::request_consumer(&tenant(), &id(VICTIM)),
     };
-    for change in changes(&before, &after, &own) {
-        failures.push(format!("reply injection ({sent} LMSGs) changed {change}"));
-    }
-    // The link stayed up through it all: nothing it sent was refused.
-    let errors: Vec<String> = link
-        .seen()
-        .into_iter()
-        .filter(|l| l.starts_with("-ERR"))
-        .collect();
-    assert!(errors.is_empty(), "the link was refused: {errors:?}");
-
-    // c. web2's ack subject itself, sent as a subject: nats-server passes `$JS.ACK.` (and
-    // `_R_.`) on a leaf link without checking the link's permissions (`leafMsgAllowed`),
-    // so what keeps it from web2's requests is its consumer's name. Each sequence of the
-    // request stream as an ack, a termination and a nak, with web2's last request in flight.
-    let _held = hold_in_flight(&flue, VICTIM).await;
-    let before = snapshot(&flue).await;
-    let last = before
-        .streams
-        .get(&format!("state/{REQUEST_STREAM}"))
-        .map_or(0, |s| s.1);
-    for seq in 1..=last {
-        let ack = format!("$JS.ACK.{REQUEST_STREAM}.{theirs}.1.{seq}.{seq}.0.0");
-        for body in [&b""[..], b"+TERM", b"-NAK"] {
-            link.lmsg(&ack, None, body).await;
-        }
-    }
-    let _ = pull(&mut link, &own_pull, 13).await;
-    let after = snapshot(&flue).await;
-    for change in changes(&before, &after, &own) {
-        failures.push(format!("web2's ack subjects changed {change}"));
-    }
+    let mut failures = attack.direct_reach().await;
+    failures.extend(attack.reply_injection().await);
+    failures.extend(attack.ack_subjects().await);
 
     // Every record still reads; web2's deployments are still queued.
-    let client = flue.client();
+    let client = attack.flue.client();
     client
-        .get_server(&victim)
+        .get_server(&id(VICTIM))
         .await
         .expect("web2's record reads");
     client
@@ -739,4 +384,215 @@ async fn a_leaf_link_reaches_only_its_servers_and_its_replies_change_nothing_of_
         "the leaf link reached beyond web1:\n{}",
         failures.join("\n")
     );
+}
+
+/// The attack's parts, over one Flue and the link made with `leaf-config --server web1`'s
+/// user; each returns what it found reached beyond web1.
+struct Attack {
+    flue: Flue,
+    /// The hub's leaf node port.
+    hub: String,
+    creds: UserCreds,
+    /// The link the allowed subjects are sent on (it must stay up).
+    link: LeafLink,
+    /// web1's request consumers (the leaf user's pulls).
+    own: Vec<String>,
+    /// The guessed name of web2's.
+    theirs: String,
+}
+
+impl Attack {
+    /// Waits until the JetStream API has handled what the link sent before: it answers in
+    /// order of arrival.
+    async fn sync(&mut self, n: usize) {
+        let own = self.own[0].clone();
+        let _ = pull(&mut self.link, &own, n).await;
+    }
+
+    /// a. Direct reach: each of these is refused by the hub on a link of its own (the hub
+    /// says so, logs it and closes the link), and changes nothing.
+    async fn direct_reach(&mut self) -> Vec<String> {
+        let mut failures = Vec::new();
+        let (t, served, victim) = (tenant(), id::<ServerId>(SERVED), id::<ServerId>(VICTIM));
+        let before = snapshot(&self.flue).await;
+        let hub_log_from = self.flue.nats.logs().len();
+        let [next, next_domain] = flue_proto::jsapi::consumer_next(REQUEST_STREAM, &self.theirs);
+        let [info, info_domain] = flue_proto::jsapi::consumer_info(REQUEST_STREAM, &self.theirs);
+        let other: TenantId = id("other");
+        let others_consumer = subject::request_consumer(&other, &served);
+        let refused = [
+            next,
+            next_domain,
+            info,
+            info_domain,
+            subject::response(&t, &victim),
+            subject::heartbeat(&t, &victim),
+            subject::request(&t, &victim),
+            format!("$KV.{}.other.st.k", subject::DATA_BUCKET),
+            format!("$JS.flue.API.$KV.{}.other.st.k", subject::DATA_BUCKET),
+            format!("$KV.{}.{t}.{VICTIM}", subject::SERVERS_BUCKET),
+            subject::response(&other, &served),
+            subject::heartbeat(&other, &served),
+            flue_proto::jsapi::consumer_next(REQUEST_STREAM, &others_consumer)[1].clone(),
+            format!("$JS.API.STREAM.DELETE.{REQUEST_STREAM}"),
+            format!("$JS.flue.API.STREAM.PURGE.{REQUEST_STREAM}"),
+        ];
+        for subject in &refused {
+            let mut probe = LeafLink::open(&self.hub, &self.creds).await;
+            let said = probe.refusal_of(subject).await;
+            if !as_refused(subject)
+                .iter()
+                .any(|n| said.contains(&format!("Permissions Violation for Publish to \"{n}\"")))
+            {
+                failures.push(format!("{subject} not refused on the link: {said}"));
+            }
+        }
+        let log = self.flue.nats.logs().lines()[hub_log_from..].join("\n");
+        for subject in &refused {
+            if !as_refused(subject)
+                .iter()
+                .any(|n| log.contains(&format!("Publish Violation on \"{n}\"")))
+            {
+                failures.push(format!("the hub's log has no violation for {subject}"));
+            }
+        }
+        self.sync(10).await;
+        let after = snapshot(&self.flue).await;
+        for change in changes(&before, &after, &self.own) {
+            failures.push(format!("direct reach changed {change}"));
+        }
+        failures
+    }
+
+    /// b. Reply injection: every subject the leaf user may publish, with every reply an
+    /// attacker can name: each stream's stored and configured subjects, stream purge and
+    /// delete, and the ack subjects of the consumers whose names can be guessed (web2's
+    /// request consumer, the gateway's answers consumer, the operations consumer) for every
+    /// sequence their streams hold. web2's in-flight request is the one an ack would take.
+    async fn reply_injection(&mut self) -> Vec<String> {
+        let before = snapshot(&self.flue).await;
+        let replies = self.replies(&before).await;
+        let claims: jwt::Claims<jwt::User> =
+            jwt::decode(&self.creds.jwt).expect("the leaf user's jwt");
+        assert_eq!(
+            claims.nats.allowed_connection_types,
+            [jwt::CONNECTION_TYPE_LEAFNODE]
+        );
+        let publish = claims.nats.publish.allow;
+        let mut sent = 0;
+        for allowed in &publish {
+            let subject = concrete(allowed);
+            let body: &[u8] = if subject.contains("MSG.NEXT") {
+                br#"{"batch":1,"no_wait":true}"#
+            } else if subject.starts_with("$KV.") || subject.contains(".API.$KV.") {
+                // A value that, read back by a direct get with an ack reply, terminates.
+                b"+TERM"
+            } else if subject.starts_with("flue.") {
+                b"leaf"
+            } else {
+                b""
+            };
+            for reply in &replies {
+                self.link.lmsg(&subject, Some(reply), body).await;
+                sent += 1;
+            }
+        }
+        self.sync(11).await;
+        self.sync(12).await;
+        assert!(
+            sent >= publish.len() * 100,
+            "only {sent} publishes on {} subjects",
+            publish.len()
+        );
+        // The gateway reads what the link wrote on web1's answer subject: its consumer has
+        // nothing left once it has.
+        let settled = tokio::time::Instant::now() + WAIT;
+        let after = loop {
+            let now = snapshot(&self.flue).await;
+            let busy = now
+                .consumers
+                .iter()
+                .any(|(n, p)| n.contains(&format!("/{RESPONSE_STREAM}/")) && (p.2, p.3) != (0, 0));
+            if !busy || tokio::time::Instant::now() > settled {
+                break now;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        // The link stayed up through it all: nothing it sent was refused.
+        let errors: Vec<String> = self
+            .link
+            .seen()
+            .into_iter()
+            .filter(|l| l.starts_with("-ERR"))
+            .collect();
+        assert!(errors.is_empty(), "the link was refused: {errors:?}");
+        changes(&before, &after, &self.own)
+            .into_iter()
+            .map(|c| format!("reply injection ({sent} LMSGs) changed {c}"))
+            .collect()
+    }
+
+    /// Every reply [`Attack::reply_injection`] names.
+    async fn replies(&self, before: &Snapshot) -> BTreeSet<String> {
+        let (t, victim) = (tenant(), id::<ServerId>(VICTIM));
+        let mut replies: BTreeSet<String> = BTreeSet::new();
+        for (name, (_, _, subjects)) in &before.streams {
+            replies.extend(subjects.keys().cloned());
+            let stream = name.split_once('/').expect("account/stream").1;
+            replies.extend(flue_proto::jsapi::api(&format!("STREAM.PURGE.{stream}")));
+            replies.extend(flue_proto::jsapi::api(&format!("STREAM.DELETE.{stream}")));
+        }
+        let js = jetstream::new(self.flue.nats.client().await);
+        for name in stream_names(&js).await {
+            let mut stream = js.get_stream(&name).await.expect("stream");
+            let info = stream.info().await.expect("info");
+            replies.extend(info.config.subjects.iter().map(|s| concrete(s)));
+        }
+        replies.extend([
+            subject::request(&t, &victim),
+            subject::response(&t, &victim),
+            subject::heartbeat(&t, &victim),
+            format!("$KV.{}.{t}.{VICTIM}", subject::SERVERS_BUCKET),
+        ]);
+        for (stream, consumer) in [
+            (REQUEST_STREAM, self.theirs.as_str()),
+            (RESPONSE_STREAM, subject::GATEWAY_RESPONSE_CONSUMER),
+            (OPERATIONS_STREAM, OPERATIONS_CONSUMER),
+        ] {
+            let last = before
+                .streams
+                .get(&format!("state/{stream}"))
+                .map_or(0, |s| s.1);
+            for seq in 1..=last.max(1) {
+                replies.insert(format!("$JS.ACK.{stream}.{consumer}.1.{seq}.{seq}.0.0"));
+            }
+        }
+        replies
+    }
+
+    /// c. web2's ack subject itself, sent as a subject: nats-server passes `$JS.ACK.` (and
+    /// `_R_.`) on a leaf link without checking the link's permissions (`leafMsgAllowed`),
+    /// so what keeps it from web2's requests is its consumer's name. Each sequence of the
+    /// request stream as an ack, a termination and a nak, with web2's last request in
+    /// flight.
+    async fn ack_subjects(&mut self) -> Vec<String> {
+        let _held = hold_in_flight(&self.flue, VICTIM).await;
+        let before = snapshot(&self.flue).await;
+        let last = before
+            .streams
+            .get(&format!("state/{REQUEST_STREAM}"))
+            .map_or(0, |s| s.1);
+        for seq in 1..=last {
+            let ack = format!("$JS.ACK.{REQUEST_STREAM}.{}.1.{seq}.{seq}.0.0", self.theirs);
+            for body in [&b""[..], b"+TERM", b"-NAK"] {
+                self.link.lmsg(&ack, None, body).await;
+            }
+        }
+        self.sync(13).await;
+        let after = snapshot(&self.flue).await;
+        changes(&before, &after, &self.own)
+            .into_iter()
+            .map(|c| format!("web2's ack subjects changed {c}"))
+            .collect()
+    }
 }
