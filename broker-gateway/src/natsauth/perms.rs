@@ -73,10 +73,12 @@ pub fn agent(tenant: &TenantId, server: &ServerId, stacks: &[StackId]) -> Permis
 /// tenant's data space (stream info, direct get and put of every key of `tenant`, watching
 /// them). The data space is wider than any one agent's: an agent's stacks change over
 /// time, carried by new agent JWTs in its requests, which a leaf user written once cannot
-/// follow. Nothing else: another server's request consumer, answers, heartbeats and inbox
-/// are refused by the hub on the leaf's link (which it closes on the first refusal).
-/// A leaf link needs no subject of its own beyond these: its loop detection (`$LDS.`),
-/// the service replies (`_R_.`) and acks (`$JS.ACK.`) it forwards pass the hub unchecked.
+/// follow. Nothing else: the hub refuses another server's request consumer, answers and
+/// heartbeats on the leaf's link (and closes it at the first), and delivers over it no
+/// other inbox. A leaf link needs no subject of its own beyond these (measured: no
+/// violation in the hub's log with agents behind a leaf): its loop detection (`$LDS.`),
+/// the service replies (`_R_.`) and acks (`$JS.ACK.`) it forwards pass the hub unchecked,
+/// which is also why an ack subject is kept from the link only by its consumer's name.
 pub fn leaf(tenant: &TenantId, servers: &[ServerId]) -> Permissions {
     let mut perms = Permissions::default();
     for server in servers {
