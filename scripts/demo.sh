@@ -251,8 +251,8 @@ ns_tcp() {
 # network `t1` linked to cp only, with a NATS leaf node and the agents of db and web connected
 # to it. The hub comes from `flue-gateway init` (operator mode, TLS on its client and
 # leaf-node ports with a CA made here), the leaf node from `flue-gateway leaf-config` (tenant
-# t1's account only, the hub's certificate verified); the agents hold the credentials their
-# registration minted. The flue CLI runs inside cp.
+# t1's account only, its link allowed what the agents of db and web need, the hub's
+# certificate verified); the agents hold the credentials their registration minted. The flue CLI runs inside cp.
 tenant_network_demo() {
   local cp="flue-demo-$$-cp" t1="flue-demo-$$-t1" dir="$demo/isolated"
   local state="$demo/isolated/gateway-state"
@@ -280,9 +280,11 @@ tenant_network_demo() {
     --broker-listen 127.0.0.1:4222 --leafnode-listen 0.0.0.0:7422 \
     --tls-cert "$dir/hub.pem" --tls-key "$dir/hub.key" --tls-ca "$dir/ca.pem" >/dev/null
   "$gateway_bin" leaf-config --state-dir "$state" --tenant t1 --hub nats-leaf://10.250.1.1:7422 \
-    --tls-ca "$dir/ca.pem" --listen 127.0.0.1:4222 --out "$dir/leaf-t1" >/dev/null
+    --tls-ca "$dir/ca.pem" --listen 127.0.0.1:4222 --server db --server web \
+    --out "$dir/leaf-t1" >/dev/null
   echo "flue-gateway init: operator, system account and tenant t1's accounts, hub config with TLS" \
-    "(demo CA .flue-demo/isolated/ca.pem); flue-gateway leaf-config: t1's leaf node and its user"
+    "(demo CA .flue-demo/isolated/ca.pem); flue-gateway leaf-config: t1's leaf node and its user" \
+    "(the agents of db and web, t1's data space)"
 
   ip netns exec "$cp" "$nats_server" -c "$state/broker/nats-server.conf" >"$dir/hub.log" 2>&1 &
   pids+=($!)

@@ -70,3 +70,52 @@ pub async fn response_consumer(js: &jetstream::Context) -> String {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// Has server `server` of `tenant`'s request consumer moved to its sealed name as an agent
+/// of this release would: heartbeats on `client` (a user of the tenant's state account)
+/// saying it pulls the sealed one, with an hour's interval so that it stays online for the
+/// test, until the broker has the sealed consumer (bounded by [`crate::WAIT`]). Its name.
+pub async fn sealed_by_heartbeat(
+    client: &async_nats::Client,
+    tenant: &str,
+    server: &str,
+) -> String {
+    let js = jetstream::new(client.clone());
+    let (t, s): (TenantId, ServerId) = (
+        tenant.parse().expect("tenant id"),
+        server.parse().expect("server id"),
+    );
+    let legacy = subject::request_consumer(&t, &s);
+    let deadline = tokio::time::Instant::now() + crate::WAIT;
+    for seq in 1.. {
+        let beat = flue_proto::Heartbeat {
+            v: flue_proto::PROTOCOL_VERSION,
+            tenant: t.clone(),
+            server: s.clone(),
+            instance: format!("sealing-{server}"),
+            seq,
+            interval_ms: 3_600_000,
+            state: flue_proto::HeartbeatState::Alive,
+            metrics: None,
+            ledger_created_at: None,
+            agent_version: None,
+            connection: None,
+            sealed_consumer: true,
+        };
+        let payload = serde_json::to_vec(&beat).expect("json");
+        client
+            .publish(subject::heartbeat(&t, &s), payload.into())
+            .await
+            .expect("publish a heartbeat");
+        let now = request_consumer(&js, tenant, server).await;
+        if now != legacy {
+            return now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the gateway never moved {legacy} to its sealed name"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    unreachable!("heartbeats are numbered without end")
+}

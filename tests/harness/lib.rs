@@ -10,6 +10,7 @@ mod cluster;
 pub mod consumers;
 mod events;
 mod fixture;
+pub mod leaf_proto;
 mod logs;
 pub mod netns;
 mod polling;

@@ -153,18 +153,24 @@ impl TenantNetworks {
     }
 
     /// Adds tenant network `name` (a tenant of [`TENANTS`]): a namespace linked to `cp`
-    /// only, with a leaf node from `flue-gateway leaf-config` whose remote is the hub's
-    /// leaf port; waits until the leaf is linked ([`LEAF_LINKED`]). Returns its index.
-    pub async fn add_tenant_network(&mut self, name: &str) -> usize {
+    /// only, with a leaf node from `flue-gateway leaf-config` serving `servers` (the agents
+    /// started in it: its link may do what theirs need, nothing else) whose remote is the
+    /// hub's leaf port; waits until the leaf is linked ([`LEAF_LINKED`]). Returns its index.
+    pub async fn add_tenant_network(&mut self, name: &str, servers: &[&str]) -> usize {
         let ca = self.ca.ca_file();
-        let i = self.add_tenant_network_trusting(name, &ca).await;
+        let i = self.add_tenant_network_trusting(name, servers, &ca).await;
         self.tenants[i].leaf.wait_for(LEAF_LINKED).await;
         i
     }
 
     /// [`TenantNetworks::add_tenant_network`] with a leaf node that verifies the hub's
     /// certificate against `ca`, without waiting for the link (it may never come up).
-    pub async fn add_tenant_network_trusting(&mut self, name: &str, ca: &Path) -> usize {
+    pub async fn add_tenant_network_trusting(
+        &mut self,
+        name: &str,
+        servers: &[&str],
+        ca: &Path,
+    ) -> usize {
         assert!(TENANTS.contains(&name), "{name} is not one of {TENANTS:?}");
         let ns = self.lab.namespace(name);
         let link = self.lab.link(&self.cp, &ns);
@@ -174,22 +180,34 @@ impl TenantNetworks {
             link.a
         );
         let out = self.dir.path().join(format!("leaf-{name}"));
-        admin(&[
+        let (state_dir, hub) = (
+            self.state_dir.display().to_string(),
+            format!("nats-leaf://{}:{LEAF_PORT}", link.a),
+        );
+        let (ca, listen, out_dir) = (
+            ca.display().to_string(),
+            format!("0.0.0.0:{TENANT_NATS_PORT}"),
+            out.display().to_string(),
+        );
+        let mut args = vec![
             "leaf-config",
             "--state-dir",
-            &self.state_dir.display().to_string(),
+            &state_dir,
             "--tenant",
             name,
             "--hub",
-            &format!("nats-leaf://{}:{LEAF_PORT}", link.a),
+            &hub,
             "--tls-ca",
-            &ca.display().to_string(),
+            &ca,
             "--listen",
-            &format!("0.0.0.0:{TENANT_NATS_PORT}"),
+            &listen,
             "--out",
-            &out.display().to_string(),
-        ])
-        .await;
+            &out_dir,
+        ];
+        for server in servers {
+            args.extend(["--server", server]);
+        }
+        admin(&args).await;
         let leaf = ns.spawn(
             &format!("nats leaf {name}"),
             nats_server_bin(),

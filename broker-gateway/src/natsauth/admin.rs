@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use flue_proto::TenantId;
+use flue_proto::{ServerId, TenantId};
 
 use super::broker_conf::{HubSettings, TlsFiles};
 use super::cluster_conf::{ClusterNode, ClusterSettings};
-use super::{BROKER_DIR, NatsAuth, NatsAuthError};
+use super::{BROKER_DIR, LeafNetwork, NatsAuth, NatsAuthError};
 use crate::state::StateDir;
 
 /// The broker settings `init` used, kept for `tenant create`.
@@ -120,6 +120,12 @@ pub struct LeafArgs {
     /// The tenant whose network the leaf node serves.
     #[arg(long)]
     pub tenant: TenantId,
+    /// A server whose agent connects through this leaf node; at least one, repeated. The
+    /// leaf's user may do what these servers' agents need (and use the tenant's data
+    /// space), nothing else: for another server, run `leaf-config` again with every server
+    /// and restart the leaf node.
+    #[arg(long = "server", value_name = "SERVER", required = true)]
+    pub servers: Vec<ServerId>,
     /// The hub's leaf node URL, `nats-leaf://HOST:PORT`.
     #[arg(long)]
     pub hub: String,
@@ -167,14 +173,17 @@ pub fn run(admin: Admin) -> Result<(), NatsAuthError> {
         }
         Admin::LeafConfig(args) => {
             let auth = NatsAuth::open(&args.state_dir)?;
-            let conf = auth.write_leaf_conf(
-                &args.tenant,
-                &args.listen,
-                &args.hub,
-                args.tls_ca.map(absolute),
-                &args.out,
-            )?;
+            let network = LeafNetwork {
+                tenant: args.tenant,
+                servers: args.servers,
+                listen: args.listen,
+                hub: args.hub,
+                hub_ca: args.tls_ca.map(absolute),
+            };
+            let conf = auth.write_leaf_conf(&network, &args.out)?;
+            let servers: Vec<&str> = network.servers.iter().map(ServerId::as_str).collect();
             println!("leaf node configuration {}", conf.path.display());
+            println!("leaf user for the servers {}", servers.join(" "));
             if let Some(user) = conf.revoked {
                 println!(
                     "revoked the leaf user these files replace, {user}: the broker refuses it from the gateway's next account push (--account-push-secs) or start; restart the leaf node with the new files"

@@ -236,22 +236,23 @@ impl NatsAuth {
         Ok(broker.path().join(BROKER_CONF))
     }
 
-    /// Writes a leaf node's configuration and its leaf user's credentials for `tenant`'s
-    /// network into `out` (`leaf.conf`, `leaf.creds`, both 0600). `listen` is the leaf's
-    /// client listener, `hub` the hub's leaf node URL. The leaf node is bound to the
-    /// tenant's edge account (its agents are edge users) and preloads a stub of the state
-    /// account ([`edge::stub_state_jwt`]). The leaf user whose credentials `out` held (an
-    /// earlier run, of the edge account or, written before the edge account existed, of
-    /// the tenant account) is revoked in the account JWT stored here; the broker learns it
-    /// at the gateway's next push of the accounts.
+    /// Writes a leaf node's configuration and its leaf user's credentials for a tenant's
+    /// network ([`LeafNetwork`]) into `out` (`leaf.conf`, `leaf.creds`, both 0600). The leaf
+    /// node is bound to the tenant's edge account (its agents are edge users) and preloads a
+    /// stub of the state account ([`edge::stub_state_jwt`]); its user may do what the agents
+    /// of the servers it serves need and nothing else ([`perms::leaf`]). The leaf user whose
+    /// credentials `out` held (an earlier run, of the edge account or, written before the
+    /// edge account existed, of the tenant account) is revoked in the account JWT stored
+    /// here; the broker learns it at the gateway's next push of the accounts.
     pub fn write_leaf_conf(
         &self,
-        tenant: &TenantId,
-        listen: &str,
-        hub: &str,
-        hub_ca: Option<PathBuf>,
+        network: &LeafNetwork,
         out: &Path,
     ) -> Result<LeafConf, NatsAuthError> {
+        let tenant = &network.tenant;
+        if network.servers.is_empty() {
+            return Err(NatsAuthError::NoLeafServers);
+        }
         let dir = StateDir::open(out)?;
         let account = self.account(tenant, AccountKind::Edge)?;
         let state = self.account(tenant, AccountKind::Tenant)?.key.public_key();
@@ -268,16 +269,16 @@ impl NatsAuth {
             }
         }
         let account = self.account(tenant, AccountKind::Edge)?;
-        let creds = self.leaf_creds(tenant)?;
+        let creds = self.leaf_creds(tenant, &network.servers)?;
         dir.write_secret(LEAF_CREDS, &creds.to_text())?;
         let system_creds = self.leaf_system_creds(&account.key.public_key())?;
         dir.write_secret(LEAF_SYSTEM_CREDS, &system_creds.to_text())?;
         let settings = LeafSettings {
-            listen: listen.to_owned(),
-            hub: hub.to_owned(),
+            listen: network.listen.clone(),
+            hub: network.hub.clone(),
             credentials: dir.path().join(LEAF_CREDS),
             account: account.key.public_key(),
-            hub_ca,
+            hub_ca: network.hub_ca.clone(),
             system_credentials: dir.path().join(LEAF_SYSTEM_CREDS),
             resolver_dir: dir.path().join(LEAF_RESOLVER_DIR),
         };
@@ -387,14 +388,22 @@ impl NatsAuth {
         Ok((listener, creds))
     }
 
-    /// A new leaf node user of `tenant`'s edge account (the whole edge account: the leaf
-    /// node checks its own clients' permissions). Only a leaf node's link may use it: the
-    /// broker refuses it to a plain client.
-    pub fn leaf_creds(&self, tenant: &TenantId) -> Result<UserCreds, NatsAuthError> {
+    /// A new leaf node user of `tenant`'s edge account for a leaf serving `servers`: their
+    /// agents' rights and the tenant's data space ([`perms::leaf`]), so that the tenant
+    /// network cannot reach another server's queue through the link (the leaf node also
+    /// checks its own clients' permissions). Only a leaf node's link may use it: the broker
+    /// refuses it to a plain client.
+    pub fn leaf_creds(
+        &self,
+        tenant: &TenantId,
+        servers: &[ServerId],
+    ) -> Result<UserCreds, NatsAuthError> {
+        let names: Vec<&str> = servers.iter().map(ServerId::as_str).collect();
+        let sealed = self.consumer_names(tenant)?;
         accounts::mint_leaf_user(
             &self.account(tenant, AccountKind::Edge)?.key,
-            &format!("leaf {tenant}"),
-            Permissions::default(),
+            &format!("leaf {tenant} {}", names.join(",")),
+            perms::leaf(tenant, servers, |server| sealed.request(tenant, server)),
         )
     }
 
@@ -430,6 +439,23 @@ impl NatsAuth {
     ) -> Result<accounts::AccountKeys, NatsAuthError> {
         accounts::account(&self.tenant_dir(tenant)?, tenant, kind, &self.operator)
     }
+}
+
+/// A tenant network's leaf node, as `flue-gateway leaf-config` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeafNetwork {
+    /// The tenant whose network it is.
+    pub tenant: TenantId,
+    /// The servers whose agents connect to the leaf node (at least one): its user may do
+    /// what their agents need and nothing else. Adding a server to the network means
+    /// writing the files again and restarting the leaf node.
+    pub servers: Vec<ServerId>,
+    /// The leaf's client listener (`HOST:PORT`), where the agents connect.
+    pub listen: String,
+    /// The hub's leaf node URL (`nats-leaf://HOST:PORT`).
+    pub hub: String,
+    /// The CA (PEM) the hub's certificate is verified against.
+    pub hub_ca: Option<PathBuf>,
 }
 
 /// What [`NatsAuth::write_leaf_conf`] wrote.
@@ -486,6 +512,9 @@ pub enum NatsAuthError {
     /// The tenant has no accounts.
     #[error("tenant {0} has no broker accounts: create it first")]
     UnknownTenant(TenantId),
+    /// A leaf node was described without a server behind it.
+    #[error("a leaf node serves at least one server (--server)")]
+    NoLeafServers,
     /// Not a user public key (`U…`).
     #[error("{0:?} is not a NATS user public key")]
     NotAUserKey(String),

@@ -1,11 +1,10 @@
 //! The permission sets of the users the gateway mints: what exactly an agent and a
 //! listener may publish and subscribe to. Everything not allowed is refused by the broker.
 //!
-//! Gateway, system and leaf users carry no permissions: each has its whole account (the
-//! account is the boundary between tenants; a leaf user's is the tenant's edge account,
-//! which holds nothing but imports of the agents' services, [`super::edge`]). The one
-//! exception is a leaf node's system user ([`leaf_system`]): the system account spans every
-//! tenant.
+//! Gateway and system users carry no permissions: each has its whole account (the account
+//! is the boundary between tenants). A tenant leaf node's user ([`leaf`]) has the rights of
+//! the agents of the servers behind it and its tenant's data space, not its whole edge
+//! account; its system user ([`leaf_system`]) hears its own account's updates only.
 
 use flue_proto::event::{EVENT_STREAM, tenant_events};
 use flue_proto::jsapi;
@@ -73,6 +72,49 @@ pub fn agent(
         publish.extend(jsapi::kv_put(DATA_BUCKET, &keys));
         publish.extend(jsapi::kv_get(DATA_BUCKET, &keys));
         subscribe.push(jsapi::kv_watch(DATA_BUCKET, &keys));
+    }
+    perms
+}
+
+/// The rights of the user a leaf node of `tenant`'s network links to the hub with, the
+/// leaf serving `servers`: the union of what those servers' agents need
+/// ([`agent`] without stacks, so whatever it grants an agent flows through), and the
+/// tenant's data space (stream info, direct get and put of every key of `tenant`, watching
+/// them). The data space is wider than any one agent's: an agent's stacks change over
+/// time, carried by new agent JWTs in its requests, which a leaf user written once cannot
+/// follow. Nothing else: the hub refuses another server's request consumer, answers and
+/// heartbeats on the leaf's link (and closes it at the first), and delivers over it no
+/// other inbox. A leaf link needs no subject of its own beyond these (measured: no
+/// violation in the hub's log with agents behind a leaf): its loop detection (`$LDS.`),
+/// the service replies (`_R_.`) and acks (`$JS.ACK.`) it forwards pass the hub unchecked,
+/// which is also why an ack subject is kept from the link only by its consumer's name.
+///
+/// `sealed` gives each server's sealed request consumer name (`crate::consumer_names`), as
+/// its agent's JWT has it.
+pub fn leaf(
+    tenant: &TenantId,
+    servers: &[ServerId],
+    sealed: impl Fn(&ServerId) -> Option<String>,
+) -> Permissions {
+    let mut perms = Permissions::default();
+    for server in servers {
+        let agent = agent(tenant, server, sealed(server).as_deref(), &[]);
+        perms.publish.allow.extend(agent.publish.allow);
+        perms.subscribe.allow.extend(agent.subscribe.allow);
+    }
+    let keys = format!("{tenant}.>");
+    let publish = &mut perms.publish.allow;
+    publish.extend(jsapi::stream_info(&jsapi::kv_stream(DATA_BUCKET)));
+    publish.extend(jsapi::kv_put(DATA_BUCKET, &keys));
+    publish.extend(jsapi::kv_get(DATA_BUCKET, &keys));
+    perms
+        .subscribe
+        .allow
+        .push(jsapi::kv_watch(DATA_BUCKET, &keys));
+    // Every server's agent may read the builds: one right each, not one per server.
+    for list in [&mut perms.publish.allow, &mut perms.subscribe.allow] {
+        let mut seen = std::collections::BTreeSet::new();
+        list.retain(|s| seen.insert(s.clone()));
     }
     perms
 }
@@ -177,6 +219,72 @@ mod tests {
                 .allow
                 .iter()
                 .all(|s| !s.contains("flue_data"))
+        );
+    }
+
+    #[test]
+    fn a_leaf_user_gets_its_servers_agents_subjects_and_its_tenants_data_space_only() {
+        let (web1, web2, web3): (ServerId, ServerId, ServerId) =
+            (id("web1"), id("web2"), id("web3"));
+        let sealed = |s: &ServerId| Some(format!("sreq-4-acme-{s}-00ff"));
+        let perms = leaf(&id("acme"), &[web1.clone(), web3.clone()], sealed);
+        let (publish, subscribe) = (&perms.publish.allow, &perms.subscribe.allow);
+        // Everything each served server's agent may do (its own consumer in both API
+        // spellings included), whatever perms::agent grants.
+        for server in [&web1, &web3] {
+            let agent = agent(&id("acme"), server, sealed(server).as_deref(), &[]);
+            for s in &agent.publish.allow {
+                assert!(publish.contains(s), "{s} missing: {publish:?}");
+            }
+            for s in &agent.subscribe.allow {
+                assert!(subscribe.contains(s), "{s} missing: {subscribe:?}");
+            }
+        }
+        for s in [
+            "$JS.API.CONSUMER.MSG.NEXT.FLUE_REQ.req-4-acme-web1",
+            "$JS.flue.API.CONSUMER.MSG.NEXT.FLUE_REQ.req-4-acme-web1",
+            "$JS.API.CONSUMER.INFO.FLUE_REQ.req-4-acme-web3",
+            "$JS.flue.API.CONSUMER.INFO.FLUE_REQ.req-4-acme-web3",
+            "$JS.ACK.FLUE_REQ.req-4-acme-web1.>",
+            // Its sealed name too, which the leaf learns from nowhere else.
+            "$JS.flue.API.CONSUMER.MSG.NEXT.FLUE_REQ.sreq-4-acme-web1-00ff",
+            "$JS.ACK.FLUE_REQ.sreq-4-acme-web3-00ff.>",
+            "flue.acme.resp.web1",
+            "flue.acme.hb.web3",
+            // The tenant's data space, both spellings.
+            "$KV.flue_data.acme.>",
+            "$JS.flue.API.$KV.flue_data.acme.>",
+            "$JS.API.DIRECT.GET.KV_flue_data.$KV.flue_data.acme.>",
+            "$JS.flue.API.DIRECT.GET.KV_flue_data.$KV.flue_data.acme.>",
+            "$JS.API.STREAM.INFO.KV_flue_data",
+        ] {
+            assert!(publish.contains(&s.to_owned()), "{s}: {publish:?}");
+        }
+        assert_eq!(
+            subscribe,
+            &[
+                "_INBOX_flue.acme.web1.>",
+                "_INBOX_flue.acme.web3.>",
+                "$KV.flue_data.acme.>"
+            ]
+        );
+        // Nothing of web2 (another server of the tenant), no other tenant, no wildcard
+        // reaching beyond the served servers, no creation, each right once.
+        let web2_consumer = subject::request_consumer(&id("acme"), &web2);
+        for s in publish.iter().chain(subscribe) {
+            assert!(!s.contains(&web2_consumer) && !s.ends_with(".web2"), "{s}");
+            assert!(!s.contains("web2"), "{s}");
+            assert!(!s.contains("other"), "{s}");
+            assert!(!s.contains("CREATE") && !s.contains("DELETE"), "{s}");
+            assert!(!s.contains(".*") && s != ">", "{s}");
+        }
+        let unique: std::collections::BTreeSet<&String> = publish.iter().collect();
+        assert_eq!(unique.len(), publish.len(), "{publish:?}");
+        assert!(
+            publish.iter().all(|s| !s.starts_with("flue.acme.")
+                || s.ends_with(".web1")
+                || s.ends_with(".web3")),
+            "{publish:?}"
         );
     }
 

@@ -20,7 +20,7 @@ use nkeys::KeyPair;
 use super::refusals_at;
 
 /// A hub with tenants `acme` and `other`, `web1`'s queue holding one request, and a leaf
-/// node for `acme`'s network connected to it.
+/// node for `acme`'s network serving `web1` connected to it.
 pub(super) async fn hub_and_leaf() -> (SecureNats, NatsProcess, tempfile::TempDir, String) {
     let secure = SecureNats::start(&["acme", "other"], Some(free_port())).await;
     secure.set_up_by_gateway("acme", &["web1"]).await;
@@ -48,7 +48,7 @@ pub(super) async fn hub_and_leaf() -> (SecureNats, NatsProcess, tempfile::TempDi
         .to_owned();
     let out = tempfile::tempdir().expect("tempdir");
     let hub = format!("nats-leaf://{hub_leaf}");
-    write_leaf_conf(&secure, &hub, out.path()).await;
+    write_leaf_conf(&secure, &hub, out.path(), &["web1"]).await;
     let leaf = NatsProcess::start(&out.path().join("leaf/leaf.conf")).await;
     leaf.logs()
         .wait_for("Leafnode connection created", WAIT)
@@ -99,13 +99,16 @@ pub(super) async fn hub_forwards_account_updates_to_the_leaf(secure: &SecureNats
     found.expect("the hub forwards account updates to the leaf's system remote");
 }
 
-/// `flue-gateway leaf-config` for `acme` into `<dir>/leaf`; what it printed.
+/// `flue-gateway leaf-config` for `acme`'s leaf node serving `servers` into `<dir>/leaf`;
+/// what it printed.
 pub(super) async fn write_leaf_conf(
     secure: &SecureNats,
     hub: &str,
     dir: &std::path::Path,
+    servers: &[&str],
 ) -> String {
-    admin(&[
+    let out = dir.join("leaf");
+    let mut args = vec![
         "leaf-config",
         "--state-dir",
         secure.state_dir().to_str().expect("utf-8"),
@@ -114,9 +117,12 @@ pub(super) async fn write_leaf_conf(
         "--hub",
         hub,
         "--out",
-        dir.join("leaf").to_str().expect("utf-8"),
-    ])
-    .await
+        out.to_str().expect("utf-8"),
+    ];
+    for server in servers {
+        args.extend(["--server", server]);
+    }
+    admin(&args).await
 }
 
 pub(super) fn ids() -> (TenantId, ServerId) {
@@ -251,13 +257,19 @@ fn with_leaf_system_rights(secure: &SecureNats, account: &str) -> UserCreds {
 #[tokio::test]
 async fn a_leaf_nodes_users_are_refused_to_a_plain_client_of_the_hub() {
     let secure = SecureNats::start(&["acme"], None).await;
-    let (tenant, _) = ids();
+    let (tenant, server) = ids();
     let acme = secure
         .auth
         .account_public_key(&tenant, AccountKind::Edge)
         .expect("acme");
     for (what, creds) in [
-        ("leaf", secure.auth.leaf_creds(&tenant).expect("leaf user")),
+        (
+            "leaf",
+            secure
+                .auth
+                .leaf_creds(&tenant, &[server])
+                .expect("leaf user"),
+        ),
         (
             "leaf system",
             secure

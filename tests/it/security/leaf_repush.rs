@@ -106,6 +106,8 @@ async fn a_server_deregistered_while_its_leaf_node_was_down_is_cut_off_there_by_
         tenant.as_str(),
         "--hub",
         &format!("nats-leaf://127.0.0.1:{leaf_port}"),
+        "--server",
+        server.as_str(),
         "--out",
         leaf_dir.to_str().expect("utf-8"),
     ])
@@ -195,8 +197,13 @@ async fn leaf_config_run_again_revokes_the_leaf_user_it_replaces() {
         KeyPair::from_seed(&creds.seed).expect("seed").public_key()
     };
     let old = user_of(&creds_file);
-    let printed = write_leaf_conf(&secure, &hub, dir.path()).await;
+    // Run again for one more server of the network (web2 joins it).
+    let printed = write_leaf_conf(&secure, &hub, dir.path(), &["web1", "web2"]).await;
     assert!(printed.contains(&old), "{printed}");
+    assert!(
+        printed.contains("leaf user for the servers web1 web2"),
+        "{printed}"
+    );
     let new = user_of(&creds_file);
     assert_ne!(new, old, "a new leaf user");
 

@@ -15,6 +15,7 @@ mod http_auth;
 mod http_ops;
 mod http_roles;
 mod http_tickets;
+mod leaf_link;
 mod leaf_repush;
 mod listener_accounts;
 mod listener_consumers;

@@ -28,7 +28,7 @@ fn gateway_port() -> u16 {
 #[tokio::test]
 async fn a_tenant_network_reaches_the_control_plane_only_at_the_leaf_node_port() {
     let mut env = TenantNetworks::start().await;
-    let t1 = env.add_tenant_network("t1").await;
+    let t1 = env.add_tenant_network("t1", &["web"]).await;
     let t1 = &env.tenants[t1];
     let cp_addr = t1.link.a;
 
@@ -76,7 +76,7 @@ async fn a_tenant_network_reaches_the_control_plane_only_at_the_leaf_node_port()
 #[tokio::test]
 async fn a_two_server_stack_with_data_flowing_between_the_servers_completes_behind_a_leaf_node() {
     let mut env = TenantNetworks::start().await;
-    let t1 = env.add_tenant_network("t1").await;
+    let t1 = env.add_tenant_network("t1", &["db", "web"]).await;
     env.start_agent(t1, "db", &[]).await;
     env.start_agent(t1, "web", &[]).await;
 
@@ -110,7 +110,7 @@ async fn a_two_server_stack_with_data_flowing_between_the_servers_completes_behi
 #[tokio::test]
 async fn a_data_key_one_server_puts_reaches_the_other_waiting_behind_the_same_leaf_node() {
     let mut env = TenantNetworks::start().await;
-    let t1 = env.add_tenant_network("t1").await;
+    let t1 = env.add_tenant_network("t1", &["db", "web"]).await;
     env.start_agent(t1, "db", &[]).await;
     env.start_agent(t1, "web", &[]).await;
 
@@ -188,7 +188,7 @@ outputs:
 #[tokio::test]
 async fn an_agent_behind_a_leaf_node_acks_on_the_plain_ack_subject_and_round_trips_are_measured() {
     let mut env = TenantNetworks::start().await;
-    let t1 = env.add_tenant_network("t1").await;
+    let t1 = env.add_tenant_network("t1", &["leafed"]).await;
     env.start_agent(t1, "leafed", &[]).await;
     let _direct = env.start_control_plane_agent("direct").await;
     let creds = env.tenant_user_creds(TENANTS[0]);

@@ -11,8 +11,8 @@ use flue_tests::tenant_net::{LEAF_LINKED, PROBE_LIMIT, TENANT_NATS_PORT, TenantN
 #[tokio::test]
 async fn a_second_tenant_network_has_its_own_leaf_node_and_no_path_into_the_first() {
     let mut env = TenantNetworks::start().await;
-    let t1 = env.add_tenant_network("t1").await;
-    let t2 = env.add_tenant_network("t2").await;
+    let t1 = env.add_tenant_network("t1", &["web1"]).await;
+    let t2 = env.add_tenant_network("t2", &["web1"]).await;
     env.start_agent(t1, "web1", &[]).await;
     let t1_leaf = at(env.tenants[t1].link.b, TENANT_NATS_PORT);
 
@@ -38,14 +38,25 @@ async fn a_second_tenant_network_has_its_own_leaf_node_and_no_path_into_the_firs
     let heard = second_tenant_hears_the_first_tenants_subjects(&env, t1, t2, "web1").await;
     assert!(!heard, "t2's leaf node heard t1's heartbeats");
     // ...nor do t1's streams: t2's whole account, through its own leaf node, does not find
-    // web1's request consumer, which t1's account, through t1's leaf node, does.
-    // Its sealed name (its agent, started above, had it moved there).
+    // web1's request consumer, which t1's account, through t1's leaf node, does (under its
+    // sealed name: its agent, started above, had it moved there). t2's link may ask only
+    // about its own web1's consumer (the control: JetStream answers that it does not
+    // exist, t2's web1 being unregistered); the question about t1's goes unanswered (t2's
+    // leaf node does not forward what its link may not send) or, were it forwarded, would
+    // find nothing in t2's account.
+    let web1 = "web1".parse().expect("id");
     let consumer = env.sealed_request_consumer("t1", "web1");
-    let from_t1 = consumer_lookup(&env, t1, &consumer).await;
+    let from_t1 = consumer_lookup(&env, t1, &consumer, WAIT_SECS).await;
     assert_eq!(from_t1, "found", "t1 looks up its own consumer");
-    let from_t2 = consumer_lookup(&env, t2, &consumer).await;
+    let own = subject::request_consumer(&tenant("t2"), &web1);
+    let control = consumer_lookup(&env, t2, &own, WAIT_SECS).await;
     assert!(
-        from_t2.starts_with("not found"),
+        control.starts_with("not found"),
+        "t2 asks about its own server's consumer: {control}"
+    );
+    let from_t2 = consumer_lookup(&env, t2, &consumer, 3).await;
+    assert!(
+        from_t2.starts_with("not found") || from_t2 == "no answer",
         "t2 looked up t1's consumer: {from_t2}"
     );
 }
@@ -55,12 +66,20 @@ fn tenant(id: &str) -> TenantId {
     TenantId::new(id).expect("tenant id")
 }
 
+/// How long a lookup expected to be answered keeps asking, in seconds (within
+/// [`flue_tests::WAIT`]).
+const WAIT_SECS: u64 = 20;
+
 /// Whether a client with the whole of tenant network `net`'s edge account, connected to its
 /// leaf node, finds `consumer` on the request stream (JetStream domain `flue`, across the
-/// leaf node): `found`, or `not found: …` with what JetStream answered.
-async fn consumer_lookup(env: &TenantNetworks, net: usize, consumer: &str) -> String {
+/// leaf node): `found`, `not found: …` with what JetStream answered, or `no answer` when
+/// nothing answered for `secs` seconds. It asks with the inbox prefix of the agent of
+/// `web1` (the server the network's leaf node serves): the hub delivers nothing else to
+/// the leaf.
+async fn consumer_lookup(env: &TenantNetworks, net: usize, consumer: &str, secs: u64) -> String {
     let net = &env.tenants[net];
     let creds = env.edge_user_creds(&net.name);
+    let inbox = subject::agent_inbox_prefix(&tenant(&net.name), &"web1".parse().expect("id"));
     let run = net
         .ns
         .command(flue_tests::repo_root().join(".venv/bin/python"))
@@ -68,6 +87,8 @@ async fn consumer_lookup(env: &TenantNetworks, net: usize, consumer: &str) -> St
         .arg(format!("nats://127.0.0.1:{TENANT_NATS_PORT}"))
         .arg(&creds)
         .args([subject::JETSTREAM_DOMAIN, subject::REQUEST_STREAM, consumer])
+        .arg(secs.to_string())
+        .arg(inbox)
         .output();
     let out = tokio::time::timeout(flue_tests::WAIT, run)
         .await
@@ -82,17 +103,19 @@ async fn consumer_lookup(env: &TenantNetworks, net: usize, consumer: &str) -> St
 }
 
 /// Looks a consumer up through a leaf node. Right after a leaf node links, the hub's
-/// JetStream API interest may not have crossed it yet ("no responders"): retried until
-/// JetStream answers, which it does within the test's bound.
+/// JetStream API interest may not have crossed it yet ("no responders", which nats-py's
+/// JetStream raises as `ServiceUnavailableError`): retried until JetStream answers or the
+/// given seconds have passed.
 const LOOKUP: &str = r#"
-import asyncio, sys, nats
-from nats.js.errors import NotFoundError
+import asyncio, sys, time, nats
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 from nats.errors import NoRespondersError, TimeoutError
 async def main():
-    url, creds, domain, stream, consumer = sys.argv[1:6]
-    nc = await nats.connect(url, user_credentials=creds)
-    js = nc.jetstream(domain=domain, timeout=2)
-    while True:
+    url, creds, domain, stream, consumer, secs, inbox = sys.argv[1:8]
+    nc = await nats.connect(url, user_credentials=creds, inbox_prefix=inbox)
+    js = nc.jetstream(domain=domain, timeout=1)
+    deadline = time.monotonic() + float(secs)
+    while time.monotonic() < deadline:
         try:
             await js.consumer_info(stream, consumer)
             print("found")
@@ -100,8 +123,9 @@ async def main():
         except NotFoundError as e:
             print("not found:", e.description)
             return
-        except (NoRespondersError, TimeoutError):
+        except (NoRespondersError, ServiceUnavailableError, TimeoutError):
             await asyncio.sleep(0.05)
+    print("no answer")
 asyncio.run(main())
 "#;
 
@@ -154,14 +178,14 @@ async fn second_tenant_hears_the_first_tenants_subjects(
 async fn a_leaf_node_that_does_not_trust_the_hubs_certificate_never_links() {
     let mut env = TenantNetworks::start().await;
     // The control: a leaf node given the CA that issued the hub's certificate links.
-    let t1 = env.add_tenant_network("t1").await;
+    let t1 = env.add_tenant_network("t1", &["web1"]).await;
     let linked = env.tenants[t1].leaf.logs().lines().join("\n");
     assert!(linked.contains(LEAF_LINKED), "{linked}");
 
     // Another CA: the leaf node refuses the hub's certificate, attempt after attempt.
     let stranger = TestCa::new();
     let t2 = env
-        .add_tenant_network_trusting("t2", &stranger.ca_file())
+        .add_tenant_network_trusting("t2", &["web1"], &stranger.ca_file())
         .await;
     let leaf = env.tenants[t2].leaf.logs();
     let refusal = "certificate signed by unknown authority";
