@@ -737,10 +737,9 @@ impl Broker {
             let created = stream.create_consumer(config.clone()).await;
             match created {
                 Ok(_) => {}
-                // At the stream's consumer limit: the older one goes first (its position
-                // is read above, so only a crash between the two calls could lose it, and
-                // then the sealed one is made from the subject's start: redeliveries the
-                // ledger answers).
+                // At the stream's consumer limit: the server keeps the older name (moving
+                // would mean deleting the older one first, a moment with no consumer at
+                // all should this gateway die between the two calls).
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -748,11 +747,8 @@ impl Broker {
                             if j.error_code() == MAXIMUM_CONSUMERS_LIMIT
                     ) =>
                 {
-                    delete_consumer(&stream, &legacy).await?;
-                    stream
-                        .create_consumer(config)
-                        .await
-                        .map_err(|e| err(e.into()))?;
+                    warn!(server.id = %server, "the request stream is at its consumer limit: the server's request consumer keeps its older name for now (tried again at a heartbeat 10 minutes on)");
+                    return Ok(false);
                 }
                 // Made meanwhile by another gateway (with another start, so "exists").
                 Err(e) => {

@@ -162,3 +162,35 @@ async fn a_server_deregistered_after_its_move_leaves_no_consumer_and_starts_agai
     let _agent = flue.agent("web1", &[]).await;
     assert_eq!(moved_from(&js, &legacy).await, sealed);
 }
+
+#[tokio::test]
+async fn a_server_at_the_request_streams_consumer_limit_keeps_its_older_name_and_runs_its_deployments()
+ {
+    // One server allowed: the sealed consumer cannot be made beside the older one, and the
+    // older one is never deleted first (a gateway dying between the two calls would leave
+    // the server with no consumer).
+    let flue = Flue::start_with(&["--max-servers", "1"]).await;
+    let (tenant, server) = ids();
+    flue.register("web1").await;
+    let js = jetstream::new(flue.nats.client().await);
+    let legacy = subject::request_consumer(&tenant, &server);
+    let agent = flue.agent("web1", &[]).await;
+    flue.gateway
+        .logs()
+        .wait_for("the request stream is at its consumer limit", WAIT)
+        .await;
+    // The agent gave up waiting for the move and pulls the older one.
+    agent
+        .logs()
+        .wait_for("did not move the request consumer to its sealed name", WAIT)
+        .await;
+    assert_eq!(names(&js).await, std::slice::from_ref(&legacy));
+    let marks = flue.path("marks");
+    let script = format!("#!/bin/sh\necho \"$name\" >> {}\n", marks.display());
+    flue.script_config("mark", &script, &["name"], &[]).await;
+    let d = flue.deploy("mark", "web1", &[("name", "one")]).await;
+    let d = flue.finished(&d.id).await;
+    assert_eq!(d.status, DeploymentStatus::Complete, "{d:?}");
+    assert_eq!(file_lines(&marks), ["one"]);
+    assert_eq!(names(&js).await, [legacy]);
+}
