@@ -248,6 +248,14 @@ async fn consumer_info_of(
     }
 }
 
+/// Whether a consumer creation failed for the stream's or the account's consumer limit.
+fn at_consumer_limit(e: &stream::ConsumerError) -> bool {
+    matches!(
+        e.kind(),
+        stream::ConsumerErrorKind::JetStream(j) if j.error_code() == MAXIMUM_CONSUMERS_LIMIT
+    )
+}
+
 /// Deletes the request consumer `name`; one already gone is fine.
 async fn delete_consumer(stream: &stream::Stream<()>, name: &str) -> Result<(), BrokerError> {
     delete_consumer_of(stream, subject::REQUEST_STREAM, name).await
@@ -632,11 +640,7 @@ impl Broker {
     ) -> Result<String, BrokerError> {
         let name = subject::request_consumer(tenant, server);
         let err = request_consumer_error(&name);
-        let stream = self
-            .js
-            .get_stream_no_info(subject::REQUEST_STREAM)
-            .await
-            .map_err(|e| err(e.into()))?;
+        let stream = self.request_stream(&err).await?;
         if let Some(sealed) = self.names.request(tenant, server)
             && let Some(_) = consumer_info(&stream, &sealed).await?
         {
@@ -646,13 +650,7 @@ impl Broker {
         let created = stream.get_or_create_consumer(&name, config).await;
         match created {
             Ok(_) => Ok(name),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    stream::ConsumerErrorKind::JetStream(j)
-                        if j.error_code() == MAXIMUM_CONSUMERS_LIMIT
-                ) =>
-            {
+            Err(e) if at_consumer_limit(&e) => {
                 let limits = self.consumer_limits().await;
                 let limit = limits.as_ref().ok().and_then(ConsumerLimits::effective);
                 warn!(server.id = %server, limit, "the broker refused a request consumer: its consumer limit is reached");
@@ -675,11 +673,7 @@ impl Broker {
     ) -> Result<(), BrokerError> {
         let name = subject::request_consumer(tenant, server);
         let err = request_consumer_error(&name);
-        let stream = self
-            .js
-            .get_stream_no_info(subject::REQUEST_STREAM)
-            .await
-            .map_err(|e| err(e.into()))?;
+        let stream = self.request_stream(&err).await?;
         stream
             .purge()
             .filter(subject::request(tenant, server))
@@ -714,11 +708,7 @@ impl Broker {
         };
         let legacy = subject::request_consumer(tenant, server);
         let err = request_consumer_error(&sealed);
-        let stream = self
-            .js
-            .get_stream_no_info(subject::REQUEST_STREAM)
-            .await
-            .map_err(|e| err(e.into()))?;
+        let stream = self.request_stream(&err).await?;
         let Some(old) = consumer_info(&stream, &legacy).await? else {
             return Ok(false);
         };
@@ -734,19 +724,12 @@ impl Broker {
                     start_sequence: floor + 1,
                 };
             }
-            let created = stream.create_consumer(config.clone()).await;
-            match created {
+            match stream.create_consumer(config).await {
                 Ok(_) => {}
                 // At the stream's consumer limit: the server keeps the older name (moving
                 // would mean deleting the older one first, a moment with no consumer at
                 // all should this gateway die between the two calls).
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        stream::ConsumerErrorKind::JetStream(j)
-                            if j.error_code() == MAXIMUM_CONSUMERS_LIMIT
-                    ) =>
-                {
+                Err(e) if at_consumer_limit(&e) => {
                     warn!(server.id = %server, "the request stream is at its consumer limit: the server's request consumer keeps its older name for now (tried again at a heartbeat 10 minutes on)");
                     return Ok(false);
                 }
@@ -763,6 +746,17 @@ impl Broker {
         Ok(true)
     }
 
+    /// A handle on the request stream (no broker call), its error made by `err`.
+    async fn request_stream(
+        &self,
+        err: &impl Fn(BoxError) -> BrokerError,
+    ) -> Result<stream::Stream<()>, BrokerError> {
+        self.js
+            .get_stream_no_info(subject::REQUEST_STREAM)
+            .await
+            .map_err(|e| err(e.into()))
+    }
+
     /// The name `server`'s request consumer has now: its sealed one once moved there,
     /// else the older one.
     pub async fn request_consumer_name(
@@ -775,10 +769,8 @@ impl Broker {
             return Ok(legacy);
         };
         let stream = self
-            .js
-            .get_stream_no_info(subject::REQUEST_STREAM)
-            .await
-            .map_err(|e| request_consumer_error(&sealed)(e.into()))?;
+            .request_stream(&request_consumer_error(&sealed))
+            .await?;
         Ok(match consumer_info(&stream, &sealed).await? {
             Some(_) => sealed,
             None => legacy,

@@ -151,19 +151,7 @@ pub(super) async fn snapshot(flue: &Flue) -> Snapshot {
             let Ok(stream) = js.get_stream(&name).await else {
                 continue;
             };
-            let mut with = stream.info_with_subjects(">").await.expect("info");
-            let (messages, last_seq) = (with.info.state.messages, with.info.state.last_sequence);
-            let mut subjects = BTreeMap::new();
-            while let Some(entry) = with.next().await {
-                let (subject, count) = entry.expect("subject count");
-                subjects.insert(subject, (count, 0));
-            }
-            for (subject, (_, last)) in &mut subjects {
-                *last = stream
-                    .get_last_raw_message_by_subject(subject)
-                    .await
-                    .map_or(0, |m| m.sequence);
-            }
+            let (messages, last_seq, subjects) = stream_state(&stream).await;
             streams.insert(
                 format!("{account}/{name}"),
                 StreamState {
@@ -187,17 +175,41 @@ pub(super) async fn snapshot(flue: &Flue) -> Snapshot {
         .await;
     for name in names {
         let info = requests.consumer_info(&name).await.expect("consumer info");
-        consumers.insert(
-            name,
-            (
-                info.delivered.stream_sequence,
-                info.ack_floor.stream_sequence,
-                info.num_ack_pending,
-                info.num_pending,
-            ),
-        );
+        consumers.insert(name, progress(&info));
     }
     Snapshot { streams, consumers }
+}
+
+/// A stream's message count and last sequence, and per subject its count and the
+/// sequence of its last message.
+pub(super) async fn stream_state(
+    stream: &jetstream::stream::Stream,
+) -> (u64, u64, BTreeMap<String, (usize, u64)>) {
+    let mut with = stream.info_with_subjects(">").await.expect("info");
+    let (messages, last_seq) = (with.info.state.messages, with.info.state.last_sequence);
+    let mut subjects = BTreeMap::new();
+    while let Some(entry) = with.next().await {
+        let (subject, count) = entry.expect("subject count");
+        subjects.insert(subject, (count, 0));
+    }
+    for (subject, (_, last)) in &mut subjects {
+        *last = stream
+            .get_last_raw_message_by_subject(subject)
+            .await
+            .map_or(0, |m| m.sequence);
+    }
+    (messages, last_seq, subjects)
+}
+
+/// A consumer's progress: delivered and ack floor stream sequences, acks pending,
+/// messages pending.
+pub(super) fn progress(info: &jetstream::consumer::Info) -> (u64, u64, usize, u64) {
+    (
+        info.delivered.stream_sequence,
+        info.ack_floor.stream_sequence,
+        info.num_ack_pending,
+        info.num_pending,
+    )
 }
 
 /// True for a subject the thief may change itself: its own answers, keys, presence and

@@ -19,6 +19,7 @@ use flue_tests::leaf_proto::{Event, LeafLink};
 use flue_tests::{Flue, WAIT, admin, free_port};
 use futures_util::StreamExt as _;
 
+use super::edge_accounts::{progress, stream_state};
 use super::scan::stream_names;
 
 /// The server behind the leaf node (named in `leaf-config`).
@@ -64,19 +65,7 @@ async fn snapshot(flue: &Flue) -> Snapshot {
             let Ok(stream) = js.get_stream(&name).await else {
                 continue;
             };
-            let mut with = stream.info_with_subjects(">").await.expect("info");
-            let (messages, last) = (with.info.state.messages, with.info.state.last_sequence);
-            let mut subjects = BTreeMap::new();
-            while let Some(entry) = with.next().await {
-                let (subject, count) = entry.expect("subject count");
-                subjects.insert(subject, (count, 0));
-            }
-            for (subject, (_, seq)) in &mut subjects {
-                *seq = stream
-                    .get_last_raw_message_by_subject(subject)
-                    .await
-                    .map_or(0, |m| m.sequence);
-            }
+            let (messages, last, subjects) = stream_state(&stream).await;
             let names: Vec<String> = stream
                 .consumer_names()
                 .map(|n| n.expect("name"))
@@ -86,15 +75,7 @@ async fn snapshot(flue: &Flue) -> Snapshot {
                 let Ok(info) = stream.consumer_info(&consumer).await else {
                     continue;
                 };
-                consumers.insert(
-                    format!("{account}/{name}/{consumer}"),
-                    (
-                        info.delivered.stream_sequence,
-                        info.ack_floor.stream_sequence,
-                        info.num_ack_pending,
-                        info.num_pending,
-                    ),
-                );
+                consumers.insert(format!("{account}/{name}/{consumer}"), progress(&info));
             }
             streams.insert(format!("{account}/{name}"), (messages, last, subjects));
         }
