@@ -49,7 +49,8 @@ async def main() -> None:
     start = p.add_mutually_exclusive_group()
     start.add_argument("--seq", type=int, help="replay from this stream sequence")
     start.add_argument("--since", help="replay from this RFC 3339 time")
-    p.add_argument("--idle", type=float, help="exit after this many seconds without an event")
+    p.add_argument("--idle", type=float, help="exit after this many seconds without an event, "
+                   "once none is left to read")
     p.add_argument("--ca", help="CA certificate (PEM) the broker's certificate must chain to; "
                    "given, the connection is TLS and only this CA is trusted")
     p.add_argument("--creds", help="listener credentials file (.creds) for a secured broker")
@@ -104,8 +105,12 @@ async def main() -> None:
         while True:
             try:
                 msgs = await sub.fetch(batch=100, timeout=min(args.idle or PULL_WAIT, PULL_WAIT))
-            except nats.errors.TimeoutError:
-                if args.idle:
+            except asyncio.TimeoutError:
+                # nats-py raises its own TimeoutError (a subclass) or asyncio's, depending on
+                # where in the pull the time ran out: catch both. Quiet means nothing came
+                # *and* nothing is left to read: on a loaded machine a pull can time out with
+                # events still waiting.
+                if args.idle and (await sub.consumer_info()).num_pending == 0:
                     break
                 continue
             for msg in msgs:
